@@ -1,0 +1,28 @@
+"""calengine: turn any classifier into an accurate class-probability estimator, on Dask.
+
+Importing this package is cheap on purpose (``calengine --help`` must answer in well under a second):
+the heavy libraries load only when a name that needs them is first used.
+"""
+
+from __future__ import annotations
+
+from .hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+#: artifact format; a model whose major format differs from this one is refused on load.
+MODEL_FORMAT_VERSION = "1.0"
+
+__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "load_model"]
+
+
+def __getattr__(name: str):
+    if name == "CalibratedClassifier":
+        from .estimator import CalibratedClassifier
+
+        return CalibratedClassifier
+    if name == "load_model":
+        from .artifact import load_model
+
+        return load_model
+    raise AttributeError(f"module 'calengine' has no attribute {name!r}")

@@ -1,0 +1,183 @@
+"""Base classes for the three plugin kinds: learners, calibrators and combiners.
+
+All three follow scikit-learn's conventions (``__init__`` stores parameters only, ``fit`` returns
+``self``, fitted state ends in ``_``), which gives ``get_params``/``clone``, reproducible configs in the
+model manifest, and pickling onto Dask workers for free.
+
+Fitted state is exported with :meth:`to_state` as a flat ``dict`` of numpy arrays, plain scalars or
+strings (and, for learners only, scikit-learn estimators).  The model artifact stores arrays in ``.npz``
+files read with ``allow_pickle=False`` and estimators with ``skops`` under an allowlist, so loading a
+model never executes code from the file.
+"""
+
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, clone
+
+from .errors import ParameterError
+
+SCORE_KINDS = ("proba", "decision")
+
+
+class Learner(BaseEstimator, metaclass=ABCMeta):
+    """A classifier whose scores calengine turns into calibrated probabilities.
+
+    Contract (what ``calengine.testing.check_learner`` verifies):
+
+    * ``name``: the registry name users type (``--learner NAME``); lowercase, ``[a-z0-9_]``.
+    * ``accepts_sample_weight``: whether ``fit`` honours ``sample_weight``.  When it is ``False`` the
+      engine never passes weights: methods that need them (Probing) switch to costing (rejection
+      sampling) instead.
+    * ``score_kind``: ``"proba"`` if :meth:`score` returns probabilities in [0, 1], ``"decision"`` if it
+      returns an unbounded decision value (larger = more likely the class).
+    * ``fit(X, y, sample_weight=None)``: ``X`` is a 2-D float64 array or a scipy CSR matrix, ``y`` holds
+      class indices ``0..k-1`` (every class present), ``sample_weight`` is ``None`` or a non-negative
+      float array.  Returns ``self``.
+    * ``score(X)``: for two classes, shape ``(n,)``, the score of class index 1; for ``k > 2``, shape
+      ``(n, k)``.
+    * ``to_state()`` / ``from_state(state)``: see the module docstring.
+    * A constructor parameter called ``random_state`` left at ``None`` is set by the engine from the
+      user's seed and the task identity, so results are reproducible on any scheduler.
+    """
+
+    name: ClassVar[str] = ""
+    accepts_sample_weight: ClassVar[bool] = True
+    score_kind: ClassVar[str] = "proba"
+    #: extra fully qualified type names skops must trust to load this learner's state, beyond
+    #: calengine's core allowlist (see ``calengine.artifact``).
+    trusted_types: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def fit(self, X, y, sample_weight=None):
+        """See the class docstring."""
+
+    @abstractmethod
+    def score(self, X) -> np.ndarray:
+        """See the class docstring."""
+
+    @abstractmethod
+    def to_state(self) -> dict[str, Any]:
+        """See the class docstring."""
+
+    @abstractmethod
+    def from_state(self, state: dict[str, Any]) -> "Learner":
+        """See the class docstring."""
+
+
+class SklearnLearner(Learner):
+    """A learner backed by one scikit-learn estimator (or Pipeline) built by :meth:`make_estimator`.
+
+    Subclasses set the class attributes and implement ``make_estimator``; fitting, scoring and
+    persistence (through skops) come from here.  For a Pipeline, ``sample_weight`` goes to the last
+    step.
+    """
+
+    @abstractmethod
+    def make_estimator(self):
+        """See the class docstring."""
+
+    def fit(self, X, y, sample_weight=None):
+        y = np.asarray(y)
+        est = self.make_estimator()
+        fit_params = {}
+        if sample_weight is not None:
+            if not self.accepts_sample_weight:
+                raise ParameterError(
+                    f"learner '{self.name}' does not accept sample weights; use costing "
+                    "(--method-param weighting=costing) instead"
+                )
+            fit_params = {_weight_param(est): np.asarray(sample_weight, dtype=float)}
+        est.fit(X, y, **fit_params)
+        self.estimator_ = est
+        self.n_classes_ = int(len(est.classes_))
+        return self
+
+    def score(self, X) -> np.ndarray:
+        est = self.estimator_
+        if self.score_kind == "proba":
+            s = est.predict_proba(X)
+            return s[:, 1] if s.shape[1] == 2 else s
+        s = est.decision_function(X)
+        return np.asarray(s, dtype=float)
+
+    def to_state(self) -> dict[str, Any]:
+        return {"estimator": self.estimator_, "n_classes": self.n_classes_}
+
+    def from_state(self, state: dict[str, Any]) -> "SklearnLearner":
+        self.estimator_ = state["estimator"]
+        self.n_classes_ = int(state["n_classes"])
+        return self
+
+
+def _weight_param(est) -> str:
+    """Name of the fit parameter that carries sample weights to ``est`` (last step of a Pipeline)."""
+    steps = getattr(est, "steps", None)
+    if steps:
+        return f"{steps[-1][0]}__sample_weight"
+    return "sample_weight"
+
+
+class Calibrator(BaseEstimator, metaclass=ABCMeta):
+    """Maps one column of learner scores to probabilities of the positive class.
+
+    Contract (what ``calengine.testing.check_calibrator`` verifies):
+
+    * ``name``: the registry name (``--method NAME``).
+    * ``fit(scores, y, sample_weight=None, score_kind="decision")``: ``scores`` 1-D float, ``y`` in
+      {0, 1}, ``score_kind`` tells whether the scores are probabilities (``"proba"``) or decision
+      values, for calibrators that transform them first.  Returns ``self``.
+    * ``predict(scores)``: 1-D probabilities in [0, 1], non-decreasing in the score unless the
+      calibrator documents otherwise.
+    * ``to_state()`` returns only numpy arrays, ints, floats, bools and strings; ``from_state`` restores
+      them.  No estimators, no pickle.
+    """
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        """See the class docstring."""
+
+    @abstractmethod
+    def predict(self, scores) -> np.ndarray:
+        """See the class docstring."""
+
+    def to_state(self) -> dict[str, Any]:
+        """Default: every public fitted attribute (name ending in ``_``)."""
+        return {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}
+
+    def from_state(self, state: dict[str, Any]) -> "Calibrator":
+        for k, v in state.items():
+            setattr(self, k, v)
+        return self
+
+
+class Combiner(BaseEstimator, metaclass=ABCMeta):
+    """Turns binary estimates for the columns of a code matrix into class probabilities.
+
+    * ``M``: the code matrix, shape ``(k, l)``, entries in {-1, 0, +1}; column ``b`` is the binary
+      problem "classes with +1 against classes with -1" (0: not used).
+    * ``combine(R, M, counts=None)``: ``R`` shape ``(n, l)``, ``R[i, b]`` estimates P(+1 side | x, x in
+      either side); ``counts`` shape ``(l,)``, training examples per column (weights for coupling).
+      Returns ``(n, k)``, non-negative rows summing to 1.
+    * ``check_matrix(M)`` raises :class:`calengine.errors.CodeMatrixError` for a matrix the combiner
+      cannot use.
+    """
+
+    name: ClassVar[str] = ""
+
+    def check_matrix(self, M: np.ndarray) -> None:
+        return None
+
+    @abstractmethod
+    def combine(self, R, M, counts=None) -> np.ndarray:
+        """See the class docstring."""
+
+
+def fresh_copy(estimator):
+    """An unfitted copy with the same parameters (``sklearn.base.clone``)."""
+    return clone(estimator)

@@ -1,0 +1,43 @@
+"""The small typed hierarchy of errors calengine raises on bad input.
+
+The CLI turns any :class:`CalengineError` into one ``error: ...`` line and exit code 2; Python users
+catch them by type.  Every message names the problem *and* the fix, because the person reading it is
+usually looking at a shell prompt, not at our source.
+"""
+
+from __future__ import annotations
+
+
+class CalengineError(Exception):
+    """Base class: a problem with the user's input or environment, never a bug in calengine."""
+
+
+class DataError(CalengineError, ValueError):
+    """The table is unreadable, a column is missing or misspelt, the target is unusable, ..."""
+
+
+class ParameterError(CalengineError, ValueError):
+    """A learner, calibrator, combiner or method parameter is invalid."""
+
+
+class UnknownPluginError(CalengineError, KeyError):
+    """A learner/calibrator/combiner name that no loaded plugin registered."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PluginError(CalengineError, RuntimeError):
+    """A plugin failed to load or register (raised only in strict mode, or on duplicate names)."""
+
+
+class ModelFormatError(CalengineError, ValueError):
+    """A model directory is missing, damaged, from an incompatible version, or holds untrusted types."""
+
+
+class ClusterError(CalengineError, RuntimeError):
+    """The Dask cluster cannot be reached, or its workers differ from the client."""
+
+
+class CodeMatrixError(ParameterError):
+    """A multiclass code matrix is malformed or unusable by the chosen combiner."""

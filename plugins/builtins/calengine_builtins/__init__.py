@@ -1,0 +1,1 @@
+"""calengine's built-in plugins: learners, calibrators and combiners registered through entry points."""
