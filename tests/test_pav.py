@@ -1,0 +1,189 @@
+"""PAV with ties pooled first: worked examples (notes §d), scikit-learn agreement, invariants."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.isotonic import IsotonicRegression
+
+from calengine.errors import DataError
+from calengine.pav import (
+    check_binary_data,
+    linear_knots,
+    pav,
+    pool_ties,
+    predict_linear,
+    predict_step,
+)
+
+S_UNIT = np.arange(1, 9) / 10.0
+Y_UNIT = np.array([0, 1, 0, 0, 1, 0, 1, 1])
+T_UNIT = np.array([0.0, 0.15, 0.35, 0.45, 0.55, 0.65, 0.9])
+
+
+def reference_pav(scores, y, w):
+    """Textbook stack PAV over tie-pooled groups (slow, obviously correct), for comparison."""
+    order = np.argsort(scores, kind="stable")
+    s, yv, wv = np.asarray(scores, float)[order], np.asarray(y, float)[order], np.asarray(w, float)[order]
+    groups = []
+    for si, yi, wi in zip(s, yv, wv):
+        if wi == 0:
+            continue
+        if groups and groups[-1][1] == si:
+            groups[-1][2] += wi * yi
+            groups[-1][3] += wi
+        else:
+            groups.append([si, si, wi * yi, wi])
+    stack = []
+    for g in groups:
+        stack.append(list(g))
+        while len(stack) > 1 and stack[-2][2] / stack[-2][3] >= stack[-1][2] / stack[-1][3]:
+            top = stack.pop()
+            stack[-1][1] = top[1]
+            stack[-1][2] += top[2]
+            stack[-1][3] += top[3]
+    lo, hi, sy, sw = (np.array(c) for c in zip(*stack))
+    return lo, hi, sy / sw, sw
+
+
+def test_unit_weight_example_blocks():
+    b = pav(S_UNIT, Y_UNIT)
+    np.testing.assert_allclose(b.lo, [0.1, 0.2, 0.5, 0.7])
+    np.testing.assert_allclose(b.hi, [0.1, 0.4, 0.6, 0.8])
+    np.testing.assert_allclose(b.value, [0.0, 1 / 3, 0.5, 1.0], atol=1e-12)
+    np.testing.assert_allclose(b.weight, [1, 3, 2, 2])
+
+
+def test_unit_weight_example_both_semantics():
+    b = pav(S_UNIT, Y_UNIT)
+    np.testing.assert_allclose(
+        predict_linear(b.lo, b.hi, b.value, T_UNIT),
+        [0, 0.166667, 0.333333, 0.416667, 0.5, 0.75, 1],
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        predict_step(b.lo, b.value, T_UNIT), [0, 0, 0.333333, 0.333333, 0.5, 0.5, 1], atol=1e-6
+    )
+    iso = IsotonicRegression(out_of_bounds="clip").fit(S_UNIT, Y_UNIT)
+    np.testing.assert_allclose(predict_linear(b.lo, b.hi, b.value, T_UNIT), iso.predict(T_UNIT), atol=1e-12)
+
+
+def test_ties_and_weights_example():
+    s = np.array([0.2, 0.2, 0.2, 0.5, 0.5, 0.7, 0.9, 0.9])
+    y = np.array([1, 0, 0, 1, 0, 0, 1, 1])
+    w = np.array([1, 1, 2, 1, 3, 1, 1, 0.5])
+    b = pav(s, y, w)
+    np.testing.assert_allclose(b.lo, [0.2, 0.9])
+    np.testing.assert_allclose(b.hi, [0.7, 0.9])
+    np.testing.assert_allclose(b.value, [2 / 9, 1.0], atol=1e-12)
+    np.testing.assert_allclose(b.weight, [9.0, 1.5])
+    pts = np.array([0.2, 0.5, 0.7, 0.9])
+    iso = IsotonicRegression(out_of_bounds="clip").fit(s, y, sample_weight=w)
+    for pred in (predict_step(b.lo, b.value, pts), predict_linear(b.lo, b.hi, b.value, pts)):
+        np.testing.assert_allclose(pred, [2 / 9, 2 / 9, 2 / 9, 1.0], atol=1e-6)
+        np.testing.assert_allclose(pred, iso.predict(pts), atol=1e-12)
+    # Between 0.7 and 0.9 the two semantics differ: step holds, linear interpolates.
+    assert predict_step(b.lo, b.value, [0.8])[0] == pytest.approx(2 / 9)
+    assert predict_linear(b.lo, b.hi, b.value, [0.8])[0] == pytest.approx((2 / 9 + 1) / 2)
+
+
+def test_pool_ties_sums_and_drops_zero_weights():
+    xs, wy, ws = pool_ties([3.0, 1.0, 3.0, 2.0, 5.0], [1, 0, 0, 1, 1], [2.0, 1.0, 1.0, 0.5, 0.0])
+    np.testing.assert_array_equal(xs, [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(wy, [0.0, 0.5, 2.0])
+    np.testing.assert_allclose(ws, [1.0, 0.5, 3.0])
+
+
+def test_single_distinct_score_is_one_block():
+    b = pav([0.3, 0.3, 0.3], [1, 0, 1])
+    assert b.lo.tolist() == [0.3] and b.hi.tolist() == [0.3]
+    assert b.value[0] == pytest.approx(2 / 3)
+    assert predict_step(b.lo, b.value, [-5.0, 9.0]).tolist() == pytest.approx([2 / 3, 2 / 3])
+    assert predict_linear(b.lo, b.hi, b.value, [-5.0, 9.0]).tolist() == pytest.approx([2 / 3, 2 / 3])
+
+
+def test_linear_knots_strictly_increasing():
+    x, yv = linear_knots([0.0, 1.0, 3.0], [0.0, 2.0, 3.0], [0.1, 0.5, 0.9])
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert yv.tolist() == [0.1, 0.5, 0.5, 0.9]
+
+
+def test_matches_sklearn_on_random_weighted_data():
+    rng = np.random.default_rng(3)
+    n = 2000
+    s = np.round(rng.normal(size=n), 2)  # plenty of ties
+    y = (rng.random(n) < 1 / (1 + np.exp(-2 * s))).astype(int)
+    w = rng.uniform(0.1, 3.0, size=n)
+    b = pav(s, y, w)
+    iso = IsotonicRegression(out_of_bounds="clip").fit(s, y, sample_weight=w)
+    np.testing.assert_allclose(predict_step(b.lo, b.value, s), iso.predict(s), atol=1e-10)
+    test = np.linspace(s.min() - 1, s.max() + 1, 777)
+    np.testing.assert_allclose(predict_linear(b.lo, b.hi, b.value, test), iso.predict(test), atol=1e-10)
+
+
+def test_million_points_is_fast():
+    import time
+
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    s = rng.normal(size=n)
+    y = (rng.random(n) < 1 / (1 + np.exp(-s))).astype(np.int8)
+    t0 = time.perf_counter()
+    b = pav(s, y)
+    elapsed = time.perf_counter() - t0
+    assert np.all(np.diff(b.value) > 0)
+    assert b.weight.sum() == n
+    assert elapsed < 5.0
+
+
+@pytest.mark.parametrize(
+    "scores, y, w",
+    [
+        ([0.1, np.nan], [0, 1], None),
+        ([0.1, 0.2], [0, 1, 1], None),
+        ([0.1, 0.2], [0, 2], None),
+        ([0.1, 0.2], [0, 1], [1.0, -1.0]),
+        ([0.1, 0.2], [0, 1], [0.0, 0.0]),
+        ([[0.1, 0.2]], [0, 1], None),
+        ([], [], None),
+    ],
+)
+def test_bad_input_raises_data_error(scores, y, w):
+    with pytest.raises(DataError):
+        pav(scores, y, w)
+
+
+def test_one_class_message_names_the_fix():
+    with pytest.raises(DataError, match="only one class.*fewer folds"):
+        check_binary_data([0.1, 0.2], [1, 1])
+    # pav itself accepts one class (one block): the calibrators decide whether that is an error.
+    assert pav([0.1, 0.2], [1, 1]).value.tolist() == [1.0]
+
+
+data = st.integers(2, 40).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 6), min_size=n, max_size=n),
+        st.lists(st.integers(0, 1), min_size=n, max_size=n),
+        st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]), min_size=n, max_size=n),
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data)
+def test_matches_reference_stack_pav(d):
+    s, y, w = (np.asarray(v, float) for v in d)
+    if not np.any(w > 0):
+        w[0] = 1.0
+    b = pav(s, y, w)
+    lo, hi, val, wt = reference_pav(s, y, w)
+    np.testing.assert_array_equal(b.lo, lo)
+    np.testing.assert_array_equal(b.hi, hi)
+    np.testing.assert_allclose(b.value, val, atol=1e-12)
+    np.testing.assert_allclose(b.weight, wt, atol=1e-12)
+    assert np.all(np.diff(b.value) > 0)
+    # PAV preserves total weight and the weighted mean of y.
+    assert b.weight.sum() == pytest.approx(w.sum())
+    assert np.dot(b.value, b.weight) == pytest.approx(np.dot(w, y), abs=1e-9)
