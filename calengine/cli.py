@@ -1,0 +1,390 @@
+"""``calengine fit | score | evaluate | plugins``.
+
+Only the standard library is imported at module level so ``calengine --help`` answers at once; each
+command imports what it needs.  Any :class:`calengine.errors.CalengineError` (and argument errors)
+becomes one ``error: ...`` line on stderr and exit code 2, with no traceback and no partial output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import sys
+from typing import Any
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as for every other bad input
+        sys.stderr.write(f"error: {message}; see '{self.prog} --help'\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def parse_value(text: str) -> Any:
+    """``8`` -> 8, ``0.5`` -> 0.5, ``true`` -> True, ``none`` -> None, ``(10,5)`` -> (10, 5), else the string."""
+    lowered = text.strip().lower()
+    if lowered in {"none", "null"}:
+        return None
+    if lowered in {"true", "false"}:
+        return lowered == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def parse_params(pairs: list[str] | None, flag: str) -> dict[str, Any]:
+    from .errors import ParameterError
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ParameterError(f"{flag} expects KEY=VALUE, got '{pair}' (e.g. {flag} max_depth=8)")
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cluster", nargs="?", const="local", default=None, metavar="ADDRESS",
+        help="run on Dask: alone, a LocalCluster of worker processes; with tcp://HOST:PORT or tls://HOST:PORT,"
+        " that scheduler (default: an embedded scheduler in this process)",
+    )
+    p.add_argument("--workers", type=int, default=None, help="workers (threads when embedded, processes with --cluster)")
+    p.add_argument("--tls-ca-file", help="CA certificate for a tls:// scheduler")
+    p.add_argument("--tls-cert", help="client certificate for a tls:// scheduler")
+    p.add_argument("--tls-key", help="client private key for a tls:// scheduler")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="calengine",
+        description="Calibrated class probabilities from any classifier, on Dask.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--strict-plugins", action="store_true",
+        help="fail if any plugin fails to load (also: CALENGINE_STRICT_PLUGINS=1)",
+    )
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
+    progress.add_argument("--quiet", dest="progress", action="store_false", help="never show progress")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    fit = sub.add_parser("fit", help="fit a calibrated model on a Parquet table")
+    fit.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
+    fit.add_argument("--target", required=True, metavar="COL", help="the class column")
+    fit.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
+    fit.add_argument("--learner", default="gaussian_nb", metavar="NAME",
+                     help="registered learner name or scikit-learn import path (default: gaussian_nb)")
+    fit.add_argument("--learner-param", action="append", metavar="K=V", help="learner parameter (repeatable)")
+    fit.add_argument("--method", default="isotonic", metavar="NAME",
+                     help="calibrator name, or probing / bagging (default: isotonic)")
+    fit.add_argument("--method-param", action="append", metavar="K=V", help="method parameter (repeatable)")
+    fit.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
+                     help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
+                     " learner refitted on all rows (default: ensemble)")
+    fit.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
+    fit.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
+    fit.add_argument("--calibration-data", metavar="DATA", help="calibrate on this table instead of folds")
+    fit.add_argument("--features", metavar="COLS", help="comma-separated feature columns (default: all but target)")
+    fit.add_argument("--exclude", action="append", metavar="COL", help="leave this column out (repeatable)")
+    fit.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
+    fit.add_argument("--max-categories", type=int, default=100, metavar="N",
+                     help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
+    fit.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
+    _add_cluster_options(fit)
+
+    score = sub.add_parser("score", help="write calibrated probabilities for a Parquet table")
+    score.add_argument("model", metavar="MODEL_DIR")
+    score.add_argument("data", metavar="DATA")
+    score.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
+    score.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
+    score.add_argument("--intervals", action="store_true",
+                       help="also write p_low/p_high (Probing models: the interval the votes select)")
+    score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
+    score.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cluster_options(score)
+
+    ev = sub.add_parser("evaluate", help="metrics of a model on a labelled Parquet table")
+    ev.add_argument("model", metavar="MODEL_DIR")
+    ev.add_argument("data", metavar="DATA")
+    ev.add_argument("--target", required=True, metavar="COL")
+    ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cluster_options(ev)
+
+    pl = sub.add_parser("plugins", help="list loaded plugins and failures")
+    pl.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from . import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.strict_plugins:
+        os.environ["CALENGINE_STRICT_PLUGINS"] = "1"
+    from .errors import CalengineError
+
+    try:
+        return COMMANDS[args.command](args)
+    except CalengineError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted; no output was published\n")
+        return 130
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def _progress(args):
+    from .progress import Progress
+
+    return Progress(enabled=args.progress)
+
+
+def _tls(args):
+    from .cluster import TLSConfig
+    from .errors import ClusterError
+
+    given = [args.tls_ca_file, args.tls_cert, args.tls_key]
+    if not any(given):
+        return None
+    if not all(given):
+        raise ClusterError("TLS needs all of --tls-ca-file, --tls-cert and --tls-key")
+    return TLSConfig(args.tls_ca_file, args.tls_cert, args.tls_key)
+
+
+def _client(args, distributions=(), modules=()):
+    from .cluster import dask_client
+    from .errors import ParameterError
+
+    if args.workers is not None and args.workers < 1:
+        raise ParameterError(f"--workers must be at least 1, got {args.workers}")
+    return dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions, modules=modules)
+
+
+def _plugin_requirements(objects) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(distributions, modules) workers need for these plugin objects."""
+    from .plugins import get_plugins
+
+    plugins = get_plugins()
+    dists, modules = set(), set()
+    for obj in objects:
+        if obj is None:
+            continue
+        modules.add(type(obj).__module__)
+        for kind in ("learners", "calibrators", "combiners"):
+            try:
+                origin = plugins.origin(kind, obj.name)
+            except KeyError:
+                continue
+            if origin.distribution not in ("(in-process)", "unknown"):
+                dists.add(origin.distribution)
+    return tuple(sorted(dists - {"calengine"})), tuple(sorted(modules))
+
+
+def _model_plugin_objects(model) -> list:
+    objs = [model.combiner]
+    for m in model.members:
+        parts = m.parts()
+        objs += list(parts["learners"])[:1] + list(parts["calibrators"])[:1]
+    return objs
+
+
+def cmd_fit(args) -> int:
+    from . import registry
+    from .artifact import save_model
+    from .data import LabelSpace, read_table, resolve_parquet_files, parquet_columns
+    from .errors import DataError
+    from .features import FeatureEncoder, select_feature_columns
+    from .plugins import get_plugins
+    from .tasks import TrainingData
+    from .training import ENGINE_METHODS, FitConfig, fit_model, resolve_learner
+
+    plugins = get_plugins()
+    config = FitConfig(
+        learner=args.learner,
+        learner_params=parse_params(args.learner_param, "--learner-param"),
+        method=args.method,
+        method_params=parse_params(args.method_param, "--method-param"),
+        mode=args.mode,
+        cv=args.cv,
+        seed=args.seed,
+    )
+    # resolve names before touching data, so a typo fails in milliseconds
+    learner = resolve_learner(config, plugins)
+    calibrator = None
+    if args.method not in ENGINE_METHODS:
+        calibrator = registry.make("calibrators", args.method, config.method_params, plugins)
+    out = os.path.abspath(args.output)
+    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        raise DataError(f"output '{args.output}' already exists; choose a new --output or remove it first")
+
+    files = resolve_parquet_files(args.data)
+    columns = parquet_columns(files)
+    features = args.features.split(",") if args.features else None
+    if args.target not in columns:
+        from .data import check_columns
+
+        check_columns(files, [args.target])
+    feature_cols = select_feature_columns(columns, args.target, features, args.exclude)
+    df = read_table(files, feature_cols + [args.target])
+    df, dropped = _drop_missing_target(df, args.target)
+    labels = LabelSpace.from_series(df[args.target], args.target, args.positive)
+    encoder = FeatureEncoder(max_categories=args.max_categories, text_columns=tuple(args.text_column or ()))
+    encoder.fit(df[feature_cols])
+    data = TrainingData(X=encoder.transform(df[feature_cols]), y=labels.encode(df[args.target]))
+    cal_data = None
+    if args.calibration_data:
+        cal_files = resolve_parquet_files(args.calibration_data)
+        cdf = read_table(cal_files, feature_cols + [args.target])
+        cdf, _ = _drop_missing_target(cdf, args.target)
+        cal_data = TrainingData(X=encoder.transform(cdf[feature_cols]), y=labels.encode(cdf[args.target]))
+    if dropped:
+        sys.stderr.write(f"note: dropped {dropped} rows whose target '{args.target}' is missing\n")
+    dists, modules = _plugin_requirements([learner, calibrator])
+    progress = _progress(args)
+    with _client(args, dists, modules) as client:
+        model = fit_model(client, data, labels, encoder, config, cal_data=cal_data, progress=progress, plugins=plugins)
+    save_model(model, out, plugins)
+    n_members = len(model.members)
+    sys.stderr.write(
+        f"fitted {model.info['learner']} + {args.method} on {len(data.y)} rows, {labels.n_classes} classes,"
+        f" {n_members} member{'s' if n_members != 1 else ''} -> {args.output}\n"
+    )
+    return 0
+
+
+def _drop_missing_target(df, target: str):
+    mask = df[target].isna()
+    dropped = int(mask.sum())
+    if dropped:
+        df = df.loc[~mask].reset_index(drop=True)
+    return df, dropped
+
+
+def cmd_score(args) -> int:
+    from .artifact import load_model
+    from .data import resolve_parquet_files
+    from .errors import ParameterError
+    from .scoring import score_table
+
+    if args.batch_rows < 1:
+        raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
+    model = load_model(args.model, trust=tuple(args.trust_type or ()))
+    files = resolve_parquet_files(args.data)
+    keep = tuple(args.keep or ())
+    clash = [k for k in keep if k == "prediction" or k.startswith("p_")]
+    if clash:
+        raise ParameterError(f"--keep {clash[0]} would collide with an output column; rename it first")
+    dists, modules = _plugin_requirements(_model_plugin_objects(model))
+    with _client(args, dists, modules) as client:
+        n = score_table(client, model, files, args.output, keep=keep, batch_rows=args.batch_rows,
+                        extra_outputs=args.intervals, progress=_progress(args))
+    sys.stderr.write(f"scored {n} rows -> {args.output}\n")
+    return 0
+
+
+METRIC_ORDER = (
+    "n", "brier", "log_loss", "log_loss_bits", "auc", "error_rate", "ece", "mce",
+    "calibration_loss", "refinement_loss", "confidence_q", "confidence_rho",
+)
+
+
+def cmd_evaluate(args) -> int:
+    from .artifact import load_model
+    from .data import resolve_parquet_files
+    from .scoring import evaluate_table
+
+    model = load_model(args.model, trust=tuple(args.trust_type or ()))
+    files = resolve_parquet_files(args.data)
+    dists, modules = _plugin_requirements(_model_plugin_objects(model))
+    with _client(args, dists, modules) as client:
+        accs = evaluate_table(client, model, files, args.target, with_raw=True, progress=_progress(args))
+    results = {k: acc.result() for k, acc in accs.items()}
+    if args.json:
+        payload = dict(results["calibrated"])
+        payload["raw"] = results.get("raw")
+        payload["model"] = {"learner": model.info.get("learner"), "method": model.info.get("method")}
+        print(json.dumps(_finite(payload), sort_keys=False))
+        return 0
+    label = f"{model.info.get('learner')} + {model.info.get('method')}"
+    rows = [("raw learner", results.get("raw")), (label, results["calibrated"])]
+    print(format_metrics_table(rows))
+    return 0
+
+
+def _finite(obj):
+    """JSON has no NaN/inf: they become null (e.g. rho when the error rate is 0)."""
+    import math
+
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
+    rows = [(name, m) for name, m in rows if m is not None]
+    keys = [k for k in METRIC_ORDER if any(k in m for _, m in rows)]
+    width = max(len("model"), *(len(name) for name, _ in rows))
+    header = f"{'model':<{width}}  " + "  ".join(f"{k:>16}" for k in keys)
+    lines = [header, "-" * len(header)]
+    for name, m in rows:
+        cells = []
+        for k in keys:
+            v = m.get(k)
+            if isinstance(v, int):
+                cells.append(f"{v:>16d}")
+            elif isinstance(v, float):
+                cells.append(f"{v:>16.6f}")
+            else:
+                cells.append(f"{'':>16}")
+        lines.append(f"{name:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def cmd_plugins(args) -> int:
+    from .plugins import get_plugins
+
+    plugins = get_plugins()
+    records = [r.as_dict() for r in plugins.records]
+    if args.json:
+        print(json.dumps({"plugins": records, "failures": [r for r in records if r["error"]]}))
+        return 0
+    for r in records:
+        status = "FAILED" if r["error"] else "ok"
+        print(f"{r['name']}  ({r['distribution']} {r['version']})  {status}")
+        if r["error"]:
+            print(f"    error: {r['error']}")
+        for kind, names in r["registered"].items():
+            if names:
+                print(f"    {kind}: {', '.join(sorted(names))}")
+    if not records:
+        print("no plugins installed (pip install calengine-builtins)")
+    return 0
+
+
+COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "plugins": cmd_plugins}
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

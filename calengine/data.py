@@ -1,0 +1,212 @@
+"""Parquet in and out, class labels, and deterministic folds.
+
+DATA may be one Parquet file, a directory of Parquet partitions (hive-style directories included) or a
+glob.  Training tables are read whole (each learner fit runs in one worker's memory); scoring and
+evaluation walk the table one file at a time, so they scale with the number of files, not memory.
+Output is written to a staging directory beside the target and renamed only when complete.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .errors import DataError
+
+
+def resolve_parquet_files(data: str | os.PathLike) -> list[str]:
+    """The Parquet files behind DATA, sorted so partition order (and so results) are reproducible."""
+    text = os.fspath(data)
+    if any(ch in text for ch in "*?["):
+        files = sorted(f for f in glob.glob(text, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise DataError(f"no files match '{text}'; check the pattern (quote it so the shell leaves it alone)")
+    elif os.path.isdir(text):
+        files = sorted(
+            str(p)
+            for p in Path(text).rglob("*")
+            if p.is_file() and not p.name.startswith((".", "_")) and p.suffix in {".parquet", ".parq", ""}
+        )
+        if not files:
+            raise DataError(f"directory '{text}' holds no Parquet files; point DATA at a .parquet file or a dataset directory")
+    elif os.path.isfile(text):
+        files = [text]
+    else:
+        raise DataError(f"'{text}' does not exist; give a Parquet file, a directory of Parquet files, or a glob")
+    for f in files:
+        _check_parquet_magic(f)
+    return files
+
+
+def _check_parquet_magic(path: str) -> None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(size - 4, 0))
+            tail = fh.read(4)
+    except OSError as exc:
+        raise DataError(f"cannot read '{path}': {exc.strerror}; check the path and its permissions") from exc
+    if head != b"PAR1" or tail != b"PAR1":
+        raise DataError(
+            f"'{path}' is not a Parquet file; convert it first (e.g. pandas.read_csv(...).to_parquet(...))"
+        )
+
+
+def parquet_columns(files: list[str]) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(files[0]).names)
+
+
+def read_table(files: list[str], columns: list[str] | None = None):
+    """Read the files into one pandas DataFrame (columns checked first, so a typo fails fast)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    if columns is not None:
+        check_columns(files, columns)
+    frames = []
+    for f in files:
+        try:
+            table = pq.read_table(f, columns=columns)
+        except Exception as exc:  # pyarrow raises several types for damaged files
+            raise DataError(f"cannot read Parquet file '{f}': {exc}; check that the file is complete") from exc
+        frames.append(table.to_pandas())
+    if not frames:
+        raise DataError("no data read; DATA matched no rows")
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+
+
+def check_columns(files: list[str], columns: list[str]) -> None:
+    available = parquet_columns(files)
+    for col in columns:
+        if col not in available:
+            import difflib
+
+            close = difflib.get_close_matches(col, available, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise DataError(
+                f"column '{col}' is not in {files[0]}; {hint}available columns: {', '.join(available)}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly Python scalar for a label value (numpy ints become int, etc.)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+@dataclass
+class LabelSpace:
+    """The classes of the target, in model order.  For two classes index 1 is the positive class."""
+
+    classes: list[Any]
+    target: str
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @classmethod
+    def from_series(cls, y, target: str, positive: str | None = None) -> "LabelSpace":
+        values = sorted({_plain(v) for v in y.dropna().unique()}, key=lambda v: (str(type(v)), v))
+        if len(values) < 2:
+            shown = f"only the value {values[0]!r}" if values else "no non-missing values"
+            raise DataError(
+                f"target column '{target}' has {shown}; calibration needs at least two classes"
+                " (check --target, or filter the data)"
+            )
+        if positive is not None:
+            if len(values) != 2:
+                raise DataError(
+                    f"--positive applies to two-class targets, but '{target}' has {len(values)} classes;"
+                    " drop --positive for a multiclass model"
+                )
+            match = [v for v in values if str(v) == str(positive)]
+            if not match:
+                raise DataError(
+                    f"--positive {positive!r} is not a value of '{target}'; its values are "
+                    + ", ".join(repr(str(v)) for v in values)
+                )
+            values = [v for v in values if v is not match[0]] + [match[0]]
+        return cls(classes=values, target=target)
+
+    def encode(self, y) -> np.ndarray:
+        """Class indices for a pandas Series of labels; unknown labels are an error."""
+        import pandas as pd
+
+        lookup = {str(c): i for i, c in enumerate(self.classes)}
+        as_text = pd.Series(y).map(lambda v: str(_plain(v)) if v is not None and v == v else None)
+        idx = as_text.map(lookup)
+        bad = as_text[idx.isna() & as_text.notna()]
+        if len(bad):
+            raise DataError(
+                f"target '{self.target}' holds {bad.iloc[0]!r}, a class the model was not trained on "
+                f"(classes: {', '.join(map(str, self.classes))}); evaluate on data with the same labels"
+            )
+        if idx.isna().any():
+            raise DataError(f"target '{self.target}' has missing values; drop those rows before evaluating")
+        return idx.to_numpy(dtype=np.int64)
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "classes": [_plain(c) for c in self.classes]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "LabelSpace":
+        return cls(classes=list(d["classes"]), target=d["target"])
+
+
+def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, held-out) index pairs, stratified and shuffled from ``seed`` alone (no scheduling input)."""
+    from sklearn.model_selection import StratifiedKFold
+
+    counts = np.bincount(y)
+    if n_folds < 2:
+        raise DataError(f"--cv must be at least 2 (got {n_folds}); or use --calibration-data for a hold-out table")
+    smallest = int(counts[counts > 0].min())
+    if smallest < n_folds:
+        raise DataError(
+            f"the rarest class has {smallest} rows, fewer than --cv {n_folds}; lower --cv or add data"
+        )
+    skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    return [(tr.astype(np.int64), te.astype(np.int64)) for tr, te in skf.split(np.zeros(len(y)), y)]
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+@contextmanager
+def staged_directory(target: str | os.PathLike) -> Iterator[Path]:
+    """A fresh staging directory beside ``target``; renamed onto it only if the block succeeds.
+
+    The target must not exist (or be an empty directory): we never delete a user's data to make room,
+    and a reader never sees a half-written result.
+    """
+    target = Path(target).resolve()
+    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        raise DataError(f"output '{target}' already exists; choose a new path or remove it first")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
+    staging.mkdir()
+    try:
+        yield staging
+        if target.exists():
+            target.rmdir()
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

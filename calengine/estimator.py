@@ -1,0 +1,193 @@
+"""``CalibratedClassifier``: calengine as a scikit-learn estimator.
+
+It fits exactly what ``calengine fit`` fits (same engine, same seeds), so a model built in a notebook
+and one built from the shell agree bit for bit on the same data.  ``X`` may be a numeric array, a
+scipy sparse matrix, or a pandas DataFrame (encoded with the same rules as the CLI).  The learner is a
+registered name, a scikit-learn import path, a :class:`calengine.base.Learner`, or any scikit-learn
+classifier instance (wrapped by :class:`EstimatorLearner`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+
+from .base import SklearnLearner
+from .errors import DataError
+
+
+class EstimatorLearner(SklearnLearner):
+    """Any scikit-learn classifier instance as a calengine learner (Python API only).
+
+    Scores come from ``predict_proba`` when the estimator has it, else ``decision_function``.
+    A model holding one can be saved only if the estimator is a scikit-learn class with plain
+    parameters: it is then stored as the built-in ``sklearn`` import-path learner.
+    """
+
+    name = "estimator"
+
+    def __init__(self, estimator=None):
+        self.estimator = estimator
+
+    @property
+    def accepts_sample_weight(self) -> bool:  # type: ignore[override]
+        from sklearn.utils.validation import has_fit_parameter
+
+        est = self.estimator
+        last = est.steps[-1][1] if hasattr(est, "steps") else est
+        return has_fit_parameter(last, "sample_weight")
+
+    @property
+    def score_kind(self) -> str:  # type: ignore[override]
+        return "proba" if hasattr(self.estimator, "predict_proba") else "decision"
+
+    def make_estimator(self):
+        return clone(self.estimator)
+
+
+def _as_learner(learner, learner_params: dict[str, Any] | None):
+    from .base import Learner
+
+    if isinstance(learner, Learner) or isinstance(learner, str):
+        return learner
+    if hasattr(learner, "fit") and (hasattr(learner, "predict_proba") or hasattr(learner, "decision_function")):
+        return EstimatorLearner(estimator=learner)
+    raise DataError(
+        f"learner must be a registered name, a scikit-learn import path, a calengine Learner or a"
+        f" scikit-learn classifier; got {type(learner).__name__}"
+    )
+
+
+class CalibratedClassifier(ClassifierMixin, BaseEstimator):
+    """A classifier whose ``predict_proba`` is calibrated by cross-validation (or Probing/bagging).
+
+    Parameters mirror ``calengine fit``: ``learner``/``learner_params``, ``method``/``method_params``
+    (a calibrator name such as ``"isotonic"``, ``"sigmoid"``, ``"binning"``, ``"rocch"``, or
+    ``"probing"``/``"bagging"``), ``mode`` (``"ensemble"`` or ``"refit"``), ``cv``, ``seed``, and
+    ``cluster`` (``None`` for the embedded scheduler, ``"local"``, or a scheduler address).
+    """
+
+    def __init__(
+        self,
+        learner="gaussian_nb",
+        method="isotonic",
+        cv=5,
+        mode="ensemble",
+        seed=0,
+        learner_params=None,
+        method_params=None,
+        cluster=None,
+        workers=None,
+    ):
+        self.learner = learner
+        self.method = method
+        self.cv = cv
+        self.mode = mode
+        self.seed = seed
+        self.learner_params = learner_params
+        self.method_params = method_params
+        self.cluster = cluster
+        self.workers = workers
+
+    def _encode_fit(self, X):
+        import pandas as pd
+
+        if isinstance(X, pd.DataFrame):
+            from .features import FeatureEncoder
+
+            encoder = FeatureEncoder().fit(X)
+            return encoder, encoder.transform(X)
+        return None, _as_matrix(X)
+
+    def _encode(self, X):
+        import pandas as pd
+
+        if self.encoder_ is not None:
+            if not isinstance(X, pd.DataFrame):
+                raise DataError("this model was fitted on a DataFrame; pass a DataFrame with the same columns")
+            return self.encoder_.transform(X)
+        return _as_matrix(X)
+
+    def fit(self, X, y, sample_weight=None):
+        import pandas as pd
+
+        from .cluster import dask_client
+        from .data import LabelSpace
+        from .tasks import TrainingData
+        from .training import FitConfig, fit_model
+
+        y_series = pd.Series(np.asarray(y))
+        labels = LabelSpace.from_series(y_series, target="y")
+        encoder, Xm = self._encode_fit(X)
+        if Xm.shape[0] != len(y_series):
+            raise DataError(f"X has {Xm.shape[0]} rows but y has {len(y_series)}; pass one label per row")
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
+        config = FitConfig(
+            learner=_as_learner(self.learner, self.learner_params),
+            learner_params=dict(self.learner_params or {}) if isinstance(self.learner, str) else {},
+            method=self.method,
+            method_params=dict(self.method_params or {}),
+            mode=self.mode,
+            cv=self.cv,
+            seed=self.seed,
+        )
+        with dask_client(self.cluster, workers=self.workers) as client:
+            model = fit_model(client, data, labels, encoder, config)
+        self.model_ = model
+        self.encoder_ = encoder
+        self.classes_ = np.asarray(labels.classes)
+        self.n_features_in_ = Xm.shape[1]
+        return self
+
+    def predict_proba(self, X) -> np.ndarray:
+        return self.model_.predict_proba_features(self._encode(X))
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def save(self, path) -> None:
+        """Save the fitted model as a calengine model directory (``calengine score`` can use it)."""
+        from .artifact import save_model
+
+        model = self.model_
+        if model.encoder is None:
+            raise DataError(
+                "only models fitted on a pandas DataFrame can be saved (the artifact records column names);"
+                " fit on a DataFrame"
+            )
+        save_model(_storable(model), path)
+
+
+def _storable(model):
+    """The model with wrapped scikit-learn instances turned into the ``sklearn`` import-path learner."""
+    from . import registry
+    from .errors import ModelFormatError
+
+    for m in model.members:
+        for j, lr in enumerate(getattr(m, "learners", [])):
+            if isinstance(lr, EstimatorLearner):
+                cls = type(lr.estimator)
+                if not cls.__module__.startswith("sklearn."):
+                    raise ModelFormatError(
+                        f"cannot save a model of {cls.__module__}.{cls.__name__}: only scikit-learn classes"
+                        " or registered learners can be stored without pickle; wrap it in a learner plugin"
+                    )
+                path = f"{cls.__module__}.{cls.__name__}"
+                new = registry.make_learner(path, lr.estimator.get_params(deep=False))
+                new.from_state({"estimator": lr.estimator_, "n_classes": lr.n_classes_})
+                m.learners[j] = new
+    return model
+
+
+def _as_matrix(X):
+    import scipy.sparse as sp
+
+    if sp.issparse(X):
+        return sp.csr_matrix(X, dtype=np.float64)
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim != 2:
+        raise DataError(f"X must be 2-D (rows x features), got shape {arr.shape}")
+    return arr

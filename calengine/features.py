@@ -1,0 +1,250 @@
+"""Turning table columns into a feature matrix, identically at fit and at scoring time.
+
+Encoding rules (documented in the README, stored in the model manifest as JSON):
+
+* **numeric** (integers, floats, nullable integers) and **boolean** columns become one float column.
+  Missing values (null, NaN, +/-inf) are replaced by the training median; if the column had missing
+  values at fit time an extra 0/1 column ``<name>=<missing>`` says which rows were filled, so the
+  learner can still use missingness.  A column missing everything is filled with 0.
+* **categorical** (string / categorical / object) columns are one-hot encoded over the
+  ``max_categories`` most frequent training values (ties broken by value); missing is its own
+  category ``<missing>``; rarer values share an ``<other>`` column.  Values never seen at fit time go to
+  ``<other>`` when the model has one, otherwise the row gets zeros for that column.
+* **text** columns (named with ``text_columns``, or string columns whose values average more than
+  ``text_min_length`` characters with mostly distinct values) become hashed bag-of-words counts
+  (``2**text_hash_bits`` columns, sparse); hashing needs no vocabulary, so nothing but the settings is
+  stored and the transform is identical on any worker.
+
+The result is dense float64, or scipy CSR as soon as a text column is present.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import DataError
+
+MISSING = "<missing>"
+OTHER = "<other>"
+
+
+@dataclass
+class ColumnEncoding:
+    name: str
+    kind: str  # "numeric" | "categorical" | "text"
+    fill: float = 0.0
+    missing_indicator: bool = False
+    categories: list[str] = field(default_factory=list)
+    other: bool = False
+
+    def width(self, hash_bits: int) -> int:
+        if self.kind == "numeric":
+            return 1 + int(self.missing_indicator)
+        if self.kind == "categorical":
+            return len(self.categories) + int(self.other)
+        return 2**hash_bits
+
+
+def _kind_of(series, name: str) -> str:
+    import pandas as pd
+    from pandas.api import types as pdt
+
+    dtype = series.dtype
+    if pdt.is_bool_dtype(dtype) or pdt.is_numeric_dtype(dtype):
+        return "numeric"
+    if isinstance(dtype, pd.CategoricalDtype) or pdt.is_string_dtype(dtype) or pdt.is_object_dtype(dtype):
+        return "categorical"
+    raise DataError(
+        f"column '{name}' has type {dtype}, which calengine does not encode (numeric, boolean, string"
+        f" and text columns are supported); leave it out with --exclude {name} or convert it"
+    )
+
+
+def _as_float(series) -> np.ndarray:
+    import pandas as pd
+
+    values = pd.to_numeric(series, errors="coerce") if series.dtype == object else series
+    arr = np.array(values.astype("float64").to_numpy(na_value=np.nan), dtype=np.float64, copy=True)
+    arr[~np.isfinite(arr)] = np.nan
+    return arr
+
+
+def _as_text(series) -> np.ndarray:
+    """Strings with missing values as ``None``."""
+    return np.array([None if (v is None or v != v) else str(v) for v in series.tolist()], dtype=object)
+
+
+@dataclass
+class FeatureEncoder:
+    """Column encodings fitted on a training table; ``transform`` applies them to any other table."""
+
+    max_categories: int = 100
+    text_columns: tuple[str, ...] = ()
+    text_hash_bits: int = 18
+    text_min_length: int = 40
+    columns_: list[ColumnEncoding] = field(default_factory=list)
+
+    def fit(self, df) -> "FeatureEncoder":
+        if df.shape[1] == 0:
+            raise DataError("no feature columns left; check --features/--exclude")
+        if len(df) == 0:
+            raise DataError("the training table has no rows")
+        unknown_text = [c for c in self.text_columns if c not in df.columns]
+        if unknown_text:
+            raise DataError(f"--text-column '{unknown_text[0]}' is not a feature column of the table")
+        encodings = []
+        for name in df.columns:
+            series = df[name]
+            kind = "text" if name in self.text_columns else _kind_of(series, name)
+            if kind == "numeric":
+                values = _as_float(series)
+                missing = np.isnan(values)
+                fill = float(np.median(values[~missing])) if (~missing).any() else 0.0
+                encodings.append(ColumnEncoding(name, "numeric", fill=fill, missing_indicator=bool(missing.any())))
+            elif kind == "categorical" and self._looks_like_text(series):
+                encodings.append(ColumnEncoding(name, "text"))
+            elif kind == "categorical":
+                text = _as_text(series)
+                text = np.where(text == None, MISSING, text)  # noqa: E711 - elementwise on object array
+                values, counts = np.unique(text.astype(str), return_counts=True)
+                order = sorted(range(len(values)), key=lambda i: (-counts[i], values[i]))
+                kept = sorted(values[i] for i in order[: self.max_categories])
+                encodings.append(
+                    ColumnEncoding(name, "categorical", categories=kept, other=len(values) > len(kept))
+                )
+            else:
+                encodings.append(ColumnEncoding(name, "text"))
+        self.columns_ = encodings
+        return self
+
+    def _looks_like_text(self, series) -> bool:
+        text = [v for v in _as_text(series) if v is not None]
+        if len(text) < 20:
+            return False
+        mean_len = float(np.mean([len(t) for t in text]))
+        distinct = len(set(text)) / len(text)
+        return mean_len >= self.text_min_length and distinct > 0.5
+
+    @property
+    def input_columns(self) -> list[str]:
+        return [c.name for c in self.columns_]
+
+    @property
+    def is_sparse(self) -> bool:
+        return any(c.kind == "text" for c in self.columns_)
+
+    @property
+    def feature_names(self) -> list[str]:
+        names: list[str] = []
+        for c in self.columns_:
+            if c.kind == "numeric":
+                names.append(c.name)
+                if c.missing_indicator:
+                    names.append(f"{c.name}={MISSING}")
+            elif c.kind == "categorical":
+                names += [f"{c.name}={v}" for v in c.categories]
+                if c.other:
+                    names.append(f"{c.name}={OTHER}")
+            else:
+                names += [f"{c.name}#hash{i}" for i in range(2**self.text_hash_bits)]
+        return names
+
+    def transform(self, df):
+        """Feature matrix for ``df`` (dense float64, or CSR when a text column is present)."""
+        missing = [c.name for c in self.columns_ if c.name not in df.columns]
+        if missing:
+            raise DataError(
+                f"column '{missing[0]}' used by the model is not in the table; score data with the"
+                " same columns as the training data"
+            )
+        n = len(df)
+        blocks = []
+        for c in self.columns_:
+            series = df[c.name]
+            if c.kind == "numeric":
+                try:
+                    values = _as_float(series)
+                except (TypeError, ValueError) as exc:
+                    raise DataError(
+                        f"column '{c.name}' was numeric at fit time but holds non-numbers now; fix its type"
+                    ) from exc
+                isnan = np.isnan(values)
+                values = np.where(isnan, c.fill, values)
+                cols = [values]
+                if c.missing_indicator:
+                    cols.append(isnan.astype(np.float64))
+                blocks.append(np.column_stack(cols))
+            elif c.kind == "categorical":
+                blocks.append(self._one_hot(c, series, n))
+            else:
+                blocks.append(self._hash_text(series))
+        if self.is_sparse:
+            import scipy.sparse as sp
+
+            return sp.hstack([sp.csr_matrix(b) for b in blocks], format="csr", dtype=np.float64)
+        return np.ascontiguousarray(np.hstack(blocks), dtype=np.float64)
+
+    @staticmethod
+    def _one_hot(c: ColumnEncoding, series, n: int) -> np.ndarray:
+        text = _as_text(series)
+        text = np.where(text == None, MISSING, text).astype(str)  # noqa: E711
+        index = {v: i for i, v in enumerate(c.categories)}
+        width = len(c.categories) + int(c.other)
+        out = np.zeros((n, width), dtype=np.float64)
+        pos = np.array([index.get(v, -1) for v in text], dtype=np.int64)
+        known = pos >= 0
+        out[np.nonzero(known)[0], pos[known]] = 1.0
+        if c.other:
+            out[np.nonzero(~known)[0], width - 1] = 1.0
+        return out
+
+    def _hash_text(self, series):
+        from sklearn.feature_extraction.text import HashingVectorizer
+
+        vec = HashingVectorizer(
+            n_features=2**self.text_hash_bits, alternate_sign=False, norm=None, lowercase=True
+        )
+        text = [t if t is not None else "" for t in _as_text(series)]
+        return vec.transform(text)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_categories": self.max_categories,
+            "text_columns": list(self.text_columns),
+            "text_hash_bits": self.text_hash_bits,
+            "text_min_length": self.text_min_length,
+            "columns": [asdict(c) for c in self.columns_],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FeatureEncoder":
+        enc = cls(
+            max_categories=int(d["max_categories"]),
+            text_columns=tuple(d.get("text_columns", ())),
+            text_hash_bits=int(d.get("text_hash_bits", 18)),
+            text_min_length=int(d.get("text_min_length", 40)),
+        )
+        enc.columns_ = [ColumnEncoding(**c) for c in d["columns"]]
+        return enc
+
+
+def select_feature_columns(
+    all_columns: list[str], target: str, features: list[str] | None, exclude: list[str] | None
+) -> list[str]:
+    """The feature columns: ``features`` if given, else every column but the target and ``exclude``."""
+    exclude = list(exclude or [])
+    for col in exclude + list(features or []):
+        if col not in all_columns:
+            raise DataError(f"column '{col}' is not in the table; available columns: {', '.join(all_columns)}")
+    if features:
+        if target in features:
+            raise DataError(f"the target '{target}' cannot also be a feature; remove it from --features")
+        chosen = [c for c in features if c not in exclude]
+    else:
+        chosen = [c for c in all_columns if c != target and c not in exclude]
+    if not chosen:
+        raise DataError("no feature columns left; check --features/--exclude")
+    return chosen

@@ -1,0 +1,194 @@
+"""The fitted model: features -> per-column scores -> calibrated column probabilities -> classes.
+
+A model is an average over *members* (the k learner/calibrator pairs of cross-validated ``ensemble``
+mode, or a single member otherwise).  Each member produces one probability per **column** of the
+code matrix: for a two-class problem one column (the positive class), for ``k`` classes with a native
+multiclass learner the ``k`` one-vs-rest columns.  The combiner turns columns into class
+probabilities, and members are averaged, as scikit-learn's ``CalibratedClassifierCV`` does.
+
+Everything here is plain data plus numpy, so a model pickles onto Dask workers for scoring (it is
+never pickled to disk: see ``calengine.artifact``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .data import LabelSpace
+from .features import FeatureEncoder
+
+
+def member_class(kind: str) -> type:
+    """The member class stored under ``kind`` in a manifest (see ``Member.kind``)."""
+    if kind == Member.kind:
+        return Member
+    from .reductions import REDUCTION_MEMBERS
+
+    if kind in REDUCTION_MEMBERS:
+        return REDUCTION_MEMBERS[kind]
+    from .errors import ModelFormatError
+
+    raise ModelFormatError(f"unknown member kind '{kind}' in the manifest; refit the model with this calengine")
+
+
+def one_vs_all_matrix(k: int) -> np.ndarray:
+    M = -np.ones((k, k), dtype=np.int8)
+    np.fill_diagonal(M, 1)
+    return M
+
+
+@dataclass
+class RawMap:
+    """The learner's own probability per column: identity for probability scores, else min-max.
+
+    Min-max rescaling (Zadrozny & Elkan §2) uses the range of the calibration scores; this is the
+    "raw learner" baseline that evaluation compares calibrated probabilities against.
+    """
+
+    score_kind: str
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def fit(cls, S: np.ndarray, score_kind: str) -> "RawMap":
+        if score_kind == "proba":
+            return cls(score_kind, np.zeros(S.shape[1]), np.ones(S.shape[1]))
+        return cls(score_kind, S.min(axis=0), S.max(axis=0))
+
+    def apply(self, S: np.ndarray) -> np.ndarray:
+        span = np.where(self.hi > self.lo, self.hi - self.lo, 1.0)
+        return np.clip((S - self.lo) / span, 0.0, 1.0)
+
+
+def as_columns(score: np.ndarray) -> np.ndarray:
+    """A learner score, (n,) or (n, k), as a 2-D (n, l) column block."""
+    score = np.asarray(score, dtype=np.float64)
+    return score[:, None] if score.ndim == 1 else score
+
+
+@dataclass
+class Member:
+    """One set of fitted learners and one calibrator per column.
+
+    ``learners[j]`` provides the score columns ``columns[j]`` (a list of column indices); a native
+    multiclass learner provides all of them, a binary learner per code-matrix column provides one.
+    """
+
+    learners: list[Any]
+    columns: list[list[int]]
+    calibrators: list[Any]
+    raw: RawMap
+
+    kind = "calibrated"
+
+    def parts(self) -> dict[str, Any]:
+        """What the artifact stores: fitted plugin objects, arrays, and JSON metadata."""
+        return {
+            "learners": self.learners,
+            "calibrators": self.calibrators,
+            "arrays": {"raw_lo": self.raw.lo, "raw_hi": self.raw.hi},
+            "meta": {"columns": self.columns, "score_kind": self.raw.score_kind},
+        }
+
+    @classmethod
+    def from_parts(cls, learners, calibrators, arrays, meta) -> "Member":
+        raw = RawMap(meta["score_kind"], arrays["raw_lo"], arrays["raw_hi"])
+        return cls(list(learners), [list(c) for c in meta["columns"]], list(calibrators), raw)
+
+    def scores(self, X) -> np.ndarray:
+        n_cols = sum(len(c) for c in self.columns)
+        S = np.empty((X.shape[0], n_cols), dtype=np.float64)
+        for learner, cols in zip(self.learners, self.columns):
+            S[:, cols] = as_columns(learner.score(X))
+        return S
+
+    def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
+        S = self.scores(X) if S is None else S
+        R = np.empty_like(S)
+        for b, cal in enumerate(self.calibrators):
+            R[:, b] = cal.predict(S[:, b])
+        return np.clip(R, 0.0, 1.0)
+
+    def raw_column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
+        S = self.scores(X) if S is None else S
+        return self.raw.apply(S)
+
+
+@dataclass
+class CalibratedModel:
+    """Everything needed to score a table; see the module docstring."""
+
+    encoder: FeatureEncoder
+    labels: LabelSpace
+    members: list[Any]
+    code_matrix: np.ndarray
+    combiner: Any | None
+    column_counts: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_classes(self) -> int:
+        return self.labels.n_classes
+
+    def _combine(self, R: np.ndarray) -> np.ndarray:
+        if self.n_classes == 2 and R.shape[1] == 1:
+            r = R[:, 0]
+            return np.column_stack([1.0 - r, r])
+        return self.combiner.combine(R, self.code_matrix, self.column_counts)
+
+    def predict_proba_features(self, X) -> np.ndarray:
+        """Class probabilities, shape (n, k), rows summing to 1, averaged over members."""
+        P = np.zeros((X.shape[0], self.n_classes))
+        for m in self.members:
+            P += self._combine(m.column_probabilities(X))
+        return P / len(self.members)
+
+    def raw_proba_features(self, X) -> np.ndarray:
+        """The uncalibrated learners' probabilities (see :class:`RawMap`), averaged the same way."""
+        P = np.zeros((X.shape[0], self.n_classes))
+        for m in self.members:
+            P += self._combine(m.raw_column_probabilities(X))
+        return P / len(self.members)
+
+    def both_proba_features(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """(calibrated, raw) probabilities computing each member's scores once."""
+        P = np.zeros((X.shape[0], self.n_classes))
+        Q = np.zeros_like(P)
+        for m in self.members:
+            S = m.scores(X)
+            P += self._combine(m.column_probabilities(X, S))
+            Q += self._combine(m.raw_column_probabilities(X, S))
+        return P / len(self.members), Q / len(self.members)
+
+    def predict_frame(self, df, keep: list[str] = (), extra_outputs: bool = False):
+        """A scored pandas DataFrame: kept columns, ``p_<class>`` per class, ``prediction``."""
+        import pandas as pd
+
+        X = self.encoder.transform(df)
+        P = self.predict_proba_features(X)
+        out = {col: df[col].to_numpy() for col in keep}
+        for i, c in enumerate(self.labels.classes):
+            out[f"p_{c}"] = P[:, i]
+        prediction = np.asarray(self.labels.classes, dtype=object)[np.argmax(P, axis=1)]
+        out["prediction"] = _typed_labels(prediction, self.labels.classes)
+        if extra_outputs:
+            for m in self.members:
+                extra = getattr(m, "extra_outputs", None)
+                if extra is not None:
+                    out.update(extra(X))
+                    break
+        return pd.DataFrame(out, index=df.index)
+
+
+def _typed_labels(values: np.ndarray, classes: list[Any]) -> np.ndarray:
+    """Predicted labels in the class column's own type (ints stay ints, strings stay strings)."""
+    if all(isinstance(c, bool) for c in classes):
+        return values.astype(bool)
+    if all(isinstance(c, int) and not isinstance(c, bool) for c in classes):
+        return values.astype(np.int64)
+    if all(isinstance(c, float) for c in classes):
+        return values.astype(np.float64)
+    return values.astype(str)

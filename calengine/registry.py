@@ -1,0 +1,61 @@
+"""Name -> class lookups over the loaded plugins.  Unknown names fail listing what is available."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ParameterError, UnknownPluginError
+from .plugins import PluginSet, get_plugins
+
+#: the built-in learner that wraps any scikit-learn classifier given by import path
+SKLEARN_PATH_LEARNER = "sklearn"
+
+_KIND_FLAG = {"learners": "--learner", "calibrators": "--method", "combiners": "--multiclass ...:COMBINER"}
+
+
+def lookup(kind: str, name: str, plugins: PluginSet | None = None) -> type:
+    plugins = plugins or get_plugins()
+    table = plugins.classes[kind]
+    if name in table:
+        return table[name]
+    available = ", ".join(sorted(table)) or "none (is calengine-builtins installed?)"
+    hint = ""
+    failed = [r.name for r in plugins.failures]
+    if failed:
+        hint = f"; plugins that failed to load: {', '.join(failed)} (see 'calengine plugins')"
+    raise UnknownPluginError(
+        f"unknown {kind[:-1]} '{name}' for {_KIND_FLAG[kind]}; available: {available}{hint}"
+    )
+
+
+def make(kind: str, name: str, params: dict[str, Any] | None = None, plugins: PluginSet | None = None):
+    """Instantiate a registered class with ``params``, turning bad parameter names into one line."""
+    cls = lookup(kind, name, plugins)
+    params = dict(params or {})
+    valid = set(cls._get_param_names())
+    unknown = sorted(set(params) - valid)
+    if unknown:
+        raise ParameterError(
+            f"{kind[:-1]} '{name}' has no parameter {', '.join(repr(u) for u in unknown)}; "
+            f"valid parameters: {', '.join(sorted(valid)) or 'none'}"
+        )
+    try:
+        return cls(**params)
+    except (TypeError, ValueError) as exc:
+        raise ParameterError(f"bad parameters for {kind[:-1]} '{name}': {exc}") from exc
+
+
+def make_learner(spec: str, params: dict[str, Any] | None = None, plugins: PluginSet | None = None):
+    """A learner from a registry name, or from a scikit-learn import path such as
+    ``sklearn.ensemble.HistGradientBoostingClassifier`` (its parameters pass through)."""
+    if "." in spec:
+        return make("learners", SKLEARN_PATH_LEARNER, {"path": spec, "params": dict(params or {})}, plugins)
+    return make("learners", spec, params, plugins)
+
+
+def learner_label(learner) -> str:
+    """The name a user would type for this learner instance (import path for by-path learners)."""
+    path = getattr(learner, "path", None)
+    if learner.name == SKLEARN_PATH_LEARNER and path:
+        return path
+    return learner.name

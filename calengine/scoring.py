@@ -1,0 +1,172 @@
+"""Mapping a fitted model over the partitions of any size of table: scoring and evaluation.
+
+The unit of work is a *chunk*: a run of row groups of one Parquet file holding at most ``chunk_rows``
+rows.  Each chunk is a Dask task that streams its rows in batches, so memory is bounded by the batch,
+not the table.  The model is scattered to workers once.
+
+Scoring writes one Parquet part per chunk into a staging directory beside the target, checks that the
+row count matches the input, and only then renames the staging directory onto the target.
+Evaluation reduces per-chunk metric accumulators (exact, mergeable) into one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .data import staged_directory
+from .errors import DataError
+from .progress import Progress, gather_in_order
+
+
+@dataclass(frozen=True)
+class Chunk:
+    path: str
+    row_groups: tuple[int, ...]
+    n_rows: int
+
+
+def plan_chunks(files: list[str], chunk_rows: int = 1_000_000) -> list[Chunk]:
+    """Split files into chunks of whole row groups, at most ``chunk_rows`` rows each (at least one group)."""
+    import pyarrow.parquet as pq
+
+    chunks = []
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        group: list[int] = []
+        rows = 0
+        for g in range(meta.num_row_groups):
+            n = meta.row_group(g).num_rows
+            if group and rows + n > chunk_rows:
+                chunks.append(Chunk(f, tuple(group), rows))
+                group, rows = [], 0
+            group.append(g)
+            rows += n
+        if group or meta.num_row_groups == 0:
+            chunks.append(Chunk(f, tuple(group), rows))
+    return chunks
+
+
+def _batches(chunk: Chunk, columns: list[str] | None, batch_rows: int):
+    import pyarrow.parquet as pq
+
+    if not chunk.row_groups:
+        return
+    pf = pq.ParquetFile(chunk.path)
+    for batch in pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns):
+        yield batch.to_pandas()
+
+
+# ---------------------------------------------------------------------------------------------- score
+
+
+def score_chunk(model, chunk: Chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool) -> int:
+    """Score one chunk into ``out_path`` (one Parquet file); returns the number of rows written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = sorted(set(model.encoder.input_columns) | set(keep))
+    writer = None
+    written = 0
+    try:
+        for df in _batches(chunk, columns, batch_rows):
+            table = pa.Table.from_pandas(model.predict_frame(df, keep=list(keep), extra_outputs=extra), preserve_index=False)
+            if writer is None:
+                writer = pq.ParquetWriter(out_path, table.schema, compression="zstd")
+            writer.write_table(table)
+            written += table.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return written
+
+
+def score_table(
+    client,
+    model,
+    files: list[str],
+    output: str,
+    keep: tuple[str, ...] = (),
+    batch_rows: int = 65536,
+    chunk_rows: int = 1_000_000,
+    extra_outputs: bool = False,
+    progress: Progress | None = None,
+) -> int:
+    """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written."""
+    from .data import check_columns
+
+    check_columns(files, list(model.encoder.input_columns) + list(keep))
+    chunks = [c for c in plan_chunks(files, chunk_rows) if c.n_rows > 0]
+    expected = sum(c.n_rows for c in chunks)
+    with staged_directory(output) as staging:
+        model_f = client.scatter(model, broadcast=True, hash=False)
+        futures = [
+            client.submit(
+                score_chunk, model_f, chunk, str(Path(staging) / f"part-{i:05d}.parquet"), tuple(keep),
+                batch_rows, extra_outputs, pure=False,
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+        written = sum(gather_in_order(client, futures, progress, "score"))
+        if written != expected:
+            raise DataError(
+                f"wrote {written} rows but the input has {expected}; nothing was published, run score again"
+            )
+    return written
+
+
+# ---------------------------------------------------------------------------------------------- evaluate
+
+
+def evaluate_chunk(model, chunk: Chunk, target: str, batch_rows: int, with_raw: bool) -> dict:
+    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities."""
+    from .metrics import MetricAccumulator
+
+    k = model.n_classes
+    cal = MetricAccumulator(k)
+    raw = MetricAccumulator(k) if with_raw else None
+    columns = sorted(set(model.encoder.input_columns) | {target})
+    for df in _batches(chunk, columns, batch_rows):
+        y = model.labels.encode(df[target])
+        X = model.encoder.transform(df)
+        if with_raw:
+            P, Q = model.both_proba_features(X)
+            raw.add(y, Q)
+        else:
+            P = model.predict_proba_features(X)
+        cal.add(y, P)
+    return {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
+
+
+def evaluate_table(
+    client,
+    model,
+    files: list[str],
+    target: str,
+    with_raw: bool = True,
+    batch_rows: int = 65536,
+    chunk_rows: int = 1_000_000,
+    progress: Progress | None = None,
+) -> dict[str, dict]:
+    """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks."""
+    from .data import check_columns
+    from .metrics import MetricAccumulator
+
+    check_columns(files, list(model.encoder.input_columns) + [target])
+    chunks = [c for c in plan_chunks(files, chunk_rows) if c.n_rows > 0]
+    if not chunks:
+        raise DataError("the evaluation table has no rows")
+    model_f = client.scatter(model, broadcast=True, hash=False)
+    futures = [
+        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, pure=False) for chunk in chunks
+    ]
+    parts = gather_in_order(client, futures, progress, "evaluate")
+    out = {}
+    for key in ("calibrated", "raw"):
+        if parts[0][key] is None:
+            continue
+        acc = MetricAccumulator.from_arrays(parts[0][key])
+        for p in parts[1:]:
+            acc.merge(MetricAccumulator.from_arrays(p[key]))
+        out[key] = acc
+    return out

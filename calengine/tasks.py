@@ -1,0 +1,133 @@
+"""Functions that run inside Dask tasks: pure, module-level, picklable.
+
+They receive plain objects (unfitted learner/calibrator instances, index arrays, the scattered
+:class:`TrainingData`) and return plain fitted objects.  They never touch the plugin manager and never
+draw randomness from anything but the seed they are given, so a task gives the same bits on any
+worker.  BLAS/OpenMP pools are pinned to one thread inside a task: Dask already runs tasks in
+parallel, and a fixed thread count keeps floating-point reductions identical on any cluster layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .model import Member, RawMap, as_columns
+
+
+@dataclass
+class TrainingData:
+    """Encoded features, class indices, optional sample weights and the fold of each row.
+
+    Scattered to workers once; tasks then carry only a fold number, never row indices.
+    """
+
+    X: Any
+    y: np.ndarray
+    w: np.ndarray | None = None
+    folds: np.ndarray | None = None
+
+    def rows(self, idx: np.ndarray | None):
+        if idx is None:
+            return self.X, self.y, self.w
+        return self.X[idx], self.y[idx], (None if self.w is None else self.w[idx])
+
+    def split(self, fold: int | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(training rows, held-out rows) for ``fold``; (None, None) means all rows for both."""
+        if fold is None:
+            return None, None
+        held = self.folds == fold
+        return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def task_seed(seed: int, *identity: int) -> int:
+    """A 31-bit seed derived from the user's seed and a task's identity, independent of scheduling."""
+    ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *[int(i) & 0xFFFFFFFF for i in identity]])
+    return int(ss.generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def seeded(estimator, seed: int):
+    """A fresh copy of ``estimator``; a ``random_state`` left at None is set to ``seed``."""
+    from sklearn.base import clone
+
+    est = clone(estimator)
+    params = est.get_params(deep=False)
+    if "random_state" in params and params["random_state"] is None:
+        est.set_params(random_state=seed)
+    return est
+
+
+def _single_thread():
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1)
+
+
+def column_targets(y: np.ndarray, n_columns: int) -> list[np.ndarray]:
+    """0/1 targets of the one-vs-rest columns: the positive class for two classes, each class else."""
+    if n_columns == 1:
+        return [(y == 1).astype(np.int64)]
+    return [(y == c).astype(np.int64) for c in range(n_columns)]
+
+
+def fit_learner(data: TrainingData, idx: np.ndarray | None, learner, seed: int):
+    """Fit a fresh copy of ``learner`` on the rows ``idx`` (all rows when None)."""
+    X, y, w = data.rows(idx)
+    with _single_thread():
+        est = seeded(learner, seed)
+        est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
+    return est
+
+
+def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:
+    X, _, _ = data.rows(idx)
+    with _single_thread():
+        return as_columns(learner.score(X))
+
+
+def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str) -> list:
+    """One fresh calibrator per score column, fitted on that column's one-vs-rest targets."""
+    from sklearn.base import clone
+
+    fitted = []
+    for b, target in enumerate(column_targets(y, S.shape[1])):
+        cal = clone(calibrator)
+        cal.fit(S[:, b], target, sample_weight=w, score_kind=score_kind)
+        fitted.append(cal)
+    return fitted
+
+
+def fit_member(
+    data: TrainingData,
+    fold: int | None,
+    learner,
+    calibrator,
+    seed: int,
+    cal_data: TrainingData | None = None,
+) -> Member:
+    """Learner on the rows outside ``fold``, calibrators on its scores for the rows of ``fold``.
+
+    ``fold=None``: the learner sees every row, and the calibrators see ``cal_data`` if given, else the
+    training rows themselves (used only by the uncalibrated ``none`` method).
+    """
+    train_idx, cal_idx = data.split(fold)
+    fitted = fit_learner(data, train_idx, learner, seed)
+    source = cal_data if cal_data is not None else data
+    S = score_rows(fitted, source, None if cal_data is not None else cal_idx)
+    _, y_cal, w_cal = source.rows(None if cal_data is not None else cal_idx)
+    calibrators = fit_calibrators(S, y_cal, w_cal, calibrator, fitted.score_kind)
+    n_cols = S.shape[1]
+    return Member([fitted], [list(range(n_cols))], calibrators, RawMap.fit(S, fitted.score_kind))
+
+
+def fit_and_score(data: TrainingData, fold: int, learner, seed: int) -> np.ndarray:
+    """Out-of-fold scores for the rows of ``fold`` from a learner fitted on the others (refit mode)."""
+    train_idx, held_idx = data.split(fold)
+    fitted = fit_learner(data, train_idx, learner, seed)
+    return score_rows(fitted, data, held_idx)
+
+
+def fit_calibrators_on_scores(S: np.ndarray, data: TrainingData, calibrator, score_kind: str) -> list:
+    return fit_calibrators(S, data.y, data.w, calibrator, score_kind)

@@ -1,0 +1,184 @@
+"""Conformance checks for plugin authors: run them in your own test suite.
+
+::
+
+    from calengine.testing import check_learner, check_plugin_module
+    import my_plugin
+
+    def test_my_learner_conforms():
+        check_learner(my_plugin.MyLearner)
+
+    def test_my_plugin_registers():
+        check_plugin_module(my_plugin)
+
+Each check raises ``AssertionError`` with a sentence saying which part of the contract (documented on
+:class:`calengine.base.Learner`, :class:`~calengine.base.Calibrator` and
+:class:`~calengine.base.Combiner`) is broken.  The checks fit on small synthetic data and finish in
+seconds.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from .base import Calibrator, Combiner, Learner
+from .plugins import _NAME_RE, load_plugins
+
+__all__ = ["check_learner", "check_calibrator", "check_combiner", "check_plugin_module", "make_data"]
+
+
+def make_data(n: int = 240, n_features: int = 5, n_classes: int = 2, seed: int = 0):
+    """Small, learnable, non-negative float64 data with class indices 0..k-1 (all classes present)."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % n_classes
+    rng.shuffle(y)
+    centres = rng.normal(0, 1.5, size=(n_classes, n_features))
+    X = centres[y] + rng.normal(0, 1.0, size=(n, n_features))
+    X = X - X.min() + 0.1  # non-negative, for learners such as multinomial naive Bayes
+    return X.astype(np.float64), y.astype(np.int64)
+
+
+def _fail(cls, what: str) -> None:
+    raise AssertionError(f"{cls.__module__}.{cls.__qualname__}: {what}")
+
+
+def _check_common(cls, base: type) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise AssertionError(f"{cls!r} must subclass calengine.base.{base.__name__}")
+    if not isinstance(cls.name, str) or not _NAME_RE.match(cls.name):
+        _fail(cls, f"class attribute name must match [a-z][a-z0-9_]*, got {cls.name!r}")
+    from sklearn.base import clone
+
+    obj = cls()
+    try:
+        copy = clone(obj)
+    except Exception as exc:  # noqa: BLE001
+        _fail(cls, f"sklearn.base.clone failed ({exc}); __init__ must store its parameters unchanged")
+    if copy.get_params(deep=False).keys() != obj.get_params(deep=False).keys():
+        _fail(cls, "get_params differs after clone; __init__ must store each parameter as an attribute")
+
+
+def _roundtrip_state(obj, trusted: frozenset[str]):
+    """Save ``obj.to_state()`` as the artifact does and load it back into a fresh instance."""
+    from .artifact import _load_state, _save_state
+
+    with tempfile.TemporaryDirectory() as tmp:
+        desc = _save_state(obj.to_state(), Path(tmp), "state")
+        state = _load_state(desc, Path(tmp), trusted)
+    fresh = type(obj)(**obj.get_params(deep=False))
+    return fresh.from_state(state)
+
+
+def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
+    """Check a :class:`~calengine.base.Learner` subclass against the contract."""
+    from .allowlist import CORE_TRUSTED_TYPES
+    from .tasks import seeded
+
+    _check_common(cls, Learner)
+    proto = cls()
+    if proto.score_kind not in ("proba", "decision"):
+        _fail(cls, f"score_kind must be 'proba' or 'decision', got {proto.score_kind!r}")
+    if not isinstance(proto.accepts_sample_weight, (bool, np.bool_)):
+        _fail(cls, "accepts_sample_weight must be a bool")
+    trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types)
+    for k in n_classes_list:
+        X, y = make_data(n_classes=k)
+        learner = seeded(cls(), 0)
+        if learner.fit(X, y) is not learner:
+            _fail(cls, "fit must return self")
+        S = np.asarray(learner.score(X))
+        want = (len(y),) if k == 2 else (len(y), k)
+        if S.shape != want:
+            _fail(cls, f"score must have shape {want} for {k} classes, got {S.shape}")
+        if not np.all(np.isfinite(S)):
+            _fail(cls, "score returned non-finite values")
+        if learner.score_kind == "proba" and (S.min() < -1e-12 or S.max() > 1 + 1e-12):
+            _fail(cls, "score_kind is 'proba' but scores fall outside [0, 1]")
+        again = seeded(cls(), 0).fit(X, y)
+        if not np.array_equal(np.asarray(again.score(X)), S):
+            _fail(cls, "two fits with the same random_state give different scores; seed all randomness")
+        restored = _roundtrip_state(learner, trusted)
+        if not np.array_equal(np.asarray(restored.score(X)), S):
+            _fail(cls, "to_state/from_state does not reproduce the scores exactly")
+        unpickled = pickle.loads(pickle.dumps(learner))
+        if not np.array_equal(np.asarray(unpickled.score(X)), S):
+            _fail(cls, "a pickled copy (as sent to Dask workers) scores differently")
+        if learner.accepts_sample_weight:
+            w = np.linspace(0.5, 2.0, len(y))
+            seeded(cls(), 0).fit(X, y, sample_weight=w)
+
+
+def check_calibrator(cls: type, monotone: bool = True) -> None:
+    """Check a :class:`~calengine.base.Calibrator` subclass against the contract."""
+    _check_common(cls, Calibrator)
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=400)
+    y = (rng.random(400) < 1 / (1 + np.exp(-2 * s))).astype(np.int64)
+    for kind, scores in (("decision", s), ("proba", 1 / (1 + np.exp(-s)))):
+        cal = cls()
+        if cal.fit(scores, y, sample_weight=None, score_kind=kind) is not cal:
+            _fail(cls, "fit must return self")
+        grid = np.linspace(scores.min() - 1, scores.max() + 1, 101) if kind == "decision" else np.linspace(0, 1, 101)
+        p = np.asarray(cal.predict(grid), dtype=float)
+        if p.shape != grid.shape or not np.all(np.isfinite(p)):
+            _fail(cls, "predict must return one finite probability per score")
+        if p.min() < 0 or p.max() > 1:
+            _fail(cls, "predict returned values outside [0, 1]")
+        if monotone and np.any(np.diff(p) < -1e-12):
+            _fail(cls, "predict is not non-decreasing in the score (pass monotone=False if by design)")
+        for key, value in cal.to_state().items():
+            ok = isinstance(value, (int, float, bool, str, np.integer, np.floating, np.bool_)) or (
+                isinstance(value, np.ndarray) and value.dtype != object
+            )
+            if not ok:
+                _fail(cls, f"to_state()['{key}'] is a {type(value).__name__}; only arrays and scalars are stored")
+        restored = _roundtrip_state(cal, frozenset())
+        if not np.array_equal(np.asarray(restored.predict(grid)), p):
+            _fail(cls, "to_state/from_state does not reproduce predictions exactly")
+        cal.fit(scores, y, sample_weight=np.full(len(y), 2.0), score_kind=kind)
+
+
+def check_combiner(cls: type) -> None:
+    """Check a :class:`~calengine.base.Combiner`: exact on consistent estimates, rows on the simplex."""
+    from .codematrix import all_pairs, one_vs_all
+
+    _check_common(cls, Combiner)
+    from .errors import CodeMatrixError
+
+    rng = np.random.default_rng(0)
+    P = rng.dirichlet(np.ones(4), size=50)
+    accepted = 0
+    for M in (one_vs_all(4), all_pairs(4)):
+        comb = cls()
+        try:
+            comb.check_matrix(M)
+        except CodeMatrixError:
+            continue
+        accepted += 1
+        pos = (M == 1).astype(float)
+        both = (M != 0).astype(float)
+        R = (P @ pos) / (P @ both)
+        out = np.asarray(comb.combine(R, M, np.ones(M.shape[1])))
+        if out.shape != P.shape:
+            _fail(cls, f"combine must return shape {P.shape}, got {out.shape}")
+        if out.min() < -1e-12 or not np.allclose(out.sum(axis=1), 1.0, atol=1e-9):
+            _fail(cls, "combine must return non-negative rows summing to 1")
+    if not accepted:
+        _fail(cls, "accepts neither a one-vs-all nor an all-pairs matrix")
+
+
+def check_plugin_module(module: ModuleType) -> None:
+    """Load ``module`` as a plugin in strict mode and run the check for every class it registers."""
+    plugins = load_plugins(strict=True, extra_modules=(module,))
+    record = plugins.records[-1]
+    if not any(record.registered.values()):
+        raise AssertionError(f"plugin module {module.__name__} registered nothing; implement a register_* hook")
+    checks = {"learners": check_learner, "calibrators": check_calibrator, "combiners": check_combiner}
+    for kind, names in record.registered.items():
+        for name in names:
+            checks[kind](plugins.classes[kind][name])

@@ -1,0 +1,126 @@
+"""From a table (or arrays) and a configuration to a :class:`CalibratedModel`.
+
+This is the story of ``calengine fit`` in one module: resolve plugins by name, encode features, assign
+folds, hand the plan to the engine (or to the Probing/bagging drivers), and assemble the model with the
+combiner that turns per-column probabilities into classes.  The CLI and the Python estimator both call
+:func:`fit_model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import registry
+from .data import LabelSpace, stratified_folds
+from .engine import CalibrationPlan, fit_members
+from .errors import ParameterError
+from .model import CalibratedModel, one_vs_all_matrix
+from .plugins import PluginSet, get_plugins
+from .progress import Progress
+from .tasks import TrainingData
+
+#: methods implemented by the engine itself rather than by a calibrator plugin
+ENGINE_METHODS = ("probing", "bagging")
+
+
+@dataclass
+class FitConfig:
+    """Everything ``calengine fit`` needs besides the data; recorded in the model manifest."""
+
+    learner: Any = "gaussian_nb"  # registry name, sklearn import path, or a Learner instance
+    learner_params: dict[str, Any] = field(default_factory=dict)
+    method: str = "isotonic"
+    method_params: dict[str, Any] = field(default_factory=dict)
+    mode: str = "ensemble"
+    cv: int = 5
+    seed: int = 0
+
+
+def resolve_learner(config: FitConfig, plugins: PluginSet):
+    from .base import Learner
+
+    if isinstance(config.learner, Learner):
+        if config.learner_params:
+            return config.learner.set_params(**config.learner_params)
+        return config.learner
+    if not isinstance(config.learner, str):
+        raise ParameterError(
+            f"learner must be a registered name, a scikit-learn import path or a calengine Learner, "
+            f"got {type(config.learner).__name__}"
+        )
+    return registry.make_learner(config.learner, config.learner_params, plugins)
+
+
+def fit_model(
+    client,
+    data: TrainingData,
+    labels: LabelSpace,
+    encoder,
+    config: FitConfig,
+    cal_data: TrainingData | None = None,
+    progress: Progress | None = None,
+    plugins: PluginSet | None = None,
+) -> CalibratedModel:
+    """Fit every member on the cluster behind ``client`` and assemble the model."""
+    plugins = plugins or get_plugins()
+    if config.seed < 0:
+        raise ParameterError(f"--seed must be a non-negative integer, got {config.seed}")
+    learner = resolve_learner(config, plugins)
+    k = labels.n_classes
+    info: dict[str, Any] = {
+        "learner": registry.learner_label(learner),
+        "learner_params": learner.get_params(deep=False),
+        "method": config.method,
+        "method_params": dict(config.method_params),
+        "mode": config.mode,
+        "cv": config.cv,
+        "seed": config.seed,
+        "calibration_data": cal_data is not None,
+    }
+    if config.method in ENGINE_METHODS:
+        from .reductions import fit_reduction_members
+
+        members, code_matrix, combiner, counts = fit_reduction_members(
+            client, data, labels, learner, config, plugins, progress
+        )
+    else:
+        calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
+        uncalibrated = config.method == "none"
+        if not uncalibrated and cal_data is None:
+            data.folds = fold_assignment(data.y, config.cv, config.seed)
+        plan = CalibrationPlan(
+            learner=learner,
+            calibrator=calibrator,
+            mode=config.mode,
+            cv=config.cv,
+            seed=config.seed,
+            uncalibrated=uncalibrated,
+        )
+        members = fit_members(client, data, plan, cal_data=cal_data, progress=progress)
+        code_matrix = one_vs_all_matrix(k) if k > 2 else np.array([[-1], [1]], dtype=np.int8)
+        combiner = registry.make("combiners", "normalize", {}, plugins) if k > 2 else None
+        counts = np.full(code_matrix.shape[1], len(data.y), dtype=np.int64)
+        info["calibrator_params"] = calibrator.get_params(deep=False)
+    if combiner is not None:
+        info["combiner"] = combiner.name
+        info["combiner_params"] = combiner.get_params(deep=False)
+    return CalibratedModel(
+        encoder=encoder,
+        labels=labels,
+        members=members,
+        code_matrix=code_matrix,
+        combiner=combiner,
+        column_counts=counts,
+        info=info,
+    )
+
+
+def fold_assignment(y: np.ndarray, cv: int, seed: int) -> np.ndarray:
+    """The fold number of every row (stratified, shuffled from ``seed``)."""
+    folds = np.empty(len(y), dtype=np.int32)
+    for i, (_, held) in enumerate(stratified_folds(y, cv, seed)):
+        folds[held] = i
+    return folds
