@@ -97,7 +97,9 @@ def check_binary_data(scores, y, sample_weight=None, *, require_both_classes: bo
         try:
             w = np.asarray(sample_weight, dtype=np.float64)
         except (TypeError, ValueError):
-            raise DataError("sample_weight must be numbers; pass non-negative floats, one per score") from None
+            raise DataError(
+                "sample_weight must be numbers; pass non-negative floats, one per score"
+            ) from None
         if w.ndim != 1 or w.shape[0] != s.shape[0]:
             raise DataError(
                 f"sample_weight has shape {w.shape} but there are {s.shape[0]} scores; "

@@ -135,7 +135,7 @@ def test_million_points_is_fast():
     elapsed = time.perf_counter() - t0
     assert np.all(np.diff(b.value) > 0)
     assert b.weight.sum() == n
-    assert elapsed < 5.0
+    assert elapsed < 10.0  # ~0.3 s on an idle core; generous for a shared machine
 
 
 @pytest.mark.parametrize(
