@@ -133,11 +133,15 @@ def _origin(plugins: PluginSet, kind: str, name: str) -> dict[str, str]:
         return {"plugin": "", "distribution": "", "version": ""}
 
 
-def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None) -> Path:
-    """Write ``model`` to the directory ``path`` (which must not exist), atomically."""
+def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None, overwrite: bool = False) -> Path:
+    """Write ``model`` to the directory ``path`` atomically.
+
+    ``path`` must not exist unless ``overwrite``: then an existing model directory there is replaced
+    only after the new one is complete.
+    """
     plugins = plugins or get_plugins()
     info = model.info
-    with staged_directory(path) as staging:
+    with staged_directory(path, replace=overwrite) as staging:
         members = []
         for i, member in enumerate(model.members):
             folder = staging / "members" / str(i)

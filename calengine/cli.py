@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--max-categories", type=int, default=100, metavar="N",
                      help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
     fit.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="replace an existing model directory at --output (only once the new model is complete)")
     _add_cluster_options(fit)
 
     score = sub.add_parser("score", help="write calibrated probabilities for a Parquet table")
@@ -106,15 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
     score.add_argument("--intervals", action="store_true",
                        help="also write p_low/p_high (Probing models: the interval the votes select)")
+    score.add_argument("--reject-below", type=float, default=None, metavar="CONF",
+                       help="abstain (empty prediction) where the chosen class's probability is below CONF")
     score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
     score.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(score)
 
-    ev = sub.add_parser("evaluate", help="metrics of a model on a labelled Parquet table")
-    ev.add_argument("model", metavar="MODEL_DIR")
-    ev.add_argument("data", metavar="DATA")
+    ev = sub.add_parser("evaluate", help="metrics of one or more models on a labelled Parquet table")
+    ev.add_argument("paths", nargs="+", metavar="MODEL_DIR... DATA",
+                    help="one or more model directories, then the data to evaluate on")
     ev.add_argument("--target", required=True, metavar="COL")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(ev)
 
@@ -233,7 +238,10 @@ def cmd_fit(args) -> int:
         calibrator = registry.make("calibrators", args.method, config.method_params, plugins)
     out = os.path.abspath(args.output)
     if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
-        raise DataError(f"output '{args.output}' already exists; choose a new --output or remove it first")
+        if not args.overwrite:
+            raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite")
+        if not os.path.isfile(os.path.join(out, "manifest.json")):
+            raise DataError(f"--overwrite refuses to replace '{args.output}': it is not a calengine model directory")
 
     files = resolve_parquet_files(args.data)
     columns = parquet_columns(files)
@@ -261,7 +269,7 @@ def cmd_fit(args) -> int:
     progress = _progress(args)
     with _client(args, dists, modules) as client:
         model = fit_model(client, data, labels, encoder, config, cal_data=cal_data, progress=progress, plugins=plugins)
-    save_model(model, out, plugins)
+    save_model(model, out, plugins, overwrite=args.overwrite)
     n_members = len(model.members)
     sys.stderr.write(
         f"fitted {model.info['learner']} + {args.method} on {len(data.y)} rows, {labels.n_classes} classes,"
@@ -286,6 +294,8 @@ def cmd_score(args) -> int:
 
     if args.batch_rows < 1:
         raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
+    if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
+        raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     files = resolve_parquet_files(args.data)
     keep = tuple(args.keep or ())
@@ -295,7 +305,7 @@ def cmd_score(args) -> int:
     dists, modules = _plugin_requirements(_model_plugin_objects(model))
     with _client(args, dists, modules) as client:
         n = score_table(client, model, files, args.output, keep=keep, batch_rows=args.batch_rows,
-                        extra_outputs=args.intervals, progress=_progress(args))
+                        extra_outputs=args.intervals, reject_below=args.reject_below, progress=_progress(args))
     sys.stderr.write(f"scored {n} rows -> {args.output}\n")
     return 0
 
@@ -309,24 +319,124 @@ METRIC_ORDER = (
 def cmd_evaluate(args) -> int:
     from .artifact import load_model
     from .data import resolve_parquet_files
+    from .errors import ParameterError
     from .scoring import evaluate_table
 
-    model = load_model(args.model, trust=tuple(args.trust_type or ()))
-    files = resolve_parquet_files(args.data)
-    dists, modules = _plugin_requirements(_model_plugin_objects(model))
+    if len(args.paths) < 2:
+        raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
+    model_dirs, data = args.paths[:-1], args.paths[-1]
+    models = [load_model(m, trust=tuple(args.trust_type or ())) for m in model_dirs]
+    files = resolve_parquet_files(data)
+    if args.report:
+        _check_report_dir(args.report)
+    objects = [o for m in models for o in _model_plugin_objects(m)]
+    dists, modules = _plugin_requirements(objects)
     with _client(args, dists, modules) as client:
-        accs = evaluate_table(client, model, files, args.target, with_raw=True, progress=_progress(args))
-    results = {k: acc.result() for k, acc in accs.items()}
+        accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args)) for m in models]
+    labels = _model_labels(models, model_dirs)
+    results = [{k: acc.result() for k, acc in a.items()} for a in accs]
+    if args.report:
+        _write_report(args.report, models, accs, labels, files)
     if args.json:
-        payload = dict(results["calibrated"])
-        payload["raw"] = results.get("raw")
-        payload["model"] = {"learner": model.info.get("learner"), "method": model.info.get("method")}
-        print(json.dumps(_finite(payload), sort_keys=False))
+        payloads = []
+        for m, a, res in zip(models, accs, results):
+            payload = dict(res["calibrated"])
+            payload["raw"] = res.get("raw")
+            payload["error_reject"] = _curve_points(a["calibrated"].error_reject_curve())
+            payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
+            payloads.append(payload)
+        out = payloads[0] if len(payloads) == 1 else {"models": [{"label": lb, **p} for lb, p in zip(labels, payloads)]}
+        print(json.dumps(_finite(out), sort_keys=False))
         return 0
-    label = f"{model.info.get('learner')} + {model.info.get('method')}"
-    rows = [("raw learner", results.get("raw")), (label, results["calibrated"])]
+    rows = []
+    for lb, res in zip(labels, results):
+        rows.append((f"raw {lb.split(' + ')[0]}" if len(models) > 1 else "raw learner", res.get("raw")))
+        rows.append((lb, res["calibrated"]))
     print(format_metrics_table(rows))
+    print()
+    print(format_error_reject(labels, [a["calibrated"] for a in accs]))
+    if args.report:
+        print(f"\nreport: {os.path.join(args.report, 'index.html')}")
     return 0
+
+
+def _model_labels(models, dirs) -> list[str]:
+    labels = [f"{m.info.get('learner')} + {m.info.get('method')}" for m in models]
+    if len(set(labels)) < len(labels) or len(models) > 1:
+        labels = [f"{lb} ({os.path.basename(os.path.normpath(d))})" for lb, d in zip(labels, dirs)]
+    return labels
+
+
+def _check_report_dir(path: str) -> None:
+    from .errors import DataError
+
+    if os.path.exists(path) and not (os.path.isdir(path) and not os.listdir(path)):
+        raise DataError(f"--report directory '{path}' already exists and is not empty; choose a new directory")
+
+
+def _curve_points(curve: dict, max_points: int = 101) -> dict:
+    """The error-reject curve thinned to at most ``max_points`` points (JSON stays small)."""
+    import numpy as np
+
+    n = len(curve["reject_rate"])
+    idx = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(int))
+    return {k: [float(v) for v in np.asarray(curve[k])[idx]] for k in ("threshold", "reject_rate", "error_rate")}
+
+
+def format_error_reject(labels: list[str], accs: list) -> str:
+    """Error rate among accepted rows at a few reject rates (the error-reject curve, Duin & Tax)."""
+    import numpy as np
+
+    targets = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+    width = max(14, *(len(lb) for lb in labels))
+    lines = ["error rate after rejecting the least confident rows",
+             f"{'reject rate':<12}  " + "  ".join(f"{lb:>{width}}" for lb in labels)]
+    curves = [acc.error_reject_curve() for acc in accs]
+    for t in targets:
+        cells = []
+        for c in curves:
+            r = np.asarray(c["reject_rate"])
+            e = np.asarray(c["error_rate"])
+            ok = np.flatnonzero(r <= t + 1e-12)
+            cells.append(f"{e[ok[-1]]:>{width}.4f}" if len(ok) else f"{'n/a':>{width}}")
+        lines.append(f"{t:<12.2f}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def _write_report(out: str, models, accs, labels, files) -> None:
+    from .data import read_table
+    from .report import ReportEntry, write_report
+
+    entries = []
+    for m, a, lb in zip(models, accs, labels):
+        entries.append(
+            ReportEntry(
+                label=lb,
+                calibrated=a["calibrated"],
+                raw=a.get("raw"),
+                class_names=[str(c) for c in m.labels.classes],
+                calibration_map=_calibration_map(m, files, read_table),
+            )
+        )
+    write_report(out, entries)
+
+
+def _calibration_map(model, files, read_table, max_rows: int = 5000) -> dict:
+    """Scores and calibrated column probabilities of the first member on up to ``max_rows`` rows."""
+    import numpy as np
+
+    df = read_table(files[:1], list(model.encoder.input_columns))
+    if len(df) > max_rows:
+        df = df.sample(max_rows, random_state=0)
+    X = model.encoder.transform(df)
+    member = model.members[0]
+    S = member.scores(X)
+    R = member.column_probabilities(X, S)
+    k = model.n_classes
+    names = [str(model.labels.classes[1])] if S.shape[1] == 1 and k == 2 else [f"column {b}" for b in range(S.shape[1])]
+    if S.shape[1] == k:
+        names = [str(c) for c in model.labels.classes]
+    return {"scores": np.asarray(S), "probabilities": np.asarray(R), "column_names": names}
 
 
 def _finite(obj):
@@ -343,22 +453,24 @@ def _finite(obj):
 
 
 def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
+    """Metrics down, models across: easy to read in a terminal for any number of metrics."""
     rows = [(name, m) for name, m in rows if m is not None]
     keys = [k for k in METRIC_ORDER if any(k in m for _, m in rows)]
-    width = max(len("model"), *(len(name) for name, _ in rows))
-    header = f"{'model':<{width}}  " + "  ".join(f"{k:>16}" for k in keys)
+    width = max(len(k) for k in keys)
+    cols = [max(14, len(name)) for name, _ in rows]
+    header = f"{'metric':<{width}}  " + "  ".join(f"{name:>{w}}" for (name, _), w in zip(rows, cols))
     lines = [header, "-" * len(header)]
-    for name, m in rows:
+    for k in keys:
         cells = []
-        for k in keys:
+        for (_, m), w in zip(rows, cols):
             v = m.get(k)
             if isinstance(v, int):
-                cells.append(f"{v:>16d}")
-            elif isinstance(v, float):
-                cells.append(f"{v:>16.6f}")
+                cells.append(f"{v:>{w}d}")
+            elif isinstance(v, float) and v == v:
+                cells.append(f"{v:>{w}.6f}")
             else:
-                cells.append(f"{'':>16}")
-        lines.append(f"{name:<{width}}  " + "  ".join(cells))
+                cells.append(f"{'n/a':>{w}}")
+        lines.append(f"{k:<{width}}  " + "  ".join(cells))
     return "\n".join(lines)
 
 

@@ -3,6 +3,9 @@
 * no ``--cluster``: an embedded scheduler in this process (``LocalCluster(processes=False)``), its
   worker threads sharing the client's memory, so nothing is copied;
 * ``--cluster`` alone (``"local"``): a ``LocalCluster`` of worker processes on this machine;
+
+(both local forms listen on 127.0.0.1 only, with their logs silenced: errors reach the user as one
+line from the CLI, not as worker log records);
 * ``--cluster tcp://HOST:PORT`` or ``tls://...``: that scheduler.
 
 Before any work goes to separate worker processes, :func:`check_workers` compares versions of the
@@ -13,6 +16,7 @@ job uses.  Dask's own check only warns and ignores several of these.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from contextlib import contextmanager
@@ -113,7 +117,8 @@ def dask_client(
                 n_workers=1,
                 threads_per_worker=workers or default_threads(),
                 processes=False,
-                dashboard_address=None,
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL,
             )
             client = Client(lc, set_as_default=False)
             try:
@@ -127,11 +132,13 @@ def dask_client(
                 n_workers=workers or default_threads(),
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=None,
-                silence_logs=40,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL,
             )
             client = Client(lc, set_as_default=False)
             try:
+                client.wait_for_workers(workers or default_threads(), timeout=120)
                 check_workers(client, distributions, modules)
                 yield client
             finally:

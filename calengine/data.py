@@ -190,23 +190,32 @@ def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.nd
 
 
 @contextmanager
-def staged_directory(target: str | os.PathLike) -> Iterator[Path]:
+def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterator[Path]:
     """A fresh staging directory beside ``target``; renamed onto it only if the block succeeds.
 
-    The target must not exist (or be an empty directory): we never delete a user's data to make room,
-    and a reader never sees a half-written result.
+    The target must not exist (or be an empty directory) unless ``replace``: then the old directory is
+    moved aside, the new one renamed in, and the old one deleted, so a reader sees the old or the new
+    result, never a half-written one.
     """
     target = Path(target).resolve()
-    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+    occupied = target.exists() and not (target.is_dir() and not any(target.iterdir()))
+    if occupied and not replace:
         raise DataError(f"output '{target}' already exists; choose a new path or remove it first")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
+    token = uuid.uuid4().hex[:12]
+    staging = target.parent / f".{target.name}.tmp-{token}"
     staging.mkdir()
     try:
         yield staging
-        if target.exists():
+        old = None
+        if occupied:
+            old = target.parent / f".{target.name}.old-{token}"
+            os.rename(target, old)
+        elif target.exists():
             target.rmdir()
         os.rename(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

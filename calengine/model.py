@@ -163,8 +163,14 @@ class CalibratedModel:
             Q += self._combine(m.raw_column_probabilities(X, S))
         return P / len(self.members), Q / len(self.members)
 
-    def predict_frame(self, df, keep: list[str] = (), extra_outputs: bool = False):
-        """A scored pandas DataFrame: kept columns, ``p_<class>`` per class, ``prediction``."""
+    def predict_frame(
+        self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None
+    ):
+        """A scored pandas DataFrame: kept columns, ``p_<class>`` per class, ``prediction``.
+
+        With ``reject_below``, rows whose chosen class has a probability below it get a missing
+        prediction (the reject option of Duin & Tax); their probabilities are still written.
+        """
         import pandas as pd
 
         X = self.encoder.transform(df)
@@ -174,6 +180,11 @@ class CalibratedModel:
             out[f"p_{c}"] = P[:, i]
         prediction = np.asarray(self.labels.classes, dtype=object)[np.argmax(P, axis=1)]
         out["prediction"] = _typed_labels(prediction, self.labels.classes)
+        if reject_below is not None:
+            rejected = P.max(axis=1) < reject_below
+            out["prediction"] = pd.array(out["prediction"]).astype(_nullable(out["prediction"]))
+            out["prediction"][rejected] = pd.NA
+            out["rejected"] = rejected
         if extra_outputs:
             for m in self.members:
                 extra = getattr(m, "extra_outputs", None)
@@ -181,6 +192,11 @@ class CalibratedModel:
                     out.update(extra(X))
                     break
         return pd.DataFrame(out, index=df.index)
+
+
+def _nullable(values: np.ndarray) -> str:
+    """The pandas nullable dtype matching a prediction array, so rejected rows can be missing."""
+    return {"i": "Int64", "b": "boolean", "f": "Float64"}.get(values.dtype.kind, "string")
 
 
 def _typed_labels(values: np.ndarray, classes: list[Any]) -> np.ndarray:

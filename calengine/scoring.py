@@ -60,7 +60,9 @@ def _batches(chunk: Chunk, columns: list[str] | None, batch_rows: int):
 # ---------------------------------------------------------------------------------------------- score
 
 
-def score_chunk(model, chunk: Chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool) -> int:
+def score_chunk(
+    model, chunk: Chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
+) -> int:
     """Score one chunk into ``out_path`` (one Parquet file); returns the number of rows written."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -70,7 +72,7 @@ def score_chunk(model, chunk: Chunk, out_path: str, keep: tuple[str, ...], batch
     written = 0
     try:
         for df in _batches(chunk, columns, batch_rows):
-            table = pa.Table.from_pandas(model.predict_frame(df, keep=list(keep), extra_outputs=extra), preserve_index=False)
+            table = pa.Table.from_pandas(model.predict_frame(df, keep=list(keep), extra_outputs=extra, reject_below=reject_below), preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(out_path, table.schema, compression="zstd")
             writer.write_table(table)
@@ -90,6 +92,7 @@ def score_table(
     batch_rows: int = 65536,
     chunk_rows: int = 1_000_000,
     extra_outputs: bool = False,
+    reject_below: float | None = None,
     progress: Progress | None = None,
 ) -> int:
     """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written."""
@@ -103,7 +106,7 @@ def score_table(
         futures = [
             client.submit(
                 score_chunk, model_f, chunk, str(Path(staging) / f"part-{i:05d}.parquet"), tuple(keep),
-                batch_rows, extra_outputs, pure=False,
+                batch_rows, extra_outputs, reject_below, pure=False,
             )
             for i, chunk in enumerate(chunks)
         ]
