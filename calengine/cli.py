@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
                      help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
                      " learner refitted on all rows (default: ensemble)")
+    fit.add_argument("--multiclass", metavar="CODE[:COMBINER]",
+                     help="one binary learner per column of a code matrix: one_vs_all, all_pairs, dense_ecoc,"
+                     " sparse_ecoc, k_minus_one or file:PATH (CSV/JSON of -1/0/+1), combined by normalize,"
+                     " least_squares, coupling, pairwise_coupling, wu_lin_weng or k_minus_one"
+                     " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
     fit.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
     fit.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
     fit.add_argument("--calibration-data", metavar="DATA", help="calibrate on this table instead of folds")
@@ -230,7 +235,14 @@ def cmd_fit(args) -> int:
         mode=args.mode,
         cv=args.cv,
         seed=args.seed,
+        multiclass=args.multiclass,
     )
+    if args.multiclass and args.method in ENGINE_METHODS:
+        from .errors import ParameterError
+
+        raise ParameterError(
+            f"--multiclass does not apply to --method {args.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
+        )
     # resolve names before touching data, so a typo fails in milliseconds
     learner = resolve_learner(config, plugins)
     calibrator = None

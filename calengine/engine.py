@@ -89,3 +89,74 @@ def _fit_refit(client, data, data_f, plan: CalibrationPlan, progress) -> list[Me
     )
     calibrators = cal_future.result()
     return [Member([learner], [list(range(S.shape[1]))], calibrators, RawMap.fit(S, learner.score_kind))]
+
+
+def fit_code_members(
+    client,
+    data: tasks.TrainingData,
+    plan: CalibrationPlan,
+    M: np.ndarray,
+    progress: Progress | None = None,
+) -> list[Member]:
+    """Code-matrix multiclass: one binary learner and calibrator per column, columns x folds as tasks.
+
+    Ensemble mode gives one member per fold, each holding every column; refit mode calibrates each
+    column on its out-of-fold scores and refits its learner on all of the column's rows.
+    """
+    data_f = scatter(client, data)
+    M_f = scatter(client, np.asarray(M, dtype=np.int8))
+    n_cols = M.shape[1]
+    if plan.mode == "ensemble":
+        futures = [
+            client.submit(
+                tasks.fit_column, data_f, M_f, b, fold, plan.learner, plan.calibrator,
+                tasks.task_seed(plan.seed, fold, b), pure=False,
+            )
+            for fold in range(plan.cv)
+            for b in range(n_cols)
+        ]
+        results = gather_in_order(client, futures, progress, "fit columns")
+        members = []
+        for fold in range(plan.cv):
+            chunk = results[fold * n_cols : (fold + 1) * n_cols]
+            members.append(
+                _column_member([r[0] for r in chunk], [r[1] for r in chunk], [(r[2], r[3]) for r in chunk])
+            )
+        return members
+    score_futures = [
+        client.submit(tasks.fit_column_scores, data_f, M_f, b, fold, plan.learner,
+                      tasks.task_seed(plan.seed, fold, b), pure=False)
+        for b in range(n_cols)
+        for fold in range(plan.cv)
+    ]
+    learner_futures = [
+        client.submit(tasks.fit_column_learner, data_f, M_f, b, plan.learner,
+                      tasks.task_seed(plan.seed, plan.cv, b), pure=False)
+        for b in range(n_cols)
+    ]
+    results = gather_in_order(client, score_futures + learner_futures, progress, "fit columns")
+    learners = results[len(score_futures):]
+    calibrator_futures, ranges = [], []
+    for b in range(n_cols):
+        parts = results[b * plan.cv : (b + 1) * plan.cv]
+        rows = np.concatenate([held for held, _ in parts])
+        scores = np.concatenate([s for _, s in parts])
+        order = np.argsort(rows, kind="stable")
+        ranges.append((float(scores.min()), float(scores.max())))
+        calibrator_futures.append(
+            client.submit(tasks.fit_column_calibrator, scores[order], data_f, M_f, b, rows[order],
+                          plan.calibrator, learners[b].score_kind, pure=False)
+        )
+    calibrators = client.gather(calibrator_futures)
+    return [_column_member(learners, calibrators, ranges)]
+
+
+def _column_member(learners, calibrators, ranges: list[tuple[float, float]]) -> Member:
+    """A member whose learner ``b`` scores column ``b``; raw baseline from held-out score ranges."""
+    kind = learners[0].score_kind
+    n = len(learners)
+    if kind == "proba":
+        raw = RawMap(kind, np.zeros(n), np.ones(n))
+    else:
+        raw = RawMap(kind, np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges]))
+    return Member(list(learners), [[b] for b in range(n)], list(calibrators), raw)

@@ -66,7 +66,9 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     Parameters mirror ``calengine fit``: ``learner``/``learner_params``, ``method``/``method_params``
     (a calibrator name such as ``"isotonic"``, ``"sigmoid"``, ``"binning"``, ``"rocch"``, or
     ``"probing"``/``"bagging"``), ``mode`` (``"ensemble"`` or ``"refit"``), ``cv``, ``seed``, and
-    ``cluster`` (``None`` for the embedded scheduler, ``"local"``, or a scheduler address).
+    ``cluster`` (``None`` for the embedded scheduler, ``"local"``, or a scheduler address), and
+    ``multiclass`` (``"CODE:COMBINER"`` such as ``"all_pairs:coupling"``: one binary learner per
+    code-matrix column; default: the learner's own multiclass scores, normalised).
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         method_params=None,
         cluster=None,
         workers=None,
+        multiclass=None,
     ):
         self.learner = learner
         self.method = method
@@ -90,6 +93,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.method_params = method_params
         self.cluster = cluster
         self.workers = workers
+        self.multiclass = multiclass
 
     def _encode_fit(self, X):
         import pandas as pd
@@ -133,6 +137,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             mode=self.mode,
             cv=self.cv,
             seed=self.seed,
+            multiclass=self.multiclass,
         )
         with dask_client(self.cluster, workers=self.workers) as client:
             model = fit_model(client, data, labels, encoder, config)

@@ -131,3 +131,51 @@ def fit_and_score(data: TrainingData, fold: int, learner, seed: int) -> np.ndarr
 
 def fit_calibrators_on_scores(S: np.ndarray, data: TrainingData, calibrator, score_kind: str) -> list:
     return fit_calibrators(S, data.y, data.w, calibrator, score_kind)
+
+
+def column_rows(data: TrainingData, M: np.ndarray, column: int, fold: int | None):
+    """(train rows, held-out rows, 0/1 target of all rows) of code-matrix column ``column``.
+
+    A row takes part when its class is non-zero in the column; the fold split is the global one, so
+    every column sees the same stratified folds.
+    """
+    code = M[data.y, column]
+    used = code != 0
+    target = (code == 1).astype(np.int64)
+    if fold is None:
+        rows = np.flatnonzero(used)
+        return rows, rows, target
+    held = data.folds == fold
+    return np.flatnonzero(used & ~held), np.flatnonzero(used & held), target
+
+
+def fit_column(data: TrainingData, M: np.ndarray, column: int, fold: int | None, learner, calibrator, seed: int):
+    """One binary learner for a code-matrix column (on the rows outside ``fold``), its calibrator on
+    the held-out rows of that column, and the held-out score range for the raw baseline."""
+    train, held, target = column_rows(data, M, column, fold)
+    binary = TrainingData(data.X, target, data.w)
+    fitted = fit_learner(binary, train, learner, seed)
+    S = score_rows(fitted, binary, held)
+    _, y_cal, w_cal = binary.rows(held)
+    (cal,) = fit_calibrators(S[:, :1], y_cal, w_cal, calibrator, fitted.score_kind)
+    return fitted, cal, float(S[:, 0].min()), float(S[:, 0].max())
+
+
+def fit_column_scores(data: TrainingData, M: np.ndarray, column: int, fold: int, learner, seed: int):
+    """Out-of-fold scores of a code-matrix column for the rows of ``fold`` (refit mode)."""
+    train, held, target = column_rows(data, M, column, fold)
+    binary = TrainingData(data.X, target, data.w)
+    fitted = fit_learner(binary, train, learner, seed)
+    return held, score_rows(fitted, binary, held)[:, 0]
+
+
+def fit_column_learner(data: TrainingData, M: np.ndarray, column: int, learner, seed: int):
+    train, _, target = column_rows(data, M, column, None)
+    return fit_learner(TrainingData(data.X, target, data.w), train, learner, seed)
+
+
+def fit_column_calibrator(scores: np.ndarray, data: TrainingData, M: np.ndarray, column: int, rows, calibrator, kind):
+    _, _, target = column_rows(data, M, column, None)
+    w = None if data.w is None else data.w[rows]
+    (cal,) = fit_calibrators(scores[:, None], target[rows], w, calibrator, kind)
+    return cal

@@ -145,7 +145,7 @@ def check_calibrator(cls: type, monotone: bool = True) -> None:
 
 def check_combiner(cls: type) -> None:
     """Check a :class:`~calengine.base.Combiner`: exact on consistent estimates, rows on the simplex."""
-    from .codematrix import all_pairs, one_vs_all
+    from .codematrix import all_pairs, k_minus_one, one_vs_all
 
     _check_common(cls, Combiner)
     from .errors import CodeMatrixError
@@ -153,7 +153,7 @@ def check_combiner(cls: type) -> None:
     rng = np.random.default_rng(0)
     P = rng.dirichlet(np.ones(4), size=50)
     accepted = 0
-    for M in (one_vs_all(4), all_pairs(4)):
+    for M in (one_vs_all(4), all_pairs(4), k_minus_one(4)):
         comb = cls()
         try:
             comb.check_matrix(M)
@@ -169,7 +169,7 @@ def check_combiner(cls: type) -> None:
         if out.min() < -1e-12 or not np.allclose(out.sum(axis=1), 1.0, atol=1e-9):
             _fail(cls, "combine must return non-negative rows summing to 1")
     if not accepted:
-        _fail(cls, "accepts neither a one-vs-all nor an all-pairs matrix")
+        _fail(cls, "accepts none of the one-vs-all, all-pairs and k-1 matrices")
 
 
 def check_plugin_module(module: ModuleType) -> None:

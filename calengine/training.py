@@ -15,7 +15,7 @@ import numpy as np
 
 from . import registry
 from .data import LabelSpace, stratified_folds
-from .engine import CalibrationPlan, fit_members
+from .engine import CalibrationPlan, fit_code_members, fit_members
 from .errors import ParameterError
 from .model import CalibratedModel, one_vs_all_matrix
 from .plugins import PluginSet, get_plugins
@@ -37,6 +37,9 @@ class FitConfig:
     mode: str = "ensemble"
     cv: int = 5
     seed: int = 0
+    #: "CODE:COMBINER" (e.g. "all_pairs:coupling") for one binary learner per code-matrix column;
+    #: None: a native multiclass learner's one-vs-rest scores, combined by normalisation
+    multiclass: str | None = None
 
 
 def resolve_learner(config: FitConfig, plugins: PluginSet):
@@ -99,10 +102,21 @@ def fit_model(
             seed=config.seed,
             uncalibrated=uncalibrated,
         )
-        members = fit_members(client, data, plan, cal_data=cal_data, progress=progress)
-        code_matrix = one_vs_all_matrix(k) if k > 2 else np.array([[-1], [1]], dtype=np.int8)
-        combiner = registry.make("combiners", "normalize", {}, plugins) if k > 2 else None
-        counts = np.full(code_matrix.shape[1], len(data.y), dtype=np.int64)
+        if config.multiclass and k > 2:
+            code_matrix, combiner = resolve_multiclass(config.multiclass, k, config.seed, plugins)
+            if cal_data is not None or uncalibrated:
+                raise ParameterError(
+                    "--multiclass with a code matrix needs cross-validated calibration; drop"
+                    " --calibration-data / --method none, or drop --multiclass"
+                )
+            members = fit_code_members(client, data, plan, code_matrix, progress=progress)
+            counts = (code_matrix[data.y] != 0).sum(axis=0).astype(np.int64)
+            info["multiclass"] = config.multiclass
+        else:
+            members = fit_members(client, data, plan, cal_data=cal_data, progress=progress)
+            code_matrix = one_vs_all_matrix(k) if k > 2 else np.array([[-1], [1]], dtype=np.int8)
+            combiner = registry.make("combiners", "normalize", {}, plugins) if k > 2 else None
+            counts = np.full(code_matrix.shape[1], len(data.y), dtype=np.int64)
         info["calibrator_params"] = calibrator.get_params(deep=False)
     if combiner is not None:
         info["combiner"] = combiner.name
@@ -116,6 +130,26 @@ def fit_model(
         column_counts=counts,
         info=info,
     )
+
+
+def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet):
+    """(code matrix, combiner) for ``CODE:COMBINER``; the combiner checks it can use the matrix.
+
+    ``CODE`` alone picks a sensible combiner: normalize for one_vs_all, coupling for the others.
+    """
+    from .codematrix import make_matrix
+
+    code, sep, comb = spec.rpartition(":")
+    if not sep or code.lower() == "file":
+        code, comb = spec, ""
+    M = make_matrix(code, k, seed=seed)
+    if not comb:
+        from .codematrix import is_one_vs_all
+
+        comb = "normalize" if is_one_vs_all(M) else "coupling"
+    combiner = registry.make("combiners", comb, {}, plugins)
+    combiner.check_matrix(M)
+    return M, combiner
 
 
 def fold_assignment(y: np.ndarray, cv: int, seed: int) -> np.ndarray:
