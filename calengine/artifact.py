@@ -191,6 +191,8 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             "calibration_data": info.get("calibration_data", False),
             "code_matrix": model.code_matrix.tolist(),
             "column_counts": np.asarray(model.column_counts).tolist(),
+            "combine": model.combine_rule,
+            "member_groups": list(model.member_groups),
             "plugins": used,
             "extra": _jsonable({k: v for k, v in info.items() if k.startswith("x_")}, "model metadata"),
             "members": members,
@@ -303,6 +305,8 @@ def load_model(path: str | os.PathLike, trust: tuple[str, ...] | list[str] = (),
             combiner=combiner,
             column_counts=np.asarray(manifest["column_counts"], dtype=np.int64),
             info=info,
+            member_groups=list(manifest.get("member_groups") or []),
+            combine_rule=manifest.get("combine"),
         )
     except (KeyError, TypeError) as exc:
         raise ModelFormatError(

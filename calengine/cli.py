@@ -79,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
     fit.add_argument("--target", required=True, metavar="COL", help="the class column")
     fit.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
-    fit.add_argument("--learner", default="gaussian_nb", metavar="NAME",
-                     help="registered learner name or scikit-learn import path (default: gaussian_nb)")
+    fit.add_argument("--learner", default="gaussian_nb", metavar="NAME[,NAME...]",
+                     help="registered learner name or scikit-learn import path (default: gaussian_nb); several,"
+                     " separated by commas, are each calibrated and combined by --combine")
+    fit.add_argument("--combine", choices=("min", "max", "median", "mean", "product"), default=None,
+                     help="rule combining several learners' calibrated posteriors (default with several: mean)")
     fit.add_argument("--learner-param", action="append", metavar="K=V", help="learner parameter (repeatable)")
     fit.add_argument("--method", default="isotonic", metavar="NAME",
                      help="calibrator name, or probing / bagging (default: isotonic)")
@@ -236,6 +239,7 @@ def cmd_fit(args) -> int:
         cv=args.cv,
         seed=args.seed,
         multiclass=args.multiclass,
+        combine=args.combine,
     )
     if args.multiclass and args.method in ENGINE_METHODS:
         from .errors import ParameterError
@@ -244,7 +248,16 @@ def cmd_fit(args) -> int:
             f"--multiclass does not apply to --method {args.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
         )
     # resolve names before touching data, so a typo fails in milliseconds
-    learner = resolve_learner(config, plugins)
+    from dataclasses import replace
+
+    from .training import _params_for, split_learners
+
+    base = split_learners(config.learner)
+    learners = [
+        resolve_learner(replace(config, learner=lr, learner_params=_params_for(lr, i, config.learner_params, plugins)
+                                if len(base) > 1 else config.learner_params), plugins)
+        for i, lr in enumerate(base)
+    ]
     calibrator = None
     if args.method not in ENGINE_METHODS:
         calibrator = registry.make("calibrators", args.method, config.method_params, plugins)
@@ -277,7 +290,7 @@ def cmd_fit(args) -> int:
         cal_data = TrainingData(X=encoder.transform(cdf[feature_cols]), y=labels.encode(cdf[args.target]))
     if dropped:
         sys.stderr.write(f"note: dropped {dropped} rows whose target '{args.target}' is missing\n")
-    dists, modules = _plugin_requirements([learner, calibrator])
+    dists, modules = _plugin_requirements([*learners, calibrator])
     progress = _progress(args)
     with _client(args, dists, modules) as client:
         model = fit_model(client, data, labels, encoder, config, cal_data=cal_data, progress=progress, plugins=plugins)
@@ -373,7 +386,10 @@ def cmd_evaluate(args) -> int:
 
 
 def _model_labels(models, dirs) -> list[str]:
-    labels = [f"{m.info.get('learner')} + {m.info.get('method')}" for m in models]
+    labels = [
+        f"{m.info.get('learner')} + {m.info.get('method')}" + (f" [{m.combine_rule}]" if m.combine_rule else "")
+        for m in models
+    ]
     if len(set(labels)) < len(labels) or len(models) > 1:
         labels = [f"{lb} ({os.path.basename(os.path.normpath(d))})" for lb, d in zip(labels, dirs)]
     return labels

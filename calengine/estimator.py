@@ -68,7 +68,9 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     ``"probing"``/``"bagging"``), ``mode`` (``"ensemble"`` or ``"refit"``), ``cv``, ``seed``, and
     ``cluster`` (``None`` for the embedded scheduler, ``"local"``, or a scheduler address), and
     ``multiclass`` (``"CODE:COMBINER"`` such as ``"all_pairs:coupling"``: one binary learner per
-    code-matrix column; default: the learner's own multiclass scores, normalised).
+    code-matrix column; default: the learner's own multiclass scores, normalised).  ``learner`` may
+    be a list: each base learner is calibrated on its own and their posteriors are combined by
+    ``combine`` (``"min"``, ``"max"``, ``"median"``, ``"mean"`` or ``"product"``; Duin & Tax).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         cluster=None,
         workers=None,
         multiclass=None,
+        combine=None,
     ):
         self.learner = learner
         self.method = method
@@ -94,6 +97,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.cluster = cluster
         self.workers = workers
         self.multiclass = multiclass
+        self.combine = combine
 
     def _encode_fit(self, X):
         import pandas as pd
@@ -129,15 +133,18 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             raise DataError(f"X has {Xm.shape[0]} rows but y has {len(y_series)}; pass one label per row")
         w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
+        several = isinstance(self.learner, (list, tuple))
+        learner = [_as_learner(lr, None) for lr in self.learner] if several else _as_learner(self.learner, None)
         config = FitConfig(
-            learner=_as_learner(self.learner, self.learner_params),
-            learner_params=dict(self.learner_params or {}) if isinstance(self.learner, str) else {},
+            learner=learner,
+            learner_params=dict(self.learner_params or {}) if (several or isinstance(self.learner, str)) else {},
             method=self.method,
             method_params=dict(self.method_params or {}),
             mode=self.mode,
             cv=self.cv,
             seed=self.seed,
             multiclass=self.multiclass,
+            combine=self.combine,
         )
         with dask_client(self.cluster, workers=self.workers) as client:
             model = fit_model(client, data, labels, encoder, config)

@@ -119,7 +119,11 @@ class Member:
 
 @dataclass
 class CalibratedModel:
-    """Everything needed to score a table; see the module docstring."""
+    """Everything needed to score a table; see the module docstring.
+
+    Members are averaged; when several base learners are combined, members are first averaged per
+    learner (``member_groups``) and the learners' posteriors then combined by ``combine_rule``.
+    """
 
     encoder: FeatureEncoder
     labels: LabelSpace
@@ -128,6 +132,10 @@ class CalibratedModel:
     combiner: Any | None
     column_counts: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
+    #: base learner of each member, when several learners are combined (Duin & Tax); else empty
+    member_groups: list[int] = field(default_factory=list)
+    #: the rule combining the base learners' posteriors: min, max, median, mean or product
+    combine_rule: str | None = None
 
     @property
     def n_classes(self) -> int:
@@ -139,29 +147,35 @@ class CalibratedModel:
             return np.column_stack([1.0 - r, r])
         return self.combiner.combine(R, self.code_matrix, self.column_counts)
 
+    def _aggregate(self, per_member: list[np.ndarray]) -> np.ndarray:
+        """Average members within each base learner, then combine learners by ``combine_rule``."""
+        groups = self.member_groups or [0] * len(per_member)
+        by_group: dict[int, list[np.ndarray]] = {}
+        for g, P in zip(groups, per_member):
+            by_group.setdefault(g, []).append(P)
+        averaged = [np.mean(by_group[g], axis=0) for g in sorted(by_group)]
+        if len(averaged) == 1:
+            return averaged[0]
+        from .combining import combine_posteriors
+
+        return combine_posteriors(averaged, self.combine_rule or "mean")
+
     def predict_proba_features(self, X) -> np.ndarray:
-        """Class probabilities, shape (n, k), rows summing to 1, averaged over members."""
-        P = np.zeros((X.shape[0], self.n_classes))
-        for m in self.members:
-            P += self._combine(m.column_probabilities(X))
-        return P / len(self.members)
+        """Class probabilities, shape (n, k), rows summing to 1."""
+        return self._aggregate([self._combine(m.column_probabilities(X)) for m in self.members])
 
     def raw_proba_features(self, X) -> np.ndarray:
-        """The uncalibrated learners' probabilities (see :class:`RawMap`), averaged the same way."""
-        P = np.zeros((X.shape[0], self.n_classes))
-        for m in self.members:
-            P += self._combine(m.raw_column_probabilities(X))
-        return P / len(self.members)
+        """The uncalibrated learners' probabilities (see :class:`RawMap`), aggregated the same way."""
+        return self._aggregate([self._combine(m.raw_column_probabilities(X)) for m in self.members])
 
     def both_proba_features(self, X) -> tuple[np.ndarray, np.ndarray]:
         """(calibrated, raw) probabilities computing each member's scores once."""
-        P = np.zeros((X.shape[0], self.n_classes))
-        Q = np.zeros_like(P)
+        P, Q = [], []
         for m in self.members:
             S = m.scores(X)
-            P += self._combine(m.column_probabilities(X, S))
-            Q += self._combine(m.raw_column_probabilities(X, S))
-        return P / len(self.members), Q / len(self.members)
+            P.append(self._combine(m.column_probabilities(X, S)))
+            Q.append(self._combine(m.raw_column_probabilities(X, S)))
+        return self._aggregate(P), self._aggregate(Q)
 
     def predict_frame(
         self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None

@@ -40,6 +40,9 @@ class FitConfig:
     #: "CODE:COMBINER" (e.g. "all_pairs:coupling") for one binary learner per code-matrix column;
     #: None: a native multiclass learner's one-vs-rest scores, combined by normalisation
     multiclass: str | None = None
+    #: with several learners (a list, or names separated by commas): the rule combining their
+    #: calibrated posteriors (min, max, median, mean, product; Duin & Tax)
+    combine: str | None = None
 
 
 def resolve_learner(config: FitConfig, plugins: PluginSet):
@@ -71,6 +74,9 @@ def fit_model(
     plugins = plugins or get_plugins()
     if config.seed < 0:
         raise ParameterError(f"--seed must be a non-negative integer, got {config.seed}")
+    learners = split_learners(config.learner)
+    if len(learners) > 1 or config.combine:
+        return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
     learner = resolve_learner(config, plugins)
     k = labels.n_classes
     info: dict[str, Any] = {
@@ -129,6 +135,74 @@ def fit_model(
         combiner=combiner,
         column_counts=counts,
         info=info,
+    )
+
+
+def split_learners(learner) -> list:
+    """``"a,b"`` or ``["a", b_instance]`` -> the list of base learners; a single learner -> [it]."""
+    if isinstance(learner, str):
+        return [part.strip() for part in learner.split(",") if part.strip()] or [learner]
+    if isinstance(learner, (list, tuple)):
+        return list(learner)
+    return [learner]
+
+
+def _params_for(learner, index: int, params: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
+    """Parameters for base learner ``index``: ``NAME.key`` (or ``INDEX.key``) targets one learner,
+    a bare ``key`` every learner that has it."""
+    if not isinstance(learner, str):
+        return {}
+    valid = set(registry.lookup("learners", learner if "." not in learner else registry.SKLEARN_PATH_LEARNER,
+                                plugins)._get_param_names())
+    out = {}
+    for key, value in params.items():
+        prefix, dot, name = key.rpartition(".")
+        if dot:
+            if prefix in (learner, str(index)):
+                out[name] = value
+        elif key in valid:
+            out[key] = value
+    return out
+
+
+def _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins) -> CalibratedModel:
+    """Fit each base learner with the same folds and method, then combine by ``config.combine``."""
+    from dataclasses import replace
+
+    from .combining import check_rule
+
+    rule = check_rule(config.combine or "mean")
+    if len(learners) < 2:
+        raise ParameterError("--combine needs at least two learners, e.g. --learner nearest_mean,fisher_lda,knn")
+    params = dict(config.learner_params)
+    for key in params:
+        prefix, dot, name = key.rpartition(".")
+        targets = [lr for i, lr in enumerate(learners) if (dot and prefix in (lr, str(i))) or
+                   (not dot and isinstance(lr, str) and key in _params_for(lr, i, {key: 0}, plugins))]
+        if not targets:
+            raise ParameterError(
+                f"--learner-param {key} matches none of the learners {', '.join(map(str, learners))};"
+                " prefix it with the learner name (e.g. knn.n_neighbors=5)"
+            )
+    models = []
+    for i, lr in enumerate(learners):
+        sub = replace(config, learner=lr, learner_params=_params_for(lr, i, params, plugins), combine=None)
+        models.append(fit_model(client, data, labels, encoder, sub, cal_data, progress, plugins))
+    first = models[0]
+    info = dict(first.info)
+    info["learner"] = ",".join(m.info["learner"] for m in models)
+    info["learner_params"] = {str(i): m.info["learner_params"] for i, m in enumerate(models)}
+    info["combine"] = rule
+    return CalibratedModel(
+        encoder=encoder,
+        labels=labels,
+        members=[mem for m in models for mem in m.members],
+        code_matrix=first.code_matrix,
+        combiner=first.combiner,
+        column_counts=first.column_counts,
+        info=info,
+        member_groups=[i for i, m in enumerate(models) for _ in m.members],
+        combine_rule=rule,
     )
 
 
