@@ -715,7 +715,7 @@ def _page(title: str, preps: list[_Prepared], overview: _Figure | None, figs: di
         f"<header><h1>{_esc(title)}</h1>",
         f'<p class="note">{len(preps)} model{"s" if len(preps) != 1 else ""} evaluated on the same '
         "labelled table.</p>",
-        f'<nav><ol><li><a href="#metrics">Metrics</a></li>'
+        '<nav><ol><li><a href="#metrics">Metrics</a></li>'
         + ('<li><a href="#overview">All models together</a></li>' if overview else "")
         + f"{nav}</ol></nav></header><main>",
         '<section id="metrics"><h2>Metrics</h2>',

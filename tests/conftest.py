@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -10,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from cli_helpers import REPO, run_cli
+
 DATA = REPO / "data"
 
 
@@ -19,43 +19,9 @@ def data_dir() -> Path:
     return DATA
 
 
-class CLIResult:
-    def __init__(self, proc: subprocess.CompletedProcess):
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-
-    def json(self):
-        return json.loads(self.stdout)
-
-    def __repr__(self) -> str:
-        return f"CLIResult(rc={self.returncode}, stdout={self.stdout[-800:]!r}, stderr={self.stderr[-1500:]!r})"
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> CLIResult:
-    """Run ``python -m calengine ARGS`` in a fresh process, as a user would from a shell."""
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-m", "calengine", *map(str, args)],
-        capture_output=True, text=True, env=full_env, timeout=timeout, cwd=str(REPO),
-    )
-    return CLIResult(proc)
-
-
 @pytest.fixture(scope="session")
 def cli():
     return run_cli
-
-
-def assert_one_line_error(result: CLIResult, *fragments: str) -> None:
-    """Exit code 2, exactly one stderr line starting 'error:', no traceback, containing the fragments."""
-    assert result.returncode == 2, result
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result
-    assert lines[0].startswith("error: "), result
-    assert "Traceback" not in result.stderr
-    for frag in fragments:
-        assert frag in lines[0], (frag, lines[0])
 
 
 def _free_port() -> int:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import assert_one_line_error
+from cli_helpers import assert_one_line_error
 
 PIMA = "data/pima.parquet"
 ADULT_TRAIN = "data/adult/train.parquet"

@@ -13,7 +13,7 @@ from calengine import plugins as plugin_mod
 from calengine.errors import PluginError, UnknownPluginError
 from calengine import registry
 
-from conftest import assert_one_line_error
+from cli_helpers import assert_one_line_error
 
 THROWAWAY_LEARNER = '''
 """A third-party learner plugin, as someone outside the project would write it from the README."""
