@@ -302,7 +302,7 @@ def validate_matrix(M, k: int) -> np.ndarray:
     if bad.any():
         r, c = map(int, np.argwhere(bad)[0])
         raise CodeMatrixError(
-            f"code matrix entry at row {r}, column {c} is {A[r, c]!r}, not -1, 0 or +1; write every "
+            f"code matrix entry at row {r}, column {c} is {float(A[r, c]):g}, not -1, 0 or +1; write every "
             "entry as -1, 0 or 1"
         )
     M = A.astype(np.int64)
@@ -416,7 +416,10 @@ def load_matrix(path, k: int) -> np.ndarray:
             f"code matrix file '{path}': rows have different lengths "
             f"({sorted({len(row) for row in rows})}); every row needs one entry per binary problem"
         )
-    return validate_matrix(np.array(rows, dtype=np.float64).reshape(len(rows), -1), k)
+    try:
+        return validate_matrix(np.array(rows, dtype=np.float64).reshape(len(rows), -1), k)
+    except CodeMatrixError as exc:
+        raise CodeMatrixError(f"{path}: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------------

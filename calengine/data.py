@@ -63,9 +63,13 @@ def _check_parquet_magic(path: str) -> None:
 
 
 def parquet_columns(files: list[str]) -> list[str]:
+    """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data)."""
     import pyarrow.parquet as pq
 
-    return list(pq.read_schema(files[0]).names)
+    schema = pq.read_schema(files[0])
+    meta = schema.pandas_metadata or {}
+    index_cols = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
+    return [n for n in schema.names if n not in index_cols]
 
 
 def read_table(files: list[str], columns: list[str] | None = None):
