@@ -176,10 +176,7 @@ def _fit_combined(client, data, labels, encoder, config, learners, cal_data, pro
         raise ParameterError("--combine needs at least two learners, e.g. --learner nearest_mean,fisher_lda,knn")
     params = dict(config.learner_params)
     for key in params:
-        prefix, dot, name = key.rpartition(".")
-        targets = [lr for i, lr in enumerate(learners) if (dot and prefix in (lr, str(i))) or
-                   (not dot and isinstance(lr, str) and key in _params_for(lr, i, {key: 0}, plugins))]
-        if not targets:
+        if not any(_params_for(lr, i, {key: None}, plugins) for i, lr in enumerate(learners)):
             raise ParameterError(
                 f"--learner-param {key} matches none of the learners {', '.join(map(str, learners))};"
                 " prefix it with the learner name (e.g. knn.n_neighbors=5)"

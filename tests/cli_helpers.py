@@ -43,3 +43,27 @@ def assert_one_line_error(result: CLIResult, *fragments: str) -> None:
     assert "Traceback" not in result.stderr
     for frag in fragments:
         assert frag in lines[0], (frag, lines[0])
+
+
+def stop_process_groups(procs) -> None:
+    """Stop processes started with ``start_new_session=True`` (and their children): TERM, then KILL."""
+    import signal
+
+    for p in reversed(procs):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

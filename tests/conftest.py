@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cli_helpers import REPO, run_cli
+from cli_helpers import REPO, free_port, run_cli, stop_process_groups
 
 DATA = REPO / "data"
 
@@ -24,22 +23,13 @@ def cli():
     return run_cli
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def dask_cluster():
     """A real ``dask scheduler`` and ``dask worker`` (2 processes) on 127.0.0.1, started with the same
     command lines as deploy/local-cluster.sh; yields the scheduler address."""
-    import signal
     import time
 
-    port = _free_port()
+    port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     dask_bin = str(Path(sys.executable).with_name("dask"))
     procs = [
@@ -71,13 +61,4 @@ def dask_cluster():
             c.wait_for_workers(2, timeout=120)
         yield address
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_process_groups(procs)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_one_line_error
+from cli_helpers import assert_one_line_error, free_port, stop_process_groups
 
 cryptography = pytest.importorskip("cryptography")
 
@@ -67,12 +65,10 @@ def _certificates(folder: Path) -> dict[str, Path]:
 
 @pytest.mark.cluster
 def test_fit_on_a_tls_cluster_and_refuse_without_credentials(tmp_path, cli):
-    from conftest import _free_port
-
     certs = _certificates(tmp_path)
     tls = ["--tls-ca-file", str(certs["ca"].with_suffix(".pem")), "--tls-cert",
            str(certs["cluster"].with_suffix(".pem")), "--tls-key", str(certs["cluster"].with_suffix(".key"))]
-    port = _free_port()
+    port = free_port()
     address = f"tls://127.0.0.1:{port}"
     dask_bin = str(Path(sys.executable).with_name("dask"))
     procs = [subprocess.Popen([dask_bin, "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", str(port),
@@ -104,13 +100,4 @@ def test_fit_on_a_tls_cluster_and_refuse_without_credentials(tmp_path, cli):
         )
         assert not (tmp_path / "n").exists()
     finally:
-        for p in reversed(procs):
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+        stop_process_groups(procs)
