@@ -9,7 +9,6 @@ classifier instance (wrapped by :class:`EstimatorLearner`).
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
@@ -45,19 +44,6 @@ class EstimatorLearner(SklearnLearner):
 
     def make_estimator(self):
         return clone(self.estimator)
-
-
-def _as_learner(learner, learner_params: dict[str, Any] | None):
-    from .base import Learner
-
-    if isinstance(learner, Learner) or isinstance(learner, str):
-        return learner
-    if hasattr(learner, "fit") and (hasattr(learner, "predict_proba") or hasattr(learner, "decision_function")):
-        return EstimatorLearner(estimator=learner)
-    raise DataError(
-        f"learner must be a registered name, a scikit-learn import path, a calengine Learner or a"
-        f" scikit-learn classifier; got {type(learner).__name__}"
-    )
 
 
 class CalibratedClassifier(ClassifierMixin, BaseEstimator):
@@ -134,9 +120,8 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
         several = isinstance(self.learner, (list, tuple))
-        learner = [_as_learner(lr, None) for lr in self.learner] if several else _as_learner(self.learner, None)
         config = FitConfig(
-            learner=learner,
+            learner=list(self.learner) if several else self.learner,
             learner_params=dict(self.learner_params or {}) if (several or isinstance(self.learner, str)) else {},
             method=self.method,
             method_params=dict(self.method_params or {}),

@@ -90,6 +90,16 @@ def _new_manager() -> pluggy.PluginManager:
     return pm
 
 
+def _record_failure(record: PluginRecord, exc: Exception, what: str, strict: bool) -> None:
+    """Keep the error on the record; in strict mode, raise it as one line instead."""
+    record.error = f"{type(exc).__name__}: {exc}"
+    if strict:
+        raise PluginError(
+            f"plugin '{record.name}' ({record.distribution} {record.version}) {what}: {record.error};"
+            f" fix or uninstall it, or unset --strict-plugins/{STRICT_ENV}"
+        ) from exc
+
+
 def _register_one(plugins: PluginSet, record: PluginRecord, module: ModuleType, strict: bool) -> None:
     """Register ``module``'s hook implementations and collect its classes into ``plugins``.
 
@@ -120,12 +130,7 @@ def _register_one(plugins: PluginSet, record: PluginRecord, module: ModuleType, 
 
             getattr(pm.hook, f"register_{kind}")(register=register)
     except Exception as exc:  # noqa: BLE001 - any plugin failure is recorded, not fatal
-        record.error = f"{type(exc).__name__}: {exc}"
-        if strict:
-            raise PluginError(
-                f"plugin '{record.name}' ({record.distribution} {record.version}) failed: "
-                f"{record.error}; fix or uninstall it, or unset --strict-plugins/{STRICT_ENV}"
-            ) from exc
+        _record_failure(record, exc, "failed to register", strict)
         return
     for kind, name, cls in staged:
         if name in plugins.classes[kind]:
@@ -164,12 +169,7 @@ def load_plugins(
         try:
             module = ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
-            record.error = f"{type(exc).__name__}: {exc}"
-            if strict:
-                raise PluginError(
-                    f"plugin '{record.name}' ({dist_name} {version}) failed to import: {record.error}; "
-                    f"fix or uninstall it, or unset --strict-plugins/{STRICT_ENV}"
-                ) from exc
+            _record_failure(record, exc, "failed to import", strict)
             continue
         _register_one(plugins, record, module, strict)
     for module in extra_modules:

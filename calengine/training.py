@@ -46,18 +46,23 @@ class FitConfig:
 
 
 def resolve_learner(config: FitConfig, plugins: PluginSet):
+    """The learner instance for ``config.learner``: a registered name, a scikit-learn import path, a
+    calengine :class:`~calengine.base.Learner`, or a scikit-learn classifier instance (wrapped)."""
     from .base import Learner
 
-    if isinstance(config.learner, Learner):
-        if config.learner_params:
-            return config.learner.set_params(**config.learner_params)
-        return config.learner
-    if not isinstance(config.learner, str):
-        raise ParameterError(
-            f"learner must be a registered name, a scikit-learn import path or a calengine Learner, "
-            f"got {type(config.learner).__name__}"
-        )
-    return registry.make_learner(config.learner, config.learner_params, plugins)
+    learner = config.learner
+    if isinstance(learner, str):
+        return registry.make_learner(learner, config.learner_params, plugins)
+    if not isinstance(learner, Learner):
+        if not (hasattr(learner, "fit") and (hasattr(learner, "predict_proba") or hasattr(learner, "decision_function"))):
+            raise ParameterError(
+                "learner must be a registered name, a scikit-learn import path, a calengine Learner or a"
+                f" scikit-learn classifier; got {type(learner).__name__}"
+            )
+        from .estimator import EstimatorLearner
+
+        learner = EstimatorLearner(estimator=learner)
+    return learner.set_params(**config.learner_params) if config.learner_params else learner
 
 
 def fit_model(
