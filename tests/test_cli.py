@@ -264,3 +264,35 @@ def test_plugins_json_lists_the_builtins(cli):
     assert "decision_tree" in learners["registered"]["learners"]
     assert "isotonic" in by_name["calengine-builtins:calibrators"]["registered"]["calibrators"]
     assert "normalize" in by_name["calengine-builtins:combiners"]["registered"]["combiners"]
+
+
+def test_progress_is_drawn_on_a_terminal_only(tmp_path):
+    """stderr on a pseudo-terminal gets a progress bar; piped stderr gets none (and --quiet wins)."""
+    import os
+    import pty
+
+    def run(out, *flags, tty):
+        args = [sys.executable, "-m", "calengine", *flags, "fit", PIMA, "--target", "class", "--output", str(out)]
+        if not tty:
+            return subprocess.run(args, capture_output=True, text=True, timeout=300).stderr
+        master, slave = pty.openpty()
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=slave)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=300)
+        os.close(master)
+        return b"".join(chunks).decode(errors="replace")
+
+    assert "fit folds" in run(tmp_path / "a", tty=True)
+    assert "5/5" in run(tmp_path / "b", tty=True)
+    assert "fit folds" not in run(tmp_path / "c", tty=False)
+    assert "fit folds" not in run(tmp_path / "d", "--quiet", tty=True)
+    assert "fit folds" in run(tmp_path / "e", "--progress", tty=False)
