@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .errors import ClusterError
+from .tasks import pinned_native_threads
 
 CHECKED_PACKAGES = (
     "calengine",
@@ -122,7 +123,9 @@ def dask_client(
             )
             client = Client(lc, set_as_default=False)
             try:
-                yield client
+                # tasks run as threads of this process: pin its native pools for the whole job
+                with pinned_native_threads():
+                    yield client
             finally:
                 client.close()
                 lc.close()

@@ -150,21 +150,32 @@ class LabelSpace:
         return cls(classes=values, target=target)
 
     def encode(self, y) -> np.ndarray:
-        """Class indices for a pandas Series of labels; unknown labels are an error."""
+        """Class indices for a pandas Series of labels; unknown or missing labels are an error.
+
+        Labels are matched by their text form (vectorised), so ``1`` read from an int column and
+        ``1`` stored in the manifest agree whatever integer width either had.
+        """
         import pandas as pd
 
-        lookup = {str(c): i for i, c in enumerate(self.classes)}
-        as_text = pd.Series(y).map(lambda v: str(_plain(v)) if v is not None and v == v else None)
-        idx = as_text.map(lookup)
-        bad = as_text[idx.isna() & as_text.notna()]
-        if len(bad):
+        series = pd.Series(y)
+        missing = series.isna().to_numpy()
+        numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in self.classes)
+        if numeric and pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
+            values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+            idx = pd.Index(np.asarray(self.classes, dtype=np.float64)).get_indexer(values)
+        else:
+            text = series.astype(str).to_numpy(dtype=object)
+            idx = pd.Index([str(c) for c in self.classes]).get_indexer(text)
+        bad = (idx < 0) & ~missing
+        if bad.any():
             raise DataError(
-                f"target '{self.target}' holds {bad.iloc[0]!r}, a class the model was not trained on "
+                f"target '{self.target}' holds {str(_plain(series.iloc[int(np.argmax(bad))]))!r}, a class the model"
+                " was not trained on "
                 f"(classes: {', '.join(map(str, self.classes))}); evaluate on data with the same labels"
             )
-        if idx.isna().any():
+        if missing.any():
             raise DataError(f"target '{self.target}' has missing values; drop those rows before evaluating")
-        return idx.to_numpy(dtype=np.int64)
+        return idx.astype(np.int64)
 
     def to_json(self) -> dict:
         return {"target": self.target, "classes": [_plain(c) for c in self.classes]}

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import probing
 from .model import as_columns
-from .tasks import TrainingData, _single_thread, seeded
+from .tasks import TrainingData, pin_native_threads, seeded
 
 log_name = "calengine.reductions"
 
@@ -52,11 +52,11 @@ def _fit_or_constant(X, y01, w, learner, seed: int) -> Voter:
         logging.getLogger(log_name).info("sample holds only class %d: constant classifier", only)
         return Voter(constant=int(only))
     est = seeded(learner, seed)
-    with _single_thread():
-        if w is None:
-            est.fit(X, y01)
-        else:
-            est.fit(X, y01, sample_weight=w)
+    pin_native_threads()
+    if w is None:
+        est.fit(X, y01)
+    else:
+        est.fit(X, y01, sample_weight=w)
     return Voter(learner=est)
 
 
@@ -87,8 +87,8 @@ def fit_probe(
             keep[np.argmax(c)] = True
         idx = np.flatnonzero(keep)
         voter = _fit_or_constant(data.X[idx], y01[idx], None, learner, seed)
-    with _single_thread():
-        return voter, voter.votes(data.X)
+    pin_native_threads()
+    return voter, voter.votes(data.X)
 
 
 def fit_bootstrap(data: TrainingData, column_class: int | None, learner, seed: int) -> tuple[Voter, np.ndarray]:
@@ -98,13 +98,13 @@ def fit_bootstrap(data: TrainingData, column_class: int | None, learner, seed: i
     idx = np.sort(rng.integers(0, len(y01), size=len(y01)))
     w = None if data.w is None else data.w[idx]
     voter = _fit_or_constant(data.X[idx], y01[idx], w, learner, seed)
-    with _single_thread():
-        return voter, voter.votes(data.X)
+    pin_native_threads()
+    return voter, voter.votes(data.X)
 
 
 def learner_scores(voter: Voter, data: TrainingData) -> np.ndarray:
     """Training scores of the first classifier, for the raw-learner baseline of evaluation."""
     if voter.learner is None:
         return np.full((data.X.shape[0], 1), float(voter.constant))
-    with _single_thread():
-        return as_columns(voter.learner.score(data.X))[:, :1]
+    pin_native_threads()
+    return as_columns(voter.learner.score(data.X))[:, :1]

@@ -3,8 +3,9 @@
 They receive plain objects (unfitted learner/calibrator instances, index arrays, the scattered
 :class:`TrainingData`) and return plain fitted objects.  They never touch the plugin manager and never
 draw randomness from anything but the seed they are given, so a task gives the same bits on any
-worker.  BLAS/OpenMP pools are pinned to one thread inside a task: Dask already runs tasks in
-parallel, and a fixed thread count keeps floating-point reductions identical on any cluster layout.
+worker.  BLAS/OpenMP pools are pinned to one thread per process (:func:`pin_native_threads`): Dask
+already runs tasks in parallel, and a fixed thread count keeps floating-point reductions identical on
+any cluster layout.
 """
 
 from __future__ import annotations
@@ -59,10 +60,43 @@ def seeded(estimator, seed: int):
     return est
 
 
-def _single_thread():
-    from threadpoolctl import threadpool_limits
+_pinned = False
 
-    return threadpool_limits(limits=1)
+
+def pin_native_threads() -> None:
+    """Pin this process's BLAS/OpenMP pools to one thread, once, and leave them so.
+
+    A scoped limit would be wrong here: the limit is process-wide, so when one of two concurrent
+    tasks left its scope it would hand two BLAS threads back to the other task mid-fit, and
+    floating-point reductions (hence model bits) would depend on timing.  Worker processes keep the
+    pin for life; the embedded scheduler pins the client process only while it runs
+    (:func:`calengine.cluster.dask_client`).
+    """
+    global _pinned
+    if not _pinned:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1)
+        _pinned = True
+
+
+class pinned_native_threads:
+    """Context: one native thread per pool in this process for the block, restored afterwards."""
+
+    def __enter__(self):
+        global _pinned
+        from threadpoolctl import threadpool_limits
+
+        self._previous = _pinned
+        self._limits = threadpool_limits(limits=1)
+        _pinned = True
+        return self
+
+    def __exit__(self, *exc):
+        global _pinned
+        self._limits.restore_original_limits()
+        _pinned = self._previous
+        return False
 
 
 def column_targets(y: np.ndarray, n_columns: int) -> list[np.ndarray]:
@@ -75,16 +109,16 @@ def column_targets(y: np.ndarray, n_columns: int) -> list[np.ndarray]:
 def fit_learner(data: TrainingData, idx: np.ndarray | None, learner, seed: int):
     """Fit a fresh copy of ``learner`` on the rows ``idx`` (all rows when None)."""
     X, y, w = data.rows(idx)
-    with _single_thread():
-        est = seeded(learner, seed)
-        est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
+    pin_native_threads()
+    est = seeded(learner, seed)
+    est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
     return est
 
 
 def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:
     X, _, _ = data.rows(idx)
-    with _single_thread():
-        return as_columns(learner.score(X))
+    pin_native_threads()
+    return as_columns(learner.score(X))
 
 
 def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str) -> list:
