@@ -114,7 +114,8 @@ def dask_client(
     # Worker processes may start their own children (joblib inside a third-party learner).
     with dask.config.set({"distributed.worker.daemon": False}):
         if cluster is None:
-            lc = LocalCluster(
+            lc = _start_local(
+                LocalCluster,
                 n_workers=1,
                 threads_per_worker=workers or default_threads(),
                 processes=False,
@@ -131,7 +132,8 @@ def dask_client(
                 lc.close()
             return
         if cluster == "local":
-            lc = LocalCluster(
+            lc = _start_local(
+                LocalCluster,
                 n_workers=workers or default_threads(),
                 threads_per_worker=1,
                 processes=True,
@@ -154,6 +156,18 @@ def dask_client(
             yield client
         finally:
             client.close()
+
+
+def _start_local(factory, attempts: int = 3, **kwargs):
+    """Start a local cluster, retrying a start-up failure (seen rarely on a loaded machine: the
+    scheduler failing to bind) before reporting it as one line."""
+    last: Exception | None = None
+    for _ in range(attempts):
+        try:
+            return factory(**kwargs)
+        except (RuntimeError, OSError, ValueError) as exc:
+            last = exc
+    raise ClusterError(f"could not start a local Dask cluster ({last}); check free memory and ports, then retry")
 
 
 def _connect(address: str, tls: TLSConfig | None):
