@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                      " sparse_ecoc, k_minus_one or file:PATH (CSV/JSON of -1/0/+1), combined by normalize,"
                      " least_squares, coupling, pairwise_coupling, wu_lin_weng or k_minus_one"
                      " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
+    fit.add_argument("--combiner-param", action="append", metavar="K=V",
+                     help="parameter of the --multiclass combiner, e.g. tol=1e-6 for coupling (repeatable)")
     fit.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
     fit.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
     fit.add_argument("--calibration-data", metavar="DATA", help="calibrate on this table instead of folds")
@@ -239,8 +241,13 @@ def cmd_fit(args) -> int:
         cv=args.cv,
         seed=args.seed,
         multiclass=args.multiclass,
+        combiner_params=parse_params(args.combiner_param, "--combiner-param"),
         combine=args.combine,
     )
+    if config.combiner_params and not args.multiclass:
+        from .errors import ParameterError
+
+        raise ParameterError("--combiner-param needs --multiclass CODE:COMBINER to name the combiner")
     if args.multiclass and args.method in ENGINE_METHODS:
         from .errors import ParameterError
 

@@ -158,5 +158,6 @@ def _column_member(learners, calibrators, ranges: list[tuple[float, float]]) -> 
     if kind == "proba":
         raw = RawMap(kind, np.zeros(n), np.ones(n))
     else:
-        raw = RawMap(kind, np.array([r[0] for r in ranges]), np.array([r[1] for r in ranges]))
+        a = np.array([max(abs(r[0]), abs(r[1])) for r in ranges])
+        raw = RawMap(kind, -a, a)
     return Member(list(learners), [[b] for b in range(n)], list(calibrators), raw)

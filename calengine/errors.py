@@ -39,5 +39,9 @@ class ClusterError(CalengineError, RuntimeError):
     """The Dask cluster cannot be reached, or its workers differ from the client."""
 
 
+class LearnerError(CalengineError, RuntimeError):
+    """A learner failed to fit or score on the data it was given (e.g. a degenerate fold)."""
+
+
 class CodeMatrixError(ParameterError):
     """A multiclass code matrix is malformed or unusable by the chosen combiner."""

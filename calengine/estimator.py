@@ -72,6 +72,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         workers=None,
         multiclass=None,
         combine=None,
+        combiner_params=None,
     ):
         self.learner = learner
         self.method = method
@@ -84,6 +85,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.workers = workers
         self.multiclass = multiclass
         self.combine = combine
+        self.combiner_params = combiner_params
 
     def _encode_fit(self, X):
         import pandas as pd
@@ -129,6 +131,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             cv=self.cv,
             seed=self.seed,
             multiclass=self.multiclass,
+            combiner_params=dict(self.combiner_params or {}),
             combine=self.combine,
         )
         with dask_client(self.cluster, workers=self.workers) as client:

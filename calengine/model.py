@@ -42,10 +42,11 @@ def one_vs_all_matrix(k: int) -> np.ndarray:
 
 @dataclass
 class RawMap:
-    """The learner's own probability per column: identity for probability scores, else min-max.
+    """The learner's own probability per column: identity for probability scores; for decision
+    scores Zadrozny & Elkan's (f + a) / 2a with a = max |f| over the calibration scores, clipped.
 
-    Min-max rescaling (Zadrozny & Elkan §2) uses the range of the calibration scores; this is the
-    "raw learner" baseline that evaluation compares calibrated probabilities against.
+    Unlike a min-max rescaling this keeps f = 0 at probability 1/2, so the "raw learner" that
+    evaluation compares against makes exactly the learner's own decisions.
     """
 
     score_kind: str
@@ -56,7 +57,8 @@ class RawMap:
     def fit(cls, S: np.ndarray, score_kind: str) -> "RawMap":
         if score_kind == "proba":
             return cls(score_kind, np.zeros(S.shape[1]), np.ones(S.shape[1]))
-        return cls(score_kind, S.min(axis=0), S.max(axis=0))
+        a = np.abs(S).max(axis=0)
+        return cls(score_kind, -a, a)
 
     def apply(self, S: np.ndarray) -> np.ndarray:
         span = np.where(self.hi > self.lo, self.hi - self.lo, 1.0)

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import probing
 from .model import as_columns
-from .tasks import TrainingData, pin_native_threads, seeded
+from .tasks import TrainingData, learner_errors, pin_native_threads, seeded
 
 log_name = "calengine.reductions"
 
@@ -53,10 +53,11 @@ def _fit_or_constant(X, y01, w, learner, seed: int) -> Voter:
         return Voter(constant=int(only))
     est = seeded(learner, seed)
     pin_native_threads()
-    if w is None:
-        est.fit(X, y01)
-    else:
-        est.fit(X, y01, sample_weight=w)
+    with learner_errors(est):
+        if w is None:
+            est.fit(X, y01)
+        else:
+            est.fit(X, y01, sample_weight=w)
     return Voter(learner=est)
 
 

@@ -43,6 +43,28 @@ class TrainingData:
         return np.flatnonzero(~held), np.flatnonzero(held)
 
 
+class learner_errors:
+    """Turn a learner's own failure (scikit-learn raises ValueError, LinAlgError, ...) into a
+    :class:`LearnerError` naming the learner, so the CLI prints one line instead of a traceback."""
+
+    def __init__(self, learner) -> None:
+        self.learner = learner
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        from .errors import CalengineError, LearnerError
+
+        if exc is None or isinstance(exc, CalengineError) or not isinstance(exc, (ValueError, ArithmeticError, TypeError)):
+            return False
+        name = getattr(self.learner, "name", type(self.learner).__name__)
+        message = " ".join(str(exc).split())
+        raise LearnerError(
+            f"learner '{name}' failed to fit: {message}; try other --learner-param values or another learner"
+        ) from exc
+
+
 def task_seed(seed: int, *identity: int) -> int:
     """A 31-bit seed derived from the user's seed and a task's identity, independent of scheduling."""
     ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *[int(i) & 0xFFFFFFFF for i in identity]])
@@ -111,7 +133,8 @@ def fit_learner(data: TrainingData, idx: np.ndarray | None, learner, seed: int):
     X, y, w = data.rows(idx)
     pin_native_threads()
     est = seeded(learner, seed)
-    est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
+    with learner_errors(est):
+        est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
     return est
 
 

@@ -40,6 +40,8 @@ class FitConfig:
     #: "CODE:COMBINER" (e.g. "all_pairs:coupling") for one binary learner per code-matrix column;
     #: None: a native multiclass learner's one-vs-rest scores, combined by normalisation
     multiclass: str | None = None
+    #: parameters of the combiner named in ``multiclass`` (e.g. coupling's ``tol``, ``max_iter``)
+    combiner_params: dict[str, Any] = field(default_factory=dict)
     #: with several learners (a list, or names separated by commas): the rule combining their
     #: calibrated posteriors (min, max, median, mean, product; Duin & Tax)
     combine: str | None = None
@@ -114,7 +116,9 @@ def fit_model(
             uncalibrated=uncalibrated,
         )
         if config.multiclass and k > 2:
-            code_matrix, combiner = resolve_multiclass(config.multiclass, k, config.seed, plugins)
+            code_matrix, combiner = resolve_multiclass(
+                config.multiclass, k, config.seed, plugins, config.combiner_params
+            )
             if cal_data is not None or uncalibrated:
                 raise ParameterError(
                     "--multiclass with a code matrix needs cross-validated calibration; drop"
@@ -208,7 +212,7 @@ def _fit_combined(client, data, labels, encoder, config, learners, cal_data, pro
     )
 
 
-def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet):
+def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params: dict[str, Any] | None = None):
     """(code matrix, combiner) for ``CODE:COMBINER``; the combiner checks it can use the matrix.
 
     ``CODE`` alone picks a sensible combiner: normalize for one_vs_all, coupling for the others.
@@ -223,7 +227,7 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet):
         from .codematrix import is_one_vs_all
 
         comb = "normalize" if is_one_vs_all(M) else "coupling"
-    combiner = registry.make("combiners", comb, {}, plugins)
+    combiner = registry.make("combiners", comb, params or {}, plugins)
     combiner.check_matrix(M)
     return M, combiner
 

@@ -202,6 +202,9 @@ def test_help_is_cheap_because_heavy_libraries_load_lazily():
         (["fit", PIMA, "--target", "class", "--cluster", "tcp://127.0.0.1:9", "--output", "{tmp}/m"], ["scheduler"]),
         (["fit", PIMA, "--output", "{tmp}/m"], ["--target"]),
         (["evaluate", "{tmp}", PIMA, "--target", "class"], ["not a calengine model directory"]),
+        (["fit", PIMA, "--target", "class", "--learner", "sklearn.svm.SVC", "--learner-param", "C=-1",
+          "--output", "{tmp}/m"], ["learner 'sklearn' failed to fit", "'C'"]),
+        (["fit", PIMA, "--target", "class", "--combiner-param", "tol=1", "--output", "{tmp}/m"], ["--multiclass"]),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_no_output(args, fragments, cli, tmp_path):

@@ -34,6 +34,21 @@ def test_code_matrix_multiclass_end_to_end(cli, tmp_path, digits_small):
     assert m["error_rate"] < 0.2 and m["brier"] < m["raw"]["brier"] + 0.05
 
 
+def test_combiner_parameters_reach_the_combiner(cli, tmp_path, digits_small):
+    out = tmp_path / "coupled"
+    r = cli("fit", digits_small, "--target", "class", "--method", "sigmoid", "--cv", "3",
+            "--multiclass", "all_pairs:coupling", "--combiner-param", "max_iter=50",
+            "--combiner-param", "tol=1e-6", "--output", out)
+    assert r.returncode == 0, r
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["combiner"] == {"name": "coupling", "params": {"max_iter": 50, "tol": 1e-6}}
+    assert_one_line_error(
+        cli("fit", digits_small, "--target", "class", "--multiclass", "all_pairs:coupling",
+            "--combiner-param", "nosuch=1", "--output", tmp_path / "x"),
+        "no parameter 'nosuch'",
+    )
+
+
 def test_user_matrix_file_and_bad_matrices(cli, tmp_path, digits_small):
     rng = np.random.default_rng(0)
     M = rng.choice([-1, 1], size=(10, 12))
