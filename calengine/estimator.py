@@ -106,7 +106,9 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             return self.encoder_.transform(X)
         return _as_matrix(X)
 
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X, y, sample_weight=None, X_cal=None, y_cal=None):
+        """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
+        see only the scores of the calibration table (``calengine fit --calibration-data``)."""
         import pandas as pd
 
         from .cluster import dask_client
@@ -134,8 +136,14 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             combiner_params=dict(self.combiner_params or {}),
             combine=self.combine,
         )
+        cal_data = None
+        if (X_cal is None) != (y_cal is None):
+            raise DataError("pass both X_cal and y_cal to calibrate on a separate table, or neither")
+        if X_cal is not None:
+            Xc = encoder.transform(X_cal) if encoder is not None else _as_matrix(X_cal)
+            cal_data = TrainingData(X=Xc, y=labels.encode(pd.Series(np.asarray(y_cal))))
         with dask_client(self.cluster, workers=self.workers) as client:
-            model = fit_model(client, data, labels, encoder, config)
+            model = fit_model(client, data, labels, encoder, config, cal_data=cal_data)
         self.model_ = model
         self.encoder_ = encoder
         self.classes_ = np.asarray(labels.classes)

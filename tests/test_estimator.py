@@ -163,3 +163,13 @@ def test_combining_rules_api(binary):
     # product sharpens agreeing posteriors: its confidence is at least the mean's where all agree
     agree = (P["mean"][:, 1] > 0.5) == (P["product"][:, 1] > 0.5)
     assert agree.mean() > 0.95
+
+
+def test_separate_calibration_table(binary):
+    X, y = binary
+    clf = calengine.CalibratedClassifier("linear_svm", "sigmoid").fit(X[:500], y[:500], X_cal=X[500:], y_cal=y[500:])
+    assert len(clf.model_.members) == 1 and clf.model_.info["calibration_data"] is True
+    P = clf.predict_proba(X)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    with pytest.raises(DataError, match="both X_cal and y_cal"):
+        calengine.CalibratedClassifier("linear_svm", "sigmoid").fit(X, y, X_cal=X)

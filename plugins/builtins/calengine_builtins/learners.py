@@ -186,6 +186,11 @@ def _squared_distances(A: np.ndarray, B: np.ndarray, B_sq: np.ndarray) -> np.nda
     return D
 
 
+def _identity_scaling(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Means 0 and scales 1: raw distances, as Duin & Tax's k-NN and Parzen use them."""
+    return np.zeros(X.shape[1]), np.ones(X.shape[1])
+
+
 def _standardisation(X: np.ndarray, w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(Weighted) column means and standard deviations; constant columns get scale 1."""
     mean = np.average(X, axis=0, weights=w)
@@ -579,10 +584,11 @@ class QDALearner(_SklearnBacked):
     """Standardised features + quadratic discriminant analysis (Gaussian classes, full covariances).
 
     ``reg_param`` shrinks each class covariance towards the identity.  The default 0.01 is not
-    scikit-learn's 0.0: real tables routinely have collinear columns or classes with fewer rows than
-    features, where the unregularised fit fails.  Standardising first (QDA itself is invariant to it)
-    makes that shrinkage mean the same for every column whatever its unit.  A fit that still fails
-    raises :class:`ParameterError` asking for a larger ``reg_param``.
+    scikit-learn's 0.0: real tables routinely have collinear columns, where the unregularised fit
+    fails.  Standardising first (QDA itself is invariant to it) makes that shrinkage mean the same for
+    every column whatever its unit.  A class with no more rows than features has no full-rank
+    covariance for the default ``solver="svd"`` whatever ``reg_param`` is: ``solver="eigen"`` with a
+    ``shrinkage`` (e.g. 0.01, or "auto") fits it.  A fit that fails says which of the two to change.
     """
 
     name = "qda"
@@ -590,25 +596,28 @@ class QDALearner(_SklearnBacked):
     score_kind = "proba"
     accepts_sparse = False
 
-    def __init__(self, reg_param: float = 0.01):
+    def __init__(self, reg_param: float = 0.01, solver: str = "svd", shrinkage=None):
         self.reg_param = reg_param
+        self.solver = solver
+        self.shrinkage = shrinkage
 
     def make_estimator(self, sparse_input: bool = False):
         from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
         from sklearn.pipeline import Pipeline
 
-        return Pipeline(
-            [("scale", _scaler(sparse_input)), ("qda", QuadraticDiscriminantAnalysis(reg_param=self.reg_param))]
-        )
+        qda = QuadraticDiscriminantAnalysis(reg_param=self.reg_param, solver=self.solver, shrinkage=self.shrinkage)
+        return Pipeline([("scale", _scaler(sparse_input)), ("qda", qda)])
 
     def fit(self, X, y, sample_weight=None):
         try:
             return super().fit(X, y, sample_weight)
         except np.linalg.LinAlgError as exc:
-            raise ParameterError(
-                f"learner '{self.name}': a class covariance is singular with reg_param={self.reg_param} "
-                f"({exc}); use a larger reg_param, e.g. 0.1"
-            ) from None
+            counts = np.bincount(np.asarray(y))
+            if self.solver == "svd" and counts[counts > 0].min() <= np.shape(X)[1]:
+                fix = "a class has no more rows than features: use solver=eigen with shrinkage=0.01"
+            else:
+                fix = f"use a larger reg_param than {self.reg_param} (e.g. 0.1) or a shrinkage"
+            raise ParameterError(f"learner '{self.name}': a class covariance is singular; {fix}") from exc
 
 
 class BayesFullLearner(QDALearner):
@@ -835,7 +844,8 @@ def _neighbour_counts(labels: np.ndarray, n_classes: int) -> np.ndarray:
 
 
 class KNNLearner(Learner):
-    """k-nearest neighbours on standardised features, with Duin & Tax's posterior estimators.
+    """k-nearest neighbours on standardised features (``standardize=False``: raw distances, as Duin &
+    Tax), with their posterior estimators.
 
     * ``n_neighbors``: an int, or ``"loo"`` (default) to choose k in ``1..min(50, n-1)`` by the
       leave-one-out error of the majority vote on the training set (Duin & Tax's k-NN); ties in the
@@ -860,9 +870,10 @@ class KNNLearner(Learner):
 
     _ESTIMATORS = ("counts", "distance", "sklearn")
 
-    def __init__(self, n_neighbors="loo", estimator: str = "counts"):
+    def __init__(self, n_neighbors="loo", estimator: str = "counts", standardize: bool = True):
         self.n_neighbors = n_neighbors
         self.estimator = estimator
+        self.standardize = standardize
 
     def _check_params(self):
         if self.estimator not in self._ESTIMATORS:
@@ -895,7 +906,7 @@ class KNNLearner(Learner):
         X = _check_input(self, X)
         y = _check_labels(y, X.shape[0])
         self.__dict__.pop("_index_cache", None)
-        self.mean_, self.scale_ = _standardisation(X)
+        self.mean_, self.scale_ = _standardisation(X) if self.standardize else _identity_scaling(X)
         self.X_ = (X - self.mean_) / self.scale_
         self.y_ = y
         self.n_classes_ = int(y.max()) + 1
@@ -1046,7 +1057,8 @@ class NearestMeanLearner(Learner):
 
 
 class ParzenLearner(Learner):
-    """Parzen (Gaussian kernel density) classifier with one bandwidth on standardised features.
+    """Parzen (Gaussian kernel density) classifier with one bandwidth on standardised features
+    (``standardize=False``: on the raw features).
 
     Class ``c`` gets the density ``F_c(x) = sum_{n in c} w_n K_h(x - x_n) / W_c`` and the prior
     ``W_c / W``, so the posterior is ``sum_{n in c} w_n K_h(x - x_n)`` normalised over classes
@@ -1072,10 +1084,11 @@ class ParzenLearner(Learner):
     _GRID_SIZE = 16
     _GRID_DECADES = (-2.0, 1.0)
 
-    def __init__(self, bandwidth="loo", max_loo_samples: int | None = 2000, random_state=None):
+    def __init__(self, bandwidth="loo", max_loo_samples: int | None = 2000, random_state=None, standardize: bool = True):
         self.bandwidth = bandwidth
         self.max_loo_samples = max_loo_samples
         self.random_state = random_state
+        self.standardize = standardize
 
     def _bandwidth_param(self):
         value = self.bandwidth
@@ -1101,7 +1114,7 @@ class ParzenLearner(Learner):
         if w is None:
             w = np.ones(X.shape[0])
         self.n_classes_ = int(y.max()) + 1
-        self.mean_, self.scale_ = _standardisation(X, w)
+        self.mean_, self.scale_ = _standardisation(X, w) if self.standardize else _identity_scaling(X)
         keep = w > 0
         order = np.argsort(y[keep], kind="stable")
         self.X_ = ((X[keep] - self.mean_) / self.scale_)[order]
