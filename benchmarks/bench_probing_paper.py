@@ -562,7 +562,7 @@ def ours_table(results: list[dict], metric: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def build_report(results: list[dict], args, runtime_s: float) -> tuple[str, dict]:
+def build_report(results: list[dict], args, runtime_s: float, revision: str = "unknown") -> tuple[str, dict]:
     lines: list[str] = []
     have = [r["paper_name"] for r in results]
     summary: dict = {"tables": {}, "table4": {}, "head_to_head": {}, "probing_wins": {}}
@@ -572,7 +572,7 @@ def build_report(results: list[dict], args, runtime_s: float) -> tuple[str, dict
     lines.append(
         f"t={args.t}, batch={args.batch}, costing_rounds={args.costing_rounds} (tree and logistic regression),"
         f" J48-like tree: min_samples_leaf=2, ccp_alpha={args.j48_bits}/n_train, workers={args.workers},"
-        f" seed={args.seed}. Each cell: **ours** / paper. `inf` = a test example got probability 0 for"
+        f" seed={args.seed}, calengine at commit {revision}. Each cell: **ours** / paper. `inf` = a test example got probability 0 for"
         " its true class. KDD-98 and Physics: data not available (paper numbers only)."
     )
     lines.append("")
@@ -740,6 +740,23 @@ def _samples(rounds: int) -> str:
     return "one rejection sample" if rounds == 1 else f"{rounds} rejection samples combined by majority vote"
 
 
+def source_revision() -> str:
+    """The repository commit the benchmark ran on, with "+dirty" if calengine or its plugins had local edits."""
+    import subprocess
+
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "calengine", "plugins"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def _t4_agrees(printed: str, from_tables: list[str]) -> bool:
     """Whether Table 4's printed entry names the same winners as Tables 1-3 (loosely parsed)."""
     if printed.startswith("Prob(") and printed.endswith(")"):
@@ -829,19 +846,21 @@ def _write(out_dir: Path, results: list[dict], args, runtime: float, environment
 
     import calengine
 
-    report, summary = build_report(results, args, runtime)
+    environment = environment or {
+        "python": platform.python_version(),
+        "calengine": getattr(calengine, "__version__", "unknown"),
+        "source_revision": source_revision(),
+        "scikit-learn": sklearn.__version__,
+        "cpus": os.cpu_count(),
+        "load_average": list(os.getloadavg()),
+    }
+    report, summary = build_report(results, args, runtime, environment.get("source_revision", "unknown"))
     (out_dir / "probing_paper.md").write_text(report + "\n")
     payload = {
         "benchmark": "bench_probing_paper",
         "paper": "Langford & Zadrozny, Estimating Class Membership Probabilities using Classifier Learners",
         "settings": {k: v for k, v in vars(args).items() if k != "report_from"},
-        "environment": environment or {
-            "python": platform.python_version(),
-            "calengine": getattr(calengine, "__version__", "unknown"),
-            "scikit-learn": sklearn.__version__,
-            "cpus": os.cpu_count(),
-            "load_average": list(os.getloadavg()),
-        },
+        "environment": environment,
         "runtime_seconds": round(runtime, 1),
         "paper_numbers": {"tables": PAPER, "table4": PAPER_TABLE4, "probing_wins_claim": PAPER_PROBING_WINS_CLAIM},
         "results": results,
