@@ -132,10 +132,6 @@ def fit_model(
             code_matrix = one_vs_all_matrix(k) if k > 2 else np.array([[-1], [1]], dtype=np.int8)
             combiner = registry.make("combiners", "normalize", {}, plugins) if k > 2 else None
             counts = np.full(code_matrix.shape[1], len(data.y), dtype=np.int64)
-        info["calibrator_params"] = calibrator.get_params(deep=False)
-    if combiner is not None:
-        info["combiner"] = combiner.name
-        info["combiner_params"] = combiner.get_params(deep=False)
     return CalibratedModel(
         encoder=encoder,
         labels=labels,
