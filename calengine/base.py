@@ -67,6 +67,38 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
     def from_state(self, state: dict[str, Any]) -> "Learner":
         """See the class docstring."""
 
+    # ------------------------------------------------------------------ optional: fitting by statistics
+    #
+    # A learner whose fit depends on the data only through additive (mergeable) statistics -- naive
+    # Bayes is the classic case -- can be fitted over a partitioned table without ever holding its
+    # rows: each partition task computes ``partial_stats``, the engine merges them with
+    # ``merge_stats`` (in a fixed order, so results are deterministic) and calls ``fit_from_stats``.
+    # With k cross-validation folds the engine computes one set of statistics per fold in a single
+    # pass and gives fold f the merge of the other folds' statistics: CV costs one pass, not k.
+    #
+    # Contract (all three or none; ``supports_stats`` says which):
+    #
+    # * ``partial_stats(X, y, sample_weight, n_classes)`` -> ``dict[str, numpy array]``: statistics of
+    #   the rows given (``X`` as for ``fit``, possibly with zero rows; ``y`` class indices
+    #   ``0..n_classes-1``, not every class need be present; ``sample_weight`` ``None`` or a float
+    #   array).  Runs inside Dask tasks: pure, no randomness.
+    # * ``merge_stats(a, b)`` -> the statistics of the union; associative, and exact up to rounding.
+    # * ``fit_from_stats(stats, n_classes)`` -> ``self``, fitted: the same model as ``fit`` on the
+    #   union of the rows, up to floating-point rounding (calengine.testing checks 1e-9 relative).
+    #   Raise :class:`calengine.errors.DataError` when the statistics cannot give a model (a class
+    #   without rows).
+
+    supports_stats: ClassVar[bool] = False
+
+    def partial_stats(self, X, y, sample_weight, n_classes: int) -> dict[str, Any]:
+        raise NotImplementedError(f"learner '{self.name}' cannot be fitted from statistics")
+
+    def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"learner '{self.name}' cannot be fitted from statistics")
+
+    def fit_from_stats(self, stats: dict[str, Any], n_classes: int) -> "Learner":
+        raise NotImplementedError(f"learner '{self.name}' cannot be fitted from statistics")
+
 
 class SklearnLearner(Learner):
     """A learner backed by one scikit-learn estimator (or Pipeline) built by :meth:`make_estimator`.
@@ -145,6 +177,53 @@ class Calibrator(BaseEstimator, metaclass=ABCMeta):
     @abstractmethod
     def predict(self, scores) -> np.ndarray:
         """See the class docstring."""
+
+    # ------------------------------------------------------------------ optional: fitting as a reduction
+    #
+    # ``fit`` needs every score in one process.  A calibrator that also implements the four methods
+    # below is fitted over a partitioned table with only small statistics travelling: the scores stay
+    # on the workers that computed them.  The engine drives a small protocol; the calibrator decides
+    # what each round computes::
+    #
+    #     request = cal.reduction_start(score_kind)
+    #     while request is not None:
+    #         pieces = the calibration data cut into pieces (see "sorted" below)
+    #         stats = merge_stats(...merge_stats(partial_stats(piece_1), partial_stats(piece_2))...)
+    #         request = cal.reduction_step(stats, request)
+    #     # cal is now fitted, exactly as fit() would have left it
+    #
+    # * ``reduction_start(score_kind)`` -> the first request: a small picklable ``dict``, or ``None``
+    #   when this configuration cannot be fitted as a reduction (the engine then gathers the scores
+    #   on one worker and calls ``fit``, if they fit its memory).  It resets any earlier fit.  If
+    #   ``request.get("sorted")`` is true the engine hands ``partial_stats`` *score ranges*: pieces
+    #   that are disjoint, in increasing score order, and never split a group of tied scores; then
+    #   ``merge_stats(a, b)`` is always called with ``a`` wholly below ``b``.  Otherwise pieces are
+    #   arbitrary (table partitions) merged in a fixed order.
+    # * ``partial_stats(scores, y, sample_weight, request)`` -> statistics of one non-empty piece
+    #   (``scores`` float64 1-D, ``y`` 0/1 int, ``sample_weight`` float64, ones when unweighted).
+    #   Runs inside Dask tasks: it must be a pure function of its arguments and the calibrator's
+    #   parameters (it may read state set by earlier rounds, which travels with the calibrator).
+    #   Validate the piece as ``fit`` would (same errors).
+    # * ``merge_stats(a, b)`` -> statistics of the union; associative.
+    # * ``reduction_step(stats, request)`` -> the next request, or ``None`` once the calibrator is
+    #   fitted.  Runs in the client; raise what ``fit`` raises for unusable data (one class...).
+    #
+    # ``fit`` must equal the protocol run on a single piece, and the result must not depend on how
+    # the data are cut (to 1e-12 for closed forms, to the solver's tolerance for iterative fits).
+    # ``calengine.calibrator_reduction.fit_by_reduction`` runs the protocol in one process.
+
+    def reduction_start(self, score_kind: str = "decision") -> dict[str, Any] | None:
+        """The first request of the reduction protocol, or ``None``: not a reduction (the default)."""
+        return None
+
+    def partial_stats(self, scores, y, sample_weight, request: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"calibrator '{self.name}' cannot be fitted as a reduction")
+
+    def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError(f"calibrator '{self.name}' cannot be fitted as a reduction")
+
+    def reduction_step(self, stats: dict[str, Any], request: dict[str, Any]) -> dict[str, Any] | None:
+        raise NotImplementedError(f"calibrator '{self.name}' cannot be fitted as a reduction")
 
     def to_state(self) -> dict[str, Any]:
         """Default: every public fitted attribute (name ending in ``_``)."""
