@@ -55,6 +55,8 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
         " that scheduler (default: an embedded scheduler in this process)",
     )
     p.add_argument("--workers", type=int, default=None, help="workers (threads when embedded, processes with --cluster)")
+    p.add_argument("--worker-memory", default=None, metavar="SIZE",
+                   help="memory limit of each local worker, e.g. 6GiB (Dask spills, pauses and restarts beyond it)")
     p.add_argument("--tls-ca-file", help="CA certificate for a tls:// scheduler")
     p.add_argument("--tls-cert", help="client certificate for a tls:// scheduler")
     p.add_argument("--tls-key", help="client private key for a tls:// scheduler")
@@ -106,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
     fit.add_argument("--max-categories", type=int, default=100, metavar="N",
                      help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
+    fit.add_argument("--max-train-rows", type=int, default=None, metavar="N",
+                     help="fit each learner on a seeded, stratified sample of at most N rows drawn on the workers"
+                     " (statistics, calibration and evaluation still use every row)")
+    fit.add_argument("--route", choices=("auto", "stats", "in-memory", "sample"), default="auto",
+                     help="how learners meet the rows: from mergeable statistics (learners that support it),"
+                     " rows assembled on one worker, or a sample (--max-train-rows); default: auto")
     fit.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
     fit.add_argument("--overwrite", action="store_true",
                      help="replace an existing model directory at --output (only once the new model is complete)")
@@ -190,7 +198,19 @@ def _client(args, distributions=(), modules=()):
 
     if args.workers is not None and args.workers < 1:
         raise ParameterError(f"--workers must be at least 1, got {args.workers}")
-    return dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions, modules=modules)
+    memory = getattr(args, "worker_memory", None)
+    if memory is not None:
+        from dask.utils import parse_bytes
+
+        try:
+            if parse_bytes(memory) <= 0:
+                raise ValueError
+        except (ValueError, TypeError):
+            raise ParameterError(f"--worker-memory must be a size such as 6GiB, got {memory!r}") from None
+        if args.cluster not in (None, "local"):
+            raise ParameterError("--worker-memory applies to local clusters; start remote workers with 'dask worker --memory-limit'")
+    return dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions,
+                       modules=modules, memory_limit=memory)
 
 
 def _plugin_requirements(objects) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -224,12 +244,10 @@ def _model_plugin_objects(model) -> list:
 def cmd_fit(args) -> int:
     from . import registry
     from .artifact import save_model
-    from .data import LabelSpace, read_table, resolve_parquet_files, parquet_columns
-    from .errors import DataError
-    from .features import FeatureEncoder, select_feature_columns
+    from .errors import DataError, ParameterError
+    from .partition_fit import TableSpec, fit_table
     from .plugins import get_plugins
-    from .tasks import TrainingData
-    from .training import ENGINE_METHODS, FitConfig, fit_model, resolve_learner
+    from .training import ENGINE_METHODS, FitConfig, _params_for, resolve_learner, split_learners
 
     plugins = get_plugins()
     config = FitConfig(
@@ -245,19 +263,13 @@ def cmd_fit(args) -> int:
         combine=args.combine,
     )
     if config.combiner_params and not args.multiclass:
-        from .errors import ParameterError
-
         raise ParameterError("--combiner-param needs --multiclass CODE:COMBINER to name the combiner")
     if args.multiclass and args.method in ENGINE_METHODS:
-        from .errors import ParameterError
-
         raise ParameterError(
             f"--multiclass does not apply to --method {args.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
         )
     # resolve names before touching data, so a typo fails in milliseconds
     from dataclasses import replace
-
-    from .training import _params_for, split_learners
 
     base = split_learners(config.learner)
     learners = [
@@ -274,48 +286,35 @@ def cmd_fit(args) -> int:
             raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite")
         if not os.path.isfile(os.path.join(out, "manifest.json")):
             raise DataError(f"--overwrite refuses to replace '{args.output}': it is not a calengine model directory")
-
-    files = resolve_parquet_files(args.data)
-    columns = parquet_columns(files)
-    features = args.features.split(",") if args.features else None
-    if args.target not in columns:
-        from .data import check_columns
-
-        check_columns(files, [args.target])
-    feature_cols = select_feature_columns(columns, args.target, features, args.exclude)
-    df = read_table(files, feature_cols + [args.target])
-    df, dropped = _drop_missing_target(df, args.target)
-    labels = LabelSpace.from_series(df[args.target], args.target, args.positive)
-    encoder = FeatureEncoder(max_categories=args.max_categories, text_columns=tuple(args.text_column or ()))
-    encoder.fit(df[feature_cols])
-    data = TrainingData(X=encoder.transform(df[feature_cols]), y=labels.encode(df[args.target]))
-    cal_data = None
-    if args.calibration_data:
-        cal_files = resolve_parquet_files(args.calibration_data)
-        cdf = read_table(cal_files, feature_cols + [args.target])
-        cdf, _ = _drop_missing_target(cdf, args.target)
-        cal_data = TrainingData(X=encoder.transform(cdf[feature_cols]), y=labels.encode(cdf[args.target]))
-    if dropped:
-        sys.stderr.write(f"note: dropped {dropped} rows whose target '{args.target}' is missing\n")
+    spec = TableSpec(
+        data=args.data,
+        target=args.target,
+        positive=args.positive,
+        features=args.features.split(",") if args.features else None,
+        exclude=args.exclude,
+        text_columns=tuple(args.text_column or ()),
+        max_categories=args.max_categories,
+        calibration_data=args.calibration_data,
+        max_train_rows=args.max_train_rows,
+        route=args.route,
+    )
     dists, modules = _plugin_requirements([*learners, calibrator])
     progress = _progress(args)
     with _client(args, dists, modules) as client:
-        model = fit_model(client, data, labels, encoder, config, cal_data=cal_data, progress=progress, plugins=plugins)
+        model = fit_table(client, spec, config, progress=progress, plugins=plugins)
     save_model(model, out, plugins, overwrite=args.overwrite)
+    training = model.info.get("x_training", {})
+    if training.get("dropped_missing_target"):
+        sys.stderr.write(
+            f"note: dropped {training['dropped_missing_target']} rows whose target '{args.target}' is missing\n"
+        )
     n_members = len(model.members)
     sys.stderr.write(
-        f"fitted {model.info['learner']} + {args.method} on {len(data.y)} rows, {labels.n_classes} classes,"
+        f"fitted {model.info['learner']} + {args.method} on {training.get('rows')} rows"
+        f" ({training.get('route')} route), {model.labels.n_classes} classes,"
         f" {n_members} member{'s' if n_members != 1 else ''} -> {args.output}\n"
     )
     return 0
-
-
-def _drop_missing_target(df, target: str):
-    mask = df[target].isna()
-    dropped = int(mask.sum())
-    if dropped:
-        df = df.loc[~mask].reset_index(drop=True)
-    return df, dropped
 
 
 def cmd_score(args) -> int:

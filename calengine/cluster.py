@@ -106,8 +106,14 @@ def dask_client(
     tls: TLSConfig | None = None,
     distributions: tuple[str, ...] = (),
     modules: tuple[str, ...] = (),
+    memory_limit: str | None = None,
 ) -> Iterator[object]:
-    """Yield a ``distributed.Client`` for ``cluster`` (see the module docstring), closed afterwards."""
+    """Yield a ``distributed.Client`` for ``cluster`` (see the module docstring), closed afterwards.
+
+    ``memory_limit`` (e.g. ``"6GiB"``) caps each worker of a local cluster (Dask's ``memory_limit``:
+    workers spill, pause and are restarted beyond it); a remote cluster's workers set their own.
+    """
+    local_memory = {} if memory_limit is None else {"memory_limit": memory_limit}
     import dask
     from distributed import Client, LocalCluster
 
@@ -121,6 +127,7 @@ def dask_client(
                 processes=False,
                 dashboard_address="127.0.0.1:0",
                 silence_logs=logging.CRITICAL,
+                **local_memory,
             )
             client = Client(lc, set_as_default=False)
             try:
@@ -140,6 +147,7 @@ def dask_client(
                 host="127.0.0.1",
                 dashboard_address="127.0.0.1:0",
                 silence_logs=logging.CRITICAL,
+                **local_memory,
             )
             client = Client(lc, set_as_default=False)
             try:

@@ -127,7 +127,12 @@ class LabelSpace:
 
     @classmethod
     def from_series(cls, y, target: str, positive: str | None = None) -> "LabelSpace":
-        values = sorted({_plain(v) for v in y.dropna().unique()}, key=lambda v: (str(type(v)), v))
+        return cls.from_values({_plain(v) for v in y.dropna().unique()}, target, positive)
+
+    @classmethod
+    def from_values(cls, distinct, target: str, positive: str | None = None) -> "LabelSpace":
+        """The label space of a target with these distinct non-missing values (any order)."""
+        values = sorted({_plain(v) for v in distinct}, key=lambda v: (str(type(v)), v))
         if len(values) < 2:
             shown = f"only the value {values[0]!r}" if values else "no non-missing values"
             raise DataError(

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from .column_stats import as_float as _as_float, as_text as _as_text
 from .errors import DataError
 
 MISSING = "<missing>"
@@ -48,35 +49,6 @@ class ColumnEncoding:
         return 2**hash_bits
 
 
-def _kind_of(series, name: str) -> str:
-    import pandas as pd
-    from pandas.api import types as pdt
-
-    dtype = series.dtype
-    if pdt.is_bool_dtype(dtype) or pdt.is_numeric_dtype(dtype):
-        return "numeric"
-    if isinstance(dtype, pd.CategoricalDtype) or pdt.is_string_dtype(dtype) or pdt.is_object_dtype(dtype):
-        return "categorical"
-    raise DataError(
-        f"column '{name}' has type {dtype}, which calengine does not encode (numeric, boolean, string"
-        f" and text columns are supported); leave it out with --exclude {name} or convert it"
-    )
-
-
-def _as_float(series) -> np.ndarray:
-    import pandas as pd
-
-    values = pd.to_numeric(series, errors="coerce") if series.dtype == object else series
-    arr = np.array(values.astype("float64").to_numpy(na_value=np.nan), dtype=np.float64, copy=True)
-    arr[~np.isfinite(arr)] = np.nan
-    return arr
-
-
-def _as_text(series) -> np.ndarray:
-    """Strings with missing values as ``None``."""
-    return np.array([None if (v is None or v != v) else str(v) for v in series.tolist()], dtype=object)
-
-
 @dataclass
 class FeatureEncoder:
     """Column encodings fitted on a training table; ``transform`` applies them to any other table."""
@@ -88,45 +60,55 @@ class FeatureEncoder:
     columns_: list[ColumnEncoding] = field(default_factory=list)
 
     def fit(self, df) -> "FeatureEncoder":
+        """Fit on an in-memory DataFrame: the statistics of one partition (see ``fit_stats``)."""
+        from .column_stats import partition_stats
+
         if df.shape[1] == 0:
             raise DataError("no feature columns left; check --features/--exclude")
-        if len(df) == 0:
-            raise DataError("the training table has no rows")
-        unknown_text = [c for c in self.text_columns if c not in df.columns]
+        self._check_text_columns(list(df.columns))
+        return self.fit_stats(partition_stats(df, list(df.columns), text_columns=tuple(self.text_columns)))
+
+    def _check_text_columns(self, columns: list[str]) -> None:
+        unknown_text = [c for c in self.text_columns if c not in columns]
         if unknown_text:
             raise DataError(f"--text-column '{unknown_text[0]}' is not a feature column of the table")
+
+    def fit_stats(self, stats) -> "FeatureEncoder":
+        """Fit from merged :class:`calengine.column_stats.TableStats` of the training rows.
+
+        This is the whole fit: a partitioned table's statistics are merged over its fragments and
+        arrive here, so the encoding never needs the rows in one place.
+        """
+        if not stats.columns:
+            raise DataError("no feature columns left; check --features/--exclude")
+        if stats.n_rows == 0:
+            raise DataError("the training table has no rows")
+        self._check_text_columns(list(stats.columns))
         encodings = []
-        for name in df.columns:
-            series = df[name]
-            kind = "text" if name in self.text_columns else _kind_of(series, name)
-            if kind == "numeric":
-                values = _as_float(series)
-                missing = np.isnan(values)
-                fill = float(np.median(values[~missing])) if (~missing).any() else 0.0
-                encodings.append(ColumnEncoding(name, "numeric", fill=fill, missing_indicator=bool(missing.any())))
-            elif kind == "categorical" and self._looks_like_text(series):
-                encodings.append(ColumnEncoding(name, "text"))
-            elif kind == "categorical":
-                text = _as_text(series)
-                text = np.where(text == None, MISSING, text)  # noqa: E711 - elementwise on object array
-                values, counts = np.unique(text.astype(str), return_counts=True)
-                order = sorted(range(len(values)), key=lambda i: (-counts[i], values[i]))
-                kept = sorted(values[i] for i in order[: self.max_categories])
+        for name, col in stats.columns.items():
+            if col.kind == "numeric":
+                num = col.numeric
                 encodings.append(
-                    ColumnEncoding(name, "categorical", categories=kept, other=len(values) > len(kept))
+                    ColumnEncoding(name, "numeric", fill=num.median(), missing_indicator=bool(num.missing))
                 )
-            else:
+            elif name in self.text_columns or self._looks_like_text(col.strings):
                 encodings.append(ColumnEncoding(name, "text"))
+            else:
+                counts = col.strings.counts
+                order = sorted(counts, key=lambda v: (-counts[v], v))
+                kept = sorted(order[: self.max_categories])
+                encodings.append(
+                    ColumnEncoding(name, "categorical", categories=kept, other=len(counts) > len(kept) or col.strings.truncated)
+                )
         self.columns_ = encodings
         return self
 
-    def _looks_like_text(self, series) -> bool:
-        text = [v for v in _as_text(series) if v is not None]
-        if len(text) < 20:
+    def _looks_like_text(self, strings) -> bool:
+        """Long, mostly distinct strings: free text to hash rather than categories to one-hot."""
+        if strings.nonnull < 20:
             return False
-        mean_len = float(np.mean([len(t) for t in text]))
-        distinct = len(set(text)) / len(text)
-        return mean_len >= self.text_min_length and distinct > 0.5
+        mean_len = strings.total_length / strings.nonnull
+        return mean_len >= self.text_min_length and strings.distinct_ratio() > 0.5
 
     @property
     def input_columns(self) -> list[str]:

@@ -201,14 +201,22 @@ def _column_classes(k: int, multiclass: str) -> list[int | None]:
     return list(range(k))
 
 
-def fit_reduction_members(client, data, labels, learner, config, plugins, progress):
-    """Fit a Probing or bagging member; returns (members, code matrix, combiner, column counts)."""
+def fit_reduction_members(client, data, labels, learner, config, plugins, progress, n_rows: int | None = None):
+    """Fit a Probing or bagging member; returns (members, code matrix, combiner, column counts).
+
+    ``data`` is in-memory :class:`~calengine.tasks.TrainingData` (scattered to every worker once), or,
+    with ``n_rows``, a future of it already assembled on a worker (partition-native fits).
+    """
     s = method_settings(config.method, config.method_params)
     k = labels.n_classes
     columns = _column_classes(k, s["multiclass"])
-    data_f = client.scatter(data, broadcast=True, hash=False)
+    if n_rows is None:
+        n_rows = len(data.y)
+        data_f = client.scatter(data, broadcast=True, hash=False)
+    else:
+        data_f = data
     if config.method == "probing":
-        voters, boundaries = _fit_probing(client, data_f, len(data.y), columns, learner, s, config.seed, progress)
+        voters, boundaries = _fit_probing(client, data_f, n_rows, columns, learner, s, config.seed, progress)
     else:
         voters, boundaries = _fit_bagging(client, data_f, columns, learner, s, config.seed, progress)
     first_scores = client.gather(
@@ -223,7 +231,7 @@ def fit_reduction_members(client, data, labels, learner, config, plugins, progre
         matrix, combiner = k_minus_one_matrix(k), registry.make("combiners", "k_minus_one", {}, plugins)
     else:
         matrix, combiner = one_vs_all_matrix(k), registry.make("combiners", "normalize", {}, plugins)
-    counts = np.full(matrix.shape[1], len(data.y), dtype=np.int64)
+    counts = np.full(matrix.shape[1], n_rows, dtype=np.int64)
     return [member], matrix, combiner, counts
 
 
