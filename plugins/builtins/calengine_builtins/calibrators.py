@@ -16,7 +16,10 @@ Shared behaviour: every ``fit`` validates its input with :func:`calengine.pav.ch
 (finite 1-D scores, labels in {0, 1}, matching lengths, non-negative weights, both classes present,
 else :class:`calengine.errors.DataError`); ``sample_weight`` acts as a frequency weight, so a weight
 of 2 gives the same fit as the row twice (for ``binning`` with ``n_bins="auto"`` only up to the
-random CV split, which depends on the rows); ``to_state`` holds only numpy arrays and plain
+random CV split, which depends on the rows); every calibrator except ``binning`` with
+``n_bins="auto"`` can be fitted as a reduction over a partitioned table (the protocol on
+:class:`calengine.base.Calibrator`; ``fit`` runs the same protocol on one piece, so both agree, see
+each class for its rounds); ``to_state`` holds only numpy arrays and plain
 scalars/strings and ``from_state`` restores predictions exactly.  Predictions are non-decreasing in
 the score except for ``binning`` (bin fractions follow the data) and ``rocch`` with ``laplace=True``
 (the correction can reorder hull edges), as documented on those classes.
@@ -34,8 +37,8 @@ from sklearn.utils.validation import check_is_fitted
 from calengine import hookimpl
 from calengine.base import SCORE_KINDS, Calibrator
 from calengine.errors import DataError, ModelFormatError, ParameterError
-from calengine.pav import check_binary_data, check_scores, pav, pool_ties, predict_linear, predict_step
-from calengine.roc import hull_edges, roc_segments
+from calengine.pav import check_binary_data, check_scores, pool_ties, predict_linear, predict_step
+from calengine.roc import convex_hull_vertices, edge_probability
 
 __all__ = [
     "NoCalibration",
@@ -100,11 +103,7 @@ class _BinaryCalibrator(Calibrator):
 
     def _check_fit(self, scores, y, sample_weight, score_kind, proba_range=True):
         """Validate ``fit``'s arguments; probability scores must lie in [0, 1] if ``proba_range``."""
-        if score_kind not in SCORE_KINDS:
-            raise ParameterError(
-                f"score_kind must be one of {', '.join(SCORE_KINDS)}, got {score_kind!r}; "
-                "use 'proba' for probabilities and 'decision' for unbounded scores"
-            )
+        _check_kind(score_kind)
         s, y, w = check_binary_data(scores, y, sample_weight)
         if score_kind == "proba" and proba_range:
             s = _as_probability(s)
@@ -117,6 +116,65 @@ class _BinaryCalibrator(Calibrator):
         if self.score_kind_ == "proba":
             s = _as_probability(s)
         return s
+
+    # ------------------------------------------------------------------ reduction protocol plumbing
+    #
+    # Subclasses implement ``_first_request(kind)`` and, per round name ``op``, ``_ps_<op>`` (the
+    # piece statistics), optionally ``_merge_<op>`` (default: :func:`_merge_dicts`) and ``_step_<op>``.
+    # Solver state between rounds lives in ``self._red`` (it travels with the pickled calibrator) and
+    # is removed once fitted.
+
+    #: whether ``fit`` rejects probability scores outside [0, 1] (sigmoid uses the raw score).
+    _proba_range: ClassVar[bool] = True
+
+    def _check_params(self) -> None:
+        """Raise :class:`ParameterError` for invalid constructor parameters (before any data)."""
+
+    def _first_request(self, kind: str) -> dict[str, Any] | None:
+        return None
+
+    def reduction_start(self, score_kind: str = "decision") -> dict[str, Any] | None:
+        self._check_params()
+        _check_kind(score_kind)
+        for key in self._state_fields:
+            self.__dict__.pop(key, None)
+        self.__dict__.pop("_red", None)
+        request = self._first_request(score_kind)
+        if request is not None:
+            self._red = {"kind": score_kind}
+        return request
+
+    def partial_stats(self, scores, y, sample_weight, request: dict[str, Any]) -> dict[str, Any]:
+        return getattr(self, "_ps_" + request["op"])(scores, y, sample_weight, request)
+
+    def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        merge = getattr(self, "_merge_" + a["op"], None)
+        return merge(a, b) if merge is not None else _merge_dicts(a, b)
+
+    def reduction_step(self, stats: dict[str, Any], request: dict[str, Any]) -> dict[str, Any] | None:
+        return getattr(self, "_step_" + request["op"])(stats, request)
+
+    def _finish(self, **fitted) -> None:
+        for key, value in fitted.items():
+            setattr(self, key, value)
+        self.score_kind_ = self._red["kind"]
+        del self._red
+
+    def _fit_protocol(self, scores, y, sample_weight, score_kind):
+        """``fit`` = the reduction protocol on one piece (so both are the same algorithm)."""
+        from calengine.calibrator_reduction import fit_by_reduction
+
+        return fit_by_reduction(self, [(scores, y, sample_weight)], score_kind=score_kind)
+
+    def _ps_summary(self, scores, y, sample_weight, request):
+        """First unsorted round: validation, class counts and weights, score range, extras."""
+        s, yi, w = _check_piece(scores, y, sample_weight)
+        stats = {"op": "summary", **_summary(s, yi, w)}
+        stats.update(self._summary_extra(*_live(s, yi, w), request))
+        return stats
+
+    def _summary_extra(self, s, yi, w, request) -> dict[str, Any]:
+        return {}
 
 
 def _as_probability(s: np.ndarray) -> np.ndarray:
@@ -149,122 +207,407 @@ def _is_int(value, minimum: int) -> bool:
     )
 
 
-def _log1pexp(z: np.ndarray) -> np.ndarray:
-    """``log(1 + exp(z))`` without overflow."""
-    return np.logaddexp(0.0, z)
+def _log1pexp(z: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``log(1 + exp(z))`` without overflow, given ``p = σ(−z)`` and ``q = σ(z)`` (already at hand).
 
-
-def _fit_slope(m: np.ndarray, w: np.ndarray, lo: float, hi: float) -> float:
-    """``argmin_{α ∈ [lo, hi]} Σ w log(1 + exp(−α m))`` for margins ``m = y± · S``.
-
-    The objective is convex in α, so the minimiser is ``lo`` or ``hi`` when the derivative does not
-    change sign on the bracket, and otherwise the root of the (non-decreasing) derivative, which
-    Brent's method finds to machine precision.
+    ``log(1 + e^z) = max(z, 0) − log(max(p, q))``: the logarithm's argument lies in [1/2, 1], so the
+    result is accurate to rounding, and it costs a third of ``np.logaddexp``.
     """
-    from scipy.optimize import brentq
-
-    def grad(a: float) -> float:
-        return float(-np.sum(w * m * expit(-a * m)))
-
-    g_lo = grad(lo)
-    if g_lo >= 0.0:
-        return lo
-    if grad(hi) <= 0.0:
-        return hi
-    return float(brentq(grad, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500))
+    return np.maximum(z, 0.0) - np.log(np.maximum(p, q))
 
 
-def _platt_newton(f: np.ndarray, t: np.ndarray, w: np.ndarray, a0: float, b0: float):
-    """Minimise ``Σ w [t z + log(1 + e^{−z})]``-style cross-entropy of ``P = 1/(1 + exp(A f + B))``.
+# ---------------------------------------------------------------------------------------------------
+# fitting as a reduction (the protocol documented on calengine.base.Calibrator)
+#
+# Every built-in calibrator except ``binning`` with ``n_bins="auto"`` implements the protocol, and its
+# ``fit`` *is* the protocol run on a single piece (calengine.calibrator_reduction.fit_by_reduction),
+# so the in-memory fit and the partition-native fit are one algorithm.  Requests and statistics are
+# dicts with an ``"op"`` key naming the round; the calibrator dispatches on it.  Statistics merge by
+# key: ``min_*``/``max_*`` take the minimum/maximum, ``cat_*`` concatenate (a before b), anything
+# else adds.  The first round validates every piece with fit's messages; the properties of the whole
+# data (all weights zero, one class only, probabilities outside [0, 1]) are checked on the merged
+# statistics in ``reduction_step``, again with fit's messages.  Later rounds see the same rows and
+# skip the validation.
+#
+# Probability scores are clipped to [0, 1], which can turn scores just outside (by rounding) into ties
+# with 0 or 1 that a score range may split.  The sorted fits therefore keep the rows at exactly 0 and
+# 1 (after clipping) out of the per-range summaries and carry their sums separately (``e0``/``e1``):
+# they sit at the two ends of the score order whichever piece they came from.
 
-    Lin, Lin & Weng's (2007) Newton method: Hessian plus ``1e-12·I``, backtracking line search
-    (step halves from 1, Armijo constant 1e-4, smallest step 1e-10), stop when both gradient
-    components fall below 1e-5 (or, for large data, when the Newton step promises less decrease than
-    the objective's rounding error), at most 100 iterations.  Returns ``(A, B)``.
-    """
-    sigma, min_step, max_iter, gtol = 1e-12, 1e-10, 100, 1e-5
 
-    def objective(a: float, b: float) -> float:
-        z = a * f + b
-        # −[t ln P + (1−t) ln(1−P)] with P = σ(−z): equals t·z + log(1+e^{−z}) = (t−1)·z + log(1+e^{z}).
-        return float(np.sum(w * ((t - 1.0) * z + _log1pexp(z))))
+def _check_kind(score_kind) -> None:
+    if score_kind not in SCORE_KINDS:
+        raise ParameterError(
+            f"score_kind must be one of {', '.join(SCORE_KINDS)}, got {score_kind!r}; "
+            "use 'proba' for probabilities and 'decision' for unbounded scores"
+        )
 
-    a, b = a0, b0
-    fval = objective(a, b)
-    for _ in range(max_iter):
-        z = a * f + b
-        p = expit(-z)
-        q = expit(z)
-        d2 = w * p * q
-        h11 = sigma + float(np.sum(f * f * d2))
-        h22 = sigma + float(np.sum(d2))
-        h21 = float(np.sum(f * d2))
-        d1 = w * (t - p)
-        g1 = float(np.sum(f * d1))
-        g2 = float(np.sum(d1))
-        if abs(g1) < gtol and abs(g2) < gtol:
-            break
-        det = h11 * h22 - h21 * h21
-        da = -(h22 * g1 - h21 * g2) / det
-        db = -(-h21 * g1 + h11 * g2) / det
-        gd = g1 * da + g2 * db
-        if -gd <= 1e-14 * abs(fval):
-            break  # the predicted decrease is below the objective's rounding error: converged
-        step = 1.0
-        while step >= min_step:
-            na, nb = a + step * da, b + step * db
-            nf = objective(na, nb)
-            if nf < fval + 1e-4 * step * gd:
-                a, b, fval = na, nb, nf
-                break
-            step /= 2.0
+
+def _check_piece(scores, y, sample_weight):
+    """:func:`check_binary_data` for one piece: a piece may hold one class or only zero weights."""
+    try:
+        wv = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        wv = None
+    if wv is not None and wv.ndim == 1 and wv.size and np.all(wv == 0.0):
+        s, yi, _ = check_binary_data(scores, y, np.ones_like(wv), require_both_classes=False)
+        return s, yi, wv
+    return check_binary_data(scores, y, sample_weight, require_both_classes=False)
+
+
+def _light(scores, y, sample_weight):
+    """A piece already validated in the first round: plain arrays, nothing checked."""
+    s = np.asarray(scores, dtype=np.float64)
+    yi = (np.asarray(y) == 1).astype(np.int64)
+    w = np.ones(s.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    return s, yi, w
+
+
+def _live(s, yi, w):
+    """Drop zero-weight rows (they carry no information)."""
+    keep = w > 0
+    if np.all(keep):
+        return s, yi, w
+    return s[keep], yi[keep], w[keep]
+
+
+def _summary(s: np.ndarray, yi: np.ndarray, w: np.ndarray, weights: bool = True) -> dict[str, Any]:
+    """Statistics every first round collects: live class counts, raw score range and, if
+    ``weights``, the weight of each class."""
+    pos = yi == 1
+    live = w > 0
+    n_live = int(np.count_nonzero(live))
+    n_pos = int(np.count_nonzero(pos if n_live == w.size else pos & live))
+    out = {"n_pos": n_pos, "n_neg": n_live - n_pos, "min_s": float(s.min()), "max_s": float(s.max())}
+    if weights:
+        out["w_pos"] = float(np.sum(w, where=pos))
+        out["w_neg"] = float(np.sum(w, where=~pos))
+    return out
+
+
+def _check_merged(stats: dict[str, Any], kind: str, proba_range: bool = True) -> None:
+    """Raise what ``fit`` raises for the whole data (the checks are run on tiny stand-ins, so the
+    messages are fit's own)."""
+    if stats["n_pos"] + stats["n_neg"] == 0:
+        check_binary_data([0.0], [0], [0.0])  # "every sample_weight is zero; ..."
+    if stats["n_pos"] == 0 or stats["n_neg"] == 0:
+        check_binary_data([0.0], [1 if stats["n_pos"] else 0])  # "... holds only one class ..."
+    if kind == "proba" and proba_range:
+        _as_probability(np.array([stats["min_s"], stats["max_s"]]))
+
+
+def _merge_dicts(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, va in a.items():
+        vb = b[key]
+        if key == "op":
+            out[key] = va
+        elif key.startswith("min_"):
+            out[key] = np.minimum(va, vb)
+        elif key.startswith("max_"):
+            out[key] = np.maximum(va, vb)
+        elif key.startswith("cat_"):
+            out[key] = np.concatenate((va, vb))
         else:
-            break  # no decrease possible at this precision: (a, b) is as good as it gets
-    return a, b
+            out[key] = va + vb
+    return out
 
 
-def _newton_logistic(X: np.ndarray, y: np.ndarray, w: np.ndarray, theta: np.ndarray, ridge: np.ndarray):
+def _max_abs(x: np.ndarray) -> float:
+    return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def _edges(s, yi, w, kind):
+    """Split live, clipped rows into those at exactly 0 / 1 (``proba`` only) and the rest.
+
+    Returns ``(middle_s, middle_y, middle_w, e0, e1)`` with ``e0``/``e1`` = ``[Σ w y, Σ w]``.
+    """
+    zero = np.zeros(2)
+    if kind != "proba":
+        return s, yi, w, zero, zero.copy()
+    at0 = s == 0.0
+    at1 = s == 1.0
+    mid = ~(at0 | at1)
+    e0 = np.array([np.sum(w[at0] * yi[at0]), np.sum(w[at0])], dtype=np.float64)
+    e1 = np.array([np.sum(w[at1] * yi[at1]), np.sum(w[at1])], dtype=np.float64)
+    return s[mid], yi[mid], w[mid], e0, e1
+
+
+def _sorted_piece(scores, y, sample_weight, kind, validate: bool):
+    """Validated (or light), clipped, live rows of a sorted-round piece, and its summary."""
+    if validate:
+        s, yi, w = _check_piece(scores, y, sample_weight)
+        summ = _summary(s, yi, w, weights=False)
+    else:
+        s, yi, w = _light(scores, y, sample_weight)
+        summ = {}
+    if kind == "proba":
+        s = np.clip(s, 0.0, 1.0)
+    s, yi, w = _live(s, yi, w)
+    return s, yi, w, summ
+
+
+def _pav_sums(lo, hi, wy, w):
+    """PAV over weighted points given by exact sums ``(wy, w)`` (increasing order), like :func:`pav`.
+
+    Block means are recomputed from the exact sums and neighbours that are not strictly increasing
+    are merged, so the result is the unique maximal-block isotonic fit.  Returns ``(lo, hi, wy, w)``
+    of the blocks.  Points may be tie groups or blocks of an earlier PAV over a score range: PAV over
+    the blocks of disjoint score ranges equals PAV over their points.
+    """
+    if lo.size <= 1:
+        return lo, hi, wy, w
+    from scipy.optimize import isotonic_regression
+
+    res = isotonic_regression(wy / w, weights=w, increasing=True)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    while True:
+        bw = np.add.reduceat(w, starts)
+        bwy = np.add.reduceat(wy, starts)
+        bv = bwy / bw
+        bad = np.flatnonzero(bv[1:] <= bv[:-1])
+        if bad.size == 0:
+            break
+        starts = np.delete(starts, bad + 1)
+    ends = np.concatenate((starts[1:], [lo.size])) - 1
+    return lo[starts], hi[ends], bwy, bw
+
+
+def _hull_sums(lo, hi, pos, neg):
+    """ROC convex hull over segments given in increasing score order; edges in increasing order.
+
+    The hull of the concatenated ROC curves of disjoint score ranges is the hull over the ranges'
+    hull vertices, so merging hulls this way is exact (counts are sums of the segments' counts).
+    """
+    if lo.size <= 1:
+        return lo, hi, pos, neg
+    P, N = pos[::-1], neg[::-1]
+    fp = np.concatenate(([0.0], np.cumsum(N)))
+    tp = np.concatenate(([0.0], np.cumsum(P)))
+    vert = convex_hull_vertices(fp, tp)
+    starts, ends = vert[:-1], vert[1:]
+    ep = np.add.reduceat(P, starts)
+    en = np.add.reduceat(N, starts)
+    ehi = hi[::-1][starts]
+    elo = lo[::-1][ends - 1]
+    return elo[::-1].copy(), ehi[::-1].copy(), ep[::-1].copy(), en[::-1].copy()
+
+
+# --- Newton with backtracking, driven one evaluation at a time ------------------------------------
+#
+# The two Newton solvers below are state machines: ``*_start`` returns the first trial point, and
+# ``*_update(state, ev)`` takes the evaluation at the last trial point (objective, gradient and
+# Hessian summed over the data, computed in one pass) and returns the next trial point or ``None``
+# once converged.  An accepted step already carries the gradient and Hessian of the new point, so
+# every trial point costs exactly one pass over the data.
+
+
+def _platt_start(a0: float, b0: float) -> tuple[dict[str, Any], tuple[float, float]]:
+    """Lin, Lin & Weng's (2007) Newton method for Platt's sigmoid (see ``_platt_update``)."""
+    return {"a": a0, "b": b0, "trial": (a0, b0), "fval": None, "it": 0}, (a0, b0)
+
+
+def _platt_update(st: dict[str, Any], ev) -> tuple[float, float] | None:
+    """Hessian plus ``1e-12·I``; backtracking (step halves from 1, Armijo 1e-4, smallest step 1e-10);
+    stop when both gradient components are below 1e-5, when the Newton step promises less decrease
+    than the objective's rounding error, or after 100 iterations.
+
+    ``ev = [objective, g_A, g_B, h_AA, h_BB, h_AB]`` at the last trial point.
+    """
+    nf = float(ev[0])
+    if st["fval"] is None:  # the starting point
+        st["fval"], st["ev"] = nf, ev
+        return _platt_direction(st)
+    if nf < st["fval"] + 1e-4 * st["step"] * st["gd"]:
+        st["a"], st["b"] = st["trial"]
+        st["fval"], st["ev"] = nf, ev
+        return _platt_direction(st)
+    st["step"] /= 2.0
+    if st["step"] < 1e-10:
+        return None  # no decrease possible at this precision: (a, b) is as good as it gets
+    return _platt_trial(st)
+
+
+def _platt_direction(st: dict[str, Any]):
+    st["it"] += 1
+    if st["it"] > 100:
+        return None
+    sigma = 1e-12
+    _, g1, g2, h11, h22, h21 = (float(v) for v in st["ev"])
+    h11 += sigma
+    h22 += sigma
+    if abs(g1) < 1e-5 and abs(g2) < 1e-5:
+        return None
+    det = h11 * h22 - h21 * h21
+    st["da"] = -(h22 * g1 - h21 * g2) / det
+    st["db"] = -(-h21 * g1 + h11 * g2) / det
+    st["gd"] = g1 * st["da"] + g2 * st["db"]
+    if -st["gd"] <= 1e-14 * abs(st["fval"]):
+        return None  # the predicted decrease is below the objective's rounding error: converged
+    st["step"] = 1.0
+    return _platt_trial(st)
+
+
+def _platt_trial(st: dict[str, Any]):
+    st["trial"] = (st["a"] + st["step"] * st["da"], st["b"] + st["step"] * st["db"])
+    return st["trial"]
+
+
+def _platt_eval(f, t, w, a: float, b: float) -> np.ndarray:
+    """``[objective, gradient (2), Hessian (3)]`` of Platt's cross-entropy at ``(a, b)``."""
+    z = a * f + b
+    p = expit(-z)
+    q = expit(z)
+    # −[t ln P + (1−t) ln(1−P)] with P = σ(−z): equals (t−1)·z + log(1+e^{z}).
+    obj = np.sum(w * ((t - 1.0) * z + _log1pexp(z, p, q)))
+    d2 = w * p * q
+    d1 = w * (t - p)
+    return np.array([obj, np.sum(f * d1), np.sum(d1), np.sum(f * f * d2), np.sum(d2), np.sum(f * d2)])
+
+
+def _logreg_start(theta0: np.ndarray, ridge: np.ndarray, total: float):
     """Weighted logistic regression ``P = σ(X θ)`` with an L2 penalty ``½ Σ ridge_j θ_j²``.
 
-    Damped Newton with backtracking; stops when the gradient is negligible relative to the total
-    weight, when no step decreases the objective, or after 200 iterations.  The tiny ridge keeps
-    the optimum finite on separable data.
+    Damped Newton with backtracking (Armijo 1e-4, smallest step 1e-12); stops when the gradient is
+    negligible relative to the total weight, when the Newton step promises less decrease than the
+    objective's rounding error, when no step decreases the objective, when an accepted step improves
+    it by less than 1e-15 relative, or after 200 iterations.
     """
-    total = float(np.sum(w))
+    st = {"theta": theta0.copy(), "ridge": ridge, "total": total, "trial": theta0.copy(), "fval": None, "it": 0}
+    return st, st["trial"]
 
-    def objective(th: np.ndarray) -> float:
-        z = X @ th
-        return float(np.sum(w * (_log1pexp(z) - y * z)) + 0.5 * np.sum(ridge * th * th))
 
-    fval = objective(theta)
-    for _ in range(200):
-        z = X @ theta
-        p = expit(z)
-        g = X.T @ (w * (p - y)) + ridge * theta
-        if np.max(np.abs(g)) <= 1e-10 * max(total, 1.0):
-            break
-        H = (X * (w * p * (1.0 - p))[:, None]).T @ X + np.diag(ridge + 1e-12 * max(total, 1.0))
-        try:
-            d = -np.linalg.solve(H, g)
-        except np.linalg.LinAlgError:
-            d = -np.linalg.lstsq(H, g, rcond=None)[0]
-        gd = float(g @ d)
-        if -gd <= 1e-14 * abs(fval):
-            break  # the predicted decrease is below the objective's rounding error: converged
-        step = 1.0
-        while step >= 1e-12:
-            nt = theta + step * d
-            nf = objective(nt)
-            if nf <= fval + 1e-4 * step * gd:
-                break
-            step /= 2.0
-        else:
-            break
-        improvement = fval - nf
-        theta, fval = nt, nf
-        if improvement <= 1e-15 * max(abs(fval), 1.0):
-            break
-    return theta
+def _logreg_update(st: dict[str, Any], ev: np.ndarray):
+    """``ev = [Σ w(log(1+e^z) − y z), gradient (d), Hessian (d·d)]`` at the last trial point."""
+    d = st["theta"].size
+    th = st["trial"]
+    ridge = st["ridge"]
+    nf = float(ev[0]) + 0.5 * float(np.sum(ridge * th * th))
+    g = ev[1 : 1 + d] + ridge * th
+    H = ev[1 + d :].reshape(d, d) + np.diag(ridge + 1e-12 * max(st["total"], 1.0))
+    if st["fval"] is None:
+        st["fval"], st["g"], st["H"] = nf, g, H
+        return _logreg_direction(st)
+    if nf <= st["fval"] + 1e-4 * st["step"] * st["gd"]:
+        improvement = st["fval"] - nf
+        st["theta"], st["fval"], st["g"], st["H"] = th, nf, g, H
+        if improvement <= 1e-15 * max(abs(nf), 1.0):
+            return None
+        return _logreg_direction(st)
+    st["step"] /= 2.0
+    if st["step"] < 1e-12:
+        return None
+    st["trial"] = st["theta"] + st["step"] * st["dir"]
+    return st["trial"]
+
+
+def _logreg_direction(st: dict[str, Any]):
+    st["it"] += 1
+    if st["it"] > 200:
+        return None
+    g, H = st["g"], st["H"]
+    if np.max(np.abs(g)) <= 1e-10 * max(st["total"], 1.0):
+        return None
+    try:
+        direction = -np.linalg.solve(H, g)
+    except np.linalg.LinAlgError:
+        direction = -np.linalg.lstsq(H, g, rcond=None)[0]
+    st["gd"] = float(g @ direction)
+    if -st["gd"] <= 1e-14 * abs(st["fval"]):
+        return None  # the predicted decrease is below the objective's rounding error: converged
+    st["dir"] = direction
+    st["step"] = 1.0
+    st["trial"] = st["theta"] + direction
+    return st["trial"]
+
+
+def _logreg_eval(X: np.ndarray, y: np.ndarray, w: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    z = X @ theta
+    p = expit(z)
+    q = expit(-z)
+    obj = np.sum(w * (_log1pexp(z, q, p) - y * z))
+    g = X.T @ (w * (p - y))
+    H = (X * (w * p * q)[:, None]).T @ X
+    return np.concatenate(([obj], g, H.ravel()))
+
+
+_EPS_REL = 4.0 * np.finfo(float).eps
+
+
+def _slope_start(lo: float, hi: float) -> tuple[dict[str, Any], list[float]]:
+    """``argmin_{α ∈ [lo, hi]} Σ w log(1 + exp(−α m))`` for margins ``m = y± · S``.
+
+    The objective is convex in α, so the minimiser is ``lo`` or ``hi`` when the derivative
+    ``g(α) = −Σ w m σ(−α m)`` does not change sign on the bracket, and otherwise its root, found by
+    safeguarded Newton (Numerical Recipes' ``rtsafe``: Newton from the bracket's lower end, bisection
+    -- geometric on wide positive brackets -- when a step would leave the bracket or not shrink fast
+    enough) to ``4·eps`` relative, at most 100 steps.  Each trial point is one pass computing
+    ``g`` and ``g'``; the first pass evaluates both ends.
+    """
+    return {"lo": lo, "hi": hi, "phase": "ends", "it": 0}, [lo, hi]
+
+
+def _slope_update(st: dict[str, Any], ev: np.ndarray):
+    """``ev`` rows ``[g, g']`` at the requested points; returns the next points or ``None`` (then
+    ``st["x"]`` is the answer)."""
+    if st["phase"] == "ends":
+        (g_lo, dg_lo), (g_hi, _) = ev
+        if g_lo >= 0.0:
+            st["x"] = st["lo"]
+            return None
+        if g_hi <= 0.0:
+            st["x"] = st["hi"]
+            return None
+        st.update(phase="newton", x=st["lo"], gx=float(g_lo), dgx=float(dg_lo), dxold=st["hi"] - st["lo"])
+        st["dx"] = st["dxold"]
+        return _slope_next(st)
+    gx, dgx = (float(v) for v in ev[0])
+    st["x"], st["gx"], st["dgx"] = st["trial"], gx, dgx
+    if gx == 0.0:
+        return None
+    if gx < 0.0:
+        st["lo"] = st["x"]
+    else:
+        st["hi"] = st["x"]
+    return _slope_next(st)
+
+
+def _slope_next(st: dict[str, Any]):
+    st["it"] += 1
+    x, gx, dgx, lo, hi = st["x"], st["gx"], st["dgx"], st["lo"], st["hi"]
+    if st["it"] > 100 or hi - lo <= _EPS_REL * abs(hi):
+        return None
+    newton = dgx > 0.0 and abs(2.0 * gx) <= abs(st["dxold"] * dgx)
+    if newton:
+        if abs(gx / dgx) <= _EPS_REL * abs(x):
+            return None  # the Newton step is below the tolerance: x is the root
+        xn = x - gx / dgx
+        newton = lo < xn < hi
+    st["dxold"] = st["dx"]
+    if not newton:
+        xn = math.sqrt(lo * hi) if lo > 0.0 and hi > 4.0 * lo else 0.5 * (lo + hi)
+    st["dx"] = x - xn
+    if abs(st["dx"]) <= _EPS_REL * abs(xn):
+        st["x"] = xn
+        return None
+    st["trial"] = xn
+    return [xn]
+
+
+def _slope_eval(m: np.ndarray, w: np.ndarray, points) -> np.ndarray:
+    """Rows ``[g(α), g'(α)]`` for each α: ``g = −Σ w m σ(−α m)``, ``g' = Σ w m² σ(α m) σ(−α m)``."""
+    out = np.empty((len(points), 2))
+    for k, a in enumerate(points):
+        e = expit(-a * m)
+        wm = w * m
+        out[k, 0] = -np.sum(wm * e)
+        out[k, 1] = np.sum(wm * m * e * expit(a * m))
+    return out
+
+
+def _add_ends(mid: np.ndarray, first: float, last: float, head: bool, tail: bool) -> np.ndarray:
+    """``mid`` with ``first`` prepended if ``head`` and ``last`` appended if ``tail``."""
+    return np.concatenate(([first] if head else [], mid, [last] if tail else [])).astype(np.float64)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -282,6 +625,7 @@ class NoCalibration(_BinaryCalibrator):
       scores give 1/2 everywhere.  The chosen rule is recorded in ``mode_``.
 
     The labels are validated like every calibrator's (both classes required) but not used.
+    Reduction: one unsorted round (validation, minimum and maximum), exact.
     """
 
     name = "none"
@@ -290,21 +634,36 @@ class NoCalibration(_BinaryCalibrator):
     def __init__(self, rescale: str = "minmax"):
         self.rescale = rescale
 
-    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+    def _check_params(self):
         if self.rescale not in ("minmax", "symmetric"):
             raise ParameterError(
                 f"rescale must be 'minmax' or 'symmetric', got {self.rescale!r}; pick one of those"
             )
-        s, _, w = self._check_fit(scores, y, sample_weight, score_kind)
-        s = s[w > 0]
-        if score_kind == "proba":
-            self.mode_, self.lo_, self.hi_ = "proba", 0.0, 1.0
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
+
+    def _summary_extra(self, s, yi, w, request):
+        return {
+            "min_live": float(s.min()) if s.size else math.inf,
+            "max_live": float(s.max()) if s.size else -math.inf,
+            "max_abs": _max_abs(s),
+        }
+
+    def _step_summary(self, stats, request):
+        kind = self._red["kind"]
+        _check_merged(stats, kind)
+        if kind == "proba":
+            self._finish(mode_="proba", lo_=0.0, hi_=1.0)
         elif self.rescale == "minmax":
-            self.mode_, self.lo_, self.hi_ = "minmax", float(s.min()), float(s.max())
+            self._finish(mode_="minmax", lo_=float(stats["min_live"]), hi_=float(stats["max_live"]))
         else:
-            a = float(np.max(np.abs(s)))
-            self.mode_, self.lo_, self.hi_ = "symmetric", -a, a
-        return self
+            a = float(stats["max_abs"])
+            self._finish(mode_="symmetric", lo_=-a, hi_=a)
+        return None
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         s = self._check_predict(scores)
@@ -326,30 +685,62 @@ class SigmoidCalibrator(_BinaryCalibrator):
 
     Monotone by construction: if the best fit has ``A > 0`` (scores and labels anti-correlated),
     ``A`` is held at 0 and ``B`` gives the best constant, the mean smoothed target, instead of
-    reversing the learner's ranking.
+    reversing the learner's ranking.  The same constant is the fit when every (positively weighted)
+    score is the same, where ``A`` and ``B`` cannot be told apart.
+
+    Reduction: one unsorted round of counts and ``max |f|``, then one round per Newton trial point
+    (objective, gradient and Hessian summed in one pass); ``fit`` runs the same rounds on one piece.
     """
 
     name = "sigmoid"
+    _proba_range = False
     _state_fields = {"a_": "float", "b_": "float", "score_kind_": "str"}
 
-    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
-        # Platt's model is fitted on the raw score for both kinds, so the [0, 1] check is skipped.
-        f, yi, w = self._check_fit(scores, y, sample_weight, score_kind, proba_range=False)
-        keep = w > 0
-        f, yi, w = f[keep], yi[keep], w[keep]
-        n_pos = float(np.sum(w[yi == 1]))
-        n_neg = float(np.sum(w[yi == 0]))
-        t = np.where(yi == 1, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
-        scale = float(np.max(np.abs(f)))
-        if scale == 0.0:
-            scale = 1.0
-        a, b = _platt_newton(f / scale, t, w, 0.0, math.log((n_neg + 1.0) / (n_pos + 1.0)))
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
+
+    def _summary_extra(self, s, yi, w, request):
+        return {
+            "max_abs": _max_abs(s),
+            "min_live": float(s.min()) if s.size else math.inf,
+            "max_live": float(s.max()) if s.size else -math.inf,
+        }
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"], proba_range=False)
+        n_pos, n_neg = float(stats["w_pos"]), float(stats["w_neg"])
+        t_pos, t_neg = (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0)
+        scale = float(stats["max_abs"]) or 1.0
+        t_bar = (n_pos * t_pos + n_neg * t_neg) / (n_pos + n_neg)
+        if stats["min_live"] == stats["max_live"]:
+            # One distinct score: A and B are not identifiable (only A f + B is), so Newton would
+            # stop at a start-dependent slope; the fit is the best constant, as for A > 0.
+            self._finish(a_=0.0, b_=math.log((1.0 - t_bar) / t_bar))
+            return None
+        st, (a, b) = _platt_start(0.0, math.log((n_neg + 1.0) / (n_pos + 1.0)))
+        self._red.update(newton=st, scale=scale, t_bar=t_bar)
+        return {"op": "platt", "kind": self._red["kind"], "sorted": False, "scale": scale,
+                "t_pos": t_pos, "t_neg": t_neg, "a": a, "b": b}
+
+    def _ps_platt(self, scores, y, sample_weight, request):
+        f, yi, w = _live(*_light(scores, y, sample_weight))
+        t = np.where(yi == 1, request["t_pos"], request["t_neg"])
+        return {"op": "platt", "v": _platt_eval(f / request["scale"], t, w, request["a"], request["b"])}
+
+    def _step_platt(self, stats, request):
+        st = self._red["newton"]
+        nxt = _platt_update(st, stats["v"])
+        if nxt is not None:
+            return {**request, "a": nxt[0], "b": nxt[1]}
+        a, b = st["a"], st["b"]
         if a > 0.0:
-            t_bar = float(np.sum(w * t) / np.sum(w))
+            t_bar = self._red["t_bar"]
             a, b = 0.0, math.log((1.0 - t_bar) / t_bar)
-        self.a_ = a / scale
-        self.b_ = b
-        return self
+        self._finish(a_=a / self._red["scale"], b_=b)
+        return None
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         check_is_fitted(self, list(self._state_fields))
@@ -371,6 +762,11 @@ class IsotonicCalibrator(_BinaryCalibrator):
 
     Fitted state: the blocks ``lo_``, ``hi_``, ``values_``, ``weights_`` (increasing score order)
     and the rule used, ``interpolation_``.
+
+    Reduction: one sorted round.  A score range's statistics are its PAV blocks (exact sums of
+    ``w·y`` and ``w``, lowest and highest score); merging two ranges runs PAV over their blocks,
+    which is exact because the ranges are disjoint in score (PAV blocks of a contiguous stretch are
+    contained in blocks of the whole fit).  Identical to :func:`calengine.pav.pav` for integer weights.
     """
 
     name = "isotonic"
@@ -386,16 +782,46 @@ class IsotonicCalibrator(_BinaryCalibrator):
     def __init__(self, interpolation: str = "step"):
         self.interpolation = interpolation
 
-    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+    def _check_params(self):
         if self.interpolation not in ("step", "linear"):
             raise ParameterError(
                 f"interpolation must be 'step' or 'linear', got {self.interpolation!r}; pick one of those"
             )
-        s, yi, w = self._check_fit(scores, y, sample_weight, score_kind)
-        blocks = pav(s, yi, w)
-        self.lo_, self.hi_, self.values_, self.weights_ = blocks
-        self.interpolation_ = self.interpolation
-        return self
+
+    def _first_request(self, kind):
+        return {"op": "pav", "kind": kind, "sorted": True}
+
+    def _ps_pav(self, scores, y, sample_weight, request):
+        s, yi, w, summ = _sorted_piece(scores, y, sample_weight, request["kind"], validate=True)
+        s, yi, w, e0, e1 = _edges(s, yi, w, request["kind"])
+        xs, wy, ws = pool_ties(s, yi, w)
+        lo, hi, bwy, bw = _pav_sums(xs, xs, wy, ws)
+        return {"op": "pav", **summ, "e0": e0, "e1": e1, "lo": lo, "hi": hi, "wy": bwy, "w": bw}
+
+    def _merge_pav(self, a, b):
+        out = _merge_dicts({k: v for k, v in a.items() if k not in ("lo", "hi", "wy", "w")},
+                           {k: v for k, v in b.items() if k not in ("lo", "hi", "wy", "w")})
+        lo, hi, wy, w = _pav_sums(*(np.concatenate((a[k], b[k])) for k in ("lo", "hi", "wy", "w")))
+        out.update(lo=lo, hi=hi, wy=wy, w=w)
+        return out
+
+    def _step_pav(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        lo, hi, wy, w = stats["lo"], stats["hi"], stats["wy"], stats["w"]
+        e0, e1 = stats["e0"], stats["e1"]
+        if e0[1] > 0 or e1[1] > 0:
+            head, tail = e0[1] > 0, e1[1] > 0
+            lo = _add_ends(lo, 0.0, 1.0, head, tail)
+            hi = _add_ends(hi, 0.0, 1.0, head, tail)
+            wy = _add_ends(wy, e0[0], e1[0], head, tail)
+            w = _add_ends(w, e0[1], e1[1], head, tail)
+            lo, hi, wy, w = _pav_sums(lo, hi, wy, w)
+        self._finish(lo_=lo, hi_=hi, values_=np.clip(wy / w, 0.0, 1.0), weights_=w,
+                     interpolation_=self.interpolation)
+        return None
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         s = self._check_predict(scores)
@@ -429,6 +855,15 @@ class BinningCalibrator(_BinaryCalibrator):
 
     Not monotone: like the original method, each bin keeps its own positive fraction, so a higher
     score can get a lower probability when the data say so.
+
+    Reduction (integer ``n_bins`` only): three rounds.  (1) sorted: each score range's first and
+    last score and total weight, class counts, smallest weight; the client places every cut target.
+    (2) sorted, on the same ranges (or unions of them): the range holding a cut finds its tie group
+    from the weight below the range.  (3) unsorted: per-bin sums, lowest and highest score.  Identical
+    to the in-memory rule whenever the weight sums are exact (integer or dyadic weights); otherwise a
+    target that ties a cumulative weight to rounding may fall on the other side.  ``n_bins="auto"``
+    is not a reduction (``reduction_start`` returns ``None``): its CV split shuffles the rows in
+    score order, which no mergeable statistic reproduces, so the engine gathers the scores.
     """
 
     name = "binning"
@@ -509,7 +944,132 @@ class BinningCalibrator(_BinaryCalibrator):
         best = int(np.flatnonzero(brier <= brier.min() * (1.0 + 1e-12) + 1e-300)[0])
         return grid[best], np.asarray(grid, dtype=np.float64), brier
 
+
+    def _first_request(self, kind):
+        if self.n_bins == "auto":
+            # The CV split draws folds from the rows in score order with a random generator: it is
+            # not a function of mergeable statistics, so the engine gathers the scores instead.
+            return None
+        return {"op": "bin_ranges", "kind": kind, "sorted": True}
+
+    # Round 1 (sorted): per score range its first score and total weight, plus counts and the
+    # smallest weight.  The client then knows every cut target W·i/b − h and which range (or end
+    # group at 0 / 1) it falls in, and each range's cumulative weight offset.
+    def _ps_bin_ranges(self, scores, y, sample_weight, request):
+        s, yi, w, summ = _sorted_piece(scores, y, sample_weight, request["kind"], validate=True)
+        min_w = float(np.min(w)) if w.size else math.inf
+        max_live = float(s.max()) if s.size else -math.inf
+        s, yi, w, e0, e1 = _edges(s, yi, w, request["kind"])
+        xs, _, ws = pool_ties(s, yi, w)
+        return {"op": "bin_ranges", **summ, "min_w": min_w, "max_live": max_live, "e0": e0, "e1": e1,
+                "cat_first": xs[:1], "cat_last": xs[-1:], "cat_total": np.cumsum(ws)[-1:]}
+
+    def _step_bin_ranges(self, stats, request):
+        kind = self._red["kind"]
+        _check_merged(stats, kind)
+        b = int(self.n_bins)
+        # Units in score order: the group at 0 (proba), the ranges, the group at 1 (proba).
+        units: list[tuple[str, float]] = []
+        if stats["e0"][1] > 0:
+            units.append(("e0", float(stats["e0"][1])))
+        units += [("range", float(t)) for t in stats["cat_total"]]
+        if stats["e1"][1] > 0:
+            units.append(("e1", float(stats["e1"][1])))
+        ends, starts, acc = [], [], 0.0
+        for _, weight in units:
+            starts.append(acc)
+            acc += weight
+            ends.append(acc)
+        half = 0.5 * min(1.0, float(stats["min_w"]))
+        targets = np.arange(1, b) * (acc / b) - half
+        unit_of = np.searchsorted(np.asarray(ends), targets, side="right")
+        known, t_range, t_value = [], [], []
+        range_no = np.cumsum([u == "range" for u, _ in units]) - 1
+        for t, u in zip(targets, unit_of):
+            if u >= len(units):
+                continue  # the cut would fall after the last group: no bin
+            name = units[u][0]
+            if name == "e0":
+                known.append(0.0)
+            elif name == "e1":
+                known.append(1.0)
+            else:
+                t_range.append(int(range_no[u]))
+                t_value.append(float(t))
+        offsets = np.asarray([st for (u, _), st in zip(units, starts) if u == "range"], dtype=np.float64)
+        self._red.update(known=known, max_live=float(stats["max_live"]))
+        if not t_range:
+            return self._bins_request()
+        r = np.asarray(t_range, dtype=np.intp)
+        # Only the ranges holding a cut travel (at most n_bins - 1 of them): their first and last
+        # score and the weight below them.
+        return {"op": "bin_cuts", "kind": kind, "sorted": True, "first": np.asarray(stats["cat_first"])[r],
+                "last": np.asarray(stats["cat_last"])[r], "offset": offsets[r],
+                "target": np.asarray(t_value, dtype=np.float64)}
+
+    # Round 2 (sorted, the ranges of round 1 or unions of them): for each cut the range holding it
+    # finds the tie group where the cumulative weight, counted from the weight below the range,
+    # first exceeds the target; that group's score is the highest score of a bin.
+    def _ps_bin_cuts(self, scores, y, sample_weight, request):
+        s, yi, w, _ = _sorted_piece(scores, y, sample_weight, request["kind"], validate=False)
+        s, yi, w, _, _ = _edges(s, yi, w, request["kind"])
+        xs, _, ws = pool_ties(s, yi, w)
+        found: list[float] = []
+        for first, last, offset, target in zip(request["first"], request["last"], request["offset"],
+                                               request["target"]):
+            if xs.size == 0 or last < xs[0] or first > xs[-1]:
+                continue  # the range is not in this piece
+            k = int(np.searchsorted(xs, first))
+            if first < xs[0] or last > xs[-1] or xs[k] != first:
+                raise RuntimeError(
+                    "binning's second round needs whole score ranges of its first round (a piece "
+                    f"spans [{xs[0]!r}, {xs[-1]!r}], which cuts the range [{first!r}, {last!r}]); "
+                    "cut the data with the same boundaries in every round"
+                )
+            cum = np.cumsum(np.concatenate(([offset], ws[k:])))[1:]
+            j = min(int(np.searchsorted(cum, target, side="right")), cum.size - 1)
+            found.append(float(xs[k + j]))
+        return {"op": "bin_cuts", "cat_u": np.asarray(found, dtype=np.float64)}
+
+    def _step_bin_cuts(self, stats, request):
+        self._red["known"] = list(self._red["known"]) + [float(u) for u in stats["cat_u"]]
+        return self._bins_request()
+
+    def _bins_request(self):
+        u = np.unique(np.asarray(self._red["known"], dtype=np.float64))
+        u = u[u < self._red["max_live"]]  # a cut after the highest group makes no bin
+        self._red["u"] = u
+        return {"op": "bin_sums", "kind": self._red["kind"], "sorted": False, "u": u}
+
+    # Round 3 (unsorted): per bin (scores in (u_{k-1}, u_k]) the sums of w·y and w, lowest and
+    # highest score.
+    def _ps_bin_sums(self, scores, y, sample_weight, request):
+        s, yi, w = _light(scores, y, sample_weight)
+        if request["kind"] == "proba":
+            s = np.clip(s, 0.0, 1.0)
+        s, yi, w = _live(s, yi, w)
+        u = request["u"]
+        nb = u.size + 1
+        idx = np.searchsorted(u, s, side="left")  # bin k holds u[k-1] < s <= u[k]
+        lo = np.full(nb, math.inf)
+        hi = np.full(nb, -math.inf)
+        np.minimum.at(lo, idx, s)
+        np.maximum.at(hi, idx, s)
+        return {"op": "bin_sums", "wy": np.bincount(idx, weights=w * yi, minlength=nb),
+                "w": np.bincount(idx, weights=w, minlength=nb), "min_lo": lo, "max_hi": hi}
+
+    def _step_bin_sums(self, stats, request):
+        lo, hi = np.asarray(stats["min_lo"], dtype=np.float64), np.asarray(stats["max_hi"], dtype=np.float64)
+        self._finish(
+            n_bins_=int(self.n_bins), lo_=lo, hi_=hi, values_=stats["wy"] / stats["w"],
+            boundaries_=0.5 * (hi[:-1] + lo[1:]), boundary_=self.boundary,
+            cv_grid_=np.empty(0), cv_brier_=np.empty(0),
+        )
+        return None
+
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        if self.n_bins != "auto":
+            return self._fit_protocol(scores, y, sample_weight, score_kind)
         self._check_params()
         s, yi, w = self._check_fit(scores, y, sample_weight, score_kind)
         keep = w > 0
@@ -517,10 +1077,7 @@ class BinningCalibrator(_BinaryCalibrator):
         # makes the CV split independent of the row order (only the multiset of rows matters).
         order = np.argsort(s[keep], kind="stable")
         s, yi, w = s[keep][order], yi[keep][order], w[keep][order]
-        if self.n_bins == "auto":
-            b, self.cv_grid_, self.cv_brier_ = self._choose_bins(s, yi, w)
-        else:
-            b, self.cv_grid_, self.cv_brier_ = int(self.n_bins), np.empty(0), np.empty(0)
+        b, self.cv_grid_, self.cv_brier_ = self._choose_bins(s, yi, w)
         self.n_bins_ = int(b)
         self.lo_, self.hi_, self.values_ = self._bins(self._pooled(s, yi, w), self.n_bins_)
         self.boundaries_ = 0.5 * (self.hi_[:-1] + self.lo_[1:])
@@ -547,6 +1104,10 @@ class ROCHullCalibrator(_BinaryCalibrator):
 
     Fitted state (increasing score order): ``lo_``, ``hi_`` score range of each edge, ``pos_``,
     ``neg_`` weighted counts, ``values_`` probabilities.
+
+    Reduction: one sorted round.  A score range's statistics are the edges of its own ROC hull;
+    merging takes the hull over both ranges' edges, which is the hull of the concatenated curve
+    (every vertex of the whole hull is a vertex of its range's hull), with exact edge counts.
     """
 
     name = "rocch"
@@ -563,17 +1124,47 @@ class ROCHullCalibrator(_BinaryCalibrator):
     def __init__(self, laplace: bool = False):
         self.laplace = laplace
 
-    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+    def _check_params(self):
+        _check_bool("laplace", self.laplace)
+
+    def _first_request(self, kind):
+        return {"op": "hull", "kind": kind, "sorted": True}
+
+    def _ps_hull(self, scores, y, sample_weight, request):
+        s, yi, w, summ = _sorted_piece(scores, y, sample_weight, request["kind"], validate=True)
+        s, yi, w, e0, e1 = _edges(s, yi, w, request["kind"])
+        xs, wy, ws = pool_ties(s, yi, w)
+        lo, hi, pos, neg = _hull_sums(xs, xs, wy, ws - wy)
+        e0 = np.array([e0[0], e0[1] - e0[0]])  # [pos, neg]
+        e1 = np.array([e1[0], e1[1] - e1[0]])
+        return {"op": "hull", **summ, "e0": e0, "e1": e1, "lo": lo, "hi": hi, "pos": pos, "neg": neg}
+
+    def _merge_hull(self, a, b):
+        keys = ("lo", "hi", "pos", "neg")
+        out = _merge_dicts({k: v for k, v in a.items() if k not in keys},
+                           {k: v for k, v in b.items() if k not in keys})
+        lo, hi, pos, neg = _hull_sums(*(np.concatenate((a[k], b[k])) for k in keys))
+        out.update(lo=lo, hi=hi, pos=pos, neg=neg)
+        return out
+
+    def _step_hull(self, stats, request):
+        _check_merged(stats, self._red["kind"])
         laplace = _check_bool("laplace", self.laplace)
-        s, yi, w = self._check_fit(scores, y, sample_weight, score_kind)
-        edges = hull_edges(roc_segments(s, yi, w), laplace=laplace)
-        self.lo_ = edges.lo[::-1].copy()
-        self.hi_ = edges.hi[::-1].copy()
-        self.pos_ = edges.pos[::-1].copy()
-        self.neg_ = edges.neg[::-1].copy()
-        self.values_ = edges.prob[::-1].copy()
-        self.laplace_ = laplace
-        return self
+        lo, hi, pos, neg = stats["lo"], stats["hi"], stats["pos"], stats["neg"]
+        e0, e1 = stats["e0"], stats["e1"]
+        head, tail = e0[0] + e0[1] > 0, e1[0] + e1[1] > 0
+        if head or tail:
+            lo = _add_ends(lo, 0.0, 1.0, head, tail)
+            hi = _add_ends(hi, 0.0, 1.0, head, tail)
+            pos = _add_ends(pos, e0[0], e1[0], head, tail)
+            neg = _add_ends(neg, e0[1], e1[1], head, tail)
+            lo, hi, pos, neg = _hull_sums(lo, hi, pos, neg)
+        self._finish(lo_=lo, hi_=hi, pos_=pos, neg_=neg, values_=edge_probability(pos, neg, laplace),
+                     laplace_=laplace)
+        return None
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         s = self._check_predict(scores)
@@ -592,44 +1183,76 @@ class BetaCalibrator(_BinaryCalibrator):
 
     Scores must be probabilities: with ``score_kind="decision"`` they are first mapped through the
     logistic function ``s = 1 / (1 + e^{−f})``.  ``s`` is clipped to ``[1e-12, 1 − 1e-12]``.
+
+    Reduction: one unsorted round of counts (and validation), then one round per Newton trial point
+    of each logistic fit (objective, gradient and Hessian in one pass); ``fit`` runs the same rounds.
     """
 
     name = "beta"
     _state_fields = {"a_": "float", "b_": "float", "c_": "float", "score_kind_": "str"}
 
-    def _features(self, s: np.ndarray) -> np.ndarray:
-        p = expit(s) if self.score_kind_ == "decision" else s
+    @staticmethod
+    def _features_of(s: np.ndarray, kind: str) -> np.ndarray:
+        p = expit(s) if kind == "decision" else s
         p = np.clip(p, EPS, 1.0 - EPS)
         return np.column_stack((np.log(p), -np.log1p(-p)))
 
-    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
-        s, yi, w = self._check_fit(scores, y, sample_weight, score_kind)
-        keep = w > 0
-        s, yv, w = s[keep], yi[keep].astype(np.float64), w[keep]
-        F = self._features(s)
-        lam = 1e-8 * float(np.sum(w))
-        ones = np.ones((F.shape[0], 1))
+    def _features(self, s: np.ndarray) -> np.ndarray:
+        return self._features_of(s, self.score_kind_)
 
-        def fit_cols(cols):
-            X = np.hstack((F[:, cols], ones))
-            ridge = np.array([lam] * len(cols) + [0.0])
-            theta0 = np.array([1.0] * len(cols) + [0.0])
-            return _newton_logistic(X, yv, w, theta0, ridge)
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
 
-        theta = fit_cols([0, 1])
-        a, b, c = theta
-        if a < 0.0:
-            b, c = fit_cols([1])
-            a = 0.0
-        elif b < 0.0:
-            a, c = fit_cols([0])
-            b = 0.0
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        total = float(stats["w_pos"]) + float(stats["w_neg"])
+        self._red.update(total=total, mean=float(stats["w_pos"]) / total, lam=1e-8 * total)
+        return self._stage([0, 1])
+
+    def _stage(self, cols: list[int]):
+        ridge = np.array([self._red["lam"]] * len(cols) + [0.0])
+        theta0 = np.array([1.0] * len(cols) + [0.0])
+        st, theta = _logreg_start(theta0, ridge, self._red["total"])
+        self._red.update(newton=st, cols=cols)
+        return {"op": "logit", "kind": self._red["kind"], "sorted": False, "cols": list(cols),
+                "theta": theta.tolist()}
+
+    def _ps_logit(self, scores, y, sample_weight, request):
+        s, yi, w = _light(scores, y, sample_weight)
+        if request["kind"] == "proba":
+            s = np.clip(s, 0.0, 1.0)
+        s, yi, w = _live(s, yi, w)
+        F = self._features_of(s, request["kind"])
+        X = np.column_stack((F[:, request["cols"]], np.ones(s.size)))
+        return {"op": "logit", "v": _logreg_eval(X, yi.astype(np.float64), w, np.asarray(request["theta"]))}
+
+    def _step_logit(self, stats, request):
+        st = self._red["newton"]
+        nxt = _logreg_update(st, stats["v"])
+        if nxt is not None:
+            return {**request, "theta": nxt.tolist()}
+        theta, cols = st["theta"], self._red["cols"]
+        if cols == [0, 1]:
+            a, b, c = theta
+            if a < 0.0:
+                self._red["fixed"] = "a"
+                return self._stage([1])
+            if b < 0.0:
+                self._red["fixed"] = "b"
+                return self._stage([0])
+        elif cols == [1]:
+            a, (b, c) = 0.0, theta
+        else:
+            (a, c), b = theta, 0.0
         if a < 0.0 or b < 0.0:
             # The refit's remaining coefficient is negative too: the best non-decreasing map is a constant.
-            mean = float(np.sum(w * yv) / np.sum(w))
+            mean = self._red["mean"]
             a, b, c = 0.0, 0.0, math.log(mean / (1.0 - mean))
-        self.a_, self.b_, self.c_ = float(a), float(b), float(c)
-        return self
+        self._finish(a_=float(a), b_=float(b), c_=float(c))
+        return None
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         s = self._check_predict(scores)
@@ -643,28 +1266,55 @@ class TemperatureCalibrator(_BinaryCalibrator):
     ``z`` is the logit of the (clipped) probability for ``score_kind="proba"`` and the raw score for
     ``"decision"``.  ``T`` minimises the weighted log-loss.  The loss is convex in ``1/T``, so the
     optimum is found as the root of its monotone derivative on a bounded bracket,
-    ``T ∈ [1e-6·c, 1e6·c]`` with ``c = max |z|``: anti-correlated scores end at the largest ``T``
-    (probabilities ≈ 1/2), separable ones at the smallest.  All-zero ``z`` gives ``T = 1``.
+    ``T ∈ [1e-6·c, 1e6·c]`` with ``c = max |z|``, by safeguarded Newton to machine precision:
+    anti-correlated scores end at the largest ``T`` (probabilities ≈ 1/2), separable ones at the
+    smallest.  All-zero ``z`` gives ``T = 1``.
+
+    Reduction: one unsorted round (validation, counts, ``c``), one round evaluating the derivative at
+    both ends of the bracket, then one round per Newton step (derivative and its slope are sums).
     """
 
     name = "temperature"
     _state_fields = {"temperature_": "float", "score_kind_": "str"}
 
+    @staticmethod
+    def _logits_of(s: np.ndarray, kind: str) -> np.ndarray:
+        return _logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s
+
     def _logits(self, s: np.ndarray) -> np.ndarray:
-        return _logit(s) if self.score_kind_ == "proba" else s
+        return self._logits_of(s, self.score_kind_)
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
+
+    def _summary_extra(self, s, yi, w, request):
+        return {"max_abs": _max_abs(self._logits_of(s, request["kind"]))}
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        c = float(stats["max_abs"])
+        if c == 0.0:
+            self._finish(temperature_=1.0)
+            return None
+        st, points = _slope_start(1e-6 / c, 1e6 / c)
+        self._red["slope"] = st
+        return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": points}
+
+    def _ps_slope(self, scores, y, sample_weight, request):
+        s, yi, w = _live(*_light(scores, y, sample_weight))
+        z = self._logits_of(s, request["kind"])
+        return {"op": "slope", "v": _slope_eval(np.where(yi == 1, z, -z), w, request["points"])}
+
+    def _step_slope(self, stats, request):
+        st = self._red["slope"]
+        nxt = _slope_update(st, stats["v"])
+        if nxt is not None:
+            return {**request, "points": nxt}
+        self._finish(temperature_=float(1.0 / st["x"]))
+        return None
 
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
-        s, yi, w = self._check_fit(scores, y, sample_weight, score_kind)
-        keep = w > 0
-        z, yi, w = self._logits(s[keep]), yi[keep], w[keep]
-        c = float(np.max(np.abs(z)))
-        if c == 0.0:
-            self.temperature_ = 1.0
-            return self
-        m = np.where(yi == 1, z, -z)
-        inv_t = _fit_slope(m, w, 1e-6 / c, 1e6 / c)
-        self.temperature_ = float(1.0 / inv_t)
-        return self
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         s = self._check_predict(scores)
@@ -676,25 +1326,54 @@ class SigmoidNoBiasCalibrator(_BinaryCalibrator):
 
     Suppressing the constant keeps ``S = 0 ⇔ P = 1/2``, so the calibrated probability never
     contradicts the classifier's own decision.  ``α`` maximises the weighted likelihood (a convex 1-D
-    problem solved to machine precision); separable data would send ``α`` to infinity, hence the
-    bound.  ``S`` is the raw score for ``score_kind="decision"`` and ``logit(p)`` (``p`` clipped to
+    problem solved to machine precision by safeguarded Newton on its derivative); separable data
+    would send ``α`` to infinity, hence the bound; anti-correlated data give ``α = 0``.  ``S`` is the
+    raw score for ``score_kind="decision"`` and ``logit(p)`` (``p`` clipped to
     ``[1e-12, 1 − 1e-12]``) for ``"proba"``, so a probability of 1/2 stays 1/2.
+
+    Reduction: one unsorted round (validation, counts, and the derivative at ``α = 0`` and
+    ``α = 1e6``), then one round per Newton step.
     """
 
     name = "sigmoid_nobias"
     ALPHA_MAX: ClassVar[float] = 1e6
     _state_fields = {"alpha_": "float", "score_kind_": "str"}
 
+    @staticmethod
+    def _raw_of(s: np.ndarray, kind: str) -> np.ndarray:
+        return _logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s
+
     def _raw(self, s: np.ndarray) -> np.ndarray:
-        return _logit(s) if self.score_kind_ == "proba" else s
+        return self._raw_of(s, self.score_kind_)
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False, "points": [0.0, float(self.ALPHA_MAX)]}
+
+    def _summary_extra(self, s, yi, w, request):
+        S = self._raw_of(s, request["kind"])
+        return {"v": _slope_eval(np.where(yi == 1, S, -S), w, request["points"])}
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        st, _ = _slope_start(0.0, float(self.ALPHA_MAX))
+        self._red["slope"] = st
+        return self._step_slope(stats, request)
+
+    def _ps_slope(self, scores, y, sample_weight, request):
+        s, yi, w = _live(*_light(scores, y, sample_weight))
+        S = self._raw_of(s, request["kind"])
+        return {"op": "slope", "v": _slope_eval(np.where(yi == 1, S, -S), w, request["points"])}
+
+    def _step_slope(self, stats, request):
+        st = self._red["slope"]
+        nxt = _slope_update(st, stats["v"])
+        if nxt is not None:
+            return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": nxt}
+        self._finish(alpha_=float(st["x"]))
+        return None
 
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
-        s, yi, w = self._check_fit(scores, y, sample_weight, score_kind)
-        keep = w > 0
-        S, yi, w = self._raw(s[keep]), yi[keep], w[keep]
-        m = np.where(yi == 1, S, -S)
-        self.alpha_ = _fit_slope(m, w, 0.0, self.ALPHA_MAX)
-        return self
+        return self._fit_protocol(scores, y, sample_weight, score_kind)
 
     def predict(self, scores) -> np.ndarray:
         s = self._check_predict(scores)
