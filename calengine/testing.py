@@ -29,7 +29,14 @@ import numpy as np
 from .base import Calibrator, Combiner, Learner
 from .plugins import _NAME_RE, load_plugins
 
-__all__ = ["check_learner", "check_calibrator", "check_combiner", "check_plugin_module", "make_data"]
+__all__ = [
+    "check_learner",
+    "check_learner_stats",
+    "check_calibrator",
+    "check_combiner",
+    "check_plugin_module",
+    "make_data",
+]
 
 
 def make_data(n: int = 240, n_features: int = 5, n_classes: int = 2, seed: int = 0):
@@ -111,6 +118,85 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
         if learner.accepts_sample_weight:
             w = np.linspace(0.5, 2.0, len(y))
             seeded(cls(), 0).fit(X, y, sample_weight=w)
+    supports = proto.supports_stats
+    if not isinstance(supports, (bool, np.bool_)):
+        _fail(cls, "supports_stats must be a bool (a class attribute or a property of the instance)")
+    if supports:
+        check_learner_stats(cls, n_classes_list)
+
+
+def _close(a, b, rtol: float) -> bool:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=rtol, equal_nan=True))
+
+
+def check_learner_stats(
+    cls: type, n_classes_list: tuple[int, ...] = (2, 3), params: dict | None = None, rtol: float = 1e-9
+) -> None:
+    """Check the optional "fitting by statistics" contract of a :class:`~calengine.base.Learner`.
+
+    For a learner whose instance (built with ``params``) says ``supports_stats``: the rows are cut
+    into three random pieces, plus an empty one (as a partition can be), and ``fit_from_stats`` of the
+    merged ``partial_stats`` must score like ``fit`` on all the rows, to ``rtol`` (relative and
+    absolute), with and without sample weights; the statistics must be numpy arrays that survive
+    pickling; the merge must not depend on the order beyond rounding; and the model fitted from
+    statistics must survive ``to_state``/``from_state`` with identical scores.  ``check_learner``
+    runs this with the default parameters when the class declares ``supports_stats``.
+    """
+    from .allowlist import CORE_TRUSTED_TYPES
+    from .tasks import seeded
+
+    params = dict(params or {})
+    if not (isinstance(cls, type) and issubclass(cls, Learner)):
+        raise AssertionError(f"{cls!r} must subclass calengine.base.Learner")
+    if not cls(**params).supports_stats:
+        _fail(cls, f"supports_stats is False with parameters {params}; nothing to check")
+    trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types)
+    rng = np.random.default_rng(0)
+    for k in n_classes_list:
+        X, y = make_data(n_classes=k)
+        n = len(y)
+        weightings = [None]
+        if cls(**params).accepts_sample_weight:
+            weightings.append(rng.uniform(0.2, 3.0, size=n))
+        for w in weightings:
+            learner = seeded(cls(**params), 0)
+            ref = seeded(cls(**params), 0).fit(X, y, sample_weight=w)
+            S = np.asarray(ref.score(X))
+            perm = rng.permutation(n)
+            cut = np.sort(rng.integers(1, n, size=2))
+            pieces = [perm[: cut[0]], perm[cut[0] : cut[1]], perm[cut[1] :], perm[:0]]
+            parts = []
+            for idx in pieces:
+                st = learner.partial_stats(X[idx], y[idx], None if w is None else w[idx], k)
+                if not isinstance(st, dict) or not all(isinstance(v, np.ndarray) for v in st.values()):
+                    _fail(cls, "partial_stats must return a dict of numpy arrays")
+                if any(v.dtype == object for v in st.values()):
+                    _fail(cls, "partial_stats must not return object arrays")
+                parts.append(pickle.loads(pickle.dumps(st)))
+            merged = learner.merge_stats(
+                learner.merge_stats(parts[0], parts[1]), learner.merge_stats(parts[2], parts[3])
+            )
+            if learner.fit_from_stats(merged, k) is not learner:
+                _fail(cls, "fit_from_stats must return self")
+            got = np.asarray(learner.score(X))
+            if got.shape != S.shape or not _close(got, S, rtol):
+                diff = np.max(np.abs(got - S)) if got.shape == S.shape else f"shape {got.shape} vs {S.shape}"
+                kind = "weighted" if w is not None else "unweighted"
+                _fail(
+                    cls,
+                    f"fit_from_stats on merged partial_stats does not reproduce fit ({k} classes, {kind}; "
+                    f"max score difference {diff})",
+                )
+            reverse = parts[3]
+            for st in parts[2::-1]:
+                reverse = learner.merge_stats(reverse, st)
+            other = seeded(cls(**params), 0).fit_from_stats(reverse, k)
+            if not _close(other.score(X), got, rtol):
+                _fail(cls, "merge_stats depends on the order of the pieces beyond rounding")
+            restored = _roundtrip_state(learner, trusted)
+            if not np.array_equal(np.asarray(restored.score(X)), got):
+                _fail(cls, "a model fitted from statistics does not survive to_state/from_state exactly")
 
 
 def check_calibrator(cls: type, monotone: bool = True) -> None:

@@ -5,27 +5,34 @@ trees with optional Laplace leaves and (boosted) naive Bayes as in Zadrozny & El
 Fisher, BayU/BayQ, k-NN, Parzen and small-network classifiers of Duin & Tax, linear SVMs and logistic
 regression, plus any scikit-learn classifier named by import path.
 
-=====================  ==============  ===========  =======================================
-registry name          sample weights  score_kind   sparse CSR input
-=====================  ==============  ===========  =======================================
-decision_tree          yes             proba        yes
-linear_svm             yes             decision     yes (scaling without centring)
-logistic_regression    yes             proba        yes (scaling without centring)
-gaussian_nb            yes             proba        no
-bernoulli_nb           yes             proba        yes (scaling without centring)
-multinomial_nb         yes             proba        yes (max-abs scaling; needs values >= 0)
-categorical_nb         yes             proba        no
-boosted_nb             yes             proba        no
-knn                    no              proba        no
-nearest_mean           yes             decision     yes
-fisher_lda             no              decision     no
-qda                    no              proba        no
-bayes_diagonal         yes             proba        no
-bayes_full             no              proba        no
-parzen                 yes             proba        no
-mlp                    yes             proba        yes (scaling without centring)
-sklearn                from the class  from class   from the class's input tags
-=====================  ==============  ===========  =======================================
+=====================  ==============  ===========  ==========================================  =================
+registry name          sample weights  score_kind   sparse CSR input                            fit from stats
+=====================  ==============  ===========  ==========================================  =================
+decision_tree          yes             proba        yes                                         no
+linear_svm             yes             decision     yes (scaling without centring)              no
+logistic_regression    yes             proba        yes (scaling without centring)              no
+gaussian_nb            yes             proba        no                                          yes
+bernoulli_nb           yes             proba        yes (scaling without centring)              standardize=False
+multinomial_nb         yes             proba        yes (max-abs scaling; needs values >= 0)    yes
+categorical_nb         yes             proba        no                                          no
+boosted_nb             yes             proba        no                                          no
+knn                    no              proba        no                                          no
+nearest_mean           yes             decision     yes                                         no
+fisher_lda             no              decision     no                                          no
+qda                    no              proba        no                                          no
+bayes_diagonal         yes             proba        no                                          yes
+bayes_full             no              proba        no                                          no
+parzen                 yes             proba        no                                          no
+mlp                    yes             proba        yes (scaling without centring)              no
+sklearn                from the class  from class   from the class's input tags                 no
+=====================  ==============  ===========  ==========================================  =================
+
+"fit from stats": the learner implements the optional statistics contract of
+:class:`calengine.base.Learner` (``supports_stats``): it is fitted over a partitioned table from small,
+mergeable per-class statistics (counts, means and squared deviations, feature sums, column ranges)
+without holding the rows, and k cross-validation folds cost one pass.  The result is the model ``fit``
+gives on the same rows, up to floating-point rounding.  ``bernoulli_nb`` supports it only with
+``standardize=False`` (its ``supports_stats`` is a property of the instance).
 
 Each learner also carries ``accepts_sparse``; a sparse matrix given to a learner without sparse support
 raises :class:`calengine.errors.DataError` naming the fix instead of densifying behind the user's back
@@ -213,6 +220,193 @@ def _split_proba(P: np.ndarray) -> np.ndarray:
     return P[:, 1].copy() if P.shape[1] == 2 else P
 
 
+# ------------------------------------------------------------------------------------------ fitting from statistics
+#
+# The naive Bayes learners below implement the optional contract of ``calengine.base.Learner``
+# (``partial_stats`` / ``merge_stats`` / ``fit_from_stats``).  Statistics are dicts of small numpy
+# arrays (O(classes x features)); every dict carries ``rows`` (rows per class, int64) and ``count``
+# (weighted rows per class), which tell ``fit_from_stats`` whether every class was seen.
+
+
+def _stats_input(learner, X, y, sample_weight, n_classes):
+    """Validate one piece for ``partial_stats``: like ``fit``, except that zero rows and missing classes
+    are allowed and weights may sum to zero.  Returns ``(X, y, w, k)`` with ``w`` all ones if unweighted.
+    """
+    from sklearn.utils import check_array
+
+    _reject_sparse(learner, X)
+    X = check_array(
+        X, accept_sparse="csr" if learner.accepts_sparse else False, dtype=np.float64, ensure_min_samples=0
+    )
+    k = _parse_positive_int(n_classes, "n_classes")
+    n = X.shape[0]
+    y = np.asarray(y)
+    if y.shape != (n,):
+        raise DataError(f"y has shape {y.shape} but X has {n} rows; give one class index per row")
+    if n:
+        integral = np.issubdtype(y.dtype, np.integer) or (
+            np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(np.mod(y, 1) == 0)
+        )
+        if not integral or y.min() < 0 or y.max() >= k:
+            raise DataError(f"y must hold class indices 0..{k - 1} (n_classes={k})")
+    y = y.astype(np.intp)
+    if sample_weight is None:
+        w = np.ones(n)
+    else:
+        w = np.asarray(sample_weight, dtype=np.float64)
+        if w.shape != (n,):
+            raise DataError(f"sample_weight has shape {w.shape} but X has {n} rows; give one weight per row")
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise DataError("sample_weight must be finite and non-negative")
+    return X, y, w, k
+
+
+def _class_indicator(y: np.ndarray, w: np.ndarray, k: int) -> np.ndarray:
+    """``(n, k)`` matrix with ``w[i]`` in column ``y[i]``: class sums of ``X`` are ``Y.T @ X``."""
+    Y = np.zeros((len(y), k))
+    Y[np.arange(len(y)), y] = w
+    return Y
+
+
+def _check_stats(name: str, stats: dict[str, Any], n_classes: int, keys: tuple[str, ...]) -> int:
+    """Common checks of ``fit_from_stats``: keys present, ``n_classes`` rows, every class seen.
+
+    Returns the number of classes.  Raises :class:`DataError` naming the fix.
+    """
+    k = _parse_positive_int(n_classes, "n_classes")
+    missing = [key for key in keys if key not in stats]
+    if missing:
+        raise DataError(
+            f"learner '{name}': statistics lack {', '.join(missing)}; pass the output of this learner's "
+            "partial_stats/merge_stats"
+        )
+    rows = np.asarray(stats["rows"])
+    if rows.shape != (k,):
+        raise DataError(
+            f"learner '{name}': statistics are for {rows.shape[0] if rows.ndim == 1 else '?'} classes "
+            f"but n_classes={k}; compute partial_stats with the same n_classes"
+        )
+    empty = np.flatnonzero(rows <= 0)
+    if empty.size:
+        which = ", ".join(str(i) for i in empty)
+        raise DataError(
+            f"learner '{name}': class(es) {which} have no rows in the statistics; every class needs "
+            "training rows (use stratified folds, or drop or merge the empty classes before fitting)"
+        )
+    if not np.asarray(stats["count"]).sum() > 0:
+        raise DataError("sample_weight sums to zero; at least one row needs a positive weight")
+    return k
+
+
+def _same_shapes(name: str, a: dict[str, Any], b: dict[str, Any]) -> None:
+    if a.keys() != b.keys() or any(np.shape(a[key]) != np.shape(b[key]) for key in a):
+        raise DataError(
+            f"learner '{name}': cannot merge statistics of different shapes (another learner, n_classes or "
+            "number of features); compute every piece's partial_stats with the same learner and n_classes"
+        )
+
+
+def _chan_merge(na, ma, m2a, nb, mb, m2b):
+    """Count, mean and sum of squared deviations of a union (Chan, Golub & LeVeque's pairwise update).
+
+    ``n*`` are (weighted) counts broadcasting against the means; a side with count 0 contributes nothing.
+    """
+    n = na + nb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frac = np.where(n > 0, nb / np.where(n > 0, n, 1.0), 0.0)
+        delta = mb - ma
+        mean = ma + delta * frac
+        m2 = m2a + m2b + delta * delta * (na * frac)
+    # exact copies when one side is empty (no rounding through the update)
+    mean = np.where(nb == 0, ma, np.where(na == 0, mb, mean))
+    m2 = np.where(nb == 0, m2a, np.where(na == 0, m2b, m2))
+    return n, mean, m2
+
+
+def _discrete_nb_stats(learner, X, y, sample_weight, n_classes, binarize=None, track_range=False):
+    """Per class: rows, weighted count and weighted feature sums (of ``X`` binarised at ``binarize``
+    when given); with ``track_range``, the column minimum and maximum of the raw values too."""
+    from sklearn.utils.extmath import safe_sparse_dot
+
+    X, y, w, k = _stats_input(learner, X, y, sample_weight, n_classes)
+    n, d = X.shape
+    Y = _class_indicator(y, w, k)
+    Xc = X
+    if binarize is not None and n:  # (scikit-learn's binarize refuses zero rows)
+        from sklearn.preprocessing import binarize as _binarize
+
+        Xc = _binarize(X, threshold=binarize, copy=True)
+    stats = {
+        "n": np.asarray(n, dtype=np.int64),
+        "rows": np.bincount(y, minlength=k).astype(np.int64),
+        "count": Y.sum(axis=0),
+        "sums": np.asarray(safe_sparse_dot(Y.T, Xc), dtype=np.float64).reshape(k, d),
+    }
+    if track_range:
+        is_sparse = sparse.issparse(X)
+        if n == 0:
+            lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
+        elif is_sparse:
+            from sklearn.utils.sparsefuncs import min_max_axis
+
+            lo, hi = (np.asarray(v, dtype=np.float64) for v in min_max_axis(X, axis=0))
+        else:
+            lo, hi = X.min(axis=0), X.max(axis=0)
+        stats.update({"min": lo, "max": hi, "sparse": np.asarray(is_sparse)})
+    return stats
+
+
+def _merge_additive(name: str, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Merge of :func:`_discrete_nb_stats` results: sums add, ranges widen."""
+    _same_shapes(name, a, b)
+    out = {}
+    for key in a:
+        if key == "min":
+            out[key] = np.minimum(a[key], b[key])
+        elif key == "max":
+            out[key] = np.maximum(a[key], b[key])
+        elif key == "sparse":
+            if int(a["n"]) and int(b["n"]) and bool(a[key]) != bool(b[key]):
+                raise DataError(
+                    f"learner '{name}': cannot merge statistics of dense and sparse pieces (the scaling "
+                    "differs); give every partition in the same format"
+                )
+            out[key] = np.asarray(bool(b[key]) if not int(a["n"]) else bool(a[key]))
+        else:
+            out[key] = np.asarray(a[key]) + np.asarray(b[key])
+    return out
+
+
+def _set_discrete_nb(nb, stats: dict[str, Any], k: int, feature_count: np.ndarray):
+    """Fill a fresh MultinomialNB/BernoulliNB with the attributes its ``fit`` sets, via its own update
+    methods (so smoothing and priors follow scikit-learn's formulas exactly)."""
+    nb.classes_ = np.arange(k)
+    nb.n_features_in_ = int(feature_count.shape[1])
+    nb.class_count_ = np.asarray(stats["count"], dtype=np.float64).copy()
+    nb.feature_count_ = np.ascontiguousarray(feature_count, dtype=np.float64)
+    alpha = nb._check_alpha()
+    nb._update_feature_log_prob(alpha)
+    nb._update_class_log_prior(class_prior=nb.class_prior)
+    return nb
+
+
+def _validated(est):
+    """``est`` after scikit-learn's own parameter validation (what its ``fit`` runs first), applied to
+    every step of a Pipeline: ``fit_from_stats`` rejects the parameters ``fit`` would reject."""
+    for step in [s for _, s in est.steps] if hasattr(est, "steps") else [est]:
+        check = getattr(step, "_validate_params", None)
+        if check is not None:
+            check()
+    return est
+
+
+def _zero_scale_to_one(scale: np.ndarray) -> np.ndarray:
+    """scikit-learn's handling of (near) constant columns in scalers: a scale below 10 eps becomes 1."""
+    scale = np.array(scale, dtype=np.float64, copy=True)
+    scale[scale < 10 * np.finfo(np.float64).eps] = 1.0
+    return scale
+
+
 # ------------------------------------------------------------------------------------------ sklearn-backed
 
 
@@ -391,6 +585,88 @@ class GaussianNBLearner(_SklearnBacked):
 
         return GaussianNB(var_smoothing=self.var_smoothing)
 
+    # -- fitting from statistics (see calengine.base.Learner) -----------------------------------
+    #
+    # Per class: rows, weighted count, weighted mean and weighted sum of squared deviations (M2);
+    # per column, over all rows and unweighted (GaussianNB's epsilon_ uses the plain variance of X):
+    # rows, mean and M2.  Pieces merge with Chan et al.'s pairwise formulas: no raw sums of squares.
+
+    supports_stats = True
+
+    def partial_stats(self, X, y, sample_weight, n_classes: int) -> dict[str, Any]:
+        X, y, w, k = _stats_input(self, X, y, sample_weight, n_classes)
+        n, d = X.shape
+        count = np.zeros(k)
+        mean = np.zeros((k, d))
+        m2 = np.zeros((k, d))
+        order = np.argsort(y, kind="stable")
+        bounds = np.searchsorted(y[order], np.arange(k + 1))
+        for c in range(k):
+            idx = order[bounds[c] : bounds[c + 1]]
+            wc = w[idx]
+            total = wc.sum()
+            if idx.size == 0 or not total > 0:
+                continue
+            Xc = X[idx]
+            mu = np.average(Xc, axis=0, weights=None if sample_weight is None else wc)
+            dev = Xc - mu
+            count[c] = total
+            mean[c] = mu
+            m2[c] = (dev * dev).sum(axis=0) if sample_weight is None else wc @ (dev * dev)
+        col_mean = X.mean(axis=0) if n else np.zeros(d)
+        col_dev = X - col_mean
+        return {
+            "n": np.asarray(n, dtype=np.int64),
+            "rows": np.bincount(y, minlength=k).astype(np.int64),
+            "count": count,
+            "mean": mean,
+            "m2": m2,
+            "col_mean": col_mean,
+            "col_m2": (col_dev * col_dev).sum(axis=0),
+        }
+
+    def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        _same_shapes(self.name, a, b)
+        count, mean, m2 = _chan_merge(
+            a["count"][:, None], a["mean"], a["m2"], b["count"][:, None], b["mean"], b["m2"]
+        )
+        n, col_mean, col_m2 = _chan_merge(
+            float(a["n"]), a["col_mean"], a["col_m2"], float(b["n"]), b["col_mean"], b["col_m2"]
+        )
+        return {
+            "n": np.asarray(int(a["n"]) + int(b["n"]), dtype=np.int64),
+            "rows": np.asarray(a["rows"]) + np.asarray(b["rows"]),
+            "count": count[:, 0],
+            "mean": mean,
+            "m2": m2,
+            "col_mean": col_mean,
+            "col_m2": col_m2,
+        }
+
+    def fit_from_stats(self, stats: dict[str, Any], n_classes: int) -> "GaussianNBLearner":
+        keys = ("n", "rows", "count", "mean", "m2", "col_mean", "col_m2")
+        k = _check_stats(self.name, stats, n_classes, keys)
+        count = np.asarray(stats["count"], dtype=np.float64)
+        mean = np.asarray(stats["mean"], dtype=np.float64)
+        m2 = np.asarray(stats["m2"], dtype=np.float64)
+        # GaussianNB leaves a class whose weights sum to ~0 (np.isclose) at mean 0, variance 0
+        used = ~np.isclose(count, 0.0)
+        theta = np.where(used[:, None], mean, 0.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            var = np.where(used[:, None], m2 / np.where(used, count, 1.0)[:, None], 0.0)
+        col_var = np.asarray(stats["col_m2"], dtype=np.float64) / float(stats["n"])
+        est = _validated(self.make_estimator())
+        est.classes_ = np.arange(k)
+        est.n_features_in_ = int(mean.shape[1])
+        est.epsilon_ = np.float64(est.var_smoothing * np.max(col_var))
+        est.theta_ = theta
+        est.var_ = var + est.epsilon_
+        est.class_count_ = count.copy()
+        est.class_prior_ = count / count.sum()
+        self.estimator_ = est
+        self.n_classes_ = k
+        return self
+
 
 class BayesDiagonalLearner(GaussianNBLearner):
     """Duin & Tax's BayU: Gaussian densities with class-specific diagonal covariances (= GaussianNB)."""
@@ -425,6 +701,40 @@ class BernoulliNBLearner(_SklearnBacked):
             return nb
         return Pipeline([("scale", _scaler(sparse_input)), ("nb", nb)])
 
+    # -- fitting from statistics (see calengine.base.Learner), standardize=False only ------------
+    #
+    # Per class: rows, weighted count and weighted counts of ``x > binarize`` (raw sums when
+    # ``binarize`` is None).  With ``standardize=True`` the threshold depends on the training rows'
+    # mean and spread, so the counts are not additive over pieces: no statistics then.
+
+    @property
+    def supports_stats(self) -> bool:  # type: ignore[override]
+        return not self.standardize
+
+    def _require_stats(self) -> None:
+        if self.standardize:
+            raise NotImplementedError(
+                "learner 'bernoulli_nb' can be fitted from statistics only with standardize=False "
+                "(the threshold of standardised features depends on all training rows)"
+            )
+
+    def partial_stats(self, X, y, sample_weight, n_classes: int) -> dict[str, Any]:
+        self._require_stats()
+        return _discrete_nb_stats(self, X, y, sample_weight, n_classes, binarize=self.binarize)
+
+    def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        self._require_stats()
+        return _merge_additive(self.name, a, b)
+
+    def fit_from_stats(self, stats: dict[str, Any], n_classes: int) -> "BernoulliNBLearner":
+        self._require_stats()
+        k = _check_stats(self.name, stats, n_classes, ("n", "rows", "count", "sums"))
+        est = _validated(self.make_estimator())
+        _set_discrete_nb(est, stats, k, np.asarray(stats["sums"], dtype=np.float64))
+        self.estimator_ = est
+        self.n_classes_ = k
+        return self
+
 
 class MultinomialNBLearner(_SklearnBacked):
     """Multinomial naive Bayes on features scaled to be non-negative.
@@ -458,6 +768,62 @@ class MultinomialNBLearner(_SklearnBacked):
                 "(it is min-max scaled automatically) or use bernoulli_nb"
             )
         return super().fit(X, y, sample_weight)
+
+    # -- fitting from statistics (see calengine.base.Learner) -----------------------------------
+    #
+    # Per class: rows, weighted count and weighted sums of the raw features; per column: the raw
+    # minimum and maximum (the scalers ignore weights).  Both scalers are affine, so the per-class sums
+    # of the scaled features follow from the raw sums: ``scale * (sums - data_min * count)`` for
+    # MinMaxScaler (exactly 0 on constant columns, as scikit-learn computes them), ``sums / max_abs``
+    # for MaxAbsScaler.
+
+    supports_stats = True
+
+    def partial_stats(self, X, y, sample_weight, n_classes: int) -> dict[str, Any]:
+        if sparse.issparse(X) and X.nnz and X.data.min() < 0:
+            raise DataError(
+                "multinomial_nb needs non-negative sparse features (counts, tf-idf); pass dense data "
+                "(it is min-max scaled automatically) or use bernoulli_nb"
+            )
+        return _discrete_nb_stats(self, X, y, sample_weight, n_classes, track_range=True)
+
+    def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        return _merge_additive(self.name, a, b)
+
+    def fit_from_stats(self, stats: dict[str, Any], n_classes: int) -> "MultinomialNBLearner":
+        keys = ("n", "rows", "count", "sums", "min", "max", "sparse")
+        k = _check_stats(self.name, stats, n_classes, keys)
+        sparse_input = bool(stats["sparse"])
+        count = np.asarray(stats["count"], dtype=np.float64)
+        sums = np.asarray(stats["sums"], dtype=np.float64)
+        lo = np.asarray(stats["min"], dtype=np.float64)
+        hi = np.asarray(stats["max"], dtype=np.float64)
+        n, d = int(stats["n"]), sums.shape[1]
+        est = _validated(self.make_estimator(sparse_input=sparse_input))
+        scaler, nb = est.steps[0][1], est.steps[-1][1]
+        scaler.n_features_in_ = d
+        scaler.n_samples_seen_ = n
+        if sparse_input:
+            max_abs = np.maximum(np.abs(lo), np.abs(hi))
+            scaler.max_abs_ = max_abs
+            scaler.scale_ = _zero_scale_to_one(max_abs)
+            feature_count = sums * (1.0 / scaler.scale_)
+        else:
+            f_lo, f_hi = scaler.feature_range
+            data_range = hi - lo
+            scaler.scale_ = (f_hi - f_lo) / _zero_scale_to_one(data_range)
+            scaler.min_ = f_lo - lo * scaler.scale_
+            scaler.data_min_ = lo
+            scaler.data_max_ = hi
+            scaler.data_range_ = data_range
+            feature_count = scaler.scale_ * (sums - lo * count[:, None]) + f_lo * count[:, None]
+            feature_count[:, data_range == 0] = (f_lo * count)[:, None]
+            # training rows scale into the feature range: clip away rounding outside it
+            feature_count = np.clip(feature_count, f_lo * count[:, None], f_hi * count[:, None])
+        _set_discrete_nb(nb, stats, k, feature_count)
+        self.estimator_ = est
+        self.n_classes_ = k
+        return self
 
 
 def quantile_bin_edges(X: np.ndarray, n_bins: int) -> np.ndarray:
