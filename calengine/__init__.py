@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 #: artifact format; a model whose major format differs from this one is refused on load.
 MODEL_FORMAT_VERSION = "1.0"
 
-__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "load_model"]
+__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "load_model"]
 
 
 def __getattr__(name: str):
@@ -21,6 +21,10 @@ def __getattr__(name: str):
         from .estimator import CalibratedClassifier
 
         return CalibratedClassifier
+    if name == "fit_table":
+        from .partition_fit import fit_parquet
+
+        return fit_parquet
     if name == "load_model":
         from .artifact import load_model
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from . import partition_tasks as pt
 from . import registry
+from .dataset import DEFAULT_FRAGMENT_ROWS
 from .errors import DataError, ParameterError
 from .progress import Progress, gather_in_order
 
@@ -57,7 +58,8 @@ class TableSpec:
     max_train_rows: int | None = None
     #: "auto" (stats when the learner supports it, else in-memory), or force one route
     route: str = "auto"
-    fragment_rows: int = 1_000_000
+    #: rows per fragment (whole row groups); None: sized from the workers' memory limit, at most 1M
+    fragment_rows: int | None = None
 
 
 @dataclass
@@ -96,7 +98,9 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     if spec.target not in names:
         check_columns(files, [spec.target])
     feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
-    dataset = describe_dataset(spec.data, feature_cols + [spec.target], spec.fragment_rows)
+    memory_limit = worker_memory_limit(client)
+    fragment_rows = spec.fragment_rows or _fragment_rows(memory_limit, len(feature_cols))
+    dataset = describe_dataset(spec.data, feature_cols + [spec.target], fragment_rows)
     if not dataset.fragments:
         raise DataError("the training table has no rows")
     futures = [
@@ -112,10 +116,10 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     ctx = Context(
         spec=spec, fragments=dataset.fragments, enc=pt.Encoding(encoder, labels, spec.target),
         n_rows=int(class_counts.sum()), dropped=int(stats.target.missing), group_counts=group_counts,
-        class_counts=np.asarray(class_counts, dtype=np.int64), memory_limit=worker_memory_limit(client),
+        class_counts=np.asarray(class_counts, dtype=np.int64), memory_limit=memory_limit,
     )
     if spec.calibration_data:
-        cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target], spec.fragment_rows)
+        cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target], fragment_rows)
         if not cal.fragments:
             raise DataError("the --calibration-data table has no rows")
         counts = gather_in_order(
@@ -153,6 +157,15 @@ def _class_counts_per_group(target_stat, labels) -> dict:
             arr[index[value]] += c
         out[key] = arr
     return out
+
+
+def _fragment_rows(memory_limit: float, n_columns: int) -> int:
+    """Rows per fragment such that a task's copies of one fragment (Arrow, pandas, encoded float64,
+    a learner's view: about 32 bytes per value) stay within 1/8 of a worker's memory."""
+    if not math.isfinite(memory_limit):
+        return DEFAULT_FRAGMENT_ROWS
+    rows = int(memory_limit / 8 / (32 * max(1, n_columns + 1)))
+    return max(10_000, min(DEFAULT_FRAGMENT_ROWS, rows))
 
 
 def worker_memory_limit(client) -> float:
@@ -460,7 +473,10 @@ def fit_calibrators(client, blocks, summaries, problems, calibrator, score_kind,
             specs = []
             for i in new:
                 cs, col = problems[i]
-                n_ranges = max(1, math.ceil(summaries[cs]["n"] / RANGE_ROWS))
+                range_rows = RANGE_ROWS if not math.isfinite(ctx.memory_limit) else max(
+                    10_000, min(RANGE_ROWS, int(ctx.memory_limit / 8 / 64))
+                )
+                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows))
                 specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
             splits = [client.submit(pt.split_block, b, specs, pure=False) for b in blocks]
             for i, _, _, bounds in specs:
@@ -588,3 +604,34 @@ def _fit_combined(client, ctx: Context, config, learners, progress, plugins):
         code_matrix=first.code_matrix, combiner=first.combiner, column_counts=first.column_counts, info=info,
         member_groups=[i for i, m in enumerate(models) for _ in m.members], combine_rule=rule,
     )
+
+
+# ---------------------------------------------------------------------------------------------- Python API
+
+
+def fit_parquet(data, target: str, *, cluster=None, workers=None, worker_memory=None, progress=None, **options):
+    """Fit a calibrated model on a Parquet table from Python, exactly as ``calengine fit`` does.
+
+    ``options`` are the fields of :class:`TableSpec` (``positive``, ``features``, ``exclude``,
+    ``text_columns``, ``max_categories``, ``calibration_data``, ``max_train_rows``, ``route``) and of
+    :class:`calengine.training.FitConfig` (``learner``, ``learner_params``, ``method``,
+    ``method_params``, ``mode``, ``cv``, ``seed``, ``multiclass``, ``combiner_params``, ``combine``).
+    ``cluster``: None (embedded), ``"local"`` or a scheduler address.  Returns the
+    :class:`~calengine.model.CalibratedModel`; save it with :func:`calengine.artifact.save_model`.
+    """
+    from dataclasses import fields
+
+    from .cluster import dask_client
+    from .training import FitConfig
+
+    spec_fields = {f.name for f in fields(TableSpec)}
+    config_fields = {f.name for f in fields(FitConfig)}
+    unknown = sorted(set(options) - spec_fields - config_fields)
+    if unknown:
+        raise ParameterError(
+            f"fit_table() got unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(spec_fields | config_fields))}"
+        )
+    spec = TableSpec(data=str(data), target=target, **{k: v for k, v in options.items() if k in spec_fields})
+    config = FitConfig(**{k: v for k, v in options.items() if k in config_fields})
+    with dask_client(cluster, workers=workers, memory_limit=worker_memory) as client:
+        return fit_table(client, spec, config, progress=Progress(enabled=progress))
