@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from .hookspecs import hookimpl
 
-__version__ = "0.1.0"
-
-#: artifact format; a model whose major format differs from this one is refused on load.
-MODEL_FORMAT_VERSION = "1.0"
+from .version import MODEL_FORMAT_VERSION, __version__
 
 __all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "load_model"]
 

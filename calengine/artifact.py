@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from . import MODEL_FORMAT_VERSION, __version__, registry
+from . import registry
+from .version import MODEL_FORMAT_VERSION, __version__
 from .data import LabelSpace, staged_directory
 from .errors import ModelFormatError, UnknownPluginError
 from .features import FeatureEncoder
@@ -254,10 +255,22 @@ def _plugin_class(kind: str, name: str, manifest: dict, plugins: PluginSet) -> t
         ) from None
 
 
+def member_class(kind: str) -> type:
+    """The member class stored under ``kind`` in a manifest (``Member.kind``, or a vote member)."""
+    from .model import Member
+    from .reductions import REDUCTION_MEMBERS
+
+    if kind == Member.kind:
+        return Member
+    if kind in REDUCTION_MEMBERS:
+        return REDUCTION_MEMBERS[kind]
+    raise ModelFormatError(f"unknown member kind '{kind}' in the manifest; refit the model with this calengine")
+
+
 def load_model(path: str | os.PathLike, trust: tuple[str, ...] | list[str] = (), plugins: PluginSet | None = None):
     """Load a model saved by :func:`save_model`, executing no code from the files."""
     from .allowlist import CORE_TRUSTED_TYPES
-    from .model import CalibratedModel, member_class
+    from .model import CalibratedModel
 
     plugins = plugins or get_plugins()
     folder = Path(path)

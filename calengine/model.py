@@ -21,19 +21,6 @@ from .data import LabelSpace
 from .features import FeatureEncoder
 
 
-def member_class(kind: str) -> type:
-    """The member class stored under ``kind`` in a manifest (see ``Member.kind``)."""
-    if kind == Member.kind:
-        return Member
-    from .reductions import REDUCTION_MEMBERS
-
-    if kind in REDUCTION_MEMBERS:
-        return REDUCTION_MEMBERS[kind]
-    from .errors import ModelFormatError
-
-    raise ModelFormatError(f"unknown member kind '{kind}' in the manifest; refit the model with this calengine")
-
-
 def one_vs_all_matrix(k: int) -> np.ndarray:
     M = -np.ones((k, k), dtype=np.int8)
     np.fill_diagonal(M, 1)

@@ -61,7 +61,7 @@ def resolve_learner(config: FitConfig, plugins: PluginSet):
                 "learner must be a registered name, a scikit-learn import path, a calengine Learner or a"
                 f" scikit-learn classifier; got {type(learner).__name__}"
             )
-        from .estimator import EstimatorLearner
+        from .wrapped_estimator import EstimatorLearner
 
         learner = EstimatorLearner(estimator=learner)
     return learner.set_params(**config.learner_params) if config.learner_params else learner
