@@ -1,0 +1,374 @@
+"""Helpers shared by benchmark scripts: machine facts, medians, per-process peak RSS of a process tree,
+and writing results as Markdown + JSON.
+
+Peak RSS is sampled with psutil every ``interval`` seconds over the launched process and all of its
+descendants.  On Linux each process's ``VmHWM`` (the kernel's own peak-RSS high-water mark) is read at
+every sample too, so a spike between two samples is still caught; the reported peak of a process is the
+larger of the two.  The launched process is reaped with ``os.wait4``, whose rusage adds exact CPU times
+and the largest RSS of any waited-for process of the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+MiB = 2**20
+GiB = 2**30
+
+
+# ---------------------------------------------------------------------------------------------- machine
+
+
+def git_commit(repo: str | os.PathLike) -> dict:
+    """``git rev-parse HEAD`` and whether tracked files differ from it (None outside a checkout)."""
+    def run(*args):
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=30)
+
+    try:
+        head = run("rev-parse", "HEAD")
+        dirty = run("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    if head.returncode != 0:
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def machine_info() -> dict:
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus_logical": os.cpu_count(),
+        "cpus_physical": psutil.cpu_count(logical=False),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_total_gib": round(vm.total / GiB, 2),
+        "memory_available_gib": round(vm.available / GiB, 2),
+        "loadavg": list(os.getloadavg()),
+        "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+                        if k in os.environ},
+    }
+
+
+def load_snapshot() -> dict:
+    """The 1/5/15-minute load averages and available memory right now."""
+    import psutil
+
+    one, five, fifteen = os.getloadavg()
+    return {"load1": one, "load5": five, "load15": fifteen,
+            "available_gib": round(psutil.virtual_memory().available / GiB, 2)}
+
+
+def wait_for_quiet(max_load: float | None, max_wait: float, poll: float = 5.0) -> dict:
+    """Wait (up to ``max_wait`` s) until the 1-minute load is at most ``max_load``; return the load
+    seen when starting (with ``waited_s``).  ``max_load=None`` only records."""
+    t0 = time.perf_counter()
+    snap = load_snapshot()
+    while max_load is not None and snap["load1"] > max_load and time.perf_counter() - t0 < max_wait:
+        time.sleep(poll)
+        snap = load_snapshot()
+    snap["waited_s"] = round(time.perf_counter() - t0, 1)
+    return snap
+
+
+# ---------------------------------------------------------------------------------------------- stats
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v != 0 and (abs(v) < 10 ** -digits or abs(v) >= 1e6):
+            return f"{v:.2e}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------------------- RSS
+
+
+def default_role(proc_info: dict, root_pid: int) -> str:
+    """client (the launched process), worker (Dask worker processes: multiprocessing spawn children or
+    anything naming a distributed worker/nanny), scheduler (a separate dask scheduler), or other."""
+    if proc_info["pid"] == root_pid:
+        return "client"
+    cmd = " ".join(proc_info.get("cmdline") or [])
+    if "resource_tracker" in cmd or "forkserver" in cmd or "semaphore_tracker" in cmd:
+        return "other"
+    if "scheduler" in cmd and ("dask" in cmd or "distributed" in cmd):
+        return "scheduler"
+    if "spawn_main" in cmd or ("distributed" in cmd and ("worker" in cmd or "nanny" in cmd)):
+        return "worker"
+    return "other"
+
+
+def _vmhwm(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass
+class TreeSampler:
+    """Sample RSS of ``root_pid`` and its descendants every ``interval`` s in a background thread."""
+
+    root_pid: int
+    interval: float = 0.15
+    role_of: Callable[[dict, int], str] = default_role
+    procs: dict[int, dict] = field(default_factory=dict)
+    tree_peak: int = 0
+    samples: int = 0
+
+    def __post_init__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._cache: dict[int, Any] = {}
+
+    def start(self) -> "TreeSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _processes(self):
+        import psutil
+
+        try:
+            root = self._cache.get(self.root_pid) or psutil.Process(self.root_pid)
+            self._cache[self.root_pid] = root
+            kids = root.children(recursive=True)
+        except psutil.Error:
+            return []
+        out = [root]
+        for k in kids:  # reuse Process objects so create_time checks stay cheap
+            out.append(self._cache.setdefault(k.pid, k))
+        return out
+
+    def sample(self) -> None:
+        import psutil
+
+        total = 0
+        for p in self._processes():
+            try:
+                rss = p.memory_info().rss
+            except psutil.Error:
+                continue
+            hwm = _vmhwm(p.pid)
+            info = self.procs.get(p.pid)
+            if info is None:
+                try:
+                    cmdline = p.cmdline()
+                    created = p.create_time()
+                    ppid = p.ppid()
+                except psutil.Error:
+                    cmdline, created, ppid = [], time.time(), None
+                info = {"pid": p.pid, "ppid": ppid, "cmdline": cmdline, "created": created,
+                        "peak_rss": 0, "peak_hwm": 0}
+                info["role"] = self.role_of(info, self.root_pid)
+                self.procs[p.pid] = info
+            info["peak_rss"] = max(info["peak_rss"], rss)
+            if hwm is not None:
+                info["peak_hwm"] = max(info["peak_hwm"], hwm)
+            total += rss
+        self.tree_peak = max(self.tree_peak, total)
+        self.samples += 1
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval)
+
+    def report(self) -> dict:
+        """Peak RSS (bytes) per role: client, scheduler, each worker (by start order), others; plus the
+        tree's peak sum of simultaneous RSS."""
+        by_role: dict[str, list[dict]] = {}
+        for info in sorted(self.procs.values(), key=lambda d: (d["created"], d["pid"])):
+            by_role.setdefault(info["role"], []).append(info)
+
+        def peak(info):
+            return max(info["peak_rss"], info["peak_hwm"])
+
+        out: dict[str, Any] = {"samples": self.samples, "interval_s": self.interval, "tree_peak_sum": self.tree_peak}
+        client = by_role.get("client", [])
+        out["client"] = peak(client[0]) if client else None
+        out["scheduler"] = max((peak(i) for i in by_role.get("scheduler", [])), default=None)
+        out["workers"] = [peak(i) for i in by_role.get("worker", [])]
+        out["worker_max"] = max(out["workers"], default=None)
+        out["others"] = [{"peak": peak(i), "cmd": " ".join(i["cmdline"])[:120]} for i in by_role.get("other", [])]
+        out["n_processes"] = len(self.procs)
+        return out
+
+
+@dataclass
+class RunResult:
+    cmd: list[str]
+    returncode: int
+    wall_s: float
+    launched_at: float  # time.time() just before launch (for timestamps reported by the child)
+    stdout: str
+    stderr: str
+    rss: dict
+    rusage: dict
+    load_before: dict
+    timed_out: bool = False
+
+    def to_json(self, keep_output: int = 2000) -> dict:
+        return {
+            "cmd": self.cmd, "returncode": self.returncode, "wall_s": self.wall_s, "timed_out": self.timed_out,
+            "rss": self.rss, "rusage": self.rusage, "load_before": self.load_before,
+            "stderr_tail": self.stderr[-keep_output:],
+        }
+
+
+def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | None = None, timeout: float | None = None,
+                 interval: float = 0.15, max_load: float | None = None, max_wait: float = 0.0) -> RunResult:
+    """Run ``cmd`` in its own process group; wall time, per-role peak RSS, and rusage of the tree.
+
+    The process is reaped with ``os.wait4`` (rusage of it and every descendant it waited for: CPU
+    seconds, and ``ru_maxrss``, the peak RSS of the largest single process among them).  On timeout
+    the whole process group is killed.
+    """
+    load = wait_for_quiet(max_load, max_wait)
+    launched_at = time.time()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                            start_new_session=True, text=True)
+    sampler = TreeSampler(proc.pid, interval=interval).start()
+    out_chunks: dict[str, list[str]] = {"out": [], "err": []}
+
+    def drain(stream, key):
+        for line in iter(stream.readline, ""):
+            out_chunks[key].append(line)
+        stream.close()
+
+    readers = [threading.Thread(target=drain, args=(proc.stdout, "out"), daemon=True),
+               threading.Thread(target=drain, args=(proc.stderr, "err"), daemon=True)]
+    for r in readers:
+        r.start()
+    timed_out = False
+    deadline = None if timeout is None else t0 + timeout
+    status = ru = None
+    while True:
+        pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _, status, ru = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.02)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    sampler.stop()
+    # stragglers (e.g. worker processes outliving the client) would keep the pipes open
+    try:
+        os.killpg(proc.pid, 0)
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for r in readers:
+        r.join(timeout=10)
+    rusage = {"user_s": ru.ru_utime, "sys_s": ru.ru_stime, "maxrss_bytes": ru.ru_maxrss * 1024}
+    return RunResult(cmd=list(cmd), returncode=proc.returncode, wall_s=wall, launched_at=launched_at,
+                     stdout="".join(out_chunks["out"]), stderr="".join(out_chunks["err"]),
+                     rss=sampler.report(), rusage=rusage, load_before=load, timed_out=timed_out)
+
+
+def children_maxrss() -> int:
+    """``getrusage(RUSAGE_CHILDREN).ru_maxrss`` in bytes: the largest RSS of any reaped descendant so far."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in row) + " |")
+    return "\n".join(lines)
+
+
+def _jsonable(obj):
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float) and obj != obj:
+        return None
+    return obj
+
+
+def write_results(results_dir: str | os.PathLike, name: str, data: dict, markdown: str) -> tuple[Path, Path]:
+    """Write ``name.json`` and ``name.md`` under ``results_dir`` (written whole, then renamed)."""
+    d = Path(results_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = (d / f"{name}.json", d / f"{name}.md")
+    for path, text in zip(paths, (json.dumps(_jsonable(data), indent=2) + "\n", markdown.rstrip() + "\n")):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return paths
+
+
+def command_line() -> str:
+    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])

@@ -1,0 +1,137 @@
+"""Smoke tests for the partitioned-table benchmark scripts (benchmarks/gen_table.py and
+benchmarks/bench_partition_fit.py) on tiny tables: they run end to end and stay deterministic."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _load(name: str):
+    """Import a benchmark script by path (``benchmarks`` is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def gen():
+    return _load("gen_table")
+
+
+def _read(d: Path) -> pa.Table:
+    files = sorted(p for p in d.iterdir() if p.suffix == ".parquet")
+    return pa.concat_tables(pq.read_table(f) for f in files)
+
+
+def test_gen_table_rows_schema_and_determinism(tmp_path, gen):
+    spec = gen.TableSpec(rows=20_000, cols=6, seed=3)
+    a, b, c, other = tmp_path / "a", tmp_path / "b", tmp_path / "c", tmp_path / "other"
+    summary = gen.write_table(a, spec, files=3, row_group_rows=3_000, quiet=True)
+    gen.write_table(b, spec, files=3, row_group_rows=3_000, quiet=True)
+    gen.write_table(c, spec, files=2, row_group_rows=7_000, quiet=True)
+    gen.write_table(other, gen.TableSpec(rows=20_000, cols=6, seed=4), files=3, row_group_rows=3_000, quiet=True)
+
+    files = sorted(p.name for p in a.iterdir())
+    assert files == ["_table.json", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    t = _read(a)
+    assert t.num_rows == 20_000 == summary["spec"]["rows"]
+    assert t.schema.names == [f"x{j}" for j in range(6)] + ["y"]
+    assert all(t.schema.field(f"x{j}").type == pa.float32() for j in range(6))
+    assert t.schema.field("y").type in (pa.int8(), pa.int64())
+    y = t.column("y").to_numpy()
+    assert set(np.unique(y)) == {0, 1}
+    assert 0.2 < y.mean() < 0.4  # roughly 30/70
+    md = pq.ParquetFile(a / "part-00000.parquet").metadata
+    assert md.num_row_groups >= 2 and all(md.row_group(i).num_rows <= 3_000 for i in range(md.num_row_groups))
+
+    # same seed -> identical files; other files / row groups -> the same rows; other seed -> other rows
+    for name in files[1:]:
+        assert pq.read_table(a / name).equals(pq.read_table(b / name))
+    assert _read(c).equals(t)
+    assert not _read(other).equals(t)
+
+    # any global row range is the matching slice; the test stream differs from the train stream
+    X, yy = gen.generate_rows(spec, 12_345, 19_000)
+    assert np.array_equal(X[:, 2], t.column("x2").to_numpy()[12_345:19_000])
+    assert np.array_equal(yy, y[12_345:19_000])
+    Xt, _ = gen.generate_rows(spec, 0, 1_000, stream=gen.TEST_STREAM)
+    assert not np.array_equal(Xt, gen.generate_rows(spec, 0, 1_000)[0])
+
+    # a complete table is recognised for reuse
+    assert gen.ensure_table(a, spec, files=3, row_group_rows=3_000, quiet=True)["reused"] is True
+    assert gen.existing_table(a, gen.TableSpec(rows=20_001, cols=6, seed=3), 3, gen.TRAIN_STREAM) is None
+    assert gen.existing_table(a, spec, 3, gen.TRAIN_STREAM, row_group_rows=4_000) is None  # other layout
+
+
+def test_gen_table_cli(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "gen_table.py"), str(tmp_path / "t"), "--rows", "5000", "--cols", "3",
+         "--files", "2", "--row-group-rows", "1000", "--test-rows", "1000", "--test-out", str(tmp_path / "test")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "rows/s" in out.stdout
+    assert _read(tmp_path / "t").num_rows == 5000
+    test = _read(tmp_path / "test")
+    assert test.num_rows == 1000 and test.schema.names == ["x0", "x1", "x2", "y"]
+
+
+@pytest.mark.cluster
+def test_bench_partition_fit_tiny(tmp_path):
+    results = tmp_path / "results"
+    work = tmp_path / "work"
+    cmd = [
+        sys.executable, str(BENCH / "bench_partition_fit.py"),
+        "--rows-list", "20000", "--cols", "5", "--files", "3", "--row-group-rows", "5000", "--test-rows", "4000",
+        "--repeats", "1", "--methods", "sigmoid", "--skip-overhead",
+        "--work-dir", str(work), "--results-dir", str(results), "--sample-interval", "0.1",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads((results / "partition_fit.json").read_text())
+    assert (results / "partition_fit.md").read_text().startswith("# calengine fit")
+    for key in ("benchmark", "command", "commit", "versions", "machine", "config", "results", "overhead",
+                "imports", "checks", "runs", "load_range", "worker_memory_supported", "folds_sources"):
+        assert key in data, key
+    (r,) = data["results"]
+    assert r["rows"] == 20000 and r["method"] == "sigmoid" and r["fit_ok"] == 1
+    assert r["fit_wall_s"] > 0 and r["fit_wall_per_10M_s"] > r["fit_wall_s"]
+    assert r["peak_rss"]["client"] > 0 and len(r["peak_rss"]["workers"]) == 2
+    assert r["sklearn_e2e_s"] > 0 and r["ratio_vs_sklearn_e2e"] > 0
+    assert r["max_abs_dp"] is not None and r["max_abs_dp"] < 1e-3
+    assert all(run["load_before"]["load1"] >= 0 for run in data["runs"])
+    assert (work / "tables" / "train-r20000-c5-f3-s0" / "_table.json").exists()
+    # nothing left behind but the reusable tables
+    assert not any((work / "runs").iterdir())
+
+
+def test_engine_overhead_driver(tmp_path):
+    """The in-process phase timer (the overhead measurement), on the embedded scheduler to stay quick."""
+    gen = _load("gen_table")
+    bench = _load("bench_partition_fit")
+    data = tmp_path / "t"
+    gen.write_table(data, gen.TableSpec(rows=5_000, cols=4, seed=0), files=2, row_group_rows=1_000, quiet=True)
+    spec = {"argv": ["--quiet", "fit", str(data), "--target", "y", "--method", "sigmoid", "--workers", "1",
+                     "--output", str(tmp_path / "model")], "launched_at": 0.0}
+    out = subprocess.run([sys.executable, str(BENCH / "bench_partition_fit.py"), "_child", "phases", json.dumps(spec)],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    phases = bench.parse_marked(out.stdout, bench.PHASES_MARK)
+    assert phases["returncode"] == 0 and phases["main_s"] > 0
+    assert (tmp_path / "model" / "manifest.json").exists()
+    imp = bench.importtime("calengine.cli")
+    assert imp["n_modules"] > 0 and imp["cumulative_s"] > 0
