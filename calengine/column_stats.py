@@ -10,8 +10,10 @@ What is kept per column, and how exact it is:
 
 * **numeric**: row and missing counts, and the distinct values with their counts while a column has
   at most :data:`EXACT_VALUES` of them, so the training median (the fill for missing values) is exact;
-  beyond that a weighted quantile summary of :data:`SUMMARY_POINTS` points, whose median is within
-  about ``1 / SUMMARY_POINTS`` of the true rank.
+  beyond that a weighted quantile summary of :data:`SUMMARY_POINTS` points (from a systematic sample
+  of :data:`SAMPLE_VALUES` values per partition), whose median is within a fraction of a percent of
+  the true rank -- as good a fill as the exact median for any real purpose, at the cost of one small
+  sort per partition instead of a sort of the whole column.
 * **string**: value counts (missing counted as ``<missing>``), exact while a column has at most
   :data:`MAX_DISTINCT` distinct values, else the most frequent ones (ties by value) -- ample for a
   top-``--max-categories`` one-hot encoding; non-null count and total length, for the text test.
@@ -33,6 +35,8 @@ from .errors import DataError
 EXACT_VALUES = 8192
 #: points of the quantile summary kept beyond that
 SUMMARY_POINTS = 4096
+#: a partition with many distinct values is summarised from a systematic sample of this many values
+SAMPLE_VALUES = 65_536
 #: string columns keep at most this many distinct values (the most frequent)
 MAX_DISTINCT = 10_000
 
@@ -49,18 +53,38 @@ class NumericStat:
 
     @classmethod
     def of(cls, values: np.ndarray) -> "NumericStat":
-        """``values``: float64 with NaN for missing (non-finite values already NaN)."""
+        """``values``: float64 with NaN for missing (non-finite values already NaN).
+
+        Few distinct values (the common case for integers, flags and codes) are counted exactly with
+        a hash table; a column with many is summarised from a systematic sample of at most
+        :data:`SAMPLE_VALUES` sorted values, which bounds the cost of a partition at one small sort.
+        """
+        import pandas as pd
+
         finite = values[~np.isnan(values)]
-        s = np.sort(finite, kind="stable")
-        if s.size == 0:
-            return cls(n=int(values.size), missing=int(values.size))
-        starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
-        counts = np.diff(np.append(starts, s.size)).astype(np.float64)
-        stat = cls(n=int(values.size), missing=int(values.size - s.size), values=s[starts], counts=counts)
-        if stat.values.size > EXACT_VALUES:
-            stat.values, stat.counts = _summarise(stat.values, stat.counts)
-            stat.exact = False
-        return stat
+        n, missing = int(values.size), int(values.size - finite.size)
+        if finite.size == 0:
+            return cls(n=n, missing=missing)
+        probe = finite[:: max(1, finite.size // 4096)]
+        if np.unique(probe).size <= EXACT_VALUES // 4:
+            counts = pd.Series(finite).value_counts(sort=False)
+            if counts.size <= EXACT_VALUES:
+                order = np.argsort(counts.index.to_numpy(dtype=np.float64), kind="stable")
+                return cls(n, missing, counts.index.to_numpy(dtype=np.float64)[order],
+                           counts.to_numpy(dtype=np.float64)[order])
+        if finite.size <= SAMPLE_VALUES:
+            s = np.sort(finite)
+            starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+            stat = cls(n, missing, s[starts], np.diff(np.append(starts, s.size)).astype(np.float64))
+            if stat.values.size > EXACT_VALUES:
+                stat.values, stat.counts = _summarise(stat.values, stat.counts)
+                stat.exact = False
+            return stat
+        step = finite.size / SAMPLE_VALUES
+        sample = np.sort(finite[(np.arange(SAMPLE_VALUES) * step).astype(np.int64)])
+        weights = np.full(sample.size, finite.size / sample.size)
+        values, counts = _summarise(sample, weights)
+        return cls(n, missing, values, counts, exact=False)
 
     def merge(self, other: "NumericStat") -> "NumericStat":
         values = np.concatenate((self.values, other.values))
