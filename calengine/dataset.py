@@ -94,12 +94,23 @@ def describe_dataset(
 
     ``columns``: the columns the job reads; each must exist in every file with one kind of type.
     """
-    import pyarrow.parquet as pq
-
     from .data import resolve_parquet_files
 
     files = [os.path.abspath(f) for f in resolve_parquet_files(data)]
-    root = _dataset_root(os.fspath(data), files)
+    return describe_files(files, _dataset_root(os.fspath(data), files), columns, fragment_rows)
+
+
+def describe_files(
+    files: list[str], root: str | None = None, columns: list[str] | None = None,
+    fragment_rows: int = DEFAULT_FRAGMENT_ROWS,
+) -> Dataset:
+    """:func:`describe_dataset` for an already resolved list of Parquet files (keys relative to ``root``;
+    None: the files' common folder)."""
+    import pyarrow.parquet as pq
+
+    files = [os.path.abspath(f) for f in files]
+    if root is None:
+        root = _dataset_root("", files)
     fragments: list[Fragment] = []
     names: list[str] | None = None
     kinds: dict[str, tuple[str, str]] = {}  # column -> (kind, file)

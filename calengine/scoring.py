@@ -11,7 +11,6 @@ Evaluation reduces per-chunk metric accumulators (exact, mergeable) into one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from .data import staged_directory
@@ -19,35 +18,15 @@ from .errors import DataError
 from .progress import Progress, gather_in_order
 
 
-@dataclass(frozen=True)
-class Chunk:
-    path: str
-    row_groups: tuple[int, ...]
-    n_rows: int
+def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_000):
+    """The table's fragments (whole row groups, at most ``chunk_rows`` rows each), planned from the
+    Parquet footers alone, with absolute paths so workers started anywhere can read them."""
+    from .dataset import describe_files
+
+    return describe_files(files, None, columns, chunk_rows).fragments
 
 
-def plan_chunks(files: list[str], chunk_rows: int = 1_000_000) -> list[Chunk]:
-    """Split files into chunks of whole row groups, at most ``chunk_rows`` rows each (at least one group)."""
-    import pyarrow.parquet as pq
-
-    chunks = []
-    for f in files:
-        meta = pq.ParquetFile(f).metadata
-        group: list[int] = []
-        rows = 0
-        for g in range(meta.num_row_groups):
-            n = meta.row_group(g).num_rows
-            if group and rows + n > chunk_rows:
-                chunks.append(Chunk(f, tuple(group), rows))
-                group, rows = [], 0
-            group.append(g)
-            rows += n
-        if group or meta.num_row_groups == 0:
-            chunks.append(Chunk(f, tuple(group), rows))
-    return chunks
-
-
-def _batches(chunk: Chunk, columns: list[str] | None, batch_rows: int):
+def _batches(chunk, columns: list[str] | None, batch_rows: int):
     import pyarrow.parquet as pq
 
     if not chunk.row_groups:
@@ -61,7 +40,7 @@ def _batches(chunk: Chunk, columns: list[str] | None, batch_rows: int):
 
 
 def score_chunk(
-    model, chunk: Chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
+    model, chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
 ) -> int:
     """Score one chunk into ``out_path`` (one Parquet file); returns the number of rows written."""
     import pyarrow as pa
@@ -98,8 +77,9 @@ def score_table(
     """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written."""
     from .data import check_columns
 
-    check_columns(files, list(model.encoder.input_columns) + list(keep))
-    chunks = [c for c in plan_chunks(files, chunk_rows) if c.n_rows > 0]
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep)))
+    check_columns(files, columns)
+    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     expected = sum(c.n_rows for c in chunks)
     with staged_directory(output) as staging:
         model_f = client.scatter(model, broadcast=True, hash=False)
@@ -121,7 +101,7 @@ def score_table(
 # ---------------------------------------------------------------------------------------------- evaluate
 
 
-def evaluate_chunk(model, chunk: Chunk, target: str, batch_rows: int, with_raw: bool) -> dict:
+def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool) -> dict:
     """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities."""
     from .metrics import MetricAccumulator
 
@@ -155,8 +135,9 @@ def evaluate_table(
     from .data import check_columns
     from .metrics import MetricAccumulator
 
-    check_columns(files, list(model.encoder.input_columns) + [target])
-    chunks = [c for c in plan_chunks(files, chunk_rows) if c.n_rows > 0]
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target]))
+    check_columns(files, columns)
+    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the evaluation table has no rows")
     model_f = client.scatter(model, broadcast=True, hash=False)

@@ -15,10 +15,11 @@ from calengine.cluster import dask_client
 PIMA = "data/pima.parquet"
 
 
-def _fit_and_score(cli, tmp_path, tag, *extra):
+def _fit_and_score(cli, tmp_path, tag, *extra, learner=("decision_tree", "--learner-param", "max_depth=4"),
+                   method="isotonic"):
     out = tmp_path / f"model-{tag}"
-    r = cli("fit", PIMA, "--target", "class", "--learner", "decision_tree", "--learner-param", "max_depth=4",
-            "--method", "isotonic", "--seed", "11", "--output", out, *extra)
+    r = cli("fit", PIMA, "--target", "class", "--learner", *learner,
+            "--method", method, "--seed", "11", "--output", out, *extra)
     assert r.returncode == 0, r
     scored = tmp_path / f"scored-{tag}"
     r = cli("score", out, PIMA, "--output", scored, *extra)
@@ -31,12 +32,18 @@ def _fit_and_score(cli, tmp_path, tag, *extra):
 
 
 @pytest.mark.cluster
-def test_same_seed_same_bits_on_every_scheduler(cli, tmp_path, dask_cluster):
+@pytest.mark.parametrize(
+    "learner, method",
+    [(("decision_tree", "--learner-param", "max_depth=4"), "isotonic"),  # rows assembled on a worker
+     (("gaussian_nb",), "sigmoid")],  # fitted from merged statistics; Newton rounds over partitions
+)
+def test_same_seed_same_bits_on_every_scheduler(cli, tmp_path, dask_cluster, learner, method):
+    kw = {"learner": learner, "method": method}
     runs = {
-        "embedded-1": _fit_and_score(cli, tmp_path, "e1", "--workers", "1"),
-        "embedded-2": _fit_and_score(cli, tmp_path, "e2", "--workers", "2"),
-        "localcluster-2": _fit_and_score(cli, tmp_path, "lc", "--cluster", "--workers", "2"),
-        "dask-worker": _fit_and_score(cli, tmp_path, "dw", "--cluster", dask_cluster),
+        "embedded-1": _fit_and_score(cli, tmp_path, "e1", "--workers", "1", **kw),
+        "embedded-2": _fit_and_score(cli, tmp_path, "e2", "--workers", "2", **kw),
+        "localcluster-2": _fit_and_score(cli, tmp_path, "lc", "--cluster", "--workers", "2", **kw),
+        "dask-worker": _fit_and_score(cli, tmp_path, "dw", "--cluster", dask_cluster, **kw),
     }
     ref_scores, ref_arrays = runs["embedded-1"]
     for name, (scores, arrays) in runs.items():
