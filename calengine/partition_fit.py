@@ -25,7 +25,7 @@ client (the ``in-memory`` route), then their drivers run as before.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -559,51 +559,38 @@ def _members(learners, uidx, calsets, merged, by_set, score_kind, M, folds, refi
 
 
 def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugins):
-    """Probing and bagging: the table assembled on a worker (never the client), then their drivers."""
+    """Probing and bagging on the fragments (:mod:`calengine.partition_probing`): costing and bootstrap
+    samples drawn on the workers, votes kept there.  ``--route in-memory`` keeps the old driver on the
+    whole table assembled on one worker (never the client)."""
     from .model import CalibratedModel
-    from .reductions import fit_reduction_members
 
-    _check_fits_memory(ctx, ctx.n_rows, f"--method {config.method} (the whole table on one worker)")
-    data_f = client.submit(pt.assemble_training, ctx.fragments, ctx.enc, pure=False)
-    members, code_matrix, combiner, counts = fit_reduction_members(
-        client, data_f, ctx.enc.labels, learner, config, plugins, progress, n_rows=ctx.n_rows
-    )
+    if ctx.spec.route == "in-memory":
+        from .reductions import fit_reduction_members
+
+        _check_fits_memory(ctx, ctx.n_rows, f"--method {config.method} (the whole table on one worker)")
+        data_f = client.submit(pt.assemble_training, ctx.fragments, ctx.enc, pure=False)
+        members, code_matrix, combiner, counts = fit_reduction_members(
+            client, data_f, ctx.enc.labels, learner, config, plugins, progress, n_rows=ctx.n_rows
+        )
+        route = "in-memory"
+    else:
+        from .partition_probing import fit_reduction_partitioned
+
+        members, code_matrix, combiner, counts, route = fit_reduction_partitioned(
+            client, ctx, learner, config, plugins, progress
+        )
     return CalibratedModel(
         encoder=ctx.enc.encoder, labels=ctx.enc.labels, members=members, code_matrix=code_matrix,
-        combiner=combiner, column_counts=counts, info=_info(ctx, learner, config, "in-memory"),
+        combiner=combiner, column_counts=counts, info=_info(ctx, learner, config, route),
     )
 
 
 def _fit_combined(client, ctx: Context, config, learners, progress, plugins):
     """Several base learners on the same folds, combined by ``config.combine`` (Duin & Tax)."""
-    from .combining import check_rule
-    from .model import CalibratedModel
-    from .training import _params_for
+    from .training import combined_configs, combined_model
 
-    rule = check_rule(config.combine or "mean")
-    if len(learners) < 2:
-        raise ParameterError("--combine needs at least two learners, e.g. --learner nearest_mean,fisher_lda,knn")
-    params = dict(config.learner_params)
-    for key in params:
-        if not any(_params_for(lr, i, {key: None}, plugins) for i, lr in enumerate(learners)):
-            raise ParameterError(
-                f"--learner-param {key} matches none of the learners {', '.join(map(str, learners))};"
-                " prefix it with the learner name (e.g. knn.n_neighbors=5)"
-            )
-    models = []
-    for i, lr in enumerate(learners):
-        sub = replace(config, learner=lr, learner_params=_params_for(lr, i, params, plugins), combine=None)
-        models.append(fit_table(client, ctx.spec, sub, progress, plugins, ctx=ctx))
-    first = models[0]
-    info = dict(first.info)
-    info["learner"] = ",".join(m.info["learner"] for m in models)
-    info["learner_params"] = {str(i): m.info["learner_params"] for i, m in enumerate(models)}
-    info["combine"] = rule
-    return CalibratedModel(
-        encoder=ctx.enc.encoder, labels=ctx.enc.labels, members=[mem for m in models for mem in m.members],
-        code_matrix=first.code_matrix, combiner=first.combiner, column_counts=first.column_counts, info=info,
-        member_groups=[i for i, m in enumerate(models) for _ in m.members], combine_rule=rule,
-    )
+    configs = combined_configs(config, learners, plugins)
+    return combined_model([fit_table(client, ctx.spec, sub, progress, plugins, ctx=ctx) for sub in configs], config.combine)
 
 
 # ---------------------------------------------------------------------------------------------- Python API

@@ -172,11 +172,19 @@ def _params_for(learner, index: int, params: dict[str, Any], plugins: PluginSet)
 
 def _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins) -> CalibratedModel:
     """Fit each base learner with the same folds and method, then combine by ``config.combine``."""
+    configs = combined_configs(config, learners, plugins)
+    models = [fit_model(client, data, labels, encoder, sub, cal_data, progress, plugins) for sub in configs]
+    return combined_model(models, config.combine)
+
+
+def combined_configs(config: FitConfig, learners: list, plugins: PluginSet) -> list[FitConfig]:
+    """One configuration per base learner of a ``--combine`` fit, each with its own parameters
+    (``NAME.key`` or ``INDEX.key`` for one learner, a bare ``key`` for every learner that has it)."""
     from dataclasses import replace
 
     from .combining import check_rule
 
-    rule = check_rule(config.combine or "mean")
+    check_rule(config.combine or "mean")
     if len(learners) < 2:
         raise ParameterError("--combine needs at least two learners, e.g. --learner nearest_mean,fisher_lda,knn")
     params = dict(config.learner_params)
@@ -186,18 +194,27 @@ def _fit_combined(client, data, labels, encoder, config, learners, cal_data, pro
                 f"--learner-param {key} matches none of the learners {', '.join(map(str, learners))};"
                 " prefix it with the learner name (e.g. knn.n_neighbors=5)"
             )
-    models = []
-    for i, lr in enumerate(learners):
-        sub = replace(config, learner=lr, learner_params=_params_for(lr, i, params, plugins), combine=None)
-        models.append(fit_model(client, data, labels, encoder, sub, cal_data, progress, plugins))
+    return [
+        replace(config, learner=lr, learner_params=_params_for(lr, i, params, plugins), combine=None)
+        for i, lr in enumerate(learners)
+    ]
+
+
+def combined_model(models: list[CalibratedModel], combine: str | None) -> CalibratedModel:
+    """The base learners' models as one, their posteriors combined by ``combine`` (Duin & Tax)."""
+    from .combining import check_rule
+
+    rule = check_rule(combine or "mean")
     first = models[0]
     info = dict(first.info)
     info["learner"] = ",".join(m.info["learner"] for m in models)
     info["learner_params"] = {str(i): m.info["learner_params"] for i, m in enumerate(models)}
     info["combine"] = rule
+    if "x_training" in info:  # partition-native fits: each base learner took its own route
+        info["x_training"] = {**info["x_training"], "route": ",".join(m.info["x_training"]["route"] for m in models)}
     return CalibratedModel(
-        encoder=encoder,
-        labels=labels,
+        encoder=first.encoder,
+        labels=first.labels,
         members=[mem for m in models for mem in m.members],
         code_matrix=first.code_matrix,
         combiner=first.combiner,
