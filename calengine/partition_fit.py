@@ -18,8 +18,8 @@ The story of ``calengine fit DATA`` (and of :func:`calengine.fit_table`, which i
    :class:`calengine.base.Calibrator`); a calibrator without one gets its scores gathered on one worker.
 7. The fitted objects make the same :class:`calengine.model.CalibratedModel` as before.
 
-Probing and bagging need the whole table in one process: it is assembled on a worker, never on the
-client (the ``in-memory`` route), then their drivers run as before.
+Probing and bagging (:mod:`calengine.partition_probing`) keep each row's votes on the workers and
+draw costing and bootstrap samples there; the client sees only vote histograms and fitted voters.
 """
 
 from __future__ import annotations

@@ -401,6 +401,8 @@ class ProbingSchedule:
     (all zeros before the first), fit one classifier per returned threshold, add their 0/1 votes to
     the counts, and repeat until it returns ``[]`` (equivalently until :attr:`done`).  Thresholds are
     committed when returned, so every returned threshold must be fitted before the next call.
+    A distributed driver passes only the histogram of the votes instead
+    (:meth:`next_thresholds_from_counts`): the choice depends on nothing else.
     """
 
     def __init__(self, t: int, loss: str = "cross_entropy", batch: int = 1, interval_rule: str | None = None):
@@ -456,10 +458,38 @@ class ProbingSchedule:
         per-example regret of the interval (:func:`interval_regret`).  Useful for logging the choice.
         """
         v = _check_votes(votes, self.n_classifiers)
+        return self._scores_from_counts(np.bincount(v, minlength=self.n_classifiers + 1))
+
+    def _scores_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         b = np.asarray(self._boundaries, dtype=float)
-        counts = np.bincount(v, minlength=b.size - 1)
         scores = counts * interval_regret(b[:-1], b[1:], self.loss, self.interval_rule)
         return counts, scores
+
+    def _check_counts(self, counts, n_examples) -> tuple[np.ndarray, int]:
+        """A vote histogram padded to one entry per interval; ValueError when it cannot be one."""
+        n = _check_int("n_examples", n_examples, 0, "pass the number of training examples")
+        c = np.asarray(counts)
+        if c.ndim != 1:
+            raise ValueError(f"counts must be a 1-D histogram of vote counts, got shape {c.shape}")
+        if c.size and not np.issubdtype(c.dtype, np.integer):
+            if not np.issubdtype(c.dtype, np.number) or not np.all(np.isfinite(c)) or np.any(c != np.round(c)):
+                raise ValueError("counts must be whole numbers: how many examples have exactly v votes")
+        c = c.astype(np.int64)
+        if c.size and c.min() < 0:
+            raise ValueError("counts must be non-negative: how many examples have exactly v votes")
+        width = self.n_classifiers + 1
+        if c.size > width and np.any(c[width:]):
+            raise ValueError(
+                f"votes must lie in 0..{self.n_classifiers} (the number of classifiers learned so far), "
+                f"but counts has examples with up to {int(np.flatnonzero(c)[-1])} votes"
+            )
+        out = np.zeros(width, dtype=np.int64)
+        out[: min(width, c.size)] = c[:width]
+        if int(out.sum()) != n:
+            raise ValueError(
+                f"counts sum to {int(out.sum())} examples but n_examples is {n}; pass a histogram of every example"
+            )
+        return out, n
 
     def next_thresholds(self, votes) -> list[float]:
         """Choose the next round's thresholds and split their intervals; ``[]`` once done.
@@ -469,16 +499,29 @@ class ProbingSchedule:
         round).  Picks up to ``batch`` intervals by ``|S_a| * score`` (see :func:`_rank_intervals` for
         ties and empty intervals), replaces each chosen ``[a, b]`` by ``[a, p], [p, b]`` with ``p`` its
         minimax point, and returns the new ``p`` values best-interval first.  Raises ValueError for
-        malformed votes.
+        malformed votes.  The choice depends on the votes only through their histogram: this is
+        :meth:`next_thresholds_from_counts` of ``np.bincount(votes)``.
         """
         v = _check_votes(votes, self.n_classifiers)
-        if self._n_train is not None and v.size != self._n_train:
+        return self.next_thresholds_from_counts(np.bincount(v, minlength=self.n_classifiers + 1), v.size)
+
+    def next_thresholds_from_counts(self, counts, n_examples: int) -> list[float]:
+        """:meth:`next_thresholds` from the histogram of the votes: ``counts[v]`` training examples
+        have exactly ``v`` votes (``v`` in ``0..n_classifiers``; a shorter histogram is padded with
+        zeros), ``n_examples`` of them in all (the same every round).
+
+        This is what a distributed driver sends: the per-example votes stay where the rows are, and
+        only their merged histogram reaches the schedule.  Raises ValueError for a histogram that is
+        not one of ``n_examples`` vote counts of the classifiers learned so far.
+        """
+        counts, n = self._check_counts(counts, n_examples)
+        if self._n_train is not None and n != self._n_train:
             raise ValueError(
-                f"votes has {v.size} entries but earlier rounds had {self._n_train}; "
+                f"votes has {n} entries but earlier rounds had {self._n_train}; "
                 "pass one count per training example, always the same examples"
             )
-        self._n_train = v.size
-        counts, scores = self.interval_scores(v)
+        self._n_train = n
+        counts, scores = self._scores_from_counts(counts)
         if self.done:
             return []
         k = min(self.batch, self.t - self.n_classifiers)
