@@ -32,8 +32,8 @@ import numpy as np
 
 from . import partition_tasks as pt
 from . import registry
-from .dataset import DEFAULT_FRAGMENT_ROWS
 from .errors import DataError, ParameterError
+from .memory import check_fits_memory, fragment_rows_for, worker_memory_limit
 from .progress import Progress, gather_in_order
 
 #: rows per score range of a sorted calibrator round (bounds the memory of one range task)
@@ -99,7 +99,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
         check_columns(files, [spec.target])
     feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
     memory_limit = worker_memory_limit(client)
-    fragment_rows = spec.fragment_rows or _fragment_rows(memory_limit, len(feature_cols))
+    fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
     dataset = describe_dataset(spec.data, feature_cols + [spec.target], fragment_rows)
     if not dataset.fragments:
         raise DataError("the training table has no rows")
@@ -157,46 +157,6 @@ def _class_counts_per_group(target_stat, labels) -> dict:
             arr[index[value]] += c
         out[key] = arr
     return out
-
-
-def _fragment_rows(memory_limit: float, n_columns: int) -> int:
-    """Rows per fragment such that a task's copies of one fragment (Arrow, pandas, encoded float64,
-    a learner's view: about 32 bytes per value) stay within 1/8 of a worker's memory."""
-    if not math.isfinite(memory_limit):
-        return DEFAULT_FRAGMENT_ROWS
-    rows = int(memory_limit / 8 / (32 * max(1, n_columns + 1)))
-    return max(10_000, min(DEFAULT_FRAGMENT_ROWS, rows))
-
-
-def worker_memory_limit(client) -> float:
-    """The smallest memory limit of the cluster's workers (inf when they have none)."""
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
-    limits = [m for m in limits if m]
-    return float(min(limits)) if limits else math.inf
-
-
-def _feature_width(enc: pt.Encoding) -> int:
-    width = 0
-    for c in enc.encoder.columns_:
-        width += 100 if c.kind == "text" else c.width(enc.encoder.text_hash_bits)
-    return width
-
-
-def _check_fits_memory(ctx: Context, rows: int, what: str, per_row_bytes: float | None = None) -> None:
-    """Refuse, in one line, to assemble more rows on one worker than its memory limit allows."""
-    per_row = per_row_bytes if per_row_bytes is not None else 8.0 * (_feature_width(ctx.enc) + 2)
-    need = 3.0 * rows * per_row  # reading + encoding + the learner's own copy
-    if need > ctx.memory_limit:
-        raise DataError(
-            f"{what} needs about {_gib(need)} on one worker ({rows} rows), but workers have"
-            f" {_gib(ctx.memory_limit)}; fit on a sample (--max-train-rows N), use a learner that fits"
-            " from statistics (gaussian_nb, multinomial_nb, see 'calengine plugins'), or give workers more"
-            " memory (--worker-memory)"
-        )
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
 
 
 # ---------------------------------------------------------------------------------------------- the fit
@@ -378,7 +338,7 @@ def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progres
             quotas = _quotas(target_counts, ctx.spec.max_train_rows)
             rates = np.minimum(1.0, quotas * 1.05 / np.maximum(target_counts, 1) + 64.0 / np.maximum(target_counts, 1))
             rows = int(quotas.sum() * 1.05 + 64 * len(quotas))
-        _check_fits_memory(ctx, rows, "one learner's training rows")
+        check_fits_memory(ctx, rows, "one learner's training rows")
         out.append(
             client.submit(pt.fit_unit_learner, ctx.fragments, ctx.enc, plan, u, learner, seed, quotas, rates, pure=False)
         )
@@ -504,7 +464,7 @@ def fit_calibrators(client, blocks, summaries, problems, calibrator, score_kind,
             raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
     for i in fallback:
         cs, col = problems[i]
-        _check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
+        check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
         pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks]
         cals[i] = client.submit(pt.fit_calibrator_gathered, cals[i], score_kind, *pieces, pure=False)
     if fallback:
@@ -567,7 +527,7 @@ def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugi
     if ctx.spec.route == "in-memory":
         from .reductions import fit_reduction_members
 
-        _check_fits_memory(ctx, ctx.n_rows, f"--method {config.method} (the whole table on one worker)")
+        check_fits_memory(ctx, ctx.n_rows, f"--method {config.method} (the whole table on one worker)")
         data_f = client.submit(pt.assemble_training, ctx.fragments, ctx.enc, pure=False)
         members, code_matrix, combiner, counts = fit_reduction_members(
             client, data_f, ctx.enc.labels, learner, config, plugins, progress, n_rows=ctx.n_rows

@@ -269,7 +269,7 @@ def _column_counts(ctx, column_class: int | None) -> tuple[int, int]:
 
 
 def _per_row_bytes(ctx) -> float:
-    from .partition_fit import _feature_width
+    from .memory import feature_width as _feature_width
 
     return 8.0 * (_feature_width(ctx.enc) + 2)
 
@@ -313,7 +313,7 @@ def draw_and_fit(client, ctx, learner, draws: list[Draw], seeds: list[int], seed
     """
     from distributed import as_completed
 
-    from .partition_fit import _check_fits_memory
+    from .memory import check_fits_memory as _check_fits_memory
 
     per_row = _per_row_bytes(ctx)
     sizes = []
@@ -361,7 +361,7 @@ def _vote_dtype(t: int) -> str:
 
 def fit_probing(client, ctx, learner, s: dict, columns: list, seed: int, progress) -> tuple[list, list, str]:
     """Probing's classifiers per column and the schedules' boundaries; votes stay on the workers."""
-    from .partition_fit import _check_fits_memory
+    from .memory import check_fits_memory as _check_fits_memory
     from .reductions import _weighting
     from .tasks import task_seed
 
