@@ -36,7 +36,7 @@ EXACT_VALUES = 8192
 #: points of the quantile summary kept beyond that
 SUMMARY_POINTS = 4096
 #: a partition with many distinct values is summarised from a systematic sample of this many values
-SAMPLE_VALUES = 65_536
+SAMPLE_VALUES = 16_384
 #: string columns keep at most this many distinct values (the most frequent)
 MAX_DISTINCT = 10_000
 
@@ -61,7 +61,8 @@ class NumericStat:
         """
         import pandas as pd
 
-        finite = values[~np.isnan(values)]
+        isnan = np.isnan(values)
+        finite = values[~isnan] if isnan.any() else values
         n, missing = int(values.size), int(values.size - finite.size)
         if finite.size == 0:
             return cls(n=n, missing=missing)
@@ -249,8 +250,11 @@ def as_float(series) -> np.ndarray:
     import pandas as pd
 
     values = pd.to_numeric(series, errors="coerce") if series.dtype == object else series
-    arr = np.array(values.astype("float64").to_numpy(na_value=np.nan), dtype=np.float64, copy=True)
-    arr[~np.isfinite(arr)] = np.nan
+    # one conversion, always a fresh array (never a view of the caller's frame, which we modify)
+    arr = values.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        arr[bad] = np.nan
     return arr
 
 

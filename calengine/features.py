@@ -143,18 +143,30 @@ class FeatureEncoder:
                 " same columns as the training data"
             )
         n = len(df)
+        if not self.is_sparse:
+            # dense: every column written straight into one preallocated matrix (no per-column stacks)
+            out = np.empty((n, sum(c.width(self.text_hash_bits) for c in self.columns_)), dtype=np.float64)
+            j = 0
+            for c in self.columns_:
+                if c.kind == "numeric":
+                    values = self._numeric(c, df[c.name])
+                    isnan = np.isnan(values)
+                    if isnan.any():
+                        values[isnan] = c.fill
+                    out[:, j] = values
+                    if c.missing_indicator:
+                        out[:, j + 1] = isnan
+                else:
+                    out[:, j : j + c.width(self.text_hash_bits)] = self._one_hot(c, df[c.name], n)
+                j += c.width(self.text_hash_bits)
+            return out
         blocks = []
         for c in self.columns_:
             series = df[c.name]
             if c.kind == "numeric":
-                try:
-                    values = _as_float(series)
-                except (TypeError, ValueError) as exc:
-                    raise DataError(
-                        f"column '{c.name}' was numeric at fit time but holds non-numbers now; fix its type"
-                    ) from exc
+                values = self._numeric(c, series)
                 isnan = np.isnan(values)
-                values = np.where(isnan, c.fill, values)
+                values[isnan] = c.fill
                 cols = [values]
                 if c.missing_indicator:
                     cols.append(isnan.astype(np.float64))
@@ -163,11 +175,19 @@ class FeatureEncoder:
                 blocks.append(self._one_hot(c, series, n))
             else:
                 blocks.append(self._hash_text(series))
-        if self.is_sparse:
-            import scipy.sparse as sp
+        import scipy.sparse as sp
 
-            return sp.hstack([sp.csr_matrix(b) for b in blocks], format="csr", dtype=np.float64)
-        return np.ascontiguousarray(np.hstack(blocks), dtype=np.float64)
+        return sp.hstack([sp.csr_matrix(b) for b in blocks], format="csr", dtype=np.float64)
+
+    @staticmethod
+    def _numeric(c: ColumnEncoding, series) -> np.ndarray:
+        """A fresh float64 copy of a numeric column, NaN where missing."""
+        try:
+            return _as_float(series)
+        except (TypeError, ValueError) as exc:
+            raise DataError(
+                f"column '{c.name}' was numeric at fit time but holds non-numbers now; fix its type"
+            ) from exc
 
     @staticmethod
     def _one_hot(c: ColumnEncoding, series, n: int) -> np.ndarray:

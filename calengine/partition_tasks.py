@@ -82,7 +82,7 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
         folds = fragment_folds(y_all, fragment, enc.labels.n_classes, plan.cv, plan.seed)[present]
     keys = fragment_sample_keys(fragment, plan.seed if plan else 0)[present] if with_keys else None
     kept = df.loc[present] if not present.all() else df
-    X = enc.encoder.transform(kept[list(enc.encoder.input_columns)])
+    X = enc.encoder.transform(kept)
     return Part(X, y_all[present], folds, keys)
 
 
@@ -128,15 +128,21 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
 
     pin_native_threads()
     part = load_part(fragment, enc, plan)
-    folds = range(plan.cv) if plan.cv else [None]
     out = {}
     for column in columns:
         mask_all, target = unit_rows(part, Unit(None, column), plan)
         n_classes = enc.labels.n_classes if column is None else 2
-        for f in folds:
-            rows = mask_all if f is None else (mask_all & (part.folds == f))
-            idx = np.flatnonzero(rows)
-            out[(f, column)] = learner.partial_stats(part.X[idx], target[idx], None, n_classes)
+        idx = np.flatnonzero(mask_all)
+        if not plan.cv:
+            out[(None, column)] = learner.partial_stats(part.X[idx], target[idx], None, n_classes)
+            continue
+        # one copy of the rows sorted by fold; each fold is then a contiguous slice (a view)
+        idx = idx[np.argsort(part.folds[idx], kind="stable")]
+        X, t = part.X[idx], target[idx]
+        bounds = np.searchsorted(part.folds[idx], np.arange(plan.cv + 1))
+        for f in range(plan.cv):
+            lo, hi = bounds[f], bounds[f + 1]
+            out[(f, column)] = learner.partial_stats(X[lo:hi], t[lo:hi], None, n_classes)
     return out
 
 
