@@ -107,7 +107,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
         client.submit(pt.fragment_table_stats, fr, feature_cols, spec.target, spec.text_columns, pure=False)
         for fr in dataset.fragments
     ]
-    stats = _merge_in_order(gather_in_order(client, futures, progress, "statistics"))
+    stats = tree_merge(client, futures, progress, "statistics")
     labels = LabelSpace.from_values(stats.target.totals().keys(), spec.target, spec.positive)
     encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
     encoder.fit_stats(stats)
@@ -135,6 +135,18 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
             )
         ctx.cal_fragments = cal.fragments
     return ctx
+
+
+def tree_merge(client, futures: list, progress: Progress | None, label: str, fan_in: int = 8):
+    """Merge per-fragment statistics on the workers, ``fan_in`` at a time in fragment order, so the
+    client receives one merged result however many fragments there are (a fixed tree: deterministic)."""
+    from .progress import wait_with_progress
+
+    wait_with_progress(client, futures, progress, label)
+    level = list(futures)
+    while len(level) > 1:
+        level = [client.submit(pt.merge_all, *level[i : i + fan_in], pure=False) for i in range(0, len(level), fan_in)]
+    return level[0].result()
 
 
 def _merge_in_order(parts: list):
@@ -259,9 +271,12 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     else:
         calsets = [pt.CalSet(None, c, (uidx[pt.Unit(None, c)],)) for c in columns]
     score_fragments = ctx.cal_fragments if cal_mode else ctx.fragments
-    blocks = [
-        client.submit(pt.score_fragment, fr, ctx.enc, plan, calsets, fitted, pure=False) for fr in score_fragments
-    ]
+    def make_blocks():
+        return [
+            client.submit(pt.score_fragment, fr, ctx.enc, plan, calsets, fitted, pure=False) for fr in score_fragments
+        ]
+
+    blocks = make_blocks()
     summaries = gather_in_order(
         client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "held-out scores"
     )
@@ -270,9 +285,10 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
         if m["n"] == 0:
             raise DataError("a calibration set is empty; lower --cv or add data")
     problems = [(i, b) for i, m in enumerate(merged) for b in range(len(m["min"]))]
-    cals = fit_calibrators(client, blocks, merged, problems, calibrator, learner.score_kind, ctx, progress)
+    holder = [blocks]
+    del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
+    cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx, progress)
     learner_objs = client.gather(fitted)
-    del blocks
     by_set: dict[int, list] = {}
     for (i, _), cal in zip(problems, cals):
         by_set.setdefault(i, []).append(cal)
@@ -403,13 +419,25 @@ def _boundaries(summary: dict, column: int, n_ranges: int) -> np.ndarray:
     return np.unique(cuts)
 
 
-def fit_calibrators(client, blocks, summaries, problems, calibrator, score_kind, ctx: Context, progress) -> list:
+def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx: Context,
+                    progress) -> list:
     """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
 
     Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
     (or per score range for sorted rounds) and merges the returned statistics in a fixed order; the
     others get their scores gathered on one worker.
+
+    ``holder[0]`` is the list of score-block futures.  Held-out scores are the one O(rows) thing a fit
+    keeps in cluster memory, so when a round cuts them into score ranges and nothing else needs them,
+    they are released as soon as each block is cut (``holder[0] = None``); a later round that needs
+    them again recomputes them with ``make_blocks()`` (same tasks, same bits).
     """
+
+    def blocks():
+        if holder[0] is None:
+            holder[0] = make_blocks()
+        return holder[0]
+
     from sklearn.base import clone
 
     cals = [clone(calibrator) for _ in problems]
@@ -427,7 +455,7 @@ def fit_calibrators(client, blocks, summaries, problems, calibrator, score_kind,
         block_futures = []
         if unsorted:
             args = [(problems[i][0], problems[i][1], cals[i], requests[i]) for i in unsorted]
-            block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks]
+            block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
         new = [i for i in sorted_ if i not in pieces_of]
         if new:
             specs = []
@@ -438,11 +466,13 @@ def fit_calibrators(client, blocks, summaries, problems, calibrator, score_kind,
                 )
                 n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows))
                 specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
-            splits = [client.submit(pt.split_block, b, specs, pure=False) for b in blocks]
+            splits = [client.submit(pt.split_block, b, specs, pure=False) for b in blocks()]
             for i, _, _, bounds in specs:
                 pieces_of[i] = [
                     [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)
                 ]
+        if not unsorted and not fallback and all(i in pieces_of for i in pending):
+            holder[0] = None  # each block is freed once its split has run
         range_futures = {
             i: [client.submit(pt.range_partial_stats, cals[i], requests[i], *pieces, pure=False) for pieces in pieces_of[i]]
             for i in sorted_
@@ -465,7 +495,7 @@ def fit_calibrators(client, blocks, summaries, problems, calibrator, score_kind,
     for i in fallback:
         cs, col = problems[i]
         check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
-        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks]
+        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks()]
         cals[i] = client.submit(pt.fit_calibrator_gathered, cals[i], score_kind, *pieces, pure=False)
     if fallback:
         done = client.gather([cals[i] for i in fallback])

@@ -114,6 +114,14 @@ def fragment_table_stats(fragment, feature_columns, target, text_columns):
     )
 
 
+def merge_all(*parts):
+    """Merge statistics left to right (``a.merge(b)``): one node of a tree reduction."""
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.merge(p)
+    return out
+
+
 def fragment_label_counts(fragment, target):
     """Per-row-group label counts of a calibration table fragment (no feature statistics)."""
     return fragment_table_stats(fragment, [], target, ())
@@ -312,14 +320,13 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     out = {}
     for pid, cs_index, column, boundaries in problems:
         S, T = block.sets[cs_index]
-        s = S[:, column]
-        r = np.searchsorted(boundaries, s, side="right")
+        r = np.searchsorted(boundaries, S[:, column], side="right")
         order = np.argsort(r, kind="stable")
-        r_sorted = r[order]
-        cuts = np.searchsorted(r_sorted, np.arange(len(boundaries) + 2))
+        # one copy in range order (targets stay int8: 9 bytes a row); each range is a slice of it
+        s, t = S[order, column], T[order, column]
+        cuts = np.searchsorted(r[order], np.arange(len(boundaries) + 2))
         for rng in range(len(boundaries) + 1):
-            sel = order[cuts[rng] : cuts[rng + 1]]
-            out[(pid, rng)] = (np.ascontiguousarray(s[sel]), T[sel, column].astype(np.int64))
+            out[(pid, rng)] = (s[cuts[rng] : cuts[rng + 1]], t[cuts[rng] : cuts[rng + 1]])
     return out
 
 
@@ -334,7 +341,7 @@ def range_partial_stats(cal, request, *pieces):
     if not pieces:
         return None
     s = np.concatenate([p[0] for p in pieces])
-    t = np.concatenate([p[1] for p in pieces])
+    t = np.concatenate([p[1] for p in pieces]).astype(np.int64)
     return cal.partial_stats(s, t, np.ones(s.shape[0]), request)
 
 

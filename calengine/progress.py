@@ -46,11 +46,18 @@ class Progress:
 
 def gather_in_order(client, futures: list, progress: Progress | None, label: str) -> list:
     """Results of ``futures`` in submission order (never completion order), with progress."""
+    wait_with_progress(client, futures, progress, label)
+    return client.gather(futures)
+
+
+def wait_with_progress(client, futures: list, progress: Progress | None, label: str) -> None:
+    """Wait for ``futures`` (results stay on the workers), drawing progress."""
     from distributed import as_completed
 
     if progress is not None:
         progress.start(label, len(futures))
-        for _ in as_completed(futures, loop=client.loop):
+    for _ in as_completed(futures, loop=client.loop):
+        if progress is not None:
             progress.advance()
+    if progress is not None:
         progress.finish()
-    return client.gather(futures)
