@@ -195,15 +195,10 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
 
 
 def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
+    from .training import model_info
+
     return {
-        "learner": registry.learner_label(learner),
-        "learner_params": learner.get_params(deep=False),
-        "method": config.method,
-        "method_params": dict(config.method_params),
-        "mode": config.mode,
-        "cv": config.cv,
-        "seed": config.seed,
-        "calibration_data": ctx.spec.calibration_data is not None,
+        **model_info(learner, config, ctx.spec.calibration_data is not None),
         "x_training": {
             "route": route,
             "rows": ctx.n_rows,

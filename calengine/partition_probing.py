@@ -477,10 +477,7 @@ def raw_map(client, ctx, learner, voters: list):
 def fit_reduction_partitioned(client, ctx, learner, config, plugins, progress):
     """Probing or bagging on the fragments of ``ctx``: ``(members, code matrix, combiner, column
     counts, route)``, the first four as :func:`calengine.reductions.fit_reduction_members` returns them."""
-    from . import registry
-    from .codematrix import k_minus_one as k_minus_one_matrix
-    from .model import one_vs_all_matrix
-    from .reductions import VoteMember, _column_classes, method_settings
+    from .reductions import VoteMember, _column_classes, method_settings, vote_code_matrix
 
     s = method_settings(config.method, config.method_params)
     labels = ctx.enc.labels
@@ -494,11 +491,6 @@ def fit_reduction_partitioned(client, ctx, learner, config, plugins, progress):
         voters, boundaries, route = fit_bagging(client, ctx, learner, s, columns, config.seed, progress)
     raw = raw_map(client, ctx, learner, voters)
     member = VoteMember(config.method, voters, boundaries, s.get("loss", "cross_entropy"), s["clip"], raw)
-    if k == 2:
-        matrix, combiner = np.array([[-1], [1]], dtype=np.int8), None
-    elif s["multiclass"] == "k_minus_one":
-        matrix, combiner = k_minus_one_matrix(k), registry.make("combiners", "k_minus_one", {}, plugins)
-    else:
-        matrix, combiner = one_vs_all_matrix(k), registry.make("combiners", "normalize", {}, plugins)
+    matrix, combiner = vote_code_matrix(k, s["multiclass"], plugins)
     counts = np.full(matrix.shape[1], ctx.n_rows, dtype=np.int64)
     return [member], matrix, combiner, counts, route

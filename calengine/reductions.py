@@ -225,14 +225,18 @@ def fit_reduction_members(client, data, labels, learner, config, plugins, progre
     S = np.column_stack([fs[:, 0] for fs in first_scores])
     score_kind = learner.score_kind
     member = VoteMember(config.method, voters, boundaries, s.get("loss", "cross_entropy"), s["clip"], RawMap.fit(S, score_kind))
-    if k == 2:
-        matrix, combiner = np.array([[-1], [1]], dtype=np.int8), None
-    elif s["multiclass"] == "k_minus_one":
-        matrix, combiner = k_minus_one_matrix(k), registry.make("combiners", "k_minus_one", {}, plugins)
-    else:
-        matrix, combiner = one_vs_all_matrix(k), registry.make("combiners", "normalize", {}, plugins)
+    matrix, combiner = vote_code_matrix(k, s["multiclass"], plugins)
     counts = np.full(matrix.shape[1], n_rows, dtype=np.int64)
     return [member], matrix, combiner, counts
+
+
+def vote_code_matrix(k: int, multiclass: str, plugins):
+    """(code matrix, combiner) of a vote member's columns: the k-1 problems or one-vs-rest."""
+    if k == 2:
+        return np.array([[-1], [1]], dtype=np.int8), None
+    if multiclass == "k_minus_one":
+        return k_minus_one_matrix(k), registry.make("combiners", "k_minus_one", {}, plugins)
+    return one_vs_all_matrix(k), registry.make("combiners", "normalize", {}, plugins)
 
 
 def _weighting(learner, requested: str) -> str:

@@ -86,16 +86,7 @@ def fit_model(
         return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
     learner = resolve_learner(config, plugins)
     k = labels.n_classes
-    info: dict[str, Any] = {
-        "learner": registry.learner_label(learner),
-        "learner_params": learner.get_params(deep=False),
-        "method": config.method,
-        "method_params": dict(config.method_params),
-        "mode": config.mode,
-        "cv": config.cv,
-        "seed": config.seed,
-        "calibration_data": cal_data is not None,
-    }
+    info = model_info(learner, config, cal_data is not None)
     if config.method in ENGINE_METHODS:
         from .reductions import fit_reduction_members
 
@@ -141,6 +132,20 @@ def fit_model(
         column_counts=counts,
         info=info,
     )
+
+
+def model_info(learner, config: FitConfig, calibration_data: bool) -> dict[str, Any]:
+    """What the manifest records of a fit's configuration (both fit paths)."""
+    return {
+        "learner": registry.learner_label(learner),
+        "learner_params": learner.get_params(deep=False),
+        "method": config.method,
+        "method_params": dict(config.method_params),
+        "mode": config.mode,
+        "cv": config.cv,
+        "seed": config.seed,
+        "calibration_data": calibration_data,
+    }
 
 
 def split_learners(learner) -> list:
