@@ -549,6 +549,11 @@ def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugi
     whole table assembled on one worker (never the client)."""
     from .model import CalibratedModel
 
+    if ctx.spec.route == "stats":
+        raise ParameterError(
+            f"--method {config.method} fits many weighted or sampled classifiers, not one from statistics;"
+            " drop --route stats (or use --route in-memory, or --max-train-rows N)"
+        )
     if ctx.spec.route == "in-memory":
         from .reductions import fit_reduction_members
 

@@ -306,3 +306,11 @@ def test_relative_data_path_with_workers_in_another_directory(tmp_path, cli):
         assert r.returncode == 0, r
     finally:
         stop_process_groups(procs)
+
+
+def test_route_stats_is_refused_for_probing_in_one_line(tmp_path):
+    from calengine.errors import ParameterError
+
+    folder = write_table(_frame(300), tmp_path / "t")
+    with pytest.raises(ParameterError, match="drop --route stats"):
+        calengine.fit_table(folder, "class", learner="gaussian_nb", method="probing", route="stats")
