@@ -25,7 +25,7 @@ draw costing and bootstrap samples there; the client sees only vote histograms a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,7 +75,6 @@ class Context:
     class_counts: np.ndarray
     cal_fragments: tuple = ()
     memory_limit: float = math.inf
-    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------- planning
