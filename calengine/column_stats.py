@@ -140,15 +140,17 @@ class StringStat:
     @classmethod
     def of(cls, text: np.ndarray) -> "StringStat":
         """``text``: object array of str, ``None`` for missing."""
-        present = text[text != None]  # noqa: E711 - elementwise on an object array
-        values, counts = np.unique(np.where(text == None, MISSING, text).astype(str), return_counts=True)  # noqa: E711
+        is_missing = text == None  # noqa: E711 - elementwise on an object array
+        present = text[~is_missing]
+        values, counts = np.unique(np.where(is_missing, MISSING, text).astype(str), return_counts=True)
         stat = cls(
             n=int(text.size),
             nonnull=int(present.size),
             total_length=int(sum(len(t) for t in present)),
             counts={str(v): int(c) for v, c in zip(values, counts)},
         )
-        stat.distinct_bound = len(np.unique(present.astype(str))) if present.size else 0
+        # distinct non-null values, from the same count table (the "<missing>" key aside)
+        stat.distinct_bound = len(stat.counts) - int(bool(is_missing.any()))
         stat._cap()
         return stat
 

@@ -97,7 +97,7 @@ def describe_dataset(
     from .data import resolve_parquet_files
 
     files = [os.path.abspath(f) for f in resolve_parquet_files(data)]
-    return describe_files(files, _dataset_root(os.fspath(data), files), columns, fragment_rows)
+    return describe_files(files, dataset_root(data, files), columns, fragment_rows)
 
 
 def describe_files(
@@ -110,7 +110,7 @@ def describe_files(
 
     files = [os.path.abspath(f) for f in files]
     if root is None:
-        root = _dataset_root("", files)
+        root = dataset_root("", files)
     fragments: list[Fragment] = []
     names: list[str] | None = None
     kinds: dict[str, tuple[str, str]] = {}  # column -> (kind, file)
@@ -175,9 +175,10 @@ def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int) -> list
     return out
 
 
-def _dataset_root(data: str, files: list[str]) -> str:
+def dataset_root(data, files: list[str]) -> str:
     """The directory file keys are relative to: DATA itself for a directory, else the files' common folder."""
-    if os.path.isdir(data):
+    data = os.fspath(data)
+    if data and os.path.isdir(data):
         return os.path.abspath(data)
     if len(files) == 1:
         return ""

@@ -115,21 +115,14 @@ def table_folds(data, target: str, cv: int = 5, seed: int = 0, positive=None) ->
     Rows are in file order (files sorted by name, row groups in order), as ``pyarrow`` reads them:
     hand the folds to other tools (e.g. scikit-learn's ``cv=``) to compare like with like.
     """
-    import pyarrow.parquet as pq
-
     from .data import LabelSpace
     from .dataset import describe_dataset, read_fragment
 
     dataset = describe_dataset(data, [target])
-    labels = LabelSpace.from_series(
-        __import__("pandas").concat(
-            [pq.read_table(f, columns=[target]).to_pandas()[target] for f in dataset.files], ignore_index=True
-        ),
-        target, positive,
-    )
+    columns = [read_fragment(fragment, [target])[target] for fragment in dataset.fragments]
+    labels = LabelSpace.from_values({v for series in columns for v in series.dropna().unique()}, target, positive)
     parts = []
-    for fragment in dataset.fragments:
-        series = read_fragment(fragment, [target])[target]
+    for fragment, series in zip(dataset.fragments, columns):
         y = np.full(len(series), -1, dtype=np.int64)
         present = series.notna().to_numpy()
         y[present] = labels.encode(series[present])

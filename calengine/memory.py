@@ -21,6 +21,14 @@ def fragment_rows_for(memory_limit: float, n_columns: int) -> int:
     return max(10_000, min(DEFAULT_FRAGMENT_ROWS, rows))
 
 
+def range_rows_for(memory_limit: float, default: int = 2_000_000) -> int:
+    """Rows per score range of a sorted calibrator round: a range task holds its scores and targets
+    (about 64 bytes a row with copies) within 1/8 of a worker's memory."""
+    if not math.isfinite(memory_limit):
+        return default
+    return max(10_000, min(default, int(memory_limit / 8 / 64)))
+
+
 def worker_memory_limit(client) -> float:
     """The smallest memory limit of the cluster's workers (inf when they have none)."""
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]

@@ -33,11 +33,9 @@ import numpy as np
 from . import partition_tasks as pt
 from . import registry
 from .errors import DataError, ParameterError
-from .memory import check_fits_memory, fragment_rows_for, worker_memory_limit
+from .memory import check_fits_memory, fragment_rows_for, range_rows_for, worker_memory_limit
 from .progress import Progress, gather_in_order
 
-#: rows per score range of a sorted calibrator round (bounds the memory of one range task)
-RANGE_ROWS = 2_000_000
 ROUTES = ("auto", "stats", "in-memory", "sample")
 
 
@@ -83,7 +81,7 @@ class Context:
 def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Context:
     """Describe the table, reduce its column statistics, and fit the encoding and label space."""
     from .data import LabelSpace, check_columns, parquet_columns, resolve_parquet_files
-    from .dataset import describe_dataset
+    from .dataset import dataset_root, describe_dataset, describe_files
     from .features import FeatureEncoder, select_feature_columns
 
     if spec.max_categories < 1:
@@ -99,7 +97,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
     memory_limit = worker_memory_limit(client)
     fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
-    dataset = describe_dataset(spec.data, feature_cols + [spec.target], fragment_rows)
+    dataset = describe_files(files, dataset_root(spec.data, files), feature_cols + [spec.target], fragment_rows)
     if not dataset.fragments:
         raise DataError("the training table has no rows")
     futures = [
@@ -125,7 +123,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
             client, [client.submit(pt.fragment_label_counts, fr, spec.target, pure=False) for fr in cal.fragments],
             None, "calibration labels",
         )
-        unknown = set(_merge_in_order(counts).target.totals()) - set(labels.classes)
+        unknown = set(pt.merge_all(*counts).target.totals()) - set(labels.classes)
         unknown = {v for v in unknown if str(v) not in {str(c) for c in labels.classes}}
         if unknown:
             raise DataError(
@@ -146,13 +144,6 @@ def tree_merge(client, futures: list, progress: Progress | None, label: str, fan
     while len(level) > 1:
         level = [client.submit(pt.merge_all, *level[i : i + fan_in], pure=False) for i in range(0, len(level), fan_in)]
     return level[0].result()
-
-
-def _merge_in_order(parts: list):
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.merge(p)
-    return out
 
 
 def _class_counts_per_group(target_stat, labels) -> dict:
@@ -221,7 +212,7 @@ def _route(ctx: Context, learner) -> str:
 
 
 def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
-    from .engine import CalibrationPlan
+    from .engine import MODES
     from .folds import check_folds, fold_class_counts
     from .model import CalibratedModel, one_vs_all_matrix
     from .training import resolve_multiclass
@@ -231,7 +222,8 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
     uncalibrated = config.method == "none"
     cal_mode = ctx.spec.calibration_data is not None
-    CalibrationPlan(learner=learner, calibrator=calibrator, mode=config.mode, cv=config.cv, seed=config.seed)
+    if config.mode not in MODES:
+        raise ParameterError(f"unknown --mode '{config.mode}'; choose one of {', '.join(MODES)}")
     M = combiner = None
     if config.multiclass and k > 2:
         M, combiner = resolve_multiclass(config.multiclass, k, config.seed, plugins, config.combiner_params)
@@ -326,11 +318,11 @@ def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progres
         folds = list(range(plan.cv)) if plan.cv else [None]
         per_fold = {}
         for key in parts[0]:
-            per_fold[key] = _merge_stats(learner, [p[key] for p in parts])
+            per_fold[key] = pt.merge_in_order([p[key] for p in parts], learner.merge_stats)
         out = []
         for u, seed in zip(units, seeds):
             keep = [per_fold[(f, u.column)] for f in folds if f != u.fold or u.fold is None]
-            stats = _merge_stats(learner, keep)
+            stats = pt.merge_in_order(keep, learner.merge_stats)
             n_classes = k if u.column is None else 2
             out.append(client.submit(pt.fit_learner_from_stats, learner, stats, n_classes, seed, pure=False))
         return out
@@ -352,14 +344,6 @@ def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progres
         out.append(
             client.submit(pt.fit_unit_learner, ctx.fragments, ctx.enc, plan, u, learner, seed, quotas, rates, pure=False)
         )
-    return out
-
-
-def _merge_stats(learner, parts: list):
-    parts = [p for p in parts if p is not None]
-    out = parts[0]
-    for p in parts[1:]:
-        out = learner.merge_stats(out, p)
     return out
 
 
@@ -455,10 +439,7 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
             specs = []
             for i in new:
                 cs, col = problems[i]
-                range_rows = RANGE_ROWS if not math.isfinite(ctx.memory_limit) else max(
-                    10_000, min(RANGE_ROWS, int(ctx.memory_limit / 8 / 64))
-                )
-                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows))
+                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
                 specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
             splits = [client.submit(pt.split_block, b, specs, pure=False) for b in blocks()]
             for i, _, _, bounds in specs:
@@ -477,10 +458,10 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
         pos = len(block_futures)
         merged: dict[int, Any] = {}
         for j, i in enumerate(unsorted):
-            merged[i] = _merge_calibrator_stats(cals[i], [r[j] for r in block_results])
+            merged[i] = _calibrator_stats(cals[i], [r[j] for r in block_results])
         for i in sorted_:
             n = len(range_futures[i])
-            merged[i] = _merge_calibrator_stats(cals[i], results[pos : pos + n])
+            merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
             pos += n
         for i in pending:
             requests[i] = cals[i].reduction_step(merged[i], requests[i])
@@ -498,14 +479,11 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     return cals
 
 
-def _merge_calibrator_stats(cal, parts: list):
-    parts = [p for p in parts if p is not None]
-    if not parts:
+def _calibrator_stats(cal, parts: list):
+    merged = pt.merge_in_order(parts, cal.merge_stats)
+    if merged is None:
         raise DataError("calibration data is empty; pass at least one example of each class")
-    out = parts[0]
-    for p in parts[1:]:
-        out = cal.merge_stats(out, p)
-    return out
+    return merged
 
 
 def _members(learners, uidx, calsets, merged, by_set, score_kind, M, folds, refit) -> list:

@@ -114,12 +114,19 @@ def fragment_table_stats(fragment, feature_columns, target, text_columns):
     )
 
 
-def merge_all(*parts):
-    """Merge statistics left to right (``a.merge(b)``): one node of a tree reduction."""
-    out = parts[0]
-    for p in parts[1:]:
-        out = out.merge(p)
+def merge_in_order(parts: list, merge):
+    """``merge(merge(p1, p2), p3)...`` over the parts that are not None (None when all are): the one
+    left-to-right merge every reduction of the fit uses, so results never depend on completion order."""
+    out = None
+    for p in parts:
+        if p is not None:
+            out = p if out is None else merge(out, p)
     return out
+
+
+def merge_all(*parts):
+    """Merge table statistics left to right (``a.merge(b)``): one node of a tree reduction."""
+    return merge_in_order(list(parts), lambda a, b: a.merge(b))
 
 
 def fragment_label_counts(fragment, target):
