@@ -193,6 +193,8 @@ def _tls(args):
 
 
 def _client(args, distributions=(), modules=()):
+    """The job's Dask client (:func:`calengine.cluster.dask_client`); ``distributions`` may be a callable
+    returning ``(distributions, modules)``, called once the cluster is up."""
     from .cluster import dask_client
     from .errors import ParameterError
 
@@ -211,6 +213,60 @@ def _client(args, distributions=(), modules=()):
             raise ParameterError("--worker-memory applies to local clusters; start remote workers with 'dask worker --memory-limit'")
     return dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions,
                        modules=modules, memory_limit=memory)
+
+
+def _prepare_fit(args):
+    """(FitConfig, TableSpec, plugins, worker requirements) of ``calengine fit``: every name resolved
+    and every parameter parsed, so a typo fails before any data is read."""
+    from dataclasses import replace
+
+    from . import registry
+    from .errors import ParameterError
+    from .partition_fit import TableSpec
+    from .plugins import get_plugins
+    from .training import ENGINE_METHODS, FitConfig, _params_for, resolve_learner, split_learners
+
+    plugins = get_plugins()
+    config = FitConfig(
+        learner=args.learner,
+        learner_params=parse_params(args.learner_param, "--learner-param"),
+        method=args.method,
+        method_params=parse_params(args.method_param, "--method-param"),
+        mode=args.mode,
+        cv=args.cv,
+        seed=args.seed,
+        multiclass=args.multiclass,
+        combiner_params=parse_params(args.combiner_param, "--combiner-param"),
+        combine=args.combine,
+    )
+    if config.combiner_params and not args.multiclass:
+        raise ParameterError("--combiner-param needs --multiclass CODE:COMBINER to name the combiner")
+    if args.multiclass and args.method in ENGINE_METHODS:
+        raise ParameterError(
+            f"--multiclass does not apply to --method {args.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
+        )
+    base = split_learners(config.learner)
+    learners = [
+        resolve_learner(replace(config, learner=lr, learner_params=_params_for(lr, i, config.learner_params, plugins)
+                                if len(base) > 1 else config.learner_params), plugins)
+        for i, lr in enumerate(base)
+    ]
+    calibrator = None
+    if args.method not in ENGINE_METHODS:
+        calibrator = registry.make("calibrators", args.method, config.method_params, plugins)
+    spec = TableSpec(
+        data=args.data,
+        target=args.target,
+        positive=args.positive,
+        features=args.features.split(",") if args.features else None,
+        exclude=args.exclude,
+        text_columns=tuple(args.text_column or ()),
+        max_categories=args.max_categories,
+        calibration_data=args.calibration_data,
+        max_train_rows=args.max_train_rows,
+        route=args.route,
+    )
+    return config, spec, plugins, _plugin_requirements([*learners, calibrator])
 
 
 def _plugin_requirements(objects) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -242,66 +298,29 @@ def _model_plugin_objects(model) -> list:
 
 
 def cmd_fit(args) -> int:
-    from . import registry
+    from concurrent.futures import ThreadPoolExecutor
+
     from .artifact import save_model
-    from .errors import DataError, ParameterError
-    from .partition_fit import TableSpec, fit_table
-    from .plugins import get_plugins
-    from .training import ENGINE_METHODS, FitConfig, _params_for, resolve_learner, split_learners
+    from .errors import DataError
+    from .partition_fit import fit_table
 
-    plugins = get_plugins()
-    config = FitConfig(
-        learner=args.learner,
-        learner_params=parse_params(args.learner_param, "--learner-param"),
-        method=args.method,
-        method_params=parse_params(args.method_param, "--method-param"),
-        mode=args.mode,
-        cv=args.cv,
-        seed=args.seed,
-        multiclass=args.multiclass,
-        combiner_params=parse_params(args.combiner_param, "--combiner-param"),
-        combine=args.combine,
-    )
-    if config.combiner_params and not args.multiclass:
-        raise ParameterError("--combiner-param needs --multiclass CODE:COMBINER to name the combiner")
-    if args.multiclass and args.method in ENGINE_METHODS:
-        raise ParameterError(
-            f"--multiclass does not apply to --method {args.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
-        )
-    # resolve names before touching data, so a typo fails in milliseconds
-    from dataclasses import replace
-
-    base = split_learners(config.learner)
-    learners = [
-        resolve_learner(replace(config, learner=lr, learner_params=_params_for(lr, i, config.learner_params, plugins)
-                                if len(base) > 1 else config.learner_params), plugins)
-        for i, lr in enumerate(base)
-    ]
-    calibrator = None
-    if args.method not in ENGINE_METHODS:
-        calibrator = registry.make("calibrators", args.method, config.method_params, plugins)
     out = os.path.abspath(args.output)
     if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
         if not args.overwrite:
             raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite")
         if not os.path.isfile(os.path.join(out, "manifest.json")):
             raise DataError(f"--overwrite refuses to replace '{args.output}': it is not a calengine model directory")
-    spec = TableSpec(
-        data=args.data,
-        target=args.target,
-        positive=args.positive,
-        features=args.features.split(",") if args.features else None,
-        exclude=args.exclude,
-        text_columns=tuple(args.text_column or ()),
-        max_categories=args.max_categories,
-        calibration_data=args.calibration_data,
-        max_train_rows=args.max_train_rows,
-        route=args.route,
-    )
-    dists, modules = _plugin_requirements([*learners, calibrator])
-    progress = _progress(args)
-    with _client(args, dists, modules) as client:
-        model = fit_table(client, spec, config, progress=progress, plugins=plugins)
+    # Loading the plugins (importing scikit-learn: ~1 s) and starting a local cluster (spawning worker
+    # processes: ~2 s) are independent, so the plugins load in a thread while the cluster starts.  A
+    # misspelt name still fails before any data is read; the cluster started meanwhile is closed.
+    with ThreadPoolExecutor(1, thread_name_prefix="calengine-plugins") as pool:
+        prepared = pool.submit(_prepare_fit, args)
+        if args.cluster != "local":
+            prepared.result()  # embedded or remote: nothing slow to overlap, so fail fast on names
+        progress = _progress(args)
+        with _client(args, lambda: prepared.result()[3]) as client:
+            config, spec, plugins, _ = prepared.result()
+            model = fit_table(client, spec, config, progress=progress, plugins=plugins)
     save_model(model, out, plugins, overwrite=args.overwrite)
     training = model.info.get("x_training", {})
     if training.get("dropped_missing_target"):

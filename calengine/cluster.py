@@ -112,7 +112,13 @@ def dask_client(
 
     ``memory_limit`` (e.g. ``"6GiB"``) caps each worker of a local cluster (Dask's ``memory_limit``:
     workers spill, pause and are restarted beyond it); a remote cluster's workers set their own.
+    ``distributions`` may be a callable returning ``(distributions, modules)``: it is called once the
+    cluster has started, so the caller can load plugins while worker processes spawn.
     """
+
+    def requirements():
+        return distributions() if callable(distributions) else (distributions, modules)
+
     local_memory = {} if memory_limit is None else {"memory_limit": memory_limit}
     import dask
     from distributed import Client, LocalCluster
@@ -152,7 +158,7 @@ def dask_client(
             client = Client(lc, set_as_default=False)
             try:
                 client.wait_for_workers(workers or default_threads(), timeout=120)
-                check_workers(client, distributions, modules)
+                check_workers(client, *requirements())
                 yield client
             finally:
                 client.close()
@@ -160,7 +166,7 @@ def dask_client(
             return
         client = _connect(cluster, tls)
         try:
-            check_workers(client, distributions, modules)
+            check_workers(client, *requirements())
             yield client
         finally:
             client.close()

@@ -144,22 +144,25 @@ class FeatureEncoder:
             )
         n = len(df)
         if not self.is_sparse:
-            # dense: every column written straight into one preallocated matrix (no per-column stacks)
-            out = np.empty((n, sum(c.width(self.text_hash_bits) for c in self.columns_)), dtype=np.float64)
+            # dense: each column written into a row of a (width, n) buffer -- contiguous writes -- and the
+            # buffer transposed once into the C-ordered (n, width) matrix the learners expect; writing
+            # columns of a C-ordered matrix directly is strided and about 3x slower on wide frames
+            width = sum(c.width(self.text_hash_bits) for c in self.columns_)
+            buf = np.empty((width, n), dtype=np.float64)
             j = 0
             for c in self.columns_:
                 if c.kind == "numeric":
-                    values = self._numeric(c, df[c.name])
-                    isnan = np.isnan(values)
-                    if isnan.any():
-                        values[isnan] = c.fill
-                    out[:, j] = values
+                    row = buf[j]
+                    self._numeric_into(c, df[c.name], row)
+                    bad = ~np.isfinite(row)
+                    if bad.any():
+                        row[bad] = c.fill
                     if c.missing_indicator:
-                        out[:, j + 1] = isnan
+                        buf[j + 1] = bad
                 else:
-                    out[:, j : j + c.width(self.text_hash_bits)] = self._one_hot(c, df[c.name], n)
+                    buf[j : j + c.width(self.text_hash_bits)] = self._one_hot(c, df[c.name], n).T
                 j += c.width(self.text_hash_bits)
-            return out
+            return np.ascontiguousarray(buf.T)
         blocks = []
         for c in self.columns_:
             series = df[c.name]
@@ -188,6 +191,15 @@ class FeatureEncoder:
             raise DataError(
                 f"column '{c.name}' was numeric at fit time but holds non-numbers now; fix its type"
             ) from exc
+
+    @classmethod
+    def _numeric_into(cls, c: ColumnEncoding, series, out: np.ndarray) -> None:
+        """Write a numeric column into ``out`` as float64 (NaN or +-inf where missing or non-finite)."""
+        dtype = series.dtype
+        if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
+            np.copyto(out, series.to_numpy(), casting="unsafe")  # plain NumPy column: no temporary copy
+        else:
+            out[:] = cls._numeric(c, series)
 
     @staticmethod
     def _one_hot(c: ColumnEncoding, series, n: int) -> np.ndarray:

@@ -144,20 +144,18 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
     pin_native_threads()
     part = load_part(fragment, enc, plan)
     out = {}
+    n_groups = plan.cv or 1
     for column in columns:
-        mask_all, target = unit_rows(part, Unit(None, column), plan)
+        mask, target = unit_rows(part, Unit(None, column), plan)
         n_classes = enc.labels.n_classes if column is None else 2
-        idx = np.flatnonzero(mask_all)
-        if not plan.cv:
-            out[(None, column)] = learner.partial_stats(part.X[idx], target[idx], None, n_classes)
-            continue
-        # one copy of the rows sorted by fold; each fold is then a contiguous slice (a view)
-        idx = idx[np.argsort(part.folds[idx], kind="stable")]
-        X, t = part.X[idx], target[idx]
-        bounds = np.searchsorted(part.folds[idx], np.arange(plan.cv + 1))
-        for f in range(plan.cv):
-            lo, hi = bounds[f], bounds[f + 1]
-            out[(f, column)] = learner.partial_stats(X[lo:hi], t[lo:hi], None, n_classes)
+        groups = part.folds if plan.cv else np.zeros(part.y.shape[0], dtype=np.int64)
+        X = part.X
+        if not mask.all():
+            idx = np.flatnonzero(mask)
+            X, target, groups = X[idx], target[idx], groups[idx]
+        stats = learner.partial_stats_groups(X, target, groups, n_groups, None, n_classes)
+        for g in range(n_groups):
+            out[(g if plan.cv else None, column)] = stats[g]
     return out
 
 

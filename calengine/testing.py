@@ -139,7 +139,8 @@ def check_learner_stats(
     into three random pieces, plus an empty one (as a partition can be), and ``fit_from_stats`` of the
     merged ``partial_stats`` must score like ``fit`` on all the rows, to ``rtol`` (relative and
     absolute), with and without sample weights; the statistics must be numpy arrays that survive
-    pickling; the merge must not depend on the order beyond rounding; and the model fitted from
+    pickling; the merge must not depend on the order beyond rounding; ``partial_stats_groups`` (with
+    three non-empty groups and two empty ones) must agree with ``partial_stats``; and the model fitted from
     statistics must survive ``to_state``/``from_state`` with identical scores.  ``check_learner``
     runs this with the default parameters when the class declares ``supports_stats``.
     """
@@ -197,6 +198,20 @@ def check_learner_stats(
             restored = _roundtrip_state(learner, trusted)
             if not np.array_equal(np.asarray(restored.score(X)), got):
                 _fail(cls, "a model fitted from statistics does not survive to_state/from_state exactly")
+            # partial_stats_groups (the engine's one-pass-per-partition call): the pieces as groups,
+            # including an empty group, must give the same model as the pieces one by one
+            groups = np.full(n, 3, dtype=np.int64)
+            for g, idx in enumerate(pieces[:3]):
+                groups[idx] = g
+            by_group = learner.partial_stats_groups(X, y, groups, 5, w, k)
+            if not isinstance(by_group, list) or len(by_group) != 5:
+                _fail(cls, "partial_stats_groups must return a list with one statistics dict per group")
+            merged = by_group[0]
+            for st in by_group[1:]:
+                merged = learner.merge_stats(merged, pickle.loads(pickle.dumps(st)))
+            grouped = seeded(cls(**params), 0).fit_from_stats(merged, k)
+            if not _close(grouped.score(X), got, rtol):
+                _fail(cls, "partial_stats_groups does not give the statistics partial_stats gives per group")
 
 
 def check_calibrator(cls: type, monotone: bool = True) -> None:

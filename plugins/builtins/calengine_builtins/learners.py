@@ -625,6 +625,63 @@ class GaussianNBLearner(_SklearnBacked):
             "col_m2": (col_dev * col_dev).sum(axis=0),
         }
 
+    def partial_stats_groups(self, X, y, groups, n_groups: int, sample_weight, n_classes: int) -> list:
+        """Every group's statistics without sorting or copying rows per group: sums by (group, class)
+        are ``np.bincount`` over each feature (contiguous in a transposed copy of ``X``), and M2 is the
+        corrected two-pass sum (deviations from a first mean, minus the square of their sum), as
+        accurate as ``partial_stats``."""
+        X, y, w, k = _stats_input(self, X, y, sample_weight, n_classes)
+        n, d = X.shape
+        G = _parse_positive_int(n_groups, "n_groups")
+        groups = np.asarray(groups)
+        if groups.shape != (n,) or (n and (groups.min() < 0 or groups.max() >= G)):
+            raise DataError(f"groups must hold one index 0..{G - 1} per row")
+        gid = groups.astype(np.intp) * k + y
+        Xt = np.ascontiguousarray(X.T)  # one row per feature: bincount reads it contiguously
+
+        def sums(ids, weights, rows, m):
+            return np.stack([np.bincount(ids, weights=r * weights if weights is not None else r, minlength=m)
+                             for r in rows]).T if len(rows) else np.zeros((m, 0))
+
+        def moments(ids, weights, m):
+            """(count, mean, M2) of X's rows per id in 0..m-1, weighted (``weights`` None: unweighted)."""
+            count = np.bincount(ids, weights=weights, minlength=m).astype(np.float64)
+            used = count > 0
+            safe = np.where(used, count, 1.0)[:, None]
+            mean0 = np.where(used[:, None], sums(ids, weights, Xt, m) / safe, 0.0)
+            dev = np.take(mean0.T, ids, axis=1)
+            np.subtract(Xt, dev, out=dev)
+            corr = np.where(used[:, None], sums(ids, weights, dev, m) / safe, 0.0)
+            np.multiply(dev, dev, out=dev)
+            m2 = np.where(used[:, None], sums(ids, weights, dev, m) - count[:, None] * corr * corr, 0.0)
+            return count, mean0 + corr, np.maximum(m2, 0.0)
+
+        count, mean, m2 = moments(gid, None if sample_weight is None else w, G * k)
+        rows = np.bincount(gid, minlength=G * k).reshape(G, k).astype(np.int64)
+        count, mean, m2 = count.reshape(G, k), mean.reshape(G, k, d), m2.reshape(G, k, d)
+        if sample_weight is None:
+            # unweighted: a group's column moments are the merge of its class moments (no second pass)
+            col_n, col_mean, col_m2 = count[:, 0], mean[:, 0], m2[:, 0]
+            for c in range(1, k):
+                col_n, col_mean, col_m2 = _chan_merge(
+                    col_n[:, None], col_mean, col_m2, count[:, c, None], mean[:, c], m2[:, c]
+                )
+                col_n = col_n[:, 0]
+        else:
+            _, col_mean, col_m2 = moments(groups.astype(np.intp), None, G)
+        return [
+            {
+                "n": np.asarray(int(rows[g].sum()), dtype=np.int64),
+                "rows": rows[g],
+                "count": count[g],
+                "mean": mean[g],
+                "m2": m2[g],
+                "col_mean": col_mean[g],
+                "col_m2": col_m2[g],
+            }
+            for g in range(G)
+        ]
+
     def merge_stats(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         _same_shapes(self.name, a, b)
         count, mean, m2 = _chan_merge(
