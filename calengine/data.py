@@ -24,8 +24,12 @@ from .errors import DataError
 
 def resolve_parquet_files(data: str | os.PathLike) -> list[str]:
     """The Parquet files behind DATA, sorted so partition order (and so results) are reproducible."""
+    from .storage import is_url, list_parquet_files
+
     text = os.fspath(data)
-    if any(ch in text for ch in "*?["):
+    if is_url(text):
+        files = list_parquet_files(text)
+    elif any(ch in text for ch in "*?["):
         files = sorted(f for f in glob.glob(text, recursive=True) if os.path.isfile(f))
         if not files:
             raise DataError(f"no files match '{text}'; check the pattern (quote it so the shell leaves it alone)")
@@ -47,8 +51,10 @@ def resolve_parquet_files(data: str | os.PathLike) -> list[str]:
 
 
 def _check_parquet_magic(path: str) -> None:
+    from .storage import open_binary
+
     try:
-        with open(path, "rb") as fh:
+        with open_binary(path) as fh:
             head = fh.read(4)
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
@@ -66,7 +72,10 @@ def parquet_columns(files: list[str]) -> list[str]:
     """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data)."""
     import pyarrow.parquet as pq
 
-    schema = pq.read_schema(files[0])
+    from .storage import parquet_file
+
+    with parquet_file(files[0]) as pf:
+        schema = pf.schema_arrow
     meta = schema.pandas_metadata or {}
     index_cols = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
     return [n for n in schema.names if n not in index_cols]
@@ -77,12 +86,14 @@ def read_table(files: list[str], columns: list[str] | None = None):
     import pandas as pd
     import pyarrow.parquet as pq
 
+    from .storage import is_url, open_binary
+
     if columns is not None:
         check_columns(files, columns)
     frames = []
     for f in files:
         try:
-            table = pq.read_table(f, columns=columns)
+            table = pq.read_table(open_binary(f) if is_url(f) else f, columns=columns)
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise DataError(f"cannot read Parquet file '{f}': {exc}; check that the file is complete") from exc
         frames.append(table.to_pandas())

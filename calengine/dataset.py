@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from .errors import DataError
+from .storage import absolute, common_root, parquet_file, relative_key
 
 #: fragments hold at most this many rows (whole row groups; a larger row group is a fragment alone)
 DEFAULT_FRAGMENT_ROWS = 1_000_000
@@ -96,7 +97,7 @@ def describe_dataset(
     """
     from .data import resolve_parquet_files
 
-    files = [os.path.abspath(f) for f in resolve_parquet_files(data)]
+    files = [absolute(f) for f in resolve_parquet_files(data)]
     return describe_files(files, dataset_root(data, files), columns, fragment_rows)
 
 
@@ -106,9 +107,7 @@ def describe_files(
 ) -> Dataset:
     """:func:`describe_dataset` for an already resolved list of Parquet files (keys relative to ``root``;
     None: the files' common folder)."""
-    import pyarrow.parquet as pq
-
-    files = [os.path.abspath(f) for f in files]
+    files = [absolute(f) for f in files]
     if root is None:
         root = dataset_root("", files)
     fragments: list[Fragment] = []
@@ -117,9 +116,9 @@ def describe_files(
     types: dict[str, str] = {}
     for path in files:
         try:
-            pf = pq.ParquetFile(path)
-            schema = pf.schema_arrow
-            meta = pf.metadata
+            with parquet_file(path) as pf:
+                schema = pf.schema_arrow
+                meta = pf.metadata
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged footers
             raise DataError(f"cannot read the Parquet footer of '{path}' ({_first_line(exc)}); check that the file is complete") from exc
         file_names = [n for n in schema.names if n not in _index_columns(schema)]
@@ -152,7 +151,7 @@ def describe_files(
                     f"column '{col}' is {first[0]} in '{first[1]}' but {kind} in '{path}'; write every file"
                     " with the same column types"
                 )
-        key = os.path.relpath(path, root) if root else os.path.basename(path)
+        key = relative_key(path, root)
         fragments += _cut(path, key, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], fragment_rows)
     return Dataset(root=root, fragments=tuple(fragments), columns=tuple(names or ()), types=types)
 
@@ -177,12 +176,7 @@ def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int) -> list
 
 def dataset_root(data, files: list[str]) -> str:
     """The directory file keys are relative to: DATA itself for a directory, else the files' common folder."""
-    data = os.fspath(data)
-    if data and os.path.isdir(data):
-        return os.path.abspath(data)
-    if len(files) == 1:
-        return ""
-    return os.path.commonpath([os.path.dirname(f) for f in files])
+    return common_root(os.fspath(data), files)
 
 
 def _index_columns(schema) -> set[str]:
@@ -200,10 +194,9 @@ def _first_line(exc: BaseException) -> str:
 
 def read_fragment(fragment: Fragment, columns: list[str]):
     """The fragment's rows as a pandas DataFrame (runs in tasks).  A damaged file names itself."""
-    import pyarrow.parquet as pq
-
     try:
-        table = pq.ParquetFile(fragment.path).read_row_groups(list(fragment.row_groups), columns=list(columns))
+        with parquet_file(fragment.path) as pf:
+            table = pf.read_row_groups(list(fragment.row_groups), columns=list(columns))
     except FileNotFoundError as exc:
         raise DataError(
             f"worker cannot open '{fragment.path}'; every worker must see the data at the same path"

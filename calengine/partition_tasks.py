@@ -327,11 +327,12 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
         S, T = block.sets[cs_index]
         r = np.searchsorted(boundaries, S[:, column], side="right")
         order = np.argsort(r, kind="stable")
-        # one copy in range order (targets stay int8: 9 bytes a row); each range is a slice of it
+        # in range order (targets stay int8: 9 bytes a row)
         s, t = S[order, column], T[order, column]
         cuts = np.searchsorted(r[order], np.arange(len(boundaries) + 2))
         for rng in range(len(boundaries) + 1):
-            out[(pid, rng)] = (s[cuts[rng] : cuts[rng + 1]], t[cuts[rng] : cuts[rng + 1]])
+            # own copies, not views of one sorted array: a piece Dask spills to disk frees its memory
+            out[(pid, rng)] = (s[cuts[rng] : cuts[rng + 1]].copy(), t[cuts[rng] : cuts[rng + 1]].copy())
     return out
 
 

@@ -27,13 +27,13 @@ def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_00
 
 
 def _batches(chunk, columns: list[str] | None, batch_rows: int):
-    import pyarrow.parquet as pq
+    from .storage import parquet_file
 
     if not chunk.row_groups:
         return
-    pf = pq.ParquetFile(chunk.path)
-    for batch in pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns):
-        yield batch.to_pandas()
+    with parquet_file(chunk.path) as pf:
+        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns):
+            yield batch.to_pandas()
 
 
 # ---------------------------------------------------------------------------------------------- score

@@ -314,3 +314,45 @@ def test_route_stats_is_refused_for_probing_in_one_line(tmp_path):
     folder = write_table(_frame(300), tmp_path / "t")
     with pytest.raises(ParameterError, match="drop --route stats"):
         calengine.fit_table(folder, "class", learner="gaussian_nb", method="probing", route="stats")
+
+
+# ---------------------------------------------------------------------------------------------- fsspec URLs
+
+
+def test_fsspec_urls_give_the_same_model_as_the_local_path(tmp_path):
+    """A table named by an fsspec URL (``memory://`` in-process, ``file://`` on worker processes) is
+    listed, planned and read through fsspec, with file keys -- so folds -- identical to the local path."""
+    import fsspec
+
+    df = _frame(900)
+    folder = write_table(df, tmp_path / "t", row_group_sizes=(40, 90, 200))
+    fs = fsspec.filesystem("memory")
+    for f in sorted(folder.iterdir()):
+        fs.pipe(f"/calengine-test-{tmp_path.name}/{f.name}", f.read_bytes())
+    X = None
+    P = []
+    for data, cluster in ((str(folder), None), (f"memory://calengine-test-{tmp_path.name}", None),
+                          (folder.as_uri(), "local")):
+        model = calengine.fit_table(data, "class", cluster=cluster, workers=2 if cluster else None,
+                                    learner="gaussian_nb", method="isotonic", seed=3)
+        X = model.encoder.transform(df.drop(columns=["class"]))
+        P.append(model.predict_proba_features(X))
+    np.testing.assert_array_equal(P[0], P[1])
+    np.testing.assert_array_equal(P[0], P[2])
+
+
+def test_a_url_without_a_file_system_or_files_is_one_line(tmp_path):
+    with pytest.raises(DataError, match="no file system for 'nosuchscheme://'"):
+        calengine.fit_table("nosuchscheme://bucket/table", "class")
+    with pytest.raises(DataError, match="does not exist"):
+        calengine.fit_table((tmp_path / "missing").as_uri(), "class")
+
+
+def test_cli_fits_and_scores_a_file_url(tmp_path, cli):
+    folder = write_table(_frame(600), tmp_path / "t")
+    r = cli("fit", folder.as_uri(), "--target", "class", "--learner", "gaussian_nb", "--output", tmp_path / "m")
+    assert r.returncode == 0, r.stderr
+    r = cli("score", tmp_path / "m", folder.as_uri(), "--output", tmp_path / "s")
+    assert r.returncode == 0, r.stderr
+    scored = pd.read_parquet(tmp_path / "s")
+    assert len(scored) == 600
