@@ -72,11 +72,13 @@ def _check_common(cls, base: type) -> None:
 
 def _roundtrip_state(obj, trusted: frozenset[str]):
     """Save ``obj.to_state()`` as the artifact does and load it back into a fresh instance."""
-    from .artifact import _load_state, _save_state
+    from .artifact import _load_state, _Reader, _save_state
+    from .artifact_files import FileWriter
 
     with tempfile.TemporaryDirectory() as tmp:
-        desc = _save_state(obj.to_state(), Path(tmp), "state")
-        state = _load_state(desc, Path(tmp), trusted)
+        writer = FileWriter(Path(tmp))
+        desc = _save_state(obj.to_state(), writer, "state", "state")
+        state = _load_state(desc, _Reader(Path(tmp), writer.files), "state", trusted)
     fresh = type(obj)(**obj.get_params(deep=False))
     return fresh.from_state(state)
 
