@@ -290,6 +290,12 @@ def feature_width(encoder: Any) -> int:
 
 def probe_model(model: Any) -> None:
     """Score two synthetic rows through ``model``; any failure or an invalid probability is a damaged model."""
+    n_cols = model.code_matrix.shape[1]
+    for i, member in enumerate(model.members):
+        if getattr(member, "n_columns", n_cols) != n_cols:
+            raise _damaged(f"member {i} estimates {member.n_columns} columns and the code matrix has {n_cols}")
+    if len(np.asarray(model.column_counts)) not in (0, n_cols):
+        raise _damaged(f"column_counts has {len(model.column_counts)} entries for {n_cols} code-matrix columns")
     if model.encoder is None:
         return
     width = feature_width(model.encoder)
