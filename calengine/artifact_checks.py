@@ -38,12 +38,13 @@ def _damaged(what: str) -> ModelFormatError:
 
 
 def _need(d: Any, key: str, types, where: str):
+    place = "the manifest" if where == "the manifest" else f"{where} of the manifest"
     if not isinstance(d, dict) or key not in d:
-        raise _damaged(f"the manifest lacks '{key}' in {where}")
+        raise _damaged(f"'{key}' is missing from {place}")
     value = d[key]
     if not isinstance(value, types) or isinstance(value, bool) and bool not in _as_tuple(types):
         names = "/".join(t.__name__ for t in _as_tuple(types))
-        raise _damaged(f"'{key}' in {where} of the manifest is a {type(value).__name__}, not a {names}")
+        raise _damaged(f"'{key}' in {place} is a {type(value).__name__}, not a {names}")
     return value
 
 
