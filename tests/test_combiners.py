@@ -56,9 +56,21 @@ def test_hook_registers_every_builtin_combiner():
     got = []
     C.register_combiners(got.append)
     assert sorted(cls.name for cls in got) == sorted(ACCEPTS)
+    import inspect
+
+    from sklearn.base import clone
+
     for cls in got:
         assert issubclass(cls, Combiner)
-        cls().get_params()  # sklearn convention: __init__ stores parameters only
+        # sklearn convention: __init__ stores exactly its parameters, so get_params and clone round-trip
+        obj = cls()
+        params = obj.get_params()
+        declared = {
+            name for name, prm in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)
+        }
+        assert set(params) == declared, cls
+        assert clone(obj).get_params() == params
 
 
 # ------------------------------------------------------------------------------------------------
