@@ -102,10 +102,20 @@ def test_costing_is_used_for_learners_without_weights_and_is_seeded(pima):
 
 
 def test_bagging_is_the_fraction_of_votes(pima):
+    """p is the mean over members of the fraction of a member's 8 bootstrap trees that predict class 1,
+    counted here from the trees themselves."""
     X, y = pima
     clf = calengine.CalibratedClassifier("decision_tree", "bagging", method_params={"t": 8}).fit(X, y)
     p = clf.predict_proba(X)[:, 1]
-    np.testing.assert_allclose(p * 8, np.round(p * 8), atol=1e-12)
+    Z = clf._encode(X)
+    fractions = []
+    for member in clf.model_.members:
+        trees = [rounds[0].learner for rounds in member.voters[0]]
+        assert len(trees) == 8 and all(len(rounds) == 1 for rounds in member.voters[0])
+        votes = sum((t.score(Z) > 0.5).astype(int) for t in trees)
+        fractions.append(votes / 8)
+    np.testing.assert_allclose(p, np.mean(fractions, axis=0), atol=1e-12)
+    assert len(np.unique(np.round(p * 8 * len(fractions)))) > 8  # the trees disagree: not a trivial 0/1
 
 
 @pytest.mark.parametrize("scheme", ["k_minus_one", "one_vs_rest"])
