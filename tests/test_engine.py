@@ -83,11 +83,33 @@ def test_calibration_improves_brier_of_naive_bayes_on_held_out_data():
 
 
 def test_refit_mode_uses_one_learner_and_out_of_fold_scores():
+    """Refit mode: one learner fitted on every row, calibrated on out-of-fold scores -- rebuilt here by
+    hand from the same stratified folds and compared with the model's learner and calibrator."""
     from sklearn.datasets import make_classification
 
+    from calengine import registry
+    from calengine.data import stratified_folds
+
     X, y = make_classification(1500, 6, random_state=3)
-    clf = calengine.CalibratedClassifier("logistic_regression", "sigmoid", mode="refit", cv=4).fit(X, y)
+    clf = calengine.CalibratedClassifier("logistic_regression", "sigmoid", mode="refit", cv=4, seed=8).fit(X, y)
     assert len(clf.model_.members) == 1
+    member = clf.model_.members[0]
+    Z = clf._encode(X)
+
+    def learner():
+        return registry.make("learners", "logistic_regression", {})
+
+    np.testing.assert_allclose(member.learners[0].score(Z), learner().fit(Z, y).score(Z), rtol=1e-10)
+    oof = np.empty(len(y))
+    for train, held in stratified_folds(y, 4, 8):
+        oof[held] = learner().fit(Z[train], y[train]).score(Z[held])
+    by_hand = registry.make("calibrators", "sigmoid", {}).fit(oof, y, sample_weight=None, score_kind=member.learners[0].score_kind)
+    grid = np.linspace(oof.min(), oof.max(), 101)
+    np.testing.assert_allclose(member.calibrators[0].predict(grid), by_hand.predict(grid), rtol=1e-9)
+    # in-sample scores would give another calibrator: the comparison above can tell them apart
+    in_sample = registry.make("calibrators", "sigmoid", {}).fit(
+        member.learners[0].score(Z), y, sample_weight=None, score_kind=member.learners[0].score_kind)
+    assert np.max(np.abs(in_sample.predict(grid) - by_hand.predict(grid))) > 1e-6
     P = clf.predict_proba(X)
     assert P.shape == (1500, 2) and np.all((P >= 0) & (P <= 1))
 
