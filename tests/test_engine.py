@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -12,7 +14,7 @@ import calengine
 import calengine.base
 from calengine.cluster import dask_client
 
-PIMA = "data/pima.parquet"
+PIMA = str(Path(__file__).resolve().parents[1] / "data" / "pima.parquet")
 
 
 def _fit_and_score(cli, tmp_path, tag, *extra, learner=("decision_tree", "--learner-param", "max_depth=4"),
@@ -130,24 +132,50 @@ def test_result_does_not_depend_on_thread_count(learner):
     np.testing.assert_allclose(P[0].sum(axis=1), 1.0, atol=1e-12)
 
 
-def test_worker_version_mismatch_is_refused_with_one_line():
-    from calengine.cluster import check_workers
-    from calengine.errors import ClusterError
+@pytest.mark.cluster
+def test_worker_version_mismatch_is_refused_with_one_line(cli, tmp_path):
+    """A real ``dask worker`` whose environment reports scikit-learn 0.0.1 (a dist-info directory first
+    on its PYTHONPATH, as a stale install would leave) is refused before any task runs."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
 
-    class FakeClient:
-        def run(self, fn, *args):
-            if fn.__name__ == "environment_versions":
-                v = fn(*args)
-                return {"tcp://127.0.0.1:1111": {**v, "scikit-learn": "0.0.1"}}
-            return {"tcp://127.0.0.1:1111": {}}
+    from distributed import Client
 
-        def run_on_scheduler(self, fn, *args):
-            return fn(*args)
+    from cli_helpers import assert_one_line_error, free_port, stop_process_groups
 
-    with pytest.raises(ClusterError) as info:
-        check_workers(FakeClient(), (), ())
-    msg = str(info.value)
-    assert "scikit-learn" in msg and "0.0.1" in msg and "\n" not in msg
+    fake = tmp_path / "stale-site"
+    info = fake / "scikit_learn-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scikit-learn\nVersion: 0.0.1\n")
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask_bin = str(Path(sys.executable).with_name("dask"))
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], **quiet)]
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(address, timeout="2s"):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "scheduler did not start"
+                time.sleep(0.5)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])}
+        procs.append(subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                       "--host", "127.0.0.1", "--no-dashboard"], env=env, **quiet))
+        with Client(address, timeout="10s") as c:
+            c.wait_for_workers(1, timeout=120)
+        out = tmp_path / "m"
+        r = cli("fit", PIMA, "--target", "class", "--cluster", address, "--output", out)
+        assert_one_line_error(r, "scikit-learn", "0.0.1")
+        assert not out.exists()
+    finally:
+        stop_process_groups(procs)
 
 
 @pytest.mark.cluster
