@@ -197,6 +197,27 @@ def test_weight_two_equals_duplicated_rows(case, kind):
     assert not np.allclose(a, c)
 
 
+# learners that take weights but are not deterministic functions of duplicated rows (boosting resamples,
+# categorical NB bins, LinearSVC's and the MLP's solvers): shown to *use* the weights, in the direction
+# weights mean -- class 1 weighted 10x raises the scores of class 1 on the same rows.
+WEIGHT_DIRECTION = ["boosted_nb", "categorical_nb", "linear_svm", "mlp"]
+
+
+@pytest.mark.parametrize("name", WEIGHT_DIRECTION)
+def test_weighting_a_class_up_raises_its_scores(name):
+    X, y = DATA["binary"]
+    learner = make(name)
+    assert learner.accepts_sample_weight
+    w = np.where(y == 1, 10.0, 1.0)
+    plain = fitted(make(name), X, y).score(X)
+    weighted = fitted(make(name), X, y, sample_weight=w).score(X)
+    assert not np.allclose(plain, weighted), name
+    assert weighted.mean() > plain.mean(), (name, weighted.mean(), plain.mean())
+    # rows the plain fit ranks as class 0 move towards class 1 most: weighted predicts class 1 more often
+    threshold = 0.5 if learner.score_kind == "proba" else 0.0
+    assert (weighted > threshold).sum() > (plain > threshold).sum(), name
+
+
 # ------------------------------------------------------------------------------------------ persistence
 
 
