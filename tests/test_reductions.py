@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -12,6 +14,8 @@ from calengine.base import Learner
 from calengine.errors import ParameterError
 
 from cli_helpers import assert_one_line_error
+
+DATA = Path(__file__).resolve().parents[1] / "data"  # not relative to the working directory
 
 Q = np.array([0.05, 0.1, 0.2, 0.3, 0.45, 0.55, 0.7, 0.8, 0.9, 0.95])
 
@@ -73,7 +77,7 @@ def test_oracle_run_reproduces_the_papers_thresholds_and_predictions_squared():
 
 @pytest.fixture(scope="module")
 def pima():
-    df = pd.read_parquet("data/pima.parquet")
+    df = pd.read_parquet(DATA / "pima.parquet")
     return df.drop(columns=["class"]).to_numpy(float), df["class"].to_numpy()
 
 
@@ -120,7 +124,7 @@ def test_bagging_is_the_fraction_of_votes(pima):
 
 @pytest.mark.parametrize("scheme", ["k_minus_one", "one_vs_rest"])
 def test_multiclass_probing_rows_sum_to_one(scheme):
-    df = pd.read_parquet("data/pendigits_train.parquet").sample(1500, random_state=1)
+    df = pd.read_parquet(DATA / "pendigits_train.parquet").sample(1500, random_state=1)
     X, y = df.drop(columns=["class"]).to_numpy(float), df["class"].to_numpy()
     clf = calengine.CalibratedClassifier(
         "gaussian_nb", "probing", method_params={"t": 8, "batch": 4, "multiclass": scheme}
