@@ -450,3 +450,63 @@ def test_hashes_cover_every_file_and_the_manifest(tree_model):
     assert manifest["content_hash"] == content_hash(manifest)
     assert "created" not in manifest
     assert set(manifest["dependencies"]) == {"scikit-learn", "numpy", "scipy", "skops"}
+
+
+# ------------------------------------------------------------------------------------------ the tree walker
+
+
+def _tampered_copy(est, edit):
+    """A deep copy of ``est`` with ``edit`` applied to it (scikit-learn objects copy their arrays)."""
+    import copy
+
+    twin = copy.deepcopy(est)
+    edit(twin)
+    return twin
+
+
+def _forest_tree_child(forest):
+    tree = forest.estimators_[1].tree_
+    state = tree.__getstate__()
+    state["nodes"] = state["nodes"].copy()
+    state["nodes"]["right_child"][0] = 10**9
+    tree.__setstate__(state)
+
+
+def _hist_left(model):
+    model._predictors[2][0].nodes["left"][0] = 10**6
+
+
+def _hist_feature(model):
+    model._predictors[0][0].nodes["feature_idx"][0] = 99
+
+
+def _hist_categorical(model):
+    model._predictors[0][0].nodes["is_categorical"][0] = 1
+
+
+@pytest.mark.parametrize(
+    "build, edit, fragment",
+    [
+        ("forest", _forest_tree_child, "child indices out of range"),
+        ("hist", _hist_left, "child indices out of range"),
+        ("hist", _hist_feature, "feature index out of range"),
+        ("hist", _hist_categorical, "categorical"),
+    ],
+)
+def test_trees_nested_in_ensembles_are_validated(build, edit, fragment):
+    """Trees inside a random forest's estimators_ list and histogram boosting's predictors are found
+    and checked; the untampered estimators pass."""
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from calengine.artifact_checks import check_estimator
+    from calengine.errors import ModelFormatError
+
+    X = np.random.default_rng(0).random((300, 4))
+    y = (X[:, 0] + X[:, 1] > 1).astype(int)
+    est = (RandomForestClassifier(n_estimators=3, random_state=0) if build == "forest"
+           else HistGradientBoostingClassifier(max_iter=5, random_state=0)).fit(X, y)
+    check_estimator(make_pipeline(StandardScaler(), est), "the clean model")
+    with pytest.raises(ModelFormatError, match=fragment):
+        check_estimator(make_pipeline(StandardScaler(), _tampered_copy(est, edit)), "the tampered model")
