@@ -308,16 +308,17 @@ def probe_model(model: Any) -> None:
         X = np.zeros((2, width), dtype=np.float64)
         X[1] = 1.0
     try:
-        P, Q = model.both_proba_features(X)
+        # the calibrated path only: the raw path shares the learners and the combiner, and its score
+        # ranges are checked on load (checked_raw_map); combining twice would double the probe's cost
+        P = model.predict_proba_features(X)
     except MemoryError:
         raise _damaged("scoring a test row needs more memory than a model can justify") from None
     except Exception as exc:  # noqa: BLE001 - whatever the stored arrays make numpy raise
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise _damaged(f"the stored learners and calibrators do not fit together ({type(exc).__name__}: {reason})") from None
     k = model.n_classes
-    for name, R in (("calibrated", P), ("raw", Q)):
-        R = np.asarray(R)
-        if R.shape != (2, k) or not np.all(np.isfinite(R)) or np.any(R < -1e-9) or np.any(R > 1 + 1e-9):
-            raise _damaged(f"the model's {name} probabilities for a test row are not {k} finite values in [0, 1]")
-        if not np.allclose(R.sum(axis=1), 1.0, atol=1e-6):
-            raise _damaged(f"the model's {name} probabilities for a test row do not sum to 1")
+    P = np.asarray(P)
+    if P.shape != (2, k) or not np.all(np.isfinite(P)) or np.any(P < -1e-9) or np.any(P > 1 + 1e-9):
+        raise _damaged(f"the model's probabilities for a test row are not {k} finite values in [0, 1]")
+    if not np.allclose(P.sum(axis=1), 1.0, atol=1e-6):
+        raise _damaged("the model's probabilities for a test row do not sum to 1")
