@@ -150,6 +150,16 @@ def _load_skops(blob: bytes, where: str, trusted: frozenset[str]):
         raise ModelFormatError(f"cannot load '{where}' ({_first_line(exc)}); the model directory is damaged, fit it again") from None
 
 
+def _check_finite_arrays(state: dict[str, Any], where: str) -> None:
+    """Calibrator state is plain arrays calengine controls: floats must be finite (Calibrator contract)."""
+    for key, value in state.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+            raise ModelFormatError(
+                f"array '{key}' of {where} holds NaN or infinity; the model directory is damaged or was"
+                " tampered with, fit the model again"
+            )
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0][:200] if text else type(exc).__name__)
@@ -372,7 +382,9 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         for cd in desc["calibrators"]:
             _plugin_class("calibrators", cd["name"], manifest, plugins)
             cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
-            calibrators.append(cal.from_state(_load_state(cd["state"], reader, mfolder, frozenset())))
+            state = _load_state(cd["state"], reader, mfolder, frozenset())
+            _check_finite_arrays(state, f"calibrator '{cd['name']}' of member {i}")
+            calibrators.append(cal.from_state(state))
         arrays = reader.arrays(mfolder, desc["arrays"]) if "arrays" in desc else {}
         members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"]))
     combiner = None

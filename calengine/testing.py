@@ -225,6 +225,8 @@ def check_calibrator(cls: type, monotone: bool = True) -> None:
             )
             if not ok:
                 _fail(cls, f"to_state()['{key}'] is a {type(value).__name__}; only arrays and scalars are stored")
+            if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+                _fail(cls, f"to_state()['{key}'] holds NaN or infinity; calibrator arrays must be finite")
         restored = _roundtrip_state(cal, frozenset())
         if not np.array_equal(np.asarray(restored.predict(grid)), p):
             _fail(cls, "to_state/from_state does not reproduce predictions exactly")

@@ -171,6 +171,16 @@ def _nan_raw(model, outside):
     _write_file(model, "arrays.npz", _npz_bytes(raw_lo=np.array([np.nan]), raw_hi=np.array([1.0])))
 
 
+def _nan_calibrator(model, outside):
+    import io
+
+    with np.load(_member0(model) / "calibrator_0.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["values_"] = arrays["values_"].copy()
+    arrays["values_"][0] = np.nan  # one entry: a probe on two rows need not reach it
+    _write_file(model, "calibrator_0.npz", _npz_bytes(**arrays))
+
+
 def _untrusted_skops(model, outside):
     import skops.io as sio
     from sklearn.neighbors import KNeighborsClassifier
@@ -291,6 +301,7 @@ CASES = [
     ("empty_skops", lambda m, o: _write_file(m, "learner_0.estimator.skops", b""), ["cannot read"]),
     ("structured_array", _structured_raw, ["dtype"]),
     ("nan_raw_range", _nan_raw, ["raw score ranges"]),
+    ("nan_calibrator_value", _nan_calibrator, ["values_", "NaN or infinity"]),
     ("untrusted_type", _untrusted_skops, ["allowlist", "KDTree", "--trust-type"]),
     # item 1: tree node arrays that would crash scikit-learn's compiled code
     ("tree_child_out_of_range", _tree(_child_out_of_range), ["child indices out of range"]),
