@@ -8,8 +8,8 @@ names renumbered in order of appearance.  (``np.savez`` and ``skops.io.dumps`` s
 into every zip member, and skops names members after memory addresses.)
 
 Reading: :func:`read_member_file` accepts only a plain file name (no separators, no ``..``, not
-absolute, not hidden) naming a regular file (not a symlink, device or directory) that resolves inside
-the model directory, is no larger than :data:`MAX_FILE_BYTES`, is listed in the manifest's ``files``
+absolute, not hidden) naming a regular file (not a symlink, device or directory; checked again on the
+open descriptor) that resolves inside the model directory, is no larger than :data:`MAX_FILE_BYTES`, is listed in the manifest's ``files``
 table and has the SHA-256 recorded there; otherwise it raises a one-line :class:`ModelFormatError`.
 """
 
@@ -150,9 +150,24 @@ def _regular_file(folder: Path, relpath: str, cap: int) -> Path:
     return path
 
 
+def _read_regular(path: Path, cap: int) -> bytes:
+    """Read ``path`` through a descriptor opened without following a final symlink and re-checked with
+    fstat, so a file swapped for a symlink or a device after :func:`_regular_file` is still refused."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise ModelFormatError(f"cannot open '{path}' ({exc.strerror}); a model directory holds only regular files") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            raise ModelFormatError(f"'{path}' changed while it was read; a model directory holds only regular files")
+        return fh.read(cap + 1)
+
+
 def read_manifest_bytes(folder: Path, name: str) -> bytes:
     path = _regular_file(folder, name, MAX_MANIFEST_BYTES)
-    return path.read_bytes()
+    return _read_regular(path, MAX_MANIFEST_BYTES)
 
 
 def check_plain_name(name: Any, what: str) -> str:
@@ -173,7 +188,7 @@ def read_member_file(folder: Path, relpath: str, files: dict[str, Any]) -> bytes
             f"'{relpath}' is not listed in the manifest's files table; the model is damaged, fit it again"
         )
     path = _regular_file(folder, relpath, MAX_FILE_BYTES)
-    blob = path.read_bytes()
+    blob = _read_regular(path, MAX_FILE_BYTES)
     if len(blob) != entry.get("bytes") or digest(blob) != entry["sha256"]:
         raise ModelFormatError(
             f"'{path}' is not the file that was saved ({len(blob)} bytes, content hash differs from the"
