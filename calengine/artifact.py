@@ -9,6 +9,18 @@ Layout::
       members/<i>/calibrator_<b>.npz        calibrator state arrays
       members/<i>/arrays.npz                member arrays (e.g. raw score ranges, Probing boundaries)
 
+Every file is listed in the manifest's ``files`` table with its SHA-256 and size, and the manifest
+carries ``content_hash``, the SHA-256 of its own canonical JSON without that field: loading checks
+both, so a truncated or edited file is named as such.  The same inputs and seed give byte-identical
+directories (no wall-clock time is stored; zip members have fixed names and timestamps, see
+:mod:`calengine.artifact_files`).  ``dependencies`` records the versions of the libraries whose
+objects the learner files hold (scikit-learn, numpy, scipy, skops).
+
+File names in the manifest must be plain names of regular files inside the directory (no ``..``, no
+absolute paths, no symlinks, no devices), below a size cap.  After loading, every tree structure is
+validated and two synthetic rows are scored (:mod:`calengine.artifact_checks`), so a tampered model is
+a one-line :class:`ModelFormatError`, never a crash inside compiled code.
+
 Loading executes no code from the files: arrays load without pickle, scikit-learn estimators load with
 skops restricted to :data:`calengine.allowlist.CORE_TRUSTED_TYPES` plus the types the learner's plugin
 declares (``Learner.trusted_types``) plus those the user names explicitly (``trust``).  Classes are
@@ -19,7 +31,6 @@ scikit-learn import path learner is resolved by the built-in ``sklearn`` learner
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 from pathlib import Path
@@ -30,7 +41,10 @@ import numpy as np
 from . import registry
 from .version import MODEL_FORMAT_VERSION, __version__
 from .data import LabelSpace, staged_directory
-from .errors import ModelFormatError, UnknownPluginError
+from .artifact_checks import check_estimator, check_manifest, probe_model
+from .artifact_files import FileWriter, canonical_skops, check_zip_size, digest, load_npz, npz_bytes
+from .artifact_files import read_manifest_bytes, read_member_file
+from .errors import CalengineError, ModelFormatError, UnknownPluginError
 from .features import FeatureEncoder
 from .plugins import PluginSet, get_plugins
 
@@ -64,8 +78,9 @@ def _is_estimator(value: Any) -> bool:
     return hasattr(value, "get_params") and hasattr(value, "fit")
 
 
-def _save_state(state: dict[str, Any], folder: Path, stem: str) -> dict[str, Any]:
-    """Split a plugin state into JSON scalars, one .npz of arrays and one .skops per estimator."""
+def _save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: str) -> dict[str, Any]:
+    """Split a plugin state into JSON scalars, one .npz of arrays and one .skops per estimator, written
+    under ``folder`` (relative to the model directory) through ``writer``."""
     scalars, arrays, estimators = {}, {}, {}
     for key, value in state.items():
         if isinstance(value, np.ndarray):
@@ -76,51 +91,96 @@ def _save_state(state: dict[str, Any], folder: Path, stem: str) -> dict[str, Any
             import skops.io as sio
 
             fname = f"{stem}.{key}.skops"
-            (folder / fname).write_bytes(sio.dumps(value))
+            writer.write(f"{folder}/{fname}", canonical_skops(sio.dumps(value)))
             estimators[key] = fname
         else:
             scalars[key] = _jsonable(value, f"state '{key}' of {stem}")
     desc: dict[str, Any] = {"scalars": scalars, "estimators": estimators}
     if arrays:
         fname = f"{stem}.npz"
-        with open(folder / fname, "wb") as fh:
-            np.savez(fh, **arrays)
+        writer.write(f"{folder}/{fname}", npz_bytes(arrays))
         desc["arrays"] = fname
     return desc
 
 
-def _load_arrays(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"cannot read '{path}' ({exc}); the model directory is damaged, fit it again") from exc
+class _Reader:
+    """Reads the files a manifest names, relative to one member folder, with every check applied."""
+
+    def __init__(self, root: Path, files: dict[str, Any]):
+        self.root = root
+        self.files = files
+
+    def blob(self, folder: str, name: str) -> tuple[bytes, str]:
+        rel = f"{folder}/{name}"
+        return read_member_file(self.root, rel, self.files), str(self.root / rel)
+
+    def arrays(self, folder: str, name: str) -> dict[str, np.ndarray]:
+        blob, where = self.blob(folder, name)
+        return load_npz(blob, where)
 
 
-def _load_state(desc: dict[str, Any], folder: Path, trusted: frozenset[str]) -> dict[str, Any]:
+def _load_state(desc: dict[str, Any], reader: _Reader, folder: str, trusted: frozenset[str]) -> dict[str, Any]:
     state: dict[str, Any] = dict(desc.get("scalars", {}))
     if "arrays" in desc:
-        state.update(_load_arrays(folder / desc["arrays"]))
+        state.update(reader.arrays(folder, desc["arrays"]))
     for key, fname in desc.get("estimators", {}).items():
-        state[key] = _load_skops(folder / fname, trusted)
+        blob, where = reader.blob(folder, fname)
+        state[key] = _load_skops(blob, where, trusted)
+        check_estimator(state[key], f"'{where}'")
     return state
 
 
-def _load_skops(path: Path, trusted: frozenset[str]):
+def _load_skops(blob: bytes, where: str, trusted: frozenset[str]):
     import skops.io as sio
 
+    check_zip_size(blob, where)
     try:
-        blob = path.read_bytes()
         found = set(sio.get_untrusted_types(data=blob))
     except Exception as exc:  # noqa: BLE001 - damaged file
-        raise ModelFormatError(f"cannot read '{path}' ({exc}); the model directory is damaged, fit it again") from exc
+        raise ModelFormatError(f"cannot read '{where}' ({_first_line(exc)}); the model directory is damaged, fit it again") from None
     refused = sorted(found - trusted)
     if refused:
         raise ModelFormatError(
-            f"'{path}' contains types outside calengine's allowlist: {', '.join(refused)}; if you trust"
+            f"'{where}' contains types outside calengine's allowlist: {', '.join(refused)}; if you trust"
             " this file, pass --trust-type for each (Python: load_model(..., trust=[...]))"
         )
-    return sio.loads(blob, trusted=sorted(found))
+    try:
+        return sio.loads(blob, trusted=sorted(found))
+    except Exception as exc:  # noqa: BLE001 - a type-correct but inconsistent dump
+        raise ModelFormatError(f"cannot load '{where}' ({_first_line(exc)}); the model directory is damaged, fit it again") from None
+
+
+def _check_finite_arrays(state: dict[str, Any], where: str) -> None:
+    """Calibrator state is plain arrays calengine controls: floats must be finite (Calibrator contract)."""
+    for key, value in state.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+            raise ModelFormatError(
+                f"array '{key}' of {where} holds NaN or infinity; the model directory is damaged or was"
+                " tampered with, fit the model again"
+            )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0][:200] if text else type(exc).__name__)
+
+
+def content_hash(manifest: dict[str, Any]) -> str:
+    """SHA-256 of the manifest's canonical JSON without its ``content_hash`` field."""
+    body = {k: v for k, v in manifest.items() if k != "content_hash"}
+    return digest(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _dependencies() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for dist in ("scikit-learn", "numpy", "scipy", "skops"):
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            out[dist] = ""
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- save
@@ -143,17 +203,18 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
     plugins = plugins or get_plugins()
     info = model.info
     with staged_directory(path, replace=overwrite) as staging:
+        writer = FileWriter(staging)
         members = []
         for i, member in enumerate(model.members):
-            folder = staging / "members" / str(i)
-            folder.mkdir(parents=True)
+            folder = f"members/{i}"
+            (staging / folder).mkdir(parents=True)
             parts = member.parts()
             desc: dict[str, Any] = {"kind": member.kind, "meta": _jsonable(parts["meta"], "member metadata")}
             desc["learners"] = [
                 {
                     "name": lr.name,
                     "params": _jsonable(lr.get_params(deep=False), f"parameters of learner '{lr.name}'"),
-                    "state": _save_state(lr.to_state(), folder, f"learner_{j}"),
+                    "state": _save_state(lr.to_state(), writer, folder, f"learner_{j}"),
                 }
                 for j, lr in enumerate(parts["learners"])
             ]
@@ -161,13 +222,12 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
                 {
                     "name": cal.name,
                     "params": _jsonable(cal.get_params(deep=False), f"parameters of calibrator '{cal.name}'"),
-                    "state": _save_state(cal.to_state(), folder, f"calibrator_{b}"),
+                    "state": _save_state(cal.to_state(), writer, folder, f"calibrator_{b}"),
                 }
                 for b, cal in enumerate(parts["calibrators"])
             ]
             if parts["arrays"]:
-                with open(folder / "arrays.npz", "wb") as fh:
-                    np.savez(fh, **parts["arrays"])
+                writer.write(f"{folder}/arrays.npz", npz_bytes(parts["arrays"]))
                 desc["arrays"] = "arrays.npz"
             members.append(desc)
         used = _used_plugins(model, plugins)
@@ -175,7 +235,7 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             "format": "calengine-model",
             "format_version": MODEL_FORMAT_VERSION,
             "calengine_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "dependencies": _dependencies(),
             "labels": model.labels.to_json(),
             "features": model.encoder.to_json() if model.encoder is not None else None,
             "learner": {"name": info.get("learner"), "params": _jsonable(info.get("learner_params", {}), "learner parameters")},
@@ -197,7 +257,9 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             "plugins": used,
             "extra": _jsonable({k: v for k, v in info.items() if k.startswith("x_")}, "model metadata"),
             "members": members,
+            "files": dict(sorted(writer.files.items())),
         }
+        manifest["content_hash"] = content_hash(manifest)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=False))
     return Path(path)
 
@@ -220,24 +282,36 @@ def _used_plugins(model, plugins: PluginSet) -> dict[str, dict[str, str]]:
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """The checked manifest of the model directory ``path``: a calengine model of a compatible format
+    whose content hash matches and whose structure :func:`check_manifest` accepts."""
     folder = Path(path)
     mf = folder / MANIFEST
-    if not mf.is_file():
+    if not folder.is_dir() or not os.path.lexists(mf):
         raise ModelFormatError(
             f"'{folder}' is not a calengine model directory (no {MANIFEST}); give the --output of 'calengine fit'"
         )
+    blob = read_manifest_bytes(folder, MANIFEST)
     try:
-        manifest = json.loads(mf.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelFormatError(f"'{mf}' is not valid JSON ({exc}); the model directory is damaged, fit it again") from exc
-    if manifest.get("format") != "calengine-model":
+        manifest = json.loads(blob)
+    except (ValueError, RecursionError) as exc:
+        raise ModelFormatError(f"'{mf}' is not valid JSON ({_first_line(exc)}); the model directory is damaged, fit it again") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "calengine-model":
         raise ModelFormatError(f"'{mf}' is not a calengine model manifest; give the --output of 'calengine fit'")
     theirs = str(manifest.get("format_version", "0"))
     if theirs.split(".")[0] != MODEL_FORMAT_VERSION.split(".")[0]:
         raise ModelFormatError(
-            f"model format {theirs} (calengine {manifest.get('calengine_version')}) is incompatible with this"
-            f" calengine {__version__} (format {MODEL_FORMAT_VERSION}); refit the model with this version"
+            f"model format {theirs[:20]} (calengine {str(manifest.get('calengine_version'))[:20]}) is incompatible"
+            f" with this calengine {__version__} (format {MODEL_FORMAT_VERSION}); refit the model with this version"
         )
+    try:
+        expected = content_hash(manifest)
+    except (ValueError, TypeError, RecursionError):
+        expected = None
+    if manifest.get("content_hash") != expected:
+        raise ModelFormatError(
+            f"'{mf}' was modified after it was saved (its content hash does not match); fit the model again"
+        )
+    check_manifest(manifest)
     return manifest
 
 
@@ -268,60 +342,77 @@ def member_class(kind: str) -> type:
 
 
 def load_model(path: str | os.PathLike, trust: tuple[str, ...] | list[str] = (), plugins: PluginSet | None = None):
-    """Load a model saved by :func:`save_model`, executing no code from the files."""
-    from .allowlist import CORE_TRUSTED_TYPES
-    from .model import CalibratedModel
-
+    """Load a model saved by :func:`save_model`, executing no code from the files and refusing, with one
+    :class:`ModelFormatError`, anything damaged, tampered with or reaching outside the directory."""
     plugins = plugins or get_plugins()
     folder = Path(path)
     manifest = read_manifest(folder)
-    members = []
     try:
-        for i, desc in enumerate(manifest["members"]):
-            mfolder = folder / "members" / str(i)
-            learners = []
-            for ld in desc["learners"]:
-                cls = _plugin_class("learners", ld["name"], manifest, plugins)
-                trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types) | frozenset(trust)
-                learner = registry.make("learners", ld["name"], ld["params"], plugins)
-                learners.append(learner.from_state(_load_state(ld["state"], mfolder, trusted)))
-            calibrators = []
-            for cd in desc["calibrators"]:
-                _plugin_class("calibrators", cd["name"], manifest, plugins)
-                cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
-                calibrators.append(cal.from_state(_load_state(cd["state"], mfolder, frozenset())))
-            arrays = _load_arrays(mfolder / desc["arrays"]) if "arrays" in desc else {}
-            members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"]))
-        combiner = None
-        if manifest.get("combiner"):
-            c = manifest["combiner"]
-            _plugin_class("combiners", c["name"], manifest, plugins)
-            combiner = registry.make("combiners", c["name"], c["params"], plugins)
-        encoder = FeatureEncoder.from_json(manifest["features"]) if manifest.get("features") else None
-        info = {
-            "learner": manifest["learner"]["name"],
-            "learner_params": manifest["learner"]["params"],
-            "method": manifest["method"]["name"],
-            "method_params": manifest["method"]["params"],
-            "mode": manifest.get("mode"),
-            "multiclass": manifest.get("multiclass"),
-            "cv": manifest.get("cv"),
-            "seed": manifest.get("seed"),
-            "calibration_data": manifest.get("calibration_data", False),
-            **manifest.get("extra", {}),
-        }
-        return CalibratedModel(
-            encoder=encoder,
-            labels=LabelSpace.from_json(manifest["labels"]),
-            members=members,
-            code_matrix=np.asarray(manifest["code_matrix"], dtype=np.int8),
-            combiner=combiner,
-            column_counts=np.asarray(manifest["column_counts"], dtype=np.int64),
-            info=info,
-            member_groups=list(manifest.get("member_groups") or []),
-            combine_rule=manifest.get("combine"),
-        )
-    except (KeyError, TypeError) as exc:
+        model = _build_model(folder, manifest, tuple(trust), plugins)
+    except CalengineError:
+        raise
+    except RecursionError:
+        raise ModelFormatError(f"'{folder / MANIFEST}' nests too deeply; the model directory is damaged, fit it again") from None
+    except MemoryError:
+        raise ModelFormatError(f"the model '{folder}' needs more memory than it can justify; it is damaged, fit it again") from None
+    except Exception as exc:  # noqa: BLE001 - any inconsistency between manifest and files is damage
         raise ModelFormatError(
-            f"'{folder / MANIFEST}' lacks or mangles {exc}; the model directory is damaged, fit it again"
-        ) from exc
+            f"'{folder / MANIFEST}' does not describe a loadable model ({type(exc).__name__}: {_first_line(exc)});"
+            " the model directory is damaged, fit it again"
+        ) from None
+    probe_model(model)
+    return model
+
+
+def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...], plugins: PluginSet):
+    from .allowlist import CORE_TRUSTED_TYPES
+    from .model import CalibratedModel
+
+    reader = _Reader(folder, manifest["files"])
+    members = []
+    for i, desc in enumerate(manifest["members"]):
+        mfolder = f"members/{i}"
+        learners = []
+        for ld in desc["learners"]:
+            cls = _plugin_class("learners", ld["name"], manifest, plugins)
+            trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types) | frozenset(trust)
+            learner = registry.make("learners", ld["name"], ld["params"], plugins)
+            learners.append(learner.from_state(_load_state(ld["state"], reader, mfolder, trusted)))
+        calibrators = []
+        for cd in desc["calibrators"]:
+            _plugin_class("calibrators", cd["name"], manifest, plugins)
+            cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
+            state = _load_state(cd["state"], reader, mfolder, frozenset())
+            _check_finite_arrays(state, f"calibrator '{cd['name']}' of member {i}")
+            calibrators.append(cal.from_state(state))
+        arrays = reader.arrays(mfolder, desc["arrays"]) if "arrays" in desc else {}
+        members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"]))
+    combiner = None
+    if manifest.get("combiner"):
+        c = manifest["combiner"]
+        _plugin_class("combiners", c["name"], manifest, plugins)
+        combiner = registry.make("combiners", c["name"], c["params"], plugins)
+    encoder = FeatureEncoder.from_json(manifest["features"]) if manifest.get("features") else None
+    info = {
+        "learner": manifest["learner"].get("name"),
+        "learner_params": manifest["learner"]["params"],
+        "method": manifest["method"].get("name"),
+        "method_params": manifest["method"]["params"],
+        "mode": manifest.get("mode"),
+        "multiclass": manifest.get("multiclass"),
+        "cv": manifest.get("cv"),
+        "seed": manifest.get("seed"),
+        "calibration_data": manifest.get("calibration_data", False),
+        **(manifest.get("extra") or {}),
+    }
+    return CalibratedModel(
+        encoder=encoder,
+        labels=LabelSpace.from_json(manifest["labels"]),
+        members=members,
+        code_matrix=np.asarray(manifest["code_matrix"], dtype=np.int8),
+        combiner=combiner,
+        column_counts=np.asarray(manifest["column_counts"], dtype=np.int64),
+        info=info,
+        member_groups=list(manifest.get("member_groups") or []),
+        combine_rule=manifest.get("combine"),
+    )

@@ -186,7 +186,8 @@ class Calibrator(BaseEstimator, metaclass=ABCMeta):
     * ``predict(scores)``: 1-D probabilities in [0, 1], non-decreasing in the score unless the
       calibrator documents otherwise.
     * ``to_state()`` returns only numpy arrays, ints, floats, bools and strings; ``from_state`` restores
-      them.  No estimators, no pickle.
+      them.  No estimators, no pickle.  Float arrays hold finite values: the model loader refuses a
+      calibrator array with NaN or infinity as damage (a tampered file).
     """
 
     name: ClassVar[str] = ""

@@ -52,6 +52,16 @@ class RawMap:
         return np.clip((S - self.lo) / span, 0.0, 1.0)
 
 
+def checked_raw_map(score_kind: str, arrays: dict[str, np.ndarray], n_cols: int) -> RawMap:
+    """The stored :class:`RawMap` of a member with ``n_cols`` score columns; ValueError if malformed."""
+    if score_kind not in ("proba", "decision"):
+        raise ValueError(f"unknown score kind {score_kind!r}")
+    lo, hi = (np.asarray(arrays[k], dtype=np.float64) for k in ("raw_lo", "raw_hi"))
+    if lo.shape != (n_cols,) or hi.shape != (n_cols,) or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        raise ValueError(f"raw score ranges must be {n_cols} finite values")
+    return RawMap(score_kind, lo, hi)
+
+
 def as_columns(score: np.ndarray) -> np.ndarray:
     """A learner score, (n,) or (n, k), as a 2-D (n, l) column block."""
     score = np.asarray(score, dtype=np.float64)
@@ -84,8 +94,20 @@ class Member:
 
     @classmethod
     def from_parts(cls, learners, calibrators, arrays, meta) -> "Member":
-        raw = RawMap(meta["score_kind"], arrays["raw_lo"], arrays["raw_hi"])
-        return cls(list(learners), [list(c) for c in meta["columns"]], list(calibrators), raw)
+        """Rebuild a member from the artifact; ValueError when the parts do not fit together (one score
+        column per calibrator, each column provided by exactly one learner)."""
+        columns = [[int(c) for c in cols] for cols in meta["columns"]]
+        n_cols = sum(len(c) for c in columns)
+        if len(columns) != len(learners) or sorted(c for cols in columns for c in cols) != list(range(n_cols)):
+            raise ValueError(f"member columns {columns} do not match its {len(learners)} learners")
+        if len(calibrators) != n_cols:
+            raise ValueError(f"a member with {n_cols} score columns has {len(calibrators)} calibrators")
+        raw = checked_raw_map(meta["score_kind"], arrays, n_cols)
+        return cls(list(learners), columns, list(calibrators), raw)
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.calibrators)
 
     def scores(self, X) -> np.ndarray:
         n_cols = sum(len(c) for c in self.columns)

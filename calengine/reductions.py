@@ -33,7 +33,7 @@ import numpy as np
 from . import probing, registry
 from .codematrix import k_minus_one as k_minus_one_matrix
 from .errors import ParameterError
-from .model import RawMap, one_vs_all_matrix
+from .model import RawMap, checked_raw_map, one_vs_all_matrix
 from .progress import gather_in_order
 from .reduction_tasks import Voter, fit_bootstrap, fit_probe, learner_scores
 from .tasks import task_seed
@@ -184,10 +184,24 @@ class VoteMember:
             ]
             for column in meta["layout"]
         ]
-        boundaries = [arrays[f"boundaries_{c}"] for c in range(len(voters))]
-        clip = tuple(meta["clip"]) if meta["clip"] is not None else None
-        raw = RawMap(meta["score_kind"], arrays["raw_lo"], arrays["raw_hi"])
+        if not voters or any(not column or any(not rounds for rounds in column) for column in voters):
+            raise ValueError("a vote member has a column or classifier without voters")
+        if any(v.learner is None and v.constant not in (0, 1) for column in voters for rounds in column for v in rounds):
+            raise ValueError("a constant voter must vote 0 or 1")
+        boundaries = [np.asarray(arrays[f"boundaries_{c}"], dtype=np.float64) for c in range(len(voters))]
+        if any(b.ndim != 1 or not np.all(np.isfinite(b)) for b in boundaries):
+            raise ValueError("Probing boundaries must be 1-D and finite")
+        clip = tuple(float(v) for v in meta["clip"]) if meta["clip"] is not None else None
+        if clip is not None and (len(clip) != 2 or not 0.0 <= clip[0] <= clip[1] <= 1.0):
+            raise ValueError(f"clip {meta['clip']} is not two probabilities lo <= hi")
+        if meta["method"] not in REDUCTION_MEMBERS:
+            raise ValueError(f"unknown vote method {meta['method']!r}")
+        raw = checked_raw_map(meta["score_kind"], arrays, len(voters))
         return cls(meta["method"], voters, boundaries, meta["loss"], clip, raw)
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.voters)
 
 
 REDUCTION_MEMBERS = {"probing": VoteMember, "bagging": VoteMember}

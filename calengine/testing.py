@@ -72,11 +72,13 @@ def _check_common(cls, base: type) -> None:
 
 def _roundtrip_state(obj, trusted: frozenset[str]):
     """Save ``obj.to_state()`` as the artifact does and load it back into a fresh instance."""
-    from .artifact import _load_state, _save_state
+    from .artifact import _load_state, _Reader, _save_state
+    from .artifact_files import FileWriter
 
     with tempfile.TemporaryDirectory() as tmp:
-        desc = _save_state(obj.to_state(), Path(tmp), "state")
-        state = _load_state(desc, Path(tmp), trusted)
+        writer = FileWriter(Path(tmp))
+        desc = _save_state(obj.to_state(), writer, "state", "state")
+        state = _load_state(desc, _Reader(Path(tmp), writer.files), "state", trusted)
     fresh = type(obj)(**obj.get_params(deep=False))
     return fresh.from_state(state)
 
@@ -238,6 +240,8 @@ def check_calibrator(cls: type, monotone: bool = True) -> None:
             )
             if not ok:
                 _fail(cls, f"to_state()['{key}'] is a {type(value).__name__}; only arrays and scalars are stored")
+            if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+                _fail(cls, f"to_state()['{key}'] holds NaN or infinity; calibrator arrays must be finite")
         restored = _roundtrip_state(cal, frozenset())
         if not np.array_equal(np.asarray(restored.predict(grid)), p):
             _fail(cls, "to_state/from_state does not reproduce predictions exactly")

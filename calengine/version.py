@@ -3,4 +3,4 @@
 __version__ = "0.1.0"
 
 #: artifact format; a model whose major format differs from this one is refused on load.
-MODEL_FORMAT_VERSION = "1.0"
+MODEL_FORMAT_VERSION = "2.0"

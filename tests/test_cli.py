@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import subprocess
 import sys
@@ -13,9 +15,11 @@ import pytest
 
 from cli_helpers import assert_one_line_error
 
-PIMA = "data/pima.parquet"
-ADULT_TRAIN = "data/adult/train.parquet"
-ADULT_TEST = "data/adult/test.parquet"
+DATA = Path(__file__).resolve().parents[1] / "data"  # not relative to the working directory
+
+PIMA = str(DATA / "pima.parquet")
+ADULT_TRAIN = str(DATA / "adult" / "train.parquet")
+ADULT_TEST = str(DATA / "adult" / "test.parquet")
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +33,12 @@ def pima_model(tmp_path_factory, cli):
 
 def test_fit_writes_a_complete_manifest(pima_model):
     manifest = json.loads((pima_model / "manifest.json").read_text())
-    assert manifest["calengine_version"]
-    assert manifest["learner"] == {"name": "gaussian_nb", "params": manifest["learner"]["params"]}
+    import calengine
+    from calengine_builtins.learners import GaussianNBLearner
+
+    assert manifest["calengine_version"] == calengine.__version__
+    assert manifest["format_version"] == calengine.MODEL_FORMAT_VERSION
+    assert manifest["learner"] == {"name": "gaussian_nb", "params": GaussianNBLearner().get_params(deep=False)}
     assert manifest["method"]["name"] == "isotonic"
     assert manifest["labels"] == {"target": "class", "classes": [0, 1]}
     assert manifest["seed"] == 3 and manifest["cv"] == 5 and manifest["mode"] == "ensemble"
@@ -58,10 +66,21 @@ def test_evaluate_json_has_every_metric_and_the_decomposition_sums(pima_model, c
 
 
 def test_evaluate_table_compares_raw_and_calibrated(pima_model, cli):
+    """The table's two columns are the raw learner's and the calibrated model's metrics: the same
+    figures --json reports (to the table's six decimals)."""
     r = cli("evaluate", pima_model, PIMA, "--target", "class")
     assert r.returncode == 0, r
-    assert "raw learner" in r.stdout and "gaussian_nb + isotonic" in r.stdout
-    assert "brier" in r.stdout
+    lines = r.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("metric"))
+    assert header.split()[1:] == ["raw", "learner", "gaussian_nb", "+", "isotonic"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line and line.split()[0] in ("n", "brier", "log_loss", "auc", "ece")}
+    m = cli("evaluate", pima_model, PIMA, "--target", "class", "--json").json()
+    assert rows["n"] == ["768", "768"]
+    for key in ("brier", "log_loss", "auc", "ece"):
+        raw, calibrated = map(float, rows[key])
+        assert raw == pytest.approx(m["raw"][key], abs=5e-7), key
+        assert calibrated == pytest.approx(m[key], abs=5e-7), key
+    assert float(rows["brier"][1]) < float(rows["brier"][0])  # isotonic improves naive Bayes on pima
 
 
 def test_score_writes_probabilities_prediction_and_kept_columns(pima_model, cli, tmp_path):
@@ -144,10 +163,27 @@ def test_multiclass_keeps_labels_and_improves_brier(tmp_path, cli):
 
 
 def test_sklearn_import_path_learner_round_trips(tmp_path, cli):
+    """The estimator named by import path comes back from the files as itself (class, parameters,
+    trees) and scores through the CLI as the loaded model does in Python."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from calengine.artifact import load_model
+
     out = tmp_path / "hgb"
     r = cli("fit", PIMA, "--target", "class", "--learner", "sklearn.ensemble.HistGradientBoostingClassifier",
             "--learner-param", "max_iter=20", "--method", "sigmoid", "--cv", "3", "--output", out)
     assert r.returncode == 0, r
+    model = load_model(out)
+    assert len(model.members) == 3
+    for member in model.members:
+        est = member.learners[0].estimator_
+        assert type(est) is HistGradientBoostingClassifier
+        assert est.max_iter == 20 and 1 <= est.n_iter_ <= 20 and len(est._predictors) == est.n_iter_
+    scored = tmp_path / "scored"
+    assert cli("score", out, PIMA, "--output", scored).returncode == 0
+    df = pd.read_parquet(PIMA)
+    expected = model.predict_proba_features(model.encoder.transform(df))[:, 1]
+    np.testing.assert_array_equal(pq.read_table(scored).column("p_1").to_numpy(), expected)
     m = cli("evaluate", out, PIMA, "--target", "class", "--json")
     assert m.returncode == 0, m
     assert m.json()["auc"] > 0.8

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 import numpy as np
@@ -11,7 +13,9 @@ import pytest
 
 from cli_helpers import assert_one_line_error
 
-DIGITS = "data/pendigits_train.parquet"
+DATA = Path(__file__).resolve().parents[1] / "data"  # not relative to the working directory
+
+DIGITS = str(DATA / "pendigits_train.parquet")
 
 
 @pytest.fixture(scope="module")

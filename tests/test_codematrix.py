@@ -182,7 +182,10 @@ def test_validation_accepts_float_entries_and_negated_columns():
     M = cm.validate_matrix(np.array([[1.0, -1.0], [-1.0, 1.0]]), 2)
     assert M.dtype == np.int64 and M.tolist() == [[1, -1], [-1, 1]]
     # rows that differ only where one of them is 0 are distinct and identifiable
-    cm.validate_matrix([[1, 0], [1, 1], [-1, -1]], 3)
+    assert cm.validate_matrix([[1, 0], [1, 1], [-1, -1]], 3).tolist() == [[1, 0], [1, 1], [-1, -1]]
+    # ... but two equal rows are not
+    with pytest.raises(CodeMatrixError):
+        cm.validate_matrix([[1, 0], [1, 0], [-1, -1]], 3)
 
 
 # ------------------------------------------------------------------------------------------------

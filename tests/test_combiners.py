@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -57,9 +56,21 @@ def test_hook_registers_every_builtin_combiner():
     got = []
     C.register_combiners(got.append)
     assert sorted(cls.name for cls in got) == sorted(ACCEPTS)
+    import inspect
+
+    from sklearn.base import clone
+
     for cls in got:
         assert issubclass(cls, Combiner)
-        cls().get_params()  # sklearn convention: __init__ stores parameters only
+        # sklearn convention: __init__ stores exactly its parameters, so get_params and clone round-trip
+        obj = cls()
+        params = obj.get_params()
+        declared = {
+            name for name, prm in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and prm.kind not in (prm.VAR_POSITIONAL, prm.VAR_KEYWORD)
+        }
+        assert set(params) == declared, cls
+        assert clone(obj).get_params() == params
 
 
 # ------------------------------------------------------------------------------------------------
@@ -284,16 +295,17 @@ def test_column_order_and_sign_do_not_matter(name):
         np.testing.assert_allclose(COMBINERS[name]().combine(R2, M * flip), base, atol=1e-8)
 
 
-def test_least_squares_is_fast_on_10000_rows():
+def test_least_squares_on_many_rows_is_a_distribution_per_row():
+    """(Its speed is measured by benchmarks/bench_hot_paths.py, not asserted here.)  Rows are solved
+    independently: the batch equals each row solved alone."""
     rng = np.random.default_rng(5)
     M = cm.all_pairs(10)
-    R = rng.random((10_000, M.shape[1]))
-    start = time.perf_counter()
+    R = rng.random((2_000, M.shape[1]))
     P = C.LeastSquares().combine(R, M)
-    elapsed = time.perf_counter() - start
     assert np.isfinite(P).all() and (P >= 0).all()
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-9)
-    assert elapsed < 15, f"least_squares took {elapsed:.1f}s on 10,000 x 10"
+    for i in (0, 777, 1999):
+        np.testing.assert_allclose(C.LeastSquares().combine(R[i : i + 1], M)[0], P[i], atol=1e-9)
 
 
 def test_empty_input():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -12,7 +14,7 @@ import calengine
 import calengine.base
 from calengine.cluster import dask_client
 
-PIMA = "data/pima.parquet"
+PIMA = str(Path(__file__).resolve().parents[1] / "data" / "pima.parquet")
 
 
 def _fit_and_score(cli, tmp_path, tag, *extra, learner=("decision_tree", "--learner-param", "max_depth=4"),
@@ -24,11 +26,8 @@ def _fit_and_score(cli, tmp_path, tag, *extra, learner=("decision_tree", "--lear
     scored = tmp_path / f"scored-{tag}"
     r = cli("score", out, PIMA, "--output", scored, *extra)
     assert r.returncode == 0, r
-    arrays = {}
-    for f in sorted(out.rglob("*.npz")):
-        with np.load(f, allow_pickle=False) as z:
-            arrays.update({f"{f.relative_to(out)}:{k}": z[k] for k in z.files})
-    return pq.read_table(scored).to_pandas(), arrays
+    files = {str(f.relative_to(out)): f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}
+    return pq.read_table(scored).to_pandas(), files
 
 
 @pytest.mark.cluster
@@ -45,12 +44,11 @@ def test_same_seed_same_bits_on_every_scheduler(cli, tmp_path, dask_cluster, lea
         "localcluster-2": _fit_and_score(cli, tmp_path, "lc", "--cluster", "--workers", "2", **kw),
         "dask-worker": _fit_and_score(cli, tmp_path, "dw", "--cluster", dask_cluster, **kw),
     }
-    ref_scores, ref_arrays = runs["embedded-1"]
-    for name, (scores, arrays) in runs.items():
+    ref_scores, ref_files = runs["embedded-1"]
+    for name, (scores, files) in runs.items():
         pd.testing.assert_frame_equal(scores, ref_scores, check_exact=True, obj=name)
-        assert arrays.keys() == ref_arrays.keys()
-        for k in arrays:
-            np.testing.assert_array_equal(arrays[k], ref_arrays[k], err_msg=f"{name}: {k}")
+        assert files.keys() == ref_files.keys()
+        assert [k for k in files if files[k] != ref_files[k]] == [], name  # every file, byte for byte
 
 
 def test_matches_sklearn_calibrated_classifier_cv_when_configured_the_same():
@@ -87,11 +85,33 @@ def test_calibration_improves_brier_of_naive_bayes_on_held_out_data():
 
 
 def test_refit_mode_uses_one_learner_and_out_of_fold_scores():
+    """Refit mode: one learner fitted on every row, calibrated on out-of-fold scores -- rebuilt here by
+    hand from the same stratified folds and compared with the model's learner and calibrator."""
     from sklearn.datasets import make_classification
 
+    from calengine import registry
+    from calengine.data import stratified_folds
+
     X, y = make_classification(1500, 6, random_state=3)
-    clf = calengine.CalibratedClassifier("logistic_regression", "sigmoid", mode="refit", cv=4).fit(X, y)
+    clf = calengine.CalibratedClassifier("logistic_regression", "sigmoid", mode="refit", cv=4, seed=8).fit(X, y)
     assert len(clf.model_.members) == 1
+    member = clf.model_.members[0]
+    Z = clf._encode(X)
+
+    def learner():
+        return registry.make("learners", "logistic_regression", {})
+
+    np.testing.assert_allclose(member.learners[0].score(Z), learner().fit(Z, y).score(Z), rtol=1e-10)
+    oof = np.empty(len(y))
+    for train, held in stratified_folds(y, 4, 8):
+        oof[held] = learner().fit(Z[train], y[train]).score(Z[held])
+    by_hand = registry.make("calibrators", "sigmoid", {}).fit(oof, y, sample_weight=None, score_kind=member.learners[0].score_kind)
+    grid = np.linspace(oof.min(), oof.max(), 101)
+    np.testing.assert_allclose(member.calibrators[0].predict(grid), by_hand.predict(grid), rtol=1e-9)
+    # in-sample scores would give another calibrator: the comparison above can tell them apart
+    in_sample = registry.make("calibrators", "sigmoid", {}).fit(
+        member.learners[0].score(Z), y, sample_weight=None, score_kind=member.learners[0].score_kind)
+    assert np.max(np.abs(in_sample.predict(grid) - by_hand.predict(grid))) > 1e-6
     P = clf.predict_proba(X)
     assert P.shape == (1500, 2) and np.all((P >= 0) & (P <= 1))
 
@@ -112,24 +132,50 @@ def test_result_does_not_depend_on_thread_count(learner):
     np.testing.assert_allclose(P[0].sum(axis=1), 1.0, atol=1e-12)
 
 
-def test_worker_version_mismatch_is_refused_with_one_line():
-    from calengine.cluster import check_workers
-    from calengine.errors import ClusterError
+@pytest.mark.cluster
+def test_worker_version_mismatch_is_refused_with_one_line(cli, tmp_path):
+    """A real ``dask worker`` whose environment reports scikit-learn 0.0.1 (a dist-info directory first
+    on its PYTHONPATH, as a stale install would leave) is refused before any task runs."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
 
-    class FakeClient:
-        def run(self, fn, *args):
-            if fn.__name__ == "environment_versions":
-                v = fn(*args)
-                return {"tcp://127.0.0.1:1111": {**v, "scikit-learn": "0.0.1"}}
-            return {"tcp://127.0.0.1:1111": {}}
+    from distributed import Client
 
-        def run_on_scheduler(self, fn, *args):
-            return fn(*args)
+    from cli_helpers import assert_one_line_error, free_port, stop_process_groups
 
-    with pytest.raises(ClusterError) as info:
-        check_workers(FakeClient(), (), ())
-    msg = str(info.value)
-    assert "scikit-learn" in msg and "0.0.1" in msg and "\n" not in msg
+    fake = tmp_path / "stale-site"
+    info = fake / "scikit_learn-0.0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scikit-learn\nVersion: 0.0.1\n")
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask_bin = str(Path(sys.executable).with_name("dask"))
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--no-dashboard"], **quiet)]
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with Client(address, timeout="2s"):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "scheduler did not start"
+                time.sleep(0.5)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])}
+        procs.append(subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                       "--host", "127.0.0.1", "--no-dashboard"], env=env, **quiet))
+        with Client(address, timeout="10s") as c:
+            c.wait_for_workers(1, timeout=120)
+        out = tmp_path / "m"
+        r = cli("fit", PIMA, "--target", "class", "--cluster", address, "--output", out)
+        assert_one_line_error(r, "scikit-learn", "0.0.1")
+        assert not out.exists()
+    finally:
+        stop_process_groups(procs)
 
 
 @pytest.mark.cluster

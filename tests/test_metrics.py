@@ -4,7 +4,6 @@ properties the partition-wise reduction relies on (exact decomposition, order-fr
 from __future__ import annotations
 
 import math
-import time
 from fractions import Fraction
 
 import numpy as np
@@ -474,12 +473,12 @@ def test_roc_curve_area_is_auc():
     assert np.trapezoid(roc["tpr"], roc["fpr"]) == pytest.approx(0.62, abs=1e-12)
 
 
-def test_million_rows_is_fast():
+def test_many_rows_match_scikit_learn():
+    """(Its speed on 1,000,000 rows is measured by benchmarks/bench_hot_paths.py, not asserted here.)"""
     rng = np.random.default_rng(0)
-    p = rng.random(1_000_000)
+    p = rng.random(100_000)
     y = (rng.random(p.size) < p).astype(np.int64)
-    start = time.perf_counter()
     r = evaluate_predictions(y, _binary(p))
-    elapsed = time.perf_counter() - start
-    assert r["n"] == 1_000_000
-    assert elapsed < 10.0, f"1e6 binary rows took {elapsed:.2f} s"
+    assert r["n"] == 100_000
+    assert r["brier"] == pytest.approx(brier_score_loss(y, p), rel=1e-12)
+    assert r["auc"] == pytest.approx(roc_auc_score(y, p), rel=1e-12)

@@ -123,19 +123,15 @@ def test_matches_sklearn_on_random_weighted_data():
     np.testing.assert_allclose(predict_linear(b.lo, b.hi, b.value, test), iso.predict(test), atol=1e-10)
 
 
-def test_million_points_is_fast():
-    import time
-
+def test_many_points_give_strictly_increasing_blocks_holding_every_point():
+    """(Its speed on 1,000,000 points is measured by benchmarks/bench_hot_paths.py, not asserted here.)"""
     rng = np.random.default_rng(0)
-    n = 1_000_000
+    n = 100_000
     s = rng.normal(size=n)
     y = (rng.random(n) < 1 / (1 + np.exp(-s))).astype(np.int8)
-    t0 = time.perf_counter()
     b = pav(s, y)
-    elapsed = time.perf_counter() - t0
     assert np.all(np.diff(b.value) > 0)
     assert b.weight.sum() == n
-    assert elapsed < 10.0  # ~0.3 s on an idle core; generous for a shared machine
 
 
 @pytest.mark.parametrize(

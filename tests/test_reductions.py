@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -12,6 +14,8 @@ from calengine.base import Learner
 from calengine.errors import ParameterError
 
 from cli_helpers import assert_one_line_error
+
+DATA = Path(__file__).resolve().parents[1] / "data"  # not relative to the working directory
 
 Q = np.array([0.05, 0.1, 0.2, 0.3, 0.45, 0.55, 0.7, 0.8, 0.9, 0.95])
 
@@ -73,7 +77,7 @@ def test_oracle_run_reproduces_the_papers_thresholds_and_predictions_squared():
 
 @pytest.fixture(scope="module")
 def pima():
-    df = pd.read_parquet("data/pima.parquet")
+    df = pd.read_parquet(DATA / "pima.parquet")
     return df.drop(columns=["class"]).to_numpy(float), df["class"].to_numpy()
 
 
@@ -102,15 +106,25 @@ def test_costing_is_used_for_learners_without_weights_and_is_seeded(pima):
 
 
 def test_bagging_is_the_fraction_of_votes(pima):
+    """p is the mean over members of the fraction of a member's 8 bootstrap trees that predict class 1,
+    counted here from the trees themselves."""
     X, y = pima
     clf = calengine.CalibratedClassifier("decision_tree", "bagging", method_params={"t": 8}).fit(X, y)
     p = clf.predict_proba(X)[:, 1]
-    np.testing.assert_allclose(p * 8, np.round(p * 8), atol=1e-12)
+    Z = clf._encode(X)
+    fractions = []
+    for member in clf.model_.members:
+        trees = [rounds[0].learner for rounds in member.voters[0]]
+        assert len(trees) == 8 and all(len(rounds) == 1 for rounds in member.voters[0])
+        votes = sum((t.score(Z) > 0.5).astype(int) for t in trees)
+        fractions.append(votes / 8)
+    np.testing.assert_allclose(p, np.mean(fractions, axis=0), atol=1e-12)
+    assert len(np.unique(np.round(p * 8 * len(fractions)))) > 8  # the trees disagree: not a trivial 0/1
 
 
 @pytest.mark.parametrize("scheme", ["k_minus_one", "one_vs_rest"])
 def test_multiclass_probing_rows_sum_to_one(scheme):
-    df = pd.read_parquet("data/pendigits_train.parquet").sample(1500, random_state=1)
+    df = pd.read_parquet(DATA / "pendigits_train.parquet").sample(1500, random_state=1)
     X, y = df.drop(columns=["class"]).to_numpy(float), df["class"].to_numpy()
     clf = calengine.CalibratedClassifier(
         "gaussian_nb", "probing", method_params={"t": 8, "batch": 4, "multiclass": scheme}
