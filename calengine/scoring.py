@@ -27,13 +27,33 @@ def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_00
 
 
 def _batches(chunk, columns: list[str] | None, batch_rows: int):
+    """The chunk's rows as pandas DataFrames of at most ``batch_rows`` rows (runs in tasks).
+
+    A read that fails (a corrupt data page, a file truncated or replaced since planning, a file the
+    worker cannot see) is a :class:`DataError` naming the file; errors of the caller's own work on a
+    batch are not relabelled, because only the read is inside the ``try``.
+    """
     import pyarrow.parquet as pq
+
+    from .dataset import read_error
 
     if not chunk.row_groups:
         return
-    pf = pq.ParquetFile(chunk.path)
-    for batch in pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns):
-        yield batch.to_pandas()
+    try:
+        batches = pq.ParquetFile(chunk.path).iter_batches(
+            batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns
+        )
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged files
+        raise read_error(chunk, exc) from exc
+    while True:
+        try:
+            batch = next(batches)
+            df = batch.to_pandas()
+        except StopIteration:
+            return
+        except Exception as exc:  # noqa: BLE001
+            raise read_error(chunk, exc) from exc
+        yield df
 
 
 # ---------------------------------------------------------------------------------------------- score
