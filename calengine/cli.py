@@ -291,9 +291,12 @@ def cmd_fit(args) -> int:
     from .errors import DataError, ParameterError
     from .partition_fit import TableSpec, fit_table
     from .plugins import get_plugins
-    from .training import ENGINE_METHODS, FitConfig, _params_for, resolve_learner, split_learners
+    from .training import ENGINE_METHODS, FitConfig, _params_for, check_seed, resolve_learner, split_learners
 
     plugins = get_plugins()
+    check_seed(args.seed)
+    if args.max_categories < 1:
+        raise ParameterError(f"--max-categories must be at least 1, got {args.max_categories}")
     config = FitConfig(
         learner=args.learner,
         learner_params=parse_params(args.learner_param, "--learner-param"),

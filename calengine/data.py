@@ -57,6 +57,10 @@ def _check_parquet_magic(path: str) -> None:
             tail = fh.read(4)
     except OSError as exc:
         raise DataError(f"cannot read '{path}': {exc.strerror}; check the path and its permissions") from exc
+    if head == b"PAR1" and tail != b"PAR1":
+        raise DataError(
+            f"'{path}' is a truncated or damaged Parquet file (it has no footer); copy or write it again"
+        )
     if head != b"PAR1" or tail != b"PAR1":
         raise DataError(
             f"'{path}' is not a Parquet file; convert it first (e.g. pandas.read_csv(...).to_parquet(...))"
