@@ -207,6 +207,11 @@ def cluster_failure(exc: BaseException) -> str | None:
             f"lost the Dask scheduler or its workers during the job ({type(exc).__name__}: {reason}); nothing was published;"
             " check that the scheduler and workers are running, then run the command again"
         )
+    if isinstance(exc, TimeoutError):
+        return (
+            f"the Dask scheduler did not answer in time ({reason}); check that it is running and reachable with"
+            " this protocol (tcp:// or tls://), then run the command again"
+        )
     return None
 
 
