@@ -2,7 +2,8 @@
 
 The unit of work is a *chunk*: a run of row groups of one Parquet file holding at most ``chunk_rows``
 rows.  Each chunk is a Dask task that streams its rows in batches, so memory is bounded by the batch,
-not the table.  The model is scattered to workers once.
+not the table.  The model reaches the workers as the result of one task (:func:`share_model`), so
+losing every worker loses nothing the scheduler cannot recompute.
 
 Scoring writes one Parquet part per chunk into a staging directory beside the target, checks that the
 row count matches the input, and only then renames the staging directory onto the target.
@@ -59,6 +60,26 @@ def _batches(chunk, columns: list[str] | None, batch_rows: int):
 # ---------------------------------------------------------------------------------------------- score
 
 
+def _the_model(model):
+    return model
+
+
+def share_model(client, model):
+    """A future of ``model`` that the scheduler can recompute.
+
+    Scattered data lives only on workers: when all of them die, every task needing it fails even
+    after replacements join.  A task holding the model is kept by the scheduler and simply runs again
+    on a new worker.  (Dask's "Sending large graph" warning is about repeating data in many tasks;
+    here it is sent once.)
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        return client.submit(_the_model, model, pure=False)
+
+
+
 def score_chunk(
     model, chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
 ) -> int:
@@ -102,7 +123,7 @@ def score_table(
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     expected = sum(c.n_rows for c in chunks)
     with staged_directory(output) as staging:
-        model_f = client.scatter(model, broadcast=True, hash=False)
+        model_f = share_model(client, model)
         futures = [
             client.submit(
                 score_chunk, model_f, chunk, str(Path(staging) / f"part-{i:05d}.parquet"), tuple(keep),
@@ -160,7 +181,7 @@ def evaluate_table(
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the evaluation table has no rows")
-    model_f = client.scatter(model, broadcast=True, hash=False)
+    model_f = share_model(client, model)
     futures = [
         client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, pure=False) for chunk in chunks
     ]

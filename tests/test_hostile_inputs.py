@@ -622,3 +622,34 @@ def test_tls_address_at_a_plain_tcp_scheduler_names_the_protocol(tmp_path):
     assert_one_error(r, 2, "TLS handshake failed", "plain tcp://")
     assert_one_error(bad_key, 2, "cannot load the client certificate", "--tls-key")
     assert_nothing_left(tmp_path / "m")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_every_worker_lost_mid_run_recovers_when_a_replacement_joins(tmp_path):
+    """Item 6: tasks read their rows from Parquet and the scoring model is a task result, not scattered
+    data, so when every worker dies (nanny included) the run waits and finishes on a new worker."""
+    data = _write_many(tmp_path / "many", 60_000, 24)
+    address, scheduler = _scheduler(tmp_path)
+    procs = [scheduler, _worker(address, tmp_path)]
+    try:
+        _wait_workers(address, 1)
+        for cmd in (["fit", data, "--target", "y", "--learner", "decision_tree", "--method", "sigmoid",
+                     "--output", tmp_path / "m"],
+                    ["score", tmp_path / "m", data, "--batch-rows", "500", "--output", tmp_path / "s"]):
+            proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd), "--cluster", address],
+                                    cwd=str(REPO), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 120
+            while not _tasks_running(address):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.2)
+            os.killpg(procs[-1].pid, signal.SIGKILL)  # the worker and its nanny: no restart
+            procs[-1].wait()
+            time.sleep(1)
+            procs.append(_worker(address, tmp_path))
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+            assert "error" not in err, err
+    finally:
+        stop_process_groups(procs)
+    assert pq.read_table(tmp_path / "s").num_rows == 60_000
