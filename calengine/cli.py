@@ -164,11 +164,43 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except CalengineError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return EXIT_USAGE
+        return _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted; no output was published\n")
-        return 130
+        return _fail("interrupted; no output was published", EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - only failures of the cluster itself are turned into one line
+        from .cluster import cluster_failure
+
+        message = cluster_failure(exc)
+        if message is None:
+            raise
+        return _fail(message, EXIT_USAGE)
+
+
+EXIT_INTERRUPTED = 130
+_SILENCE_AFTER_ERROR = False
+
+
+def _fail(message: str, code: int) -> int:
+    """Write the one ``error:`` line.  From the console script, whatever the interpreter or Dask would
+    print while shutting down after it (atexit handlers closing a half-started cluster, a second
+    Ctrl-C) goes nowhere: the line above is the whole report."""
+    import signal
+
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    if _SILENCE_AFTER_ERROR:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    return code
+
+
+def entry() -> None:
+    """The ``calengine`` console script: :func:`main`, and an exit code."""
+    global _SILENCE_AFTER_ERROR
+    _SILENCE_AFTER_ERROR = True
+    raise SystemExit(main())
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -211,6 +243,18 @@ def _client(args, distributions=(), modules=()):
             raise ParameterError(f"--worker-memory must be a size such as 6GiB, got {memory!r}") from None
         if args.cluster not in (None, "local"):
             raise ParameterError("--worker-memory applies to local clusters; start remote workers with 'dask worker --memory-limit'")
+    import logging
+
+    import distributed  # noqa: F401 - its logging configuration first, then ours on top
+
+    # errors reach the user as one line from main(); Dask's client-side log records (reconnect attempts
+    # after losing the scheduler, with their tracebacks) would only bury it
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    import calengine.cluster
+
+    calengine.cluster.QUIET_WORKER_STDERR = True
     return dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions,
                        modules=modules, memory_limit=memory)
 
@@ -224,8 +268,11 @@ def _prepare_fit(args):
     from .errors import ParameterError
     from .partition_fit import TableSpec
     from .plugins import get_plugins
-    from .training import ENGINE_METHODS, FitConfig, _params_for, resolve_learner, split_learners
+    from .training import ENGINE_METHODS, FitConfig, _params_for, check_seed, resolve_learner, split_learners
 
+    check_seed(args.seed)
+    if args.max_categories < 1:
+        raise ParameterError(f"--max-categories must be at least 1, got {args.max_categories}")
     plugins = get_plugins()
     config = FitConfig(
         learner=args.learner,

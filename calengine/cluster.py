@@ -11,7 +11,14 @@ line from the CLI, not as worker log records);
 Before any work goes to separate worker processes, :func:`check_workers` compares versions of the
 packages that decide a model's bits (calengine, its plugins, scikit-learn, numpy, scipy, pandas,
 pyarrow, dask, distributed, cloudpickle, Python) and that every worker imports the plugin modules the
-job uses.  Dask's own check only warns and ignores several of these.
+job uses.  Dask's own check only warns and ignores several of these.  Workers may join after that
+check, so the client handed to the job (:class:`CheckedClient`) also wraps every task it submits in
+:class:`VersionChecked`: the task compares the versions of the worker that runs it with the client's
+and fails, naming the difference, before doing any work.
+
+Trust: a Dask scheduler runs whatever its clients send, and the client unpickles what workers return,
+so everyone who can reach a plain ``tcp://`` scheduler can run code on the workers *and* in the client.
+Connecting to a ``tcp://`` address that is not loopback prints one warning line saying so.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from .errors import ClusterError
+from .errors import ClusterError, ParameterError
 from .tasks import pinned_native_threads
 
 CHECKED_PACKAGES = (
@@ -82,18 +89,93 @@ def import_modules(modules: tuple[str, ...]) -> dict[str, str]:
     return failed
 
 
+_WORKER_VERSIONS: dict[tuple[str, ...], dict[str, str]] = {}
+
+
+def _versions_here(distributions: tuple[str, ...]) -> dict[str, str]:
+    """:func:`environment_versions`, computed once per process (tasks call this on every run)."""
+    key = tuple(distributions)
+    if key not in _WORKER_VERSIONS:
+        _WORKER_VERSIONS[key] = environment_versions(key)
+    return _WORKER_VERSIONS[key]
+
+
+def version_difference(client_versions: dict[str, str], here: dict[str, str], where: str) -> str | None:
+    """One line naming the first package whose version differs, or None when all agree."""
+    for pkg, version in client_versions.items():
+        if here.get(pkg) != version:
+            return (
+                f"{pkg} differs: client has {version}, {where} has {here.get(pkg)}; install the"
+                " same versions on the client, scheduler and every worker (one image for all)"
+            )
+    return None
+
+
+class VersionChecked:
+    """``fn`` preceded, on the worker that runs it, by a check of that worker's package versions.
+
+    A worker that joined after :func:`check_workers` ran (or was replaced by one from another image)
+    is caught by the first task it runs: the task raises :class:`ClusterError` and the job fails in
+    one line instead of silently mixing models built by different library versions.
+    """
+
+    def __init__(self, fn, versions: dict[str, str], distributions: tuple[str, ...]):
+        self.fn = fn
+        self.versions = versions
+        self.distributions = tuple(distributions)
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)  # task keys keep the function's name
+
+    def __call__(self, *args, **kwargs):
+        problem = version_difference(self.versions, _versions_here(self.distributions), _worker_name())
+        if problem:
+            raise ClusterError(problem)
+        return self.fn(*args, **kwargs)
+
+    def __dask_tokenize__(self):
+        from dask.base import tokenize
+
+        return ("VersionChecked", tokenize(self.fn), sorted(self.versions.items()))
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return f"worker {get_worker().address}"
+    except (ImportError, ValueError):
+        return "this process"
+
+
+class CheckedClient:
+    """A ``distributed.Client`` whose ``submit`` runs every task under :class:`VersionChecked`.
+
+    Everything else (gather, scatter, run, loop, close, ...) is the client's own.
+    """
+
+    def __init__(self, client, distributions: tuple[str, ...] = ()):
+        self._client = client
+        self._distributions = tuple(distributions)
+        self._versions = environment_versions(self._distributions)
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def submit(self, fn, *args, **kwargs):
+        return self._client.submit(VersionChecked(fn, self._versions, self._distributions), *args, **kwargs)
+
+    def map(self, fn, *iterables, **kwargs):
+        return self._client.map(VersionChecked(fn, self._versions, self._distributions), *iterables, **kwargs)
+
+
 def check_workers(client, distributions: tuple[str, ...], modules: tuple[str, ...]) -> None:
     """Refuse, with one line, to run on workers whose environment differs from the client's."""
     mine = environment_versions(distributions)
     theirs = client.run(environment_versions, distributions)
     theirs["scheduler"] = client.run_on_scheduler(environment_versions, distributions)
     for where, versions in sorted(theirs.items()):
-        for pkg, version in mine.items():
-            if versions.get(pkg) != version:
-                raise ClusterError(
-                    f"{pkg} differs: client has {version}, {where} has {versions.get(pkg)}; install the"
-                    " same versions on the client, scheduler and every worker (one image for all)"
-                )
+        problem = version_difference(mine, versions, where)
+        if problem:
+            raise ClusterError(problem)
     failures = client.run(import_modules, modules)
     for where, failed in sorted(failures.items()):
         if failed:
@@ -102,6 +184,44 @@ def check_workers(client, distributions: tuple[str, ...], modules: tuple[str, ..
                 f"worker {where} cannot import plugin module '{module}' ({err}); install the plugin"
                 " on every worker"
             )
+
+
+def cluster_failure(exc: BaseException) -> str | None:
+    """One line for an exception that means the cluster itself failed under the job (the scheduler
+    went away, every worker died, a task kept killing its workers); None for anything else."""
+    if "distributed" not in sys.modules:
+        return None
+    import asyncio
+    import concurrent.futures
+
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    import re
+
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    reason = re.sub(r"^in <[^>]*>: ", "", reason)  # CommClosedError's object repr says nothing to a user
+    cancelled = re.search(r"reason: ([\w-]+)", reason)
+    if cancelled:
+        reason = cancelled.group(1)
+    if isinstance(exc, KilledWorker):
+        return (
+            f"a task died with {reason}: it was running on workers that died in turn (out of memory, or killed);"
+            " nothing was published; give workers more memory (--worker-memory, dask worker --memory-limit)"
+        )
+    if isinstance(exc, (FutureCancelledError, CommClosedError, concurrent.futures.CancelledError,
+                        asyncio.CancelledError)):
+        return (
+            f"lost the Dask scheduler or its workers during the job ({type(exc).__name__}: {reason}); nothing was published;"
+            " check that the scheduler and workers are running, then run the command again"
+        )
+    if isinstance(exc, TimeoutError):
+        return (
+            f"the Dask scheduler did not answer in time ({reason}); check that it is running and reachable with"
+            " this protocol (tcp:// or tls://), then run the command again"
+        )
+    return None
 
 
 def default_threads() -> int:
@@ -129,6 +249,8 @@ def dask_client(
         return distributions() if callable(distributions) else (distributions, modules)
 
     local_memory = {} if memory_limit is None else {"memory_limit": memory_limit}
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ParameterError(f"workers must be a positive integer, got {workers!r}")
     import dask
     from distributed import Client, LocalCluster
 
@@ -169,16 +291,18 @@ def dask_client(
             client = Client(lc, set_as_default=False)
             try:
                 client.wait_for_workers(workers or default_threads(), timeout=120)
-                check_workers(client, *requirements())
-                yield client
+                dists, mods = requirements()
+                check_workers(client, dists, mods)
+                yield CheckedClient(client, dists)
             finally:
                 client.close()
                 lc.close()
             return
         client = _connect(cluster, tls)
         try:
-            check_workers(client, *requirements())
-            yield client
+            dists, mods = requirements()
+            check_workers(client, dists, mods)
+            yield CheckedClient(client, dists)
         finally:
             client.close()
 
@@ -189,41 +313,65 @@ def _start_local(factory, attempts: int = 3, **kwargs):
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            return factory(**kwargs)
+            with _workers_stderr_quiet():
+                return factory(**kwargs)
         except (RuntimeError, OSError, ValueError) as exc:
             last = exc
     raise ClusterError(f"could not start a local Dask cluster ({last}); check free memory and ports, then retry")
 
 
+@contextmanager
+def _workers_stderr_quiet():
+    """Start local worker processes with their stderr on the null device.
+
+    A terminal's Ctrl-C goes to the whole process group: a worker process still importing when it
+    arrives prints a ``KeyboardInterrupt`` traceback of its own, burying the one ``error: interrupted``
+    line.  Worker processes inherit file descriptor 2 when they are spawned, so it points at the null
+    device for exactly that moment (their log records are silenced anyway, and task errors reach the
+    client as exceptions).  Only the CLI needs this (its stderr is the user's report); the Python API
+    leaves stderr alone.
+    """
+    if not QUIET_WORKER_STDERR:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+#: set by the CLI: local worker processes start with stderr on the null device (see above)
+QUIET_WORKER_STDERR = False
+
+
 def _connect(address: str, tls: TLSConfig | None):
     from distributed import Client
 
+    if "://" not in address:
+        raise ClusterError(f"cluster address '{address}' needs a scheme; use tcp://HOST:PORT or tls://HOST:PORT")
     security = None
     if address.startswith("tls://"):
         if tls is None:
             raise ClusterError(
                 f"'{address}' needs TLS credentials; pass --tls-ca-file, --tls-cert and --tls-key"
             )
-        from distributed.security import Security
-
-        security = Security(
-            tls_ca_file=tls.ca_file,
-            tls_client_cert=tls.cert,
-            tls_client_key=tls.key,
-            require_encryption=True,
-        )
+        security = _security(tls)
     elif tls is not None:
         raise ClusterError(f"TLS credentials given but '{address}' is not a tls:// address; use tls://HOST:PORT")
-    if "://" not in address:
-        raise ClusterError(f"cluster address '{address}' needs a scheme; use tcp://HOST:PORT or tls://HOST:PORT")
+    else:
+        warn_plain_tcp(address)
     try:
         client = Client(address, security=security, timeout="10s", set_as_default=False)
     except TypeError as exc:  # distributed's error for a TLS client without a certificate
         raise ClusterError(f"TLS connection to {address} failed ({exc}); check --tls-cert and --tls-key") from exc
     except (OSError, TimeoutError) as exc:
-        raise ClusterError(
-            f"cannot reach the Dask scheduler at {address} ({exc}); start it with 'dask scheduler' or fix the address"
-        ) from exc
+        raise ClusterError(_unreachable(address, exc)) from exc
     if not client.scheduler_info().get("workers"):
         try:
             client.wait_for_workers(1, timeout=10)
@@ -231,3 +379,91 @@ def _connect(address: str, tls: TLSConfig | None):
             client.close()
             raise ClusterError(f"the scheduler at {address} has no workers; start one with 'dask worker {address}'") from exc
     return client
+
+
+def _security(tls: TLSConfig):
+    """A ``Security`` for ``tls``, after checking each file exists and the certificate and key load."""
+    import ssl
+
+    from distributed.security import Security
+
+    for flag, path in (("--tls-ca-file", tls.ca_file), ("--tls-cert", tls.cert), ("--tls-key", tls.key)):
+        if not os.path.isfile(path):
+            raise ClusterError(f"{flag} '{path}' does not exist or is not a file; give the path of a PEM file")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    try:
+        context.load_verify_locations(cafile=tls.ca_file)
+    except (ssl.SSLError, ValueError) as exc:
+        raise ClusterError(
+            f"--tls-ca-file '{tls.ca_file}' is not a PEM CA certificate ({_ssl_reason(exc)}); give the CA that signed the scheduler's certificate"
+        ) from exc
+    try:
+        context.load_cert_chain(tls.cert, tls.key)
+    except (ssl.SSLError, ValueError) as exc:
+        raise ClusterError(
+            f"cannot load the client certificate '{tls.cert}' with key '{tls.key}' ({_ssl_reason(exc)});"
+            " check that --tls-key is the unencrypted PEM private key of --tls-cert"
+        ) from exc
+    return Security(tls_ca_file=tls.ca_file, tls_client_cert=tls.cert, tls_client_key=tls.key, require_encryption=True)
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    return getattr(exc, "reason", None) or " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def _unreachable(address: str, exc: BaseException) -> str:
+    """Why a connection failed: nothing listening, or a listener that speaks the other protocol."""
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    listening = _port_open(host.strip("[]"), port)
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    if listening and scheme == "tls":
+        return (
+            f"{address} accepts connections but the TLS handshake failed ({reason}); the scheduler may be a"
+            " plain tcp:// one (use tcp://), or its certificate is not signed by --tls-ca-file"
+        )
+    if listening and scheme == "tcp":
+        return (
+            f"{address} accepts connections but does not answer as a tcp:// Dask scheduler ({reason});"
+            " if it was started with --protocol tls, connect with tls:// and --tls-ca-file/--tls-cert/--tls-key"
+        )
+    return f"cannot reach the Dask scheduler at {address} ({reason}); start it with 'dask scheduler' or fix the address"
+
+
+def _port_open(host: str, port: str) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+_WARNED: set[str] = set()
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_plain_tcp(address: str) -> bool:
+    """One stderr line, once per process and address, when ``address`` is plain TCP beyond loopback."""
+    scheme, _, rest = address.partition("://")
+    host = rest.rpartition(":")[0] or rest
+    if scheme != "tcp" or is_loopback(host) or address in _WARNED:
+        return False
+    _WARNED.add(address)
+    sys.stderr.write(
+        f"warning: {address} is plain tcp://: anyone who can reach it can run code on its workers and in"
+        " this process; use tls:// (see README, 'Trust')\n"
+    )
+    return True

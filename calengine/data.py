@@ -8,6 +8,7 @@ Output is written to a staging directory beside the target and renamed only when
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
@@ -62,6 +63,10 @@ def _check_parquet_magic(path: str) -> None:
             tail = fh.read(4)
     except OSError as exc:
         raise DataError(f"cannot read '{path}': {exc.strerror}; check the path and its permissions") from exc
+    if head == b"PAR1" and tail != b"PAR1":
+        raise DataError(
+            f"'{path}' is a truncated or damaged Parquet file (it has no footer); copy or write it again"
+        )
     if head != b"PAR1" or tail != b"PAR1":
         raise DataError(
             f"'{path}' is not a Parquet file; convert it first (e.g. pandas.read_csv(...).to_parquet(...))"
@@ -220,33 +225,72 @@ def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.nd
 # ---------------------------------------------------------------------------------------------- output
 
 
+#: errno values that mean "this output location cannot take the data" (not a bug, not the network)
+DISK_ERRNOS = frozenset(
+    getattr(errno, name) for name in
+    ("EACCES", "EPERM", "EROFS", "ENOSPC", "EDQUOT", "EFBIG", "EIO", "ENAMETOOLONG", "ENOTDIR", "EISDIR", "EMFILE")
+    if hasattr(errno, name)
+)
+
+
+def os_error_meaning(exc: OSError) -> str:
+    """``No space left on device (ENOSPC)``: the errno's meaning and name, or the error's text."""
+    code = getattr(exc, "errno", None)
+    if code:
+        return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
+    return " ".join(str(exc).split())[:200]
+
+
 @contextmanager
 def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterator[Path]:
     """A fresh staging directory beside ``target``; renamed onto it only if the block succeeds.
 
     The target must not exist (or be an empty directory) unless ``replace``: then the old directory is
     moved aside, the new one renamed in, and the old one deleted, so a reader sees the old or the new
-    result, never a half-written one.
+    result, never a half-written one.  A disk that refuses the data (read-only, full, over quota) is
+    a :class:`DataError` naming ``target`` and the errno's meaning; so is another run that published
+    ``target`` while this one ran (its result is kept, this one's discarded).
     """
     target = Path(target).resolve()
     occupied = target.exists() and not (target.is_dir() and not any(target.iterdir()))
     if occupied and not replace:
         raise DataError(f"output '{target}' already exists; choose a new path or remove it first")
-    target.parent.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:12]
     staging = target.parent / f".{target.name}.tmp-{token}"
-    staging.mkdir()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except OSError as exc:
+        raise DataError(
+            f"cannot create output '{target}': {os_error_meaning(exc)}; choose a writable location with free space"
+        ) from exc
     try:
         yield staging
         old = None
-        if occupied:
-            old = target.parent / f".{target.name}.old-{token}"
-            os.rename(target, old)
-        elif target.exists():
-            target.rmdir()
-        os.rename(staging, target)
+        try:
+            if occupied:
+                old = target.parent / f".{target.name}.old-{token}"
+                os.rename(target, old)
+            elif target.exists():
+                target.rmdir()
+            os.rename(staging, target)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise DataError(
+                    f"another run published '{target}' while this one ran; its output was kept and this run's"
+                    " discarded (use a different output path for concurrent runs)"
+                ) from exc
+            raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if exc.errno in DISK_ERRNOS:
+            raise DataError(
+                f"cannot write '{target}': {os_error_meaning(exc)}; nothing was published; choose a writable"
+                " location with free space"
+            ) from exc
+        raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

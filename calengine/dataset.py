@@ -197,16 +197,24 @@ def read_fragment(fragment: Fragment, columns: list[str]):
     try:
         with parquet_file(fragment.path) as pf:
             table = pf.read_row_groups(list(fragment.row_groups), columns=list(columns))
-    except FileNotFoundError as exc:
-        raise DataError(
-            f"worker cannot open '{fragment.path}'; every worker must see the data at the same path"
-            " (a shared file system, or an fsspec URL)"
-        ) from exc
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged pages
-        raise DataError(f"cannot read '{fragment.path}' row groups {list(fragment.row_groups)} ({_first_line(exc)}); check that the file is complete") from exc
+        raise read_error(fragment, exc) from exc
     if table.num_rows != fragment.n_rows:
         raise DataError(
             f"'{fragment.path}' changed while the job ran ({table.num_rows} rows read, {fragment.n_rows} planned);"
             " do not modify the data during a fit"
         )
     return table.to_pandas()
+
+
+def read_error(fragment: Fragment, exc: BaseException) -> DataError:
+    """The one-line error for a task that could not read ``fragment`` (every worker-side read uses it)."""
+    if isinstance(exc, FileNotFoundError):
+        return DataError(
+            f"worker cannot open '{fragment.path}'; every worker must see the data at the same path"
+            " (a shared file system, or an fsspec URL)"
+        )
+    return DataError(
+        f"cannot read '{fragment.path}' row groups {list(fragment.row_groups)} ({_first_line(exc)});"
+        " check that the file is complete and undamaged, or rewrite it"
+    )

@@ -64,6 +64,8 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         if isinstance(X, pd.DataFrame):
             from .features import FeatureEncoder
 
+            _check_unique_columns(X)
+
             encoder = FeatureEncoder().fit(X)
             return encoder, encoder.transform(X)
         return None, _as_matrix(X)
@@ -74,8 +76,15 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         if self.encoder_ is not None:
             if not isinstance(X, pd.DataFrame):
                 raise DataError("this model was fitted on a DataFrame; pass a DataFrame with the same columns")
+            _check_unique_columns(X)
             return self.encoder_.transform(X)
-        return _as_matrix(X)
+        Xm = _as_matrix(X)
+        if Xm.shape[1] != self.n_features_in_:
+            raise DataError(
+                f"X has {Xm.shape[1]} features, but CalibratedClassifier was fitted with {self.n_features_in_};"
+                " pass the same columns as in fit"
+            )
+        return Xm
 
     def fit(self, X, y, sample_weight=None, X_cal=None, y_cal=None):
         """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
@@ -85,14 +94,17 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         from .cluster import dask_client
         from .data import LabelSpace
         from .tasks import TrainingData
-        from .training import FitConfig, fit_model
+        from .training import ENGINE_METHODS, FitConfig, check_cv, check_seed, fit_model
 
+        check_seed(self.seed)
+        if X_cal is None and self.method not in ENGINE_METHODS:
+            check_cv(self.cv)
         y_series = pd.Series(np.asarray(y))
         labels = LabelSpace.from_series(y_series, target="y")
         encoder, Xm = self._encode_fit(X)
         if Xm.shape[0] != len(y_series):
             raise DataError(f"X has {Xm.shape[0]} rows but y has {len(y_series)}; pass one label per row")
-        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        w = None if sample_weight is None else _check_weights(sample_weight, Xm.shape[0])
         data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
         several = isinstance(self.learner, (list, tuple))
         config = FitConfig(
@@ -122,6 +134,9 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X) -> np.ndarray:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "model_")
         return self.model_.predict_proba_features(self._encode(X))
 
     def predict(self, X) -> np.ndarray:
@@ -161,12 +176,33 @@ def _storable(model):
     return model
 
 
+def _check_unique_columns(X) -> None:
+    duplicated = X.columns[X.columns.duplicated()]
+    if len(duplicated):
+        raise DataError(f"X has two columns named {duplicated[0]!r}; rename one of them")
+
+
+def _check_weights(sample_weight, n_rows: int) -> np.ndarray:
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"sample_weight must be numbers ({exc}); pass one non-negative weight per row") from exc
+    if w.ndim != 1 or w.shape[0] != n_rows:
+        raise DataError(f"sample_weight has shape {w.shape} but X has {n_rows} rows; pass one weight per row")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise DataError("sample_weight holds negative, NaN or infinite values; pass finite weights >= 0")
+    return w
+
+
 def _as_matrix(X):
     import scipy.sparse as sp
 
     if sp.issparse(X):
         return sp.csr_matrix(X, dtype=np.float64)
-    arr = np.asarray(X, dtype=np.float64)
+    try:
+        arr = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"X must be numeric ({exc}); encode text columns first, or pass a pandas DataFrame") from exc
     if arr.ndim != 2:
         raise DataError(f"X must be 2-D (rows x features), got shape {arr.shape}")
     return arr

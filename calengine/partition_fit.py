@@ -170,8 +170,9 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     from .training import ENGINE_METHODS, split_learners
 
     plugins = plugins or get_plugins()
-    if config.seed < 0:
-        raise ParameterError(f"--seed must be a non-negative integer, got {config.seed}")
+    from .training import check_seed
+
+    check_seed(config.seed)
     ctx = ctx or plan_table(client, spec, progress)
     learners = split_learners(config.learner)
     if len(learners) > 1 or config.combine:

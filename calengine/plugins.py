@@ -1,6 +1,7 @@
 """Plugin discovery: entry points of group ``calengine``, loaded one at a time.
 
-Each entry point is imported and registered inside its own ``try``: a plugin that fails to import, has
+Each entry point is imported and registered inside its own ``try``: a plugin that fails to import (any
+exception, ``SystemExit`` included: only Ctrl-C passes through), has
 a misspelt hook, or raises while registering is *recorded* (entry point, distribution, version, error)
 and shown by ``calengine plugins``; the others keep working.  ``strict=True`` (``--strict-plugins`` or
 ``CALENGINE_STRICT_PLUGINS=1``) turns any such failure into a :class:`PluginError`.  Two plugins
@@ -90,7 +91,7 @@ def _new_manager() -> pluggy.PluginManager:
     return pm
 
 
-def _record_failure(record: PluginRecord, exc: Exception, what: str, strict: bool) -> None:
+def _record_failure(record: PluginRecord, exc: BaseException, what: str, strict: bool) -> None:
     """Keep the error on the record; in strict mode, raise it as one line instead."""
     record.error = f"{type(exc).__name__}: {exc}"
     if strict:
@@ -129,7 +130,9 @@ def _register_one(plugins: PluginSet, record: PluginRecord, module: ModuleType, 
                 staged.append((_kind, name, cls))
 
             getattr(pm.hook, f"register_{kind}")(register=register)
-    except Exception as exc:  # noqa: BLE001 - any plugin failure is recorded, not fatal
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any plugin failure (even SystemExit) is recorded, not fatal
         _record_failure(record, exc, "failed to register", strict)
         return
     for kind, name, cls in staged:
@@ -168,7 +171,9 @@ def load_plugins(
         plugins.records.append(record)
         try:
             module = ep.load()
-        except Exception as exc:  # noqa: BLE001 - a broken plugin is reported, not fatal
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken plugin (even one calling sys.exit) is reported, not fatal
             _record_failure(record, exc, "failed to import", strict)
             continue
         _register_one(plugins, record, module, strict)

@@ -49,6 +49,9 @@ PROBING_DEFAULTS: dict[str, Any] = {
     "clip": (0.001, 0.999),
     "multiclass": "k_minus_one",
 }
+#: at most this many classifiers per problem (t, costing rounds): far beyond the papers' 100, and a
+#: typo such as t=10**9 is refused at once instead of running for ever
+MAX_CLASSIFIERS = 10_000
 BAGGING_DEFAULTS: dict[str, Any] = {"t": 100, "clip": None, "multiclass": "one_vs_rest"}
 
 
@@ -61,8 +64,11 @@ def method_settings(method: str, params: dict[str, Any]) -> dict[str, Any]:
             f"method '{method}' has no parameter {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(defaults))}"
         )
     s = {**defaults, **params}
-    if not isinstance(s["t"], int) or isinstance(s["t"], bool) or s["t"] < 1:
-        raise ParameterError(f"t must be an integer >= 1, got {s['t']!r} (e.g. --method-param t=100)")
+    if not isinstance(s["t"], int) or isinstance(s["t"], bool) or not 1 <= s["t"] <= MAX_CLASSIFIERS:
+        raise ParameterError(
+            f"t must be an integer from 1 to {MAX_CLASSIFIERS}, got {s['t']!r} (e.g. --method-param t=100;"
+            " each of the t classifiers is a full learner fit)"
+        )
     if s["clip"] is not None:
         clip = s["clip"]
         if not (isinstance(clip, (tuple, list)) and len(clip) == 2 and 0 <= clip[0] < clip[1] <= 1):
@@ -73,8 +79,11 @@ def method_settings(method: str, params: dict[str, Any]) -> dict[str, Any]:
     if method == "probing":
         if s["weighting"] not in ("auto", "weights", "costing"):
             raise ParameterError(f"weighting must be auto, weights or costing, got {s['weighting']!r}")
-        if not isinstance(s["costing_rounds"], int) or s["costing_rounds"] < 1:
-            raise ParameterError(f"costing_rounds must be an integer >= 1, got {s['costing_rounds']!r}")
+        if (not isinstance(s["costing_rounds"], int) or isinstance(s["costing_rounds"], bool)
+                or not 1 <= s["costing_rounds"] <= MAX_CLASSIFIERS):
+            raise ParameterError(
+                f"costing_rounds must be an integer from 1 to {MAX_CLASSIFIERS}, got {s['costing_rounds']!r}"
+            )
         if not isinstance(s["batch"], int) or isinstance(s["batch"], bool):
             raise ParameterError(f"batch must be an integer, got {s['batch']!r}")
         # validates t, loss, batch and interval_rule together, with the schedule's own messages

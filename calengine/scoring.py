@@ -2,7 +2,8 @@
 
 The unit of work is a *chunk*: a run of row groups of one Parquet file holding at most ``chunk_rows``
 rows.  Each chunk is a Dask task that streams its rows in batches, so memory is bounded by the batch,
-not the table.  The model is scattered to workers once.
+not the table.  The model reaches the workers as the result of one task (:func:`share_model`), so
+losing every worker loses nothing the scheduler cannot recompute.
 
 Scoring writes one Parquet part per chunk into a staging directory beside the target, checks that the
 row count matches the input, and only then renames the staging directory onto the target.
@@ -27,16 +28,58 @@ def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_00
 
 
 def _batches(chunk, columns: list[str] | None, batch_rows: int):
+    """The chunk's rows as pandas DataFrames of at most ``batch_rows`` rows (runs in tasks).
+
+    A read that fails (a corrupt data page, a file truncated or replaced since planning, a file the
+    worker cannot see) is a :class:`DataError` naming the file; errors of the caller's own work on a
+    batch are not relabelled, because only the read is inside the ``try``.
+    """
+    from .dataset import read_error
     from .storage import parquet_file
 
     if not chunk.row_groups:
         return
-    with parquet_file(chunk.path) as pf:
-        for batch in pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns):
-            yield batch.to_pandas()
+    try:
+        pf = parquet_file(chunk.path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow and fsspec raise several types for damaged files
+        raise read_error(chunk, exc) from exc
+    with pf:
+        try:
+            batches = pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns)
+        except Exception as exc:  # noqa: BLE001
+            raise read_error(chunk, exc) from exc
+        while True:
+            try:
+                batch = next(batches)
+                df = batch.to_pandas()
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001
+                raise read_error(chunk, exc) from exc
+            yield df
 
 
 # ---------------------------------------------------------------------------------------------- score
+
+
+def _the_model(model):
+    return model
+
+
+def share_model(client, model):
+    """A future of ``model`` that the scheduler can recompute.
+
+    Scattered data lives only on workers: when all of them die, every task needing it fails even
+    after replacements join.  A task holding the model is kept by the scheduler and simply runs again
+    on a new worker.  (Dask's "Sending large graph" warning is about repeating data in many tasks;
+    here it is sent once.)
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        return client.submit(_the_model, model, pure=False)
+
 
 
 def score_chunk(
@@ -82,7 +125,7 @@ def score_table(
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     expected = sum(c.n_rows for c in chunks)
     with staged_directory(output) as staging:
-        model_f = client.scatter(model, broadcast=True, hash=False)
+        model_f = share_model(client, model)
         futures = [
             client.submit(
                 score_chunk, model_f, chunk, str(Path(staging) / f"part-{i:05d}.parquet"), tuple(keep),
@@ -140,7 +183,7 @@ def evaluate_table(
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the evaluation table has no rows")
-    model_f = client.scatter(model, broadcast=True, hash=False)
+    model_f = share_model(client, model)
     futures = [
         client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, pure=False) for chunk in chunks
     ]

@@ -47,6 +47,32 @@ class FitConfig:
     combine: str | None = None
 
 
+#: seeds are 32-bit (numpy's and scikit-learn's ``random_state`` limit); larger values would alias
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed) -> int:
+    """``seed`` as an int in [0, 2**32 - 1], or a one-line :class:`ParameterError`."""
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ParameterError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ParameterError(
+            f"seed must be from 0 to {MAX_SEED} (32 bits), got {seed}; larger seeds would silently repeat smaller ones"
+        )
+    return int(seed)
+
+
+def check_cv(cv) -> int:
+    """``cv`` as an int >= 2, or a one-line :class:`ParameterError`."""
+    import numbers
+
+    if isinstance(cv, bool) or not isinstance(cv, numbers.Integral) or cv < 2:
+        raise ParameterError(f"cv must be an integer >= 2 (the number of folds), got {cv!r}")
+    return int(cv)
+
+
 def resolve_learner(config: FitConfig, plugins: PluginSet):
     """The learner instance for ``config.learner``: a registered name, a scikit-learn import path, a
     calengine :class:`~calengine.base.Learner`, or a scikit-learn classifier instance (wrapped)."""
