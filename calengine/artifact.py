@@ -6,6 +6,8 @@ Layout::
       manifest.json                 versions, names and parameters, feature schema, classes, seed, ...
       members/<i>/learner_<j>.npz   learner state arrays      (np.load(..., allow_pickle=False))
       members/<i>/learner_<j>.<key>.skops   scikit-learn estimators in the learner state (skops)
+      members/<i>/learner_<j>.<key>          bytes in the learner state, as written (a library's own
+                                            model format, e.g. ``booster.ubj``; read back as bytes)
       members/<i>/calibrator_<b>.npz        calibrator state arrays
       members/<i>/arrays.npz                member arrays (e.g. raw score ranges, Probing boundaries)
 
@@ -66,9 +68,13 @@ def _is_estimator(value: Any) -> bool:
 
 def _save_state(state: dict[str, Any], folder: Path, stem: str) -> dict[str, Any]:
     """Split a plugin state into JSON scalars, one .npz of arrays and one .skops per estimator."""
-    scalars, arrays, estimators = {}, {}, {}
+    scalars, arrays, estimators, files = {}, {}, {}, {}
     for key, value in state.items():
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (bytes, bytearray)):
+            fname = _plain_name(f"{stem}.{key}", f"state '{key}' of {stem}")
+            (folder / fname).write_bytes(bytes(value))
+            files[key] = fname
+        elif isinstance(value, np.ndarray):
             if value.dtype == object:
                 raise ModelFormatError(f"state '{key}' of {stem} is an object array; store numbers or strings")
             arrays[key] = value
@@ -81,12 +87,31 @@ def _save_state(state: dict[str, Any], folder: Path, stem: str) -> dict[str, Any
         else:
             scalars[key] = _jsonable(value, f"state '{key}' of {stem}")
     desc: dict[str, Any] = {"scalars": scalars, "estimators": estimators}
+    if files:
+        desc["files"] = files
     if arrays:
         fname = f"{stem}.npz"
         with open(folder / fname, "wb") as fh:
             np.savez(fh, **arrays)
         desc["arrays"] = fname
     return desc
+
+
+def _plain_name(name: str, where: str) -> str:
+    """``name`` if it is a plain file name (letters, digits, ``_ . -``; no separator, no leading dot)."""
+    import re
+
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name) or ".." in name:
+        raise ModelFormatError(
+            f"{where} names the file {name!r}, which is not a plain file name inside the model directory;"
+            " the model directory is damaged or forged, fit it again"
+        )
+    return name
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """The file ``name`` of a model folder; names from a manifest never reach outside the folder."""
+    return folder / _plain_name(name, f"the manifest of '{folder}'")
 
 
 def _load_arrays(path: Path) -> dict[str, np.ndarray]:
@@ -100,9 +125,14 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
 def _load_state(desc: dict[str, Any], folder: Path, trusted: frozenset[str]) -> dict[str, Any]:
     state: dict[str, Any] = dict(desc.get("scalars", {}))
     if "arrays" in desc:
-        state.update(_load_arrays(folder / desc["arrays"]))
+        state.update(_load_arrays(_inside(folder, desc["arrays"])))
     for key, fname in desc.get("estimators", {}).items():
-        state[key] = _load_skops(folder / fname, trusted)
+        state[key] = _load_skops(_inside(folder, fname), trusted)
+    for key, fname in desc.get("files", {}).items():
+        try:
+            state[key] = _inside(folder, fname).read_bytes()
+        except OSError as exc:
+            raise ModelFormatError(f"cannot read '{folder / fname}' ({exc}); the model directory is damaged, fit it again") from exc
     return state
 
 
@@ -290,7 +320,7 @@ def load_model(path: str | os.PathLike, trust: tuple[str, ...] | list[str] = (),
                 _plugin_class("calibrators", cd["name"], manifest, plugins)
                 cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
                 calibrators.append(cal.from_state(_load_state(cd["state"], mfolder, frozenset())))
-            arrays = _load_arrays(mfolder / desc["arrays"]) if "arrays" in desc else {}
+            arrays = _load_arrays(_inside(mfolder, desc["arrays"])) if "arrays" in desc else {}
             members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"]))
         combiner = None
         if manifest.get("combiner"):

@@ -200,6 +200,10 @@ def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
 
 
 def _route(ctx: Context, learner) -> str:
+    from .cluster_learners import check_cluster_route
+
+    if check_cluster_route(ctx.spec, learner):
+        return "cluster"
     if ctx.spec.route != "auto":
         if ctx.spec.route == "stats" and not getattr(learner, "supports_stats", False):
             raise ParameterError(f"learner '{learner.name}' cannot be fitted from statistics; drop --route stats")
@@ -308,6 +312,10 @@ def _unit_seed(seed: int, unit: pt.Unit, cv: int | None, code: bool) -> int:
 def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progress) -> list:
     """A future of the fitted learner of every unit, by ``route``."""
     k = ctx.enc.labels.n_classes
+    if route == "cluster":
+        from .cluster_learners import fit_units_on_cluster
+
+        return fit_units_on_cluster(client, ctx, plan, units, seeds, learner, progress)
     if route == "stats":
         columns = tuple(dict.fromkeys(u.column for u in units))
         futures = [
@@ -526,6 +534,12 @@ def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugi
     whole table assembled on one worker (never the client)."""
     from .model import CalibratedModel
 
+    if getattr(learner, "trains_on_cluster", False) and ctx.spec.route != "in-memory":
+        raise ParameterError(
+            f"--method {config.method} fits many weighted classifiers, each on one worker; learner"
+            f" '{learner.name}' trains on the whole cluster: use --method isotonic/sigmoid/..., or"
+            " --route in-memory to fit it in one worker's memory"
+        )
     if ctx.spec.route == "stats":
         raise ParameterError(
             f"--method {config.method} fits many weighted or sampled classifiers, not one from statistics;"
