@@ -240,6 +240,13 @@ class XGBoostDask(XGBoost):
 
 def _one_line(name: str, exc: BaseException) -> str:
     text = " ".join(str(exc).split())[:300] or type(exc).__name__
+    if type(exc).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError", "CancelledError") or (
+        isinstance(exc, AssertionError) and text == "lost"
+    ):
+        return (
+            f"learner '{name}' lost a Dask worker while training on the cluster ({type(exc).__name__}: {text});"
+            " XGBoost cannot resume a distributed training, so no model was written: run the fit again"
+        )
     return (
         f"learner '{name}' failed while training on the cluster ({type(exc).__name__}: {text}); no model was"
         " written: check the workers and run the fit again"
