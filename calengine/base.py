@@ -114,7 +114,7 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
     # * ``fit_on_cluster(client, training)`` -> ``self``, fitted exactly as ``fit`` would leave it (same
     #   fitted attributes, so ``score``/``to_state`` work).  Runs in the client: it may submit work to
     #   ``client`` (which is the current client meanwhile: ``distributed.get_client()`` returns it) but
-    #   must not gather the training rows into the client.  ``training.frames()`` gives a
+    #   must not gather the training rows into the client.  ``training.frames(client)`` gives a
     #   dask DataFrame of features and the target series, read by the workers from Parquet.  The learner's
     #   ``random_state`` has already been set from the user's seed and the fold's identity.  Raise
     #   :class:`calengine.errors.LearnerError` (one line) when the distributed fit fails.

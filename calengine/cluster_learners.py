@@ -51,19 +51,27 @@ class ClusterTraining:
     def feature_names(self) -> list[str]:
         return [f"f{i}" for i in range(self.n_features)]
 
-    def frames(self, dtype=np.float32):
+    def frames(self, client, dtype=np.float32):
         """``(X, y)``: a dask DataFrame of the features (columns ``f0..``, ``dtype``) and the target
-        Series (int32, ``0..n_classes-1``), one partition per fragment that holds training rows.
-        Partitions are read on the workers when the graph runs; nothing is computed here."""
-        import dask
+        Series (int32, ``0..n_classes-1``), one partition per fragment, read by the workers.
+
+        Fragment ``i`` is read on the ``i % n``-th of the ``n`` workers (in address order): distributed
+        learners train each worker on the partitions it holds, so pinning them keeps the rows every
+        worker sees -- hence the model -- the same from run to run on one cluster layout.
+        """
         import dask.dataframe as dd
         import pandas as pd
 
         meta = pd.DataFrame({**{c: np.empty(0, dtype=dtype) for c in self.feature_names},
                              TARGET: np.empty(0, dtype=np.int32)})
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if not workers:
+            raise DataError("the cluster has no workers; start workers and run the fit again")
+        token = self.token()
         parts = [
-            dask.delayed(unit_frame, pure=True)(fr, self.enc, self.plan, self.unit, np.dtype(dtype).str,
-                                                dask_key_name=f"calengine-unit-frame-{self.token()}-{i}")
+            client.submit(unit_frame, fr, self.enc, self.plan, self.unit, np.dtype(dtype).str,
+                          key=f"calengine-unit-frame-{token}-{i}", workers=[workers[i % len(workers)]],
+                          allow_other_workers=True, pure=False)
             for i, fr in enumerate(self.fragments)
         ]
         ddf = dd.from_delayed(parts, meta=meta, verify_meta=False)

@@ -29,6 +29,7 @@ across workers, so models differ with the layout (see the README's measurements)
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -206,13 +207,20 @@ class LightGBMDask(LightGBM):
             raise ParameterError(f"learner '{self.name}': network_timeout must be a positive integer (minutes)")
         objective = params.pop("objective")
         params.pop("num_class", None)
-        X, y = training.frames()
+        X, y = training.frames(client)
         try:
             model = dlgb.DaskLGBMClassifier(
                 client=client, objective=objective, n_estimators=int(self.n_estimators), tree_learner="data",
                 time_out=int(self.network_timeout), **params,
             )
-            model.fit(X, y)
+
+            def train():
+                with client.as_current(), warnings.catch_warnings():
+                    # lightgbm.dask sets each worker's threads itself and warns that n_jobs is ignored
+                    warnings.filterwarnings("ignore", message="Parameter .* will be ignored", category=UserWarning)
+                    model.fit(X, y)
+
+            run_watching_workers(client, train, self.name)
             booster = model.booster_
         except CalengineError:
             raise
@@ -226,6 +234,50 @@ class LightGBMDask(LightGBM):
         self.booster_ = _library().Booster(model_str=booster.model_to_string())
         self.n_classes_ = int(training.n_classes)
         return self
+
+
+def _scheduler_workers(dask_scheduler=None):
+    return sorted(dask_scheduler.workers)
+
+
+def _workers(client) -> set:
+    """The workers the scheduler knows now (asked, not the client's periodically refreshed copy)."""
+    return set(client.run_on_scheduler(_scheduler_workers))
+
+
+def run_watching_workers(client, fn, name: str, poll: float = 0.5) -> None:
+    """Run ``fn()`` in a thread and fail as soon as a worker present at the start leaves.
+
+    LightGBM's data-parallel training cannot survive a lost peer: the lost worker's part stays pinned
+    to its old address and the survivors block in LightGBM's network layer until ``time_out``.  Rather
+    than hang, the fit fails in one line (no model is written); the survivors are released when their
+    network timeout expires.
+    """
+    import threading
+
+    start = _workers(client)
+    box: dict[str, BaseException] = {}
+
+    def target():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"{name}-train", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(poll)
+        if not thread.is_alive():
+            break
+        lost = start - _workers(client)
+        if lost:
+            raise LearnerError(
+                f"learner '{name}' lost worker {sorted(lost)[0]} while training on the cluster; LightGBM cannot"
+                " resume a distributed training, so no model was written: run the fit again"
+            )
+    if "error" in box:
+        raise box["error"]
 
 
 @calengine.hookimpl

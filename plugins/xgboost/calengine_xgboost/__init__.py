@@ -219,7 +219,7 @@ class XGBoostDask(XGBoost):
         params = self.booster_params(training.n_classes)
         if not isinstance(self.collective_timeout, (int, np.integer)) or self.collective_timeout < 1:
             raise ParameterError(f"learner '{self.name}': collective_timeout must be a positive integer (seconds)")
-        X, y = training.frames()
+        X, y = training.frames(client)
         try:
             # the global configuration travels to the workers' training tasks: keep them quiet
             with _library().config_context(verbosity=0):
