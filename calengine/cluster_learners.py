@@ -105,14 +105,14 @@ def _identity(obj):
     return obj
 
 
-def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, learner, progress=None) -> list:
+def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows, learner, progress=None) -> list:
     """Fit ``learner`` for every unit, one unit after another, each across the whole cluster.
+
+    ``unit_rows``: the training rows of each unit (from the planning pass's label counts).
 
     Returns one future per unit holding the fitted learner, as the other routes do (the fitted object
     is embedded in its task, so a lost worker's copy is recomputed rather than lost).
     """
-    from .folds import fold_class_counts
-    from .partition_fit import _unit_target_counts
     from .tasks import learner_errors, seeded
 
     if ctx.enc.encoder.is_sparse:
@@ -122,15 +122,13 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, learner, 
         )
     k = ctx.enc.labels.n_classes
     n_features = len(ctx.enc.encoder.feature_names)
-    fold_counts = fold_class_counts(ctx.group_counts, k, plan.cv, plan.seed) if plan.cv else None
     if progress is not None:
         progress.start("cluster fits", len(units))
     out = []
-    for unit, seed in zip(units, seeds):
-        counts = _unit_target_counts(ctx, plan, unit, fold_counts)
+    for unit, seed, rows in zip(units, seeds, unit_rows):
         training = ClusterTraining(
             fragments=tuple(ctx.fragments), enc=ctx.enc, plan=plan, unit=unit,
-            n_classes=k if unit.column is None else 2, n_rows=int(counts.sum()), n_features=n_features, seed=seed,
+            n_classes=k if unit.column is None else 2, n_rows=int(rows), n_features=n_features, seed=seed,
         )
         est = seeded(learner, seed)
         # the client is "current" during the fit: libraries that look it up (distributed.get_client(),

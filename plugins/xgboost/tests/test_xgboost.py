@@ -179,13 +179,19 @@ def test_a_booster_file_name_outside_the_model_directory_is_refused(fitted, tmp_
         load_model(forged)
 
 
-def test_same_seed_same_boosters_other_seed_other_boosters(local_client, adult_parts):
+def test_seeds_reach_the_boosters_and_same_seed_runs_agree(local_client, adult_parts, adult_test):
+    """The seed reaches XGBoost (subsampling changes with it).  Two runs with one seed on one layout
+    agree closely but need not be bit-identical: xgboost.dask ranks the workers through a Python set,
+    and each rank's quantile sketch shapes the split candidates (README: determinism)."""
     params = {**SMALL, "subsample": 0.7, "colsample_bytree": 0.8}
     a, b, c = (_fit(local_client, adult_parts, positive=">50K", method="sigmoid", learner_params=params, seed=seed,
                     cv=2) for seed in (3, 3, 4))
     raw = [[m.learners[0].booster_.save_raw("ubj") for m in model.members] for model in (a, b, c)]
-    assert raw[0] == raw[1]
     assert raw[0] != raw[2]
+    df = _adult_test_frame(adult_test).head(3000)
+    pa, pb = (model.predict_frame(df)["p_>50K"].to_numpy() for model in (a, b))
+    assert np.abs(pa - pb).max() < 0.1
+    assert np.abs(pa - pb).mean() < 0.01
 
 
 def test_refit_and_calibration_data(local_client, adult_parts, adult_test, tmp_path):
