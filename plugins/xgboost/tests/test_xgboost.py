@@ -190,9 +190,9 @@ def test_seeds_reach_the_boosters_and_same_seed_runs_agree(local_client, adult_p
     assert raw[0] != raw[2]
     df = _adult_test_frame(adult_test).head(3000)
     pa, pb = (model.predict_frame(df)["p_>50K"].to_numpy() for model in (a, b))
-    # measured (benchmarks/results/dask_determinism.md): a few rows move by up to ~0.1, the mean far less
-    assert np.abs(pa - pb).max() < 0.3
-    assert np.abs(pa - pb).mean() < 0.01
+    # measured (benchmarks/results/dask_determinism.md): a few rows move by up to ~0.2, the mean by ~0.01
+    assert np.abs(pa - pb).max() < 0.4
+    assert np.abs(pa - pb).mean() < 0.03
 
 
 def test_refit_and_calibration_data(local_client, adult_parts, adult_test, tmp_path):
