@@ -6,6 +6,8 @@ Layout::
       manifest.json                 versions, names and parameters, feature schema, classes, seed, ...
       members/<i>/learner_<j>.npz   learner state arrays      (np.load(..., allow_pickle=False))
       members/<i>/learner_<j>.<key>.skops   scikit-learn estimators in the learner state (skops)
+      members/<i>/learner_<j>.<key>          bytes in the learner state, as written (a library's own
+                                            model format, e.g. ``booster.ubj``; read back as bytes)
       members/<i>/calibrator_<b>.npz        calibrator state arrays
       members/<i>/arrays.npz                member arrays (e.g. raw score ranges, Probing boundaries)
 
@@ -81,9 +83,15 @@ def _is_estimator(value: Any) -> bool:
 def _save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: str) -> dict[str, Any]:
     """Split a plugin state into JSON scalars, one .npz of arrays and one .skops per estimator, written
     under ``folder`` (relative to the model directory) through ``writer``."""
-    scalars, arrays, estimators = {}, {}, {}
+    from .artifact_files import check_plain_name
+
+    scalars, arrays, estimators, files = {}, {}, {}, {}
     for key, value in state.items():
-        if isinstance(value, np.ndarray):
+        if isinstance(value, (bytes, bytearray)):
+            fname = check_plain_name(f"{stem}.{key}", f"state '{key}' of {stem}")
+            writer.write(f"{folder}/{fname}", bytes(value))
+            files[key] = fname
+        elif isinstance(value, np.ndarray):
             if value.dtype == object:
                 raise ModelFormatError(f"state '{key}' of {stem} is an object array; store numbers or strings")
             arrays[key] = value
@@ -96,6 +104,8 @@ def _save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: st
         else:
             scalars[key] = _jsonable(value, f"state '{key}' of {stem}")
     desc: dict[str, Any] = {"scalars": scalars, "estimators": estimators}
+    if files:
+        desc["files"] = files
     if arrays:
         fname = f"{stem}.npz"
         writer.write(f"{folder}/{fname}", npz_bytes(arrays))
@@ -127,6 +137,8 @@ def _load_state(desc: dict[str, Any], reader: _Reader, folder: str, trusted: fro
         blob, where = reader.blob(folder, fname)
         state[key] = _load_skops(blob, where, trusted)
         check_estimator(state[key], f"'{where}'")
+    for key, fname in desc.get("files", {}).items():
+        state[key], _ = reader.blob(folder, fname)  # checked against the files table like every file
     return state
 
 

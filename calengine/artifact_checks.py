@@ -64,6 +64,8 @@ def _check_state(desc: Any, where: str) -> None:
         check_plain_name(fname, f"the estimator file of {where}")
     if "arrays" in state:
         check_plain_name(state["arrays"], f"the array file of {where}")
+    for key, fname in _need(state, "files", dict, f"the state of {where}").items() if "files" in state else ():
+        check_plain_name(fname, f"the file of state '{key}' of {where}")
 
 
 def check_manifest(manifest: Any) -> None:

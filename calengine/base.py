@@ -120,6 +120,31 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
     def fit_from_stats(self, stats: dict[str, Any], n_classes: int) -> "Learner":
         raise NotImplementedError(f"learner '{self.name}' cannot be fitted from statistics")
 
+    # ------------------------------------------------------------------ optional: training on the cluster
+    #
+    # A learner that is a distributed engine itself (``xgboost.dask``, ``lightgbm.dask``) declares
+    # ``trains_on_cluster = True`` and implements ``fit_on_cluster``.  In a partitioned fit
+    # (``calengine fit DATA``, ``calengine.fit_table``) the engine then hands it, for each fold (and
+    # each code-matrix column), the Dask client and a :class:`calengine.cluster_learners.ClusterTraining`
+    # describing the fold's training partitions, instead of assembling arrays on one worker.  It runs
+    # these fits one after another in the client process (each already uses every worker) instead of as
+    # parallel tasks.  Held-out rows are still scored per partition with ``score`` and the calibrators
+    # fitted by the engine's reductions, so the learner must stay an ordinary learner too: ``fit`` on
+    # in-memory arrays (used by the Python estimator API and by the in-memory engine) must work.
+    #
+    # * ``fit_on_cluster(client, training)`` -> ``self``, fitted exactly as ``fit`` would leave it (same
+    #   fitted attributes, so ``score``/``to_state`` work).  Runs in the client: it may submit work to
+    #   ``client`` (which is the current client meanwhile: ``distributed.get_client()`` returns it) but
+    #   must not gather the training rows into the client.  ``training.frames(client)`` gives a
+    #   dask DataFrame of features and the target series, read by the workers from Parquet.  The learner's
+    #   ``random_state`` has already been set from the user's seed and the fold's identity.  Raise
+    #   :class:`calengine.errors.LearnerError` (one line) when the distributed fit fails.
+
+    trains_on_cluster: ClassVar[bool] = False
+
+    def fit_on_cluster(self, client, training) -> "Learner":
+        raise NotImplementedError(f"learner '{self.name}' does not train on the cluster")
+
 
 class SklearnLearner(Learner):
     """A learner backed by one scikit-learn estimator (or Pipeline) built by :meth:`make_estimator`.

@@ -12,7 +12,9 @@ The story of ``calengine fit DATA`` (and of :func:`calengine.fit_table`, which i
    ``stats`` (learners that declare ``supports_stats``: one pass over the fragments gives every fold's
    statistics; fold f's learner is fitted from the merge of the other folds'), ``in-memory`` (the
    unit's rows assembled on one worker, refused in one line when they would not fit its memory) and
-   ``sample`` (``--max-train-rows``: a seeded stratified sample assembled on a worker).
+   ``sample`` (``--max-train-rows``: a seeded stratified sample assembled on a worker); learners that
+   train on the cluster themselves (``trains_on_cluster``: xgboost.dask, lightgbm.dask) take the
+   ``cluster`` route of :mod:`calengine.cluster_learners`, one fold after another.
 5. **Scores** of the held-out rows are computed per fragment and stay on the workers.
 6. **Calibrators** are fitted as reductions over those scores (the calibrator's own protocol, see
    :class:`calengine.base.Calibrator`); a calibrator without one gets its scores gathered on one worker.
@@ -201,6 +203,10 @@ def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
 
 
 def _route(ctx: Context, learner) -> str:
+    from .cluster_learners import check_cluster_route
+
+    if check_cluster_route(ctx.spec, learner):
+        return "cluster"
     if ctx.spec.route != "auto":
         if ctx.spec.route == "stats" and not getattr(learner, "supports_stats", False):
             raise ParameterError(f"learner '{learner.name}' cannot be fitted from statistics; drop --route stats")
@@ -309,6 +315,13 @@ def _unit_seed(seed: int, unit: pt.Unit, cv: int | None, code: bool) -> int:
 def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progress) -> list:
     """A future of the fitted learner of every unit, by ``route``."""
     k = ctx.enc.labels.n_classes
+    if route == "cluster":
+        from .cluster_learners import fit_units_on_cluster
+        from .folds import fold_class_counts
+
+        fold_counts = fold_class_counts(ctx.group_counts, k, plan.cv, plan.seed) if plan.cv else None
+        rows = [int(_unit_target_counts(ctx, plan, u, fold_counts).sum()) for u in units]
+        return fit_units_on_cluster(client, ctx, plan, units, seeds, rows, learner, progress)
     if route == "stats":
         columns = tuple(dict.fromkeys(u.column for u in units))
         futures = [
@@ -527,6 +540,12 @@ def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugi
     whole table assembled on one worker (never the client)."""
     from .model import CalibratedModel
 
+    if getattr(learner, "trains_on_cluster", False) and ctx.spec.route != "in-memory":
+        raise ParameterError(
+            f"--method {config.method} fits many weighted classifiers, each on one worker; learner"
+            f" '{learner.name}' trains on the whole cluster: use --method isotonic/sigmoid/..., or"
+            " --route in-memory to fit it in one worker's memory"
+        )
     if ctx.spec.route == "stats":
         raise ParameterError(
             f"--method {config.method} fits many weighted or sampled classifiers, not one from statistics;"

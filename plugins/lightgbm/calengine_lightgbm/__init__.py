@@ -1,0 +1,286 @@
+"""LightGBM as calengine learners: ``lightgbm`` (one process) and ``lightgbm_dask`` (the whole cluster).
+
+=============  ==============  ==========  =====================================================
+name           sample weights  score_kind  trains
+=============  ==============  ==========  =====================================================
+lightgbm       yes             proba       in one task on one worker (``lightgbm.train``)
+lightgbm_dask  yes             proba       on the cluster (``lightgbm.dask.DaskLGBMClassifier``)
+                                           in a partitioned fit; in one process on arrays
+=============  ==============  ==========  =====================================================
+
+Objective ``binary`` for two classes, ``multiclass`` (softmax) for more: ``score`` then returns the
+``(n, k)`` class probabilities, which calengine calibrates one-vs-rest and normalises.
+
+``lightgbm_dask`` declares ``trains_on_cluster``: in a partition-native fit the engine hands it the Dask
+client and a description of each fold's training partitions (read on the workers by calengine's reader);
+LightGBM's data-parallel learner then trains on every worker, talking over its own sockets on the
+workers' addresses (``network_timeout`` minutes bound the wait for a lost peer).
+
+Persistence never pickles: the booster is written in LightGBM's own text model format
+(``learner_<j>.booster.txt`` inside the model directory; LightGBM's JSON dump cannot be loaded back, so
+the text format is the library's native loadable one) and read with ``lightgbm.Booster(model_str=...)``.
+The LightGBM version that wrote it is recorded and checked on load.
+
+Determinism: ``random_state`` (from ``--seed``) is LightGBM's ``seed``; ``deterministic=true`` and
+``force_row_wise=true`` are always set, so one layout gives the same booster bit for bit.  Across
+different numbers of workers the data-parallel learner bins each worker's rows and sums histograms
+across workers, so models differ with the layout (see the README's measurements).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+import calengine
+from calengine.base import Learner
+from calengine.errors import CalengineError, LearnerError, ModelFormatError, ParameterError
+
+__all__ = ["LightGBM", "LightGBMDask", "register_learners"]
+__version__ = "0.1.0"
+
+BOOSTER_KEY = "booster.txt"
+
+
+def _library():
+    import lightgbm
+
+    return lightgbm
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(p) for p in re.findall(r"\d+", str(text))[:3])
+
+
+def check_library_version(recorded: str, installed: str) -> None:
+    """Refuse a booster written by a newer release or another major version of LightGBM."""
+    want, have = _version_tuple(recorded), _version_tuple(installed)
+    if not want or want[0] != have[0] or have < want:
+        raise ModelFormatError(
+            f"this model's booster was written by lightgbm {recorded} and lightgbm {installed} is installed;"
+            f" install the same release (pip install 'lightgbm=={recorded}') to load it"
+        )
+
+
+class LightGBM(Learner):
+    """Gradient-boosted trees (LightGBM), trained in one process."""
+
+    name = "lightgbm"
+    accepts_sample_weight = True
+    score_kind = "proba"
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        num_leaves: int = 31,
+        learning_rate: float = 0.1,
+        min_child_samples: int = 20,
+        subsample: float = 1.0,
+        colsample_bytree: float = 1.0,
+        reg_lambda: float = 0.0,
+        max_bin: int = 255,
+        n_jobs: int = 1,
+        random_state: int | None = None,
+    ):
+        self.n_estimators = n_estimators
+        self.num_leaves = num_leaves
+        self.learning_rate = learning_rate
+        self.min_child_samples = min_child_samples
+        self.subsample = subsample
+        self.colsample_bytree = colsample_bytree
+        self.reg_lambda = reg_lambda
+        self.max_bin = max_bin
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    def _check_params(self) -> None:
+        for key, low in (("n_estimators", 1), ("num_leaves", 2), ("min_child_samples", 1), ("max_bin", 2)):
+            v = getattr(self, key)
+            if not isinstance(v, (int, np.integer)) or v < low:
+                raise ParameterError(f"learner '{self.name}': {key} must be an integer >= {low}, got {v!r}")
+        for key in ("subsample", "colsample_bytree"):
+            v = getattr(self, key)
+            if not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ParameterError(f"learner '{self.name}': {key} must be in (0, 1], got {v!r}")
+        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
+            raise ParameterError(f"learner '{self.name}': learning_rate must be positive, got {self.learning_rate!r}")
+
+    def booster_params(self, n_classes: int) -> dict[str, Any]:
+        """LightGBM parameters (without the thread count) for ``n_classes`` classes."""
+        self._check_params()
+        params: dict[str, Any] = {
+            "num_leaves": int(self.num_leaves),
+            "learning_rate": float(self.learning_rate),
+            "min_child_samples": int(self.min_child_samples),
+            "bagging_fraction": float(self.subsample),
+            "bagging_freq": 1 if self.subsample < 1 else 0,
+            "feature_fraction": float(self.colsample_bytree),
+            "lambda_l2": float(self.reg_lambda),
+            "max_bin": int(self.max_bin),
+            "seed": int(self.random_state or 0),
+            "deterministic": True,
+            "force_row_wise": True,
+            "verbosity": -1,
+        }
+        if n_classes > 2:
+            params.update(objective="multiclass", num_class=int(n_classes))
+        else:
+            params.update(objective="binary")
+        return params
+
+    def fit(self, X, y, sample_weight=None):
+        lgb = _library()
+        y = np.asarray(y)
+        n_classes = max(2, int(y.max()) + 1) if y.size else 2
+        params = {**self.booster_params(n_classes), "num_threads": int(self.n_jobs)}
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        data = lgb.Dataset(X, label=y, weight=weight, params={"max_bin": int(self.max_bin), "verbosity": -1})
+        self.booster_ = lgb.train(params, data, num_boost_round=int(self.n_estimators))
+        self.n_classes_ = n_classes
+        return self
+
+    def score(self, X) -> np.ndarray:
+        out = np.asarray(self.booster_.predict(X, num_threads=int(self.n_jobs)), dtype=np.float64)
+        if self.n_classes_ > 2:
+            return out.reshape(-1, self.n_classes_)
+        return out.reshape(-1)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            BOOSTER_KEY: self.booster_.model_to_string().encode("utf-8"),
+            "n_classes": int(self.n_classes_),
+            "library": "lightgbm",
+            "library_version": _library().__version__,
+        }
+
+    def from_state(self, state: dict[str, Any]) -> "LightGBM":
+        lgb = _library()
+        if state.get("library") != "lightgbm" or BOOSTER_KEY not in state:
+            raise ModelFormatError(f"learner '{self.name}' state holds no LightGBM booster; fit the model again")
+        check_library_version(str(state.get("library_version", "")), lgb.__version__)
+        try:
+            self.booster_ = lgb.Booster(model_str=bytes(state[BOOSTER_KEY]).decode("utf-8"))
+        except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModelFormatError(f"the LightGBM booster of learner '{self.name}' cannot be read ({first}); fit the model again") from exc
+        self.n_classes_ = int(state["n_classes"])
+        return self
+
+
+class LightGBMDask(LightGBM):
+    """LightGBM's data-parallel learner across every Dask worker in a partitioned fit; on in-memory
+    arrays it trains in one process exactly like ``lightgbm``."""
+
+    name = "lightgbm_dask"
+    trains_on_cluster = True
+
+    def __init__(
+        self,
+        n_estimators: int = 100,
+        num_leaves: int = 31,
+        learning_rate: float = 0.1,
+        min_child_samples: int = 20,
+        subsample: float = 1.0,
+        colsample_bytree: float = 1.0,
+        reg_lambda: float = 0.0,
+        max_bin: int = 255,
+        n_jobs: int = 1,
+        random_state: int | None = None,
+        network_timeout: int = 5,
+    ):
+        super().__init__(
+            n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
+            min_child_samples=min_child_samples, subsample=subsample, colsample_bytree=colsample_bytree,
+            reg_lambda=reg_lambda, max_bin=max_bin, n_jobs=n_jobs, random_state=random_state,
+        )
+        self.network_timeout = network_timeout
+
+    def fit_on_cluster(self, client, training):
+        import lightgbm.dask as dlgb
+
+        params = self.booster_params(training.n_classes)
+        if not isinstance(self.network_timeout, (int, np.integer)) or self.network_timeout < 1:
+            raise ParameterError(f"learner '{self.name}': network_timeout must be a positive integer (minutes)")
+        objective = params.pop("objective")
+        params.pop("num_class", None)
+        X, y = training.frames(client)
+        try:
+            model = dlgb.DaskLGBMClassifier(
+                client=client, objective=objective, n_estimators=int(self.n_estimators), tree_learner="data",
+                time_out=int(self.network_timeout), **params,
+            )
+
+            def train():
+                with client.as_current(), warnings.catch_warnings():
+                    # lightgbm.dask sets each worker's threads itself and warns that n_jobs is ignored
+                    warnings.filterwarnings("ignore", message="Parameter .* will be ignored", category=UserWarning)
+                    model.fit(X, y)
+
+            run_watching_workers(client, train, self.name)
+            booster = model.booster_
+        except CalengineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the cluster's failure, told in one line
+            text = " ".join(str(exc).split())[:300] or type(exc).__name__
+            raise LearnerError(
+                f"learner '{self.name}' failed while training on the cluster ({type(exc).__name__}: {text});"
+                " no model was written: check the workers and run the fit again"
+            ) from exc
+        # the classifier's booster, re-read from its own text format so it carries no client state
+        self.booster_ = _library().Booster(model_str=booster.model_to_string())
+        self.n_classes_ = int(training.n_classes)
+        return self
+
+
+def _scheduler_workers(dask_scheduler=None):
+    return sorted(dask_scheduler.workers)
+
+
+def _workers(client) -> set:
+    """The workers the scheduler knows now (asked, not the client's periodically refreshed copy)."""
+    return set(client.run_on_scheduler(_scheduler_workers))
+
+
+def run_watching_workers(client, fn, name: str, poll: float = 0.5) -> None:
+    """Run ``fn()`` in a thread and fail as soon as a worker present at the start leaves.
+
+    LightGBM's data-parallel training cannot survive a lost peer: the lost worker's part stays pinned
+    to its old address and the survivors block in LightGBM's network layer until ``time_out``.  Rather
+    than hang, the fit fails in one line (no model is written); the survivors are released when their
+    network timeout expires.
+    """
+    import threading
+
+    start = _workers(client)
+    box: dict[str, BaseException] = {}
+
+    def target():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"{name}-train", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(poll)
+        if not thread.is_alive():
+            break
+        lost = start - _workers(client)
+        if lost:
+            raise LearnerError(
+                f"learner '{name}' lost worker {sorted(lost)[0]} while training on the cluster; LightGBM cannot"
+                " resume a distributed training, so no model was written: run the fit again"
+            )
+    if "error" in box:
+        raise box["error"]
+
+
+@calengine.hookimpl
+def register_learners(register):
+    register(LightGBM)
+    register(LightGBMDask)
