@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the calengine image and smoke-test it, on a machine with Docker and its compose plugin.
-# From the repository root:   deploy/build-and-smoke.sh [TAG]
+# From the repository root:   deploy/build-and-smoke.sh
+# (the image is tagged calengine:0.1.0, the tag deploy/compose.yaml and the Kubernetes files use)
 #
 # 1. builds deploy/Dockerfile from the lock file;
 # 2. runs `calengine --version` and `calengine plugins` in the image;
@@ -9,7 +10,7 @@
 # 4. stops the cluster (also on failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tag="${1:-calengine:0.1.0}"
+tag="calengine:$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/calengine-smoke.XXXXXX")"
 export CALENGINE_DIR="${work}" CALENGINE_UID="$(id -u)"
 compose=(docker compose -f deploy/compose.yaml)

@@ -183,6 +183,11 @@ def test_compose_commands_are_the_documented_two_word_commands():
     assert "dask-scheduler " not in script.replace("dask-scheduler /", "")
     # the scheduler port is published on the host's loopback only
     assert services["scheduler"]["ports"] == ["127.0.0.1:8786:8786"]
+    # the image the smoke script builds (calengine:<version of pyproject.toml>) is the one run here
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert {services[n]["image"] for n in ("scheduler", "worker", "client")} == {f"calengine:{version}"}
 
 
 def test_compose_workers_see_the_clients_absolute_paths():
