@@ -63,6 +63,8 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import run_log
+
     parser = _Parser(
         prog="calengine",
         description="Calibrated class probabilities from any classifier, on Dask.",
@@ -118,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--overwrite", action="store_true",
                      help="replace an existing model directory at --output (only once the new model is complete)")
     _add_cluster_options(fit)
+    run_log.add_option(fit)
 
     score = sub.add_parser("score", help="write calibrated probabilities for a Parquet table")
     score.add_argument("model", metavar="MODEL_DIR")
@@ -131,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
     score.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(score)
+    run_log.add_option(score)
 
     ev = sub.add_parser("evaluate", help="metrics of one or more models on a labelled Parquet table")
     ev.add_argument("paths", nargs="+", metavar="MODEL_DIR... DATA",
@@ -162,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     from .errors import CalengineError
 
     try:
-        return COMMANDS[args.command](args)
+        from . import run_log
+
+        return run_log.run(COMMANDS[args.command], args, sys.argv[1:] if argv is None else list(argv))
     except CalengineError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
@@ -255,8 +261,10 @@ def _client(args, distributions=(), modules=()):
     import calengine.cluster
 
     calengine.cluster.QUIET_WORKER_STDERR = True
-    return dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions,
-                       modules=modules, memory_limit=memory)
+    from .run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
+
+    return observed(dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions,
+                                modules=modules, memory_limit=memory), args.cluster)
 
 
 def _prepare_fit(args):

@@ -31,8 +31,9 @@ def _write(path: Path, cert, key) -> None:
     )
 
 
-def _certificates(folder: Path) -> dict[str, Path]:
-    """A throwaway CA, a certificate for the scheduler/workers and one for the client."""
+def _certificates(folder: Path, ips: tuple[str, ...] = ("127.0.0.1",)) -> dict[str, Path]:
+    """A throwaway CA, a certificate for the scheduler/workers and one for the client, valid for
+    localhost and the addresses ``ips``."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import NameOID
@@ -56,7 +57,8 @@ def _certificates(folder: Path) -> dict[str, Path]:
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+                                                        *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips)]),
+                           False)
             .sign(ca_key, hashes.SHA256())
         )
         _write(folder / name, cert, key)

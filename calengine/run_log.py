@@ -1,0 +1,223 @@
+"""What a platform team asks of a batch job: the dashboard link, and a machine-readable record of the run.
+
+``calengine fit|score ... --json-log FILE`` writes one JSON object to FILE when the command ends,
+successfully or not (written to a temporary file beside FILE, then renamed)::
+
+    {"format": "calengine-run-log/1", "command": "fit", "argv": [...], "cwd": "...",
+     "started": "2026-11-24T00:00:00Z", "wall_seconds": 12.3, "exit_code": 0, "error": null,
+     "versions": {"python": ..., "calengine": ..., "scikit-learn": ..., ..., plugin distributions},
+     "cluster": {"kind": "embedded|local|remote", "scheduler": "tls://...", "dashboard": url or null,
+                 "workers": [{"address", "host", "name", "nthreads", "memory_limit"}, ...]},
+     "tasks": {"count": N, "compute_seconds": S, "by_kind": {prefix: {"count", "compute_seconds"}},
+               "by_worker": {address: {"count", "compute_seconds"}}},
+     "rows_read": R, "output": "/absolute/path"}
+
+``rows_read`` is the number of rows the job fitted on (the model's training rows, from its manifest)
+or scored (the rows written).  ``tasks`` counts the Dask tasks that ran while the client was open,
+from the scheduler's task stream (a re-run of a lost worker's task counts again).
+
+:func:`observed` wraps the job's Dask client: it prints the scheduler's dashboard link on stderr when
+stderr is a terminal and the scheduler serves a dashboard (``--cluster`` only), and collects the
+cluster layout and the task stream for the record.  Both are no-ops cost-wise without ``--json-log``
+beyond one scheduler query.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Callable
+
+FORMAT = "calengine-run-log/1"
+
+
+def add_option(parser) -> None:
+    parser.add_argument("--json-log", metavar="FILE", default=None,
+                        help="write a JSON record of the run to FILE (command, versions, cluster, tasks, rows,"
+                        " wall time, output, exit code)")
+
+
+class _Run:
+    """The record of the command being run (one per process: the CLI runs one command)."""
+
+    def __init__(self, args, argv: list[str]):
+        self.path = getattr(args, "json_log", None)
+        self.record: dict[str, Any] = {
+            "format": FORMAT,
+            "command": args.command,
+            "argv": ["calengine", *argv],
+            "cwd": os.getcwd(),
+            "started": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "cluster": None,
+            "tasks": None,
+        }
+        self.args = args
+        self.t0 = time.perf_counter()
+
+
+_current: _Run | None = None
+
+
+def run(command: Callable[[Any], int], args, argv: list[str]) -> int:
+    """Run ``command(args)``; with ``--json-log``, write the record however it ends (exceptions
+    propagate unchanged to the CLI, which turns them into one line)."""
+    global _current
+    _current = _Run(args, argv)
+    if _current.path is None:
+        return command(args)
+    _check_writable(_current.path)
+    code, error = 1, None
+    try:
+        code = command(args)
+        return code
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        raise
+    except KeyboardInterrupt:
+        code, error = 130, "interrupted"
+        raise
+    except Exception as exc:
+        from .errors import CalengineError
+
+        code, error = (2 if isinstance(exc, CalengineError) else 1), f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        _finish(_current, code, error)
+        _current = None
+
+
+@contextmanager
+def observed(client_context, cluster: str | None):
+    """Enter ``client_context`` (a :func:`calengine.cluster.dask_client`), announce the dashboard and,
+    for the record, note the cluster's layout and the tasks that ran."""
+    with client_context as client:
+        run = _current
+        dashboard = _dashboard_link(client)
+        if cluster is not None and dashboard and sys.stderr.isatty():
+            sys.stderr.write(f"dashboard: {dashboard}\n")
+        if run is None or run.path is None:
+            yield client
+            return
+        from distributed import get_task_stream
+
+        run.record["cluster"] = _layout(client, cluster, dashboard)
+        with get_task_stream(client=client) as stream:
+            yield client
+        run.record["tasks"] = _task_summary(stream.data)
+
+
+def _serves_dashboard(dask_scheduler) -> bool:
+    """Runs on the scheduler: whether its HTTP server carries the Bokeh dashboard.  The HTTP server
+    itself (health, metrics) always runs, so ``services["dashboard"]`` is there even with
+    ``--no-dashboard`` or without bokeh installed, where there is no dashboard to open."""
+    return bool(getattr(getattr(dask_scheduler, "http_application", None), "applications", None))
+
+
+def _dashboard_link(client) -> str | None:
+    """The dashboard's URL, or None when the scheduler serves none."""
+    try:
+        if not client.run_on_scheduler(_serves_dashboard):
+            return None
+        return client.dashboard_link or None
+    except Exception:  # noqa: BLE001 - no link is better than a failed job
+        return None
+
+
+def _layout(client, cluster: str | None, dashboard: str | None) -> dict:
+    info = client.scheduler_info()
+    workers = [
+        {"address": addr, "host": w.get("host"), "name": str(w.get("name")), "nthreads": w.get("nthreads"),
+         "memory_limit": w.get("memory_limit")}
+        for addr, w in sorted(info.get("workers", {}).items())
+    ]
+    kind = "embedded" if cluster is None else "local" if cluster == "local" else "remote"
+    return {"kind": kind, "scheduler": info.get("address"), "dashboard": dashboard, "workers": workers}
+
+
+def _task_summary(records: list[dict]) -> dict:
+    from dask.utils import key_split
+
+    by_kind: dict[str, dict] = {}
+    by_worker: dict[str, dict] = {}
+    total = 0.0
+    for r in records:
+        seconds = sum(s["stop"] - s["start"] for s in r.get("startstops", ()) if s.get("action") == "compute")
+        total += seconds
+        for table, name in ((by_kind, key_split(r.get("key"))), (by_worker, r.get("worker"))):
+            entry = table.setdefault(str(name), {"count": 0, "compute_seconds": 0.0})
+            entry["count"] += 1
+            entry["compute_seconds"] += seconds
+    for table in (by_kind, by_worker):
+        for entry in table.values():
+            entry["compute_seconds"] = round(entry["compute_seconds"], 6)
+    return {"count": len(records), "compute_seconds": round(total, 6), "by_kind": dict(sorted(by_kind.items())),
+            "by_worker": dict(sorted(by_worker.items()))}
+
+
+def _versions() -> dict[str, str]:
+    from importlib import metadata
+
+    from .cluster import environment_versions
+
+    plugins = []
+    for ep in metadata.entry_points(group="calengine"):
+        if ep.dist is not None:
+            plugins.append(ep.dist.name)
+    return environment_versions(tuple(sorted(set(plugins))))
+
+
+def _rows_and_output(args) -> tuple[int | None, str | None]:
+    output = getattr(args, "output", None)
+    if output is None:
+        return None, None
+    output = os.path.abspath(output)
+    try:
+        if args.command == "fit":
+            with open(os.path.join(output, "manifest.json")) as fh:
+                return json.load(fh)["extra"]["x_training"]["rows"], output
+        if args.command == "score":
+            import pyarrow.dataset as ds
+
+            return ds.dataset(output, format="parquet").count_rows(), output
+    except (OSError, KeyError, ValueError, TypeError):
+        pass  # nothing (complete) was written: a failed run
+    return None, output
+
+
+def _check_writable(path: str) -> None:
+    """Refuse, before any work, a --json-log path the record could not be written to."""
+    from .errors import ParameterError
+
+    if os.path.isdir(path):
+        raise ParameterError(f"--json-log '{path}' is a directory; name a file, e.g. {os.path.join(path, 'run.json')}")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ParameterError(f"--json-log '{path}' cannot be written ('{parent}' is not a writable directory)")
+
+
+def _finish(run: _Run, code: int, error: str | None) -> None:
+    record = run.record
+    record["wall_seconds"] = round(time.perf_counter() - run.t0, 3)
+    record["exit_code"] = code
+    record["error"] = error
+    try:
+        record["versions"] = _versions()
+    except Exception as exc:  # noqa: BLE001 - the record is still worth writing
+        record["versions"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if code == 0:
+        record["rows_read"], record["output"] = _rows_and_output(run.args)
+    else:
+        record["rows_read"], record["output"] = None, None
+    path = os.path.abspath(run.path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(record, fh, indent=1, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
