@@ -258,6 +258,9 @@ def _client(args, distributions=(), modules=()):
     for name in ["distributed", *logging.root.manager.loggerDict]:
         if name == "distributed" or name.startswith("distributed."):
             logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    # a cluster start cut short (Ctrl-C while the plugins load beside it) leaves asyncio tasks whose
+    # exceptions nobody retrieves; asyncio would log each with a traceback
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
     import calengine.cluster
 
     calengine.cluster.QUIET_WORKER_STDERR = True

@@ -278,25 +278,8 @@ def dask_client(
                 lc.close()
             return
         if cluster == "local":
-            lc = _start_local(
-                LocalCluster,
-                n_workers=workers or default_threads(),
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:0",
-                silence_logs=logging.CRITICAL,
-                **local_memory,
-            )
-            client = Client(lc, set_as_default=False)
-            try:
-                client.wait_for_workers(workers or default_threads(), timeout=120)
-                dists, mods = requirements()
-                check_workers(client, dists, mods)
-                yield CheckedClient(client, dists)
-            finally:
-                client.close()
-                lc.close()
+            with _workers_stderr_quiet():
+                yield from _local_processes(LocalCluster, Client, workers, local_memory, requirements)
             return
         client = _connect(cluster, tls)
         try:
@@ -313,21 +296,45 @@ def _start_local(factory, attempts: int = 3, **kwargs):
     last: Exception | None = None
     for _ in range(attempts):
         try:
-            with _workers_stderr_quiet():
-                return factory(**kwargs)
+            return factory(**kwargs)
         except (RuntimeError, OSError, ValueError) as exc:
             last = exc
     raise ClusterError(f"could not start a local Dask cluster ({last}); check free memory and ports, then retry")
 
 
+def _local_processes(LocalCluster, Client, workers, local_memory, requirements):
+    """The ``--cluster local`` branch of :func:`dask_client` (a generator: yields the client)."""
+    lc = _start_local(
+        LocalCluster,
+        n_workers=workers or default_threads(),
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.CRITICAL,
+        **local_memory,
+    )
+    client = Client(lc, set_as_default=False)
+    try:
+        client.wait_for_workers(workers or default_threads(), timeout=120)
+        dists, mods = requirements()
+        check_workers(client, dists, mods)
+        yield CheckedClient(client, dists)
+    finally:
+        client.close()
+        lc.close()
+
+
 @contextmanager
 def _workers_stderr_quiet():
-    """Start local worker processes with their stderr on the null device.
+    """Run local worker processes with their stderr on the null device.
 
     A terminal's Ctrl-C goes to the whole process group: a worker process still importing when it
     arrives prints a ``KeyboardInterrupt`` traceback of its own, burying the one ``error: interrupted``
     line.  Worker processes inherit file descriptor 2 when they are spawned, so it points at the null
-    device for exactly that moment (their log records are silenced anyway, and task errors reach the
+    device for the local cluster's whole life -- a nanny restarts a worker that the same Ctrl-C killed,
+    and the new process would otherwise log to the terminal -- while this process writes to a
+    duplicate of the real stderr (worker log records are silenced anyway, and task errors reach the
     client as exceptions).  Only the CLI needs this (its stderr is the user's report); the Python API
     leaves stderr alone.
     """
@@ -337,10 +344,16 @@ def _workers_stderr_quiet():
     sys.stderr.flush()
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
+    python_stderr = sys.stderr
     try:
         os.dup2(devnull, 2)
+        # this process keeps writing to the real stderr through a duplicate of it
+        sys.stderr = open(saved, "w", buffering=1, closefd=False, encoding=getattr(python_stderr, "encoding", None),
+                          errors="backslashreplace")
         yield
     finally:
+        sys.stderr.flush()
+        sys.stderr = python_stderr
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
