@@ -47,15 +47,6 @@ CHECKED_PACKAGES = (
 )
 
 
-#: Share of a worker's memory limit that held task results may occupy before Dask spills them to the
-#: worker's local disk, on the clusters calengine starts.  The one O(rows) thing a fit holds is the
-#: held-out scores that exact isotonic/ROC calibration needs sorted across the whole table (9 bytes a
-#: row); spilling them beyond a small fixed budget keeps a worker's peak memory the same at 10M and
-#: 100M rows (Dask's default, 60 %, would let them grow with the table until the limit).  Remote
-#: workers keep their own setting: ``distributed.worker.memory.target`` in their Dask configuration.
-HELD_DATA_FRACTION = 1 / 32
-
-
 @dataclass(frozen=True)
 class TLSConfig:
     ca_file: str
@@ -254,10 +245,8 @@ def dask_client(
     import dask
     from distributed import Client, LocalCluster
 
-    # Worker processes may start their own children (joblib inside a third-party learner).  Workers we
-    # start keep at most HELD_DATA_FRACTION of their memory limit in held task results (Dask's spill
-    # "target"; the least recently used results go to the worker's local disk beyond it).
-    with dask.config.set({"distributed.worker.daemon": False, "distributed.worker.memory.target": HELD_DATA_FRACTION}):
+    # Worker processes may start their own children (joblib inside a third-party learner).
+    with dask.config.set({"distributed.worker.daemon": False}):
         if cluster is None:
             lc = _start_local(
                 LocalCluster,

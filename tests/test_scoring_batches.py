@@ -1,0 +1,60 @@
+"""Scoring and evaluation do not depend on how the table is cut into chunks and batches: the same
+model over the same rows gives the same scores bit for bit and the same metric accumulators (exact
+per-value tables), whatever ``batch_rows`` and ``chunk_rows`` are (hypothesis)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import calengine
+from calengine.cluster import dask_client
+from calengine.scoring import evaluate_table, score_table
+
+
+@pytest.fixture(scope="module")
+def setup():
+    rng = np.random.default_rng(5)
+    n = 900
+    df = pd.DataFrame(rng.normal(size=(n, 3)), columns=["a", "b", "c"])
+    df["a"] = df["a"].round(1)  # tied scores
+    df["colour"] = rng.choice(["red", "green", None], size=n)
+    df["y"] = rng.choice(["u", "v", "w"], size=n, p=[0.5, 0.3, 0.2])
+    folder = Path(tempfile.mkdtemp(prefix="calengine-batches-"))
+    for i, (part, rg) in enumerate(zip(np.array_split(np.arange(n), 3), (37, 100, 250))):
+        pq.write_table(pa.Table.from_pandas(df.iloc[part].reset_index(drop=True), preserve_index=False),
+                       folder / f"part-{i}.parquet", row_group_size=rg)
+    model = calengine.fit_table(folder, "y", learner="gaussian_nb", method="isotonic")
+    files = sorted(str(p) for p in folder.iterdir())
+    with dask_client(workers=2) as client:
+        reference = _score(client, model, files, 65536, 10**6)
+        acc = evaluate_table(client, model, files, "y")
+        yield client, model, files, reference, {k: v.to_arrays() for k, v in acc.items()}
+
+
+def _score(client, model, files, batch_rows, chunk_rows) -> pd.DataFrame:
+    with tempfile.TemporaryDirectory() as out:
+        score_table(client, model, files, out + "/s", batch_rows=batch_rows, chunk_rows=chunk_rows)
+        return pd.concat([pd.read_parquet(p) for p in sorted(Path(out, "s").glob("*.parquet"))], ignore_index=True)
+
+
+@settings(max_examples=8, deadline=None)
+@given(batch_rows=st.integers(1, 400), chunk_rows=st.integers(1, 1000))
+def test_scores_and_metrics_do_not_depend_on_batches_or_chunks(setup, batch_rows, chunk_rows):
+    client, model, files, reference, ref_acc = setup
+    got = _score(client, model, files, batch_rows, chunk_rows)
+    pd.testing.assert_frame_equal(got, reference, check_exact=True)
+    acc = evaluate_table(client, model, files, "y", batch_rows=batch_rows, chunk_rows=chunk_rows)
+    for kind, arrays in ref_acc.items():
+        mine = acc[kind].to_arrays()
+        assert mine.keys() == arrays.keys()
+        for key in arrays:
+            np.testing.assert_array_equal(mine[key], arrays[key], err_msg=f"{kind} {key}")
