@@ -151,6 +151,18 @@ class CheckedClient:
     def __getattr__(self, name):
         return getattr(self._client, name)
 
+    @property
+    def plain(self):
+        """The ``distributed.Client`` itself, for libraries that insist on one (xgboost.dask,
+        lightgbm.dask): their own tasks then run without the per-task version check, the workers
+        having passed :func:`check_workers` when the job started."""
+        return self._client
+
+
+def plain_client(client):
+    """``client`` as a ``distributed.Client`` (unwrapping a :class:`CheckedClient`)."""
+    return client.plain if isinstance(client, CheckedClient) else client
+
     def submit(self, fn, *args, **kwargs):
         return self._client.submit(VersionChecked(fn, self._versions, self._distributions), *args, **kwargs)
 

@@ -113,8 +113,10 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows
     Returns one future per unit holding the fitted learner, as the other routes do (the fitted object
     is embedded in its task, so a lost worker's copy is recomputed rather than lost).
     """
+    from .cluster import plain_client
     from .tasks import learner_errors, seeded
 
+    plain = plain_client(client)  # the libraries type-check for a distributed.Client
     if ctx.enc.encoder.is_sparse:
         raise DataError(
             f"learner '{learner.name}' trains on dense features and this table has a text column; drop"
@@ -133,8 +135,8 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows
         est = seeded(learner, seed)
         # the client is "current" during the fit: libraries that look it up (distributed.get_client(),
         # as xgboost.dask and lightgbm.dask do) find this one, without making it the process default
-        with client.as_current(), learner_errors(est):
-            fitted = est.fit_on_cluster(client, training)
+        with plain.as_current(), learner_errors(est):
+            fitted = est.fit_on_cluster(plain, training)
         if fitted is not est:
             raise ParameterError(f"learner '{learner.name}': fit_on_cluster must return self")
         out.append(client.submit(_identity, est, pure=False))

@@ -291,3 +291,19 @@ def check_plugin_module(module: ModuleType) -> None:
     for kind, names in record.registered.items():
         for name in names:
             checks[kind](plugins.classes[kind][name])
+
+
+def rewrite_manifest(model_dir, edit) -> None:
+    """Apply ``edit(manifest_dict)`` to a saved model's manifest and record a matching content hash,
+    as someone forging a model would: a plugin's tests use it to show that what the plugin's own
+    ``from_state`` checks (versions, file names) holds even when the hash matches."""
+    import json
+    from pathlib import Path
+
+    from .artifact import content_hash
+
+    path = Path(model_dir) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    manifest["content_hash"] = content_hash(manifest)
+    path.write_text(json.dumps(manifest))

@@ -8,6 +8,8 @@ giving the same booster, and a worker killed mid-training ending the fit in one 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import os
 import signal
@@ -28,7 +30,9 @@ from calengine.errors import ModelFormatError  # noqa: E402
 from calengine.partition_fit import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module  # noqa: E402
 from calengine.training import FitConfig  # noqa: E402
-from conftest import REPO, run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
+from calengine.testing_cluster import run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
 
 SMALL = {"n_estimators": 20, "num_leaves": 15}
 

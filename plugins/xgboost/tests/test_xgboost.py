@@ -9,6 +9,8 @@ and that a worker killed mid-training ends the fit with one line and no model di
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import os
 import signal
@@ -28,9 +30,11 @@ from calengine.artifact import load_model, save_model  # noqa: E402
 from calengine.errors import ModelFormatError, ParameterError  # noqa: E402
 from calengine.metrics import evaluate_predictions  # noqa: E402
 from calengine.partition_fit import TableSpec, fit_table  # noqa: E402
-from calengine.testing import check_learner, check_plugin_module  # noqa: E402
+from calengine.testing import check_learner, check_plugin_module, rewrite_manifest  # noqa: E402
 from calengine.training import FitConfig  # noqa: E402
-from conftest import REPO, assert_one_line_error, run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
+from calengine.testing_cluster import assert_one_line_error, run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
 
 SMALL = {"n_estimators": 20, "max_depth": 4}
 
@@ -158,9 +162,7 @@ def test_a_newer_library_version_in_the_model_is_refused_in_one_line(fitted, adu
     _, out = fitted
     forged = tmp_path / "forged"
     shutil.copytree(out, forged)
-    manifest = json.loads((forged / "manifest.json").read_text())
-    manifest["members"][0]["learners"][0]["state"]["scalars"]["library_version"] = "99.0.0"
-    (forged / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(forged, lambda m: m["members"][0]["learners"][0]["state"]["scalars"].update(library_version="99.0.0"))
     with pytest.raises(ModelFormatError, match="xgboost 99.0.0"):
         load_model(forged)
     assert_one_line_error(run_cli("score", forged, adult_test, "--output", tmp_path / "s"), "xgboost 99.0.0")
@@ -172,9 +174,7 @@ def test_a_booster_file_name_outside_the_model_directory_is_refused(fitted, tmp_
     _, out = fitted
     forged = tmp_path / "forged"
     shutil.copytree(out, forged)
-    manifest = json.loads((forged / "manifest.json").read_text())
-    manifest["members"][0]["learners"][0]["state"]["files"]["booster.ubj"] = "../../../manifest.json"
-    (forged / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(forged, lambda m: m["members"][0]["learners"][0]["state"]["files"].update({"booster.ubj": "../../../manifest.json"}))
     with pytest.raises(ModelFormatError, match="not a plain file name"):
         load_model(forged)
 
