@@ -669,15 +669,16 @@ class GaussianNBLearner(_SklearnBacked):
                 col_n = col_n[:, 0]
         else:
             _, col_mean, col_m2 = moments(groups.astype(np.intp), None, G)
+        c = np.ascontiguousarray  # own C-ordered arrays, not views: the same layout pickled or not
         return [
             {
                 "n": np.asarray(int(rows[g].sum()), dtype=np.int64),
-                "rows": rows[g],
-                "count": count[g],
-                "mean": mean[g],
-                "m2": m2[g],
-                "col_mean": col_mean[g],
-                "col_m2": col_m2[g],
+                "rows": c(rows[g]),
+                "count": c(count[g]),
+                "mean": c(mean[g]),
+                "m2": c(m2[g]),
+                "col_mean": c(col_mean[g]),
+                "col_m2": c(col_m2[g]),
             }
             for g in range(G)
         ]
@@ -716,8 +717,10 @@ class GaussianNBLearner(_SklearnBacked):
         est.classes_ = np.arange(k)
         est.n_features_in_ = int(mean.shape[1])
         est.epsilon_ = np.float64(est.var_smoothing * np.max(col_var))
-        est.theta_ = theta
-        est.var_ = var + est.epsilon_
+        # C order whatever the statistics' layout (views in one process, copies after pickling), so the
+        # saved model's bytes do not depend on where the statistics were merged
+        est.theta_ = np.ascontiguousarray(theta)
+        est.var_ = np.ascontiguousarray(var + est.epsilon_)
         est.class_count_ = count.copy()
         est.class_prior_ = count / count.sum()
         self.estimator_ = est
