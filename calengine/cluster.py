@@ -158,16 +158,16 @@ class CheckedClient:
         having passed :func:`check_workers` when the job started."""
         return self._client
 
-
-def plain_client(client):
-    """``client`` as a ``distributed.Client`` (unwrapping a :class:`CheckedClient`)."""
-    return client.plain if isinstance(client, CheckedClient) else client
-
     def submit(self, fn, *args, **kwargs):
         return self._client.submit(VersionChecked(fn, self._versions, self._distributions), *args, **kwargs)
 
     def map(self, fn, *iterables, **kwargs):
         return self._client.map(VersionChecked(fn, self._versions, self._distributions), *iterables, **kwargs)
+
+
+def plain_client(client):
+    """``client`` as a ``distributed.Client`` (unwrapping a :class:`CheckedClient`)."""
+    return client.plain if isinstance(client, CheckedClient) else client
 
 
 def check_workers(client, distributions: tuple[str, ...], modules: tuple[str, ...]) -> None:

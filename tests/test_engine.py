@@ -190,6 +190,29 @@ def test_worker_that_cannot_import_a_plugin_is_refused(dask_cluster):
             check_workers(client, (), ("no_such_plugin_module",))
 
 
+def test_every_task_submitted_through_the_checked_client_checks_its_worker():
+    """The per-task check is what catches a worker that joined after :func:`check_workers` ran: a
+    client whose recorded versions differ from the workers' must see ``submit`` and ``map`` tasks fail
+    with a :class:`ClusterError` naming the package (a merge once left ``CheckedClient`` without its own
+    ``submit``, so tasks ran unchecked and only the slow real-cluster test noticed)."""
+    from distributed import Client, LocalCluster
+
+    from calengine.cluster import CheckedClient, plain_client
+    from calengine.errors import ClusterError
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+            Client(lc) as c:
+        checked = CheckedClient(c)
+        assert plain_client(checked) is c
+        assert checked.submit(abs, -3).result() == 3  # same environment: the check passes
+        assert checked.map(abs, [-1, -2]) and c.gather(checked.map(abs, [-1, -2])) == [1, 2]
+        checked._versions = {**checked._versions, "scikit-learn": "0.0.1"}
+        with pytest.raises(ClusterError, match="scikit-learn differs: client has 0.0.1"):
+            checked.submit(abs, -4).result()
+        with pytest.raises(ClusterError, match="scikit-learn differs"):
+            c.gather(checked.map(abs, [-5, -6]))
+
+
 class _DataCopiesProbe(calengine.base.Learner):
     """Counts, while it is being fitted, the TrainingData objects held by the worker it runs on."""
 

@@ -567,9 +567,6 @@ def test_scheduler_killed_mid_fit_is_one_line_and_publishes_nothing(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.slow
-@pytest.mark.xfail(reason="open defect: on main after the merges the mismatched worker runs the remaining tasks"
-                   " and the fit succeeds (passes on branch issue10b and at 4c960a6 in another venv); see the closing"
-                   " note of this stop", strict=False)
 def test_a_worker_with_other_versions_joining_mid_fit_fails_the_fit_in_one_line(tmp_path):
     """Item 5.  The joining worker really reports scikit-learn 1.8.0: a distribution record of that
     version comes first on its sys.path, exactly what importlib.metadata (and so the check) reads.
