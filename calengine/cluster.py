@@ -173,13 +173,20 @@ def plain_client(client):
 def check_workers(client, distributions: tuple[str, ...], modules: tuple[str, ...]) -> None:
     """Refuse, with one line, to run on workers whose environment differs from the client's."""
     mine = environment_versions(distributions)
-    theirs = client.run(environment_versions, distributions)
+    # A worker that dies while answering is left out rather than failing the job with a comms
+    # traceback: it runs nothing, and a replacement is checked by every task it runs (VersionChecked).
+    theirs = client.run(environment_versions, distributions, on_error="ignore")
+    if not theirs:
+        raise ClusterError(
+            f"no worker of the cluster at {client.scheduler.address} answered; start workers"
+            " (dask worker <scheduler-address>) and run the command again"
+        )
     theirs["scheduler"] = client.run_on_scheduler(environment_versions, distributions)
     for where, versions in sorted(theirs.items()):
         problem = version_difference(mine, versions, where)
         if problem:
             raise ClusterError(problem)
-    failures = client.run(import_modules, modules)
+    failures = client.run(import_modules, modules, on_error="ignore")
     for where, failed in sorted(failures.items()):
         if failed:
             module, err = next(iter(failed.items()))
