@@ -243,6 +243,11 @@ class ScoreBlock:
 
     sets: list[tuple[np.ndarray, np.ndarray]]
 
+    def __sizeof__(self) -> int:
+        # Dask sizes task results with sys.getsizeof; without this a block of a million rows counted as
+        # 56 bytes, so workers never spilled held-out scores and their memory grew with the table.
+        return object.__sizeof__(self) + sum(S.nbytes + T.nbytes for S, T in self.sets)
+
 
 def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarray:
     if column is not None:

@@ -30,6 +30,12 @@ class TrainingData:
     w: np.ndarray | None = None
     folds: np.ndarray | None = None
 
+    def __sizeof__(self) -> int:
+        # what Dask's memory accounting (sys.getsizeof) sees of scattered or assembled training data
+        from dask.sizeof import sizeof
+
+        return object.__sizeof__(self) + sum(sizeof(a) for a in (self.X, self.y, self.w, self.folds) if a is not None)
+
     def rows(self, idx: np.ndarray | None):
         if idx is None:
             return self.X, self.y, self.w
