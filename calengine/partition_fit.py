@@ -455,7 +455,9 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
                 cs, col = problems[i]
                 n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
                 specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
-            splits = [client.submit(pt.split_block, b, specs, pure=False) for b in blocks()]
+            bl = blocks()
+            size = _split_group_size(len(bl), ctx, len(client.scheduler_info().get("workers", {})))
+            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], pure=False) for j in range(0, len(bl), size)]
             for i, _, _, bounds in specs:
                 pieces_of[i] = [
                     [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)
@@ -491,6 +493,14 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
         for i, cal in zip(fallback, done):
             cals[i] = cal
     return cals
+
+
+def _split_group_size(n_blocks: int, ctx: Context, n_workers: int) -> int:
+    """Consecutive score blocks cut into ranges by one task: groups of about four ranges' rows (a
+    task's memory stays a small multiple of a range task's), and at least one group per worker."""
+    rows_per_group = 4 * range_rows_for(ctx.memory_limit)
+    groups = max(max(1, n_workers), math.ceil(ctx.n_rows / rows_per_group))
+    return max(1, math.ceil(n_blocks / groups))
 
 
 def _calibrator_stats(cal, parts: list):

@@ -341,6 +341,21 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     return out
 
 
+def split_blocks(problems: list, *blocks: ScoreBlock) -> dict:
+    """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order.
+
+    A range task then fetches one piece per group of blocks instead of one per block: the number of
+    pieces grows with (groups x ranges) rather than (blocks x ranges), which kept the client-side
+    scheduler's task count, and so its memory, growing with the square of the table size.  The
+    concatenation is in block order, so a range task sees exactly the rows it saw one piece per block.
+    """
+    splits = [split_block(b, problems) for b in blocks]
+    if len(splits) == 1:
+        return splits[0]
+    return {key: (np.concatenate([sp[key][0] for sp in splits]), np.concatenate([sp[key][1] for sp in splits]))
+            for key in splits[0]}
+
+
 def take(mapping: dict, key):
     """One entry of a task result (a tiny task, so each range task fetches only its own pieces)."""
     return mapping[key]
