@@ -52,7 +52,7 @@ CHECKED_PACKAGES = (
 #: round and by the sorted isotonic/ROC rounds); spilling them beyond a small budget keeps a worker's
 #: peak memory the same at 10M and 100M rows, where Dask's default (60 %) lets them grow with the
 #: table.  Remote workers keep their own ``distributed.worker.memory.target``.
-HELD_DATA_FRACTION = 1 / 32
+HELD_DATA_FRACTION = 1 / 64
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,13 @@ class FeatureEncoder:
                 names += [f"{c.name}#hash{i}" for i in range(2**self.text_hash_bits)]
         return names
 
-    def transform(self, df):
-        """Feature matrix for ``df`` (dense float64, or CSR when a text column is present)."""
+    def transform(self, df, order: str = "C"):
+        """Feature matrix for ``df`` (dense float64, or CSR when a text column is present).
+
+        ``order="F"`` returns a dense matrix in Fortran order (the encoding buffer itself, no
+        transposing copy): for in-task code that reads it column by column (naive Bayes statistics)
+        or a block of rows at a time.
+        """
         missing = [c.name for c in self.columns_ if c.name not in df.columns]
         if missing:
             raise DataError(
@@ -162,7 +167,7 @@ class FeatureEncoder:
                 else:
                     buf[j : j + c.width(self.text_hash_bits)] = self._one_hot(c, df[c.name], n).T
                 j += c.width(self.text_hash_bits)
-            return np.ascontiguousarray(buf.T)
+            return buf.T if order == "F" else np.ascontiguousarray(buf.T)
         blocks = []
         for c in self.columns_:
             series = df[c.name]

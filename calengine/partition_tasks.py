@@ -66,8 +66,13 @@ class Part:
     keys: np.ndarray | None
 
 
-def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = False) -> Part:
-    """Read and encode a fragment; rows whose label is missing are dropped (the client counted them)."""
+def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = False, order: str = "C") -> Part:
+    """Read and encode a fragment; rows whose label is missing are dropped (the client counted them).
+
+    ``order="F"``: dense features in Fortran order (see :meth:`FeatureEncoder.transform`), for the
+    statistics and scoring passes, which take rows by fancy indexing (a C-ordered copy) or read
+    columns; it saves a transposing copy of the fragment.
+    """
     from .dataset import read_fragment
 
     columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target]))
@@ -82,7 +87,7 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
         folds = fragment_folds(y_all, fragment, enc.labels.n_classes, plan.cv, plan.seed)[present]
     keys = fragment_sample_keys(fragment, plan.seed if plan else 0)[present] if with_keys else None
     kept = df.loc[present] if not present.all() else df
-    X = enc.encoder.transform(kept)
+    X = enc.encoder.transform(kept, order=order)
     return Part(X, y_all[present], folds, keys)
 
 
@@ -142,7 +147,7 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
     from .tasks import pin_native_threads
 
     pin_native_threads()
-    part = load_part(fragment, enc, plan)
+    part = load_part(fragment, enc, plan, order="F")
     out = {}
     n_groups = plan.cv or 1
     for column in columns:
@@ -263,7 +268,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
     from .tasks import pin_native_threads
 
     pin_native_threads()
-    part = load_part(fragment, enc, plan)
+    part = load_part(fragment, enc, plan, order="F")
     out = []
     for cs in calsets:
         mask = np.ones(part.y.shape[0], dtype=bool)

@@ -579,3 +579,25 @@ def test_sklearn_path_properties():
     assert fixed.make_estimator().random_state == 1
     with pytest.raises(ParameterError, match="bad parameters"):
         L.SklearnClassifier(path="sklearn.svm.SVC", params={"nonsense": 1}).make_estimator()
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_gaussian_nb_blocked_scores_equal_scikit_learns_predict_proba(k):
+    """The blocked scoring path agrees with GaussianNB.predict_proba to rounding on shifted, scaled
+    features, in C or Fortran order and across block boundaries; what it does not handle goes to
+    scikit-learn (non-finite input raises scikit-learn's own ValueError)."""
+    rng = np.random.default_rng(7)
+    n = 40_000  # more than one block of rows
+    X = rng.normal(size=(n, 6)) * rng.uniform(0.01, 50, 6) + rng.uniform(-1e3, 1e3, 6)
+    y = rng.integers(0, k, n)
+    learner = L.GaussianNBLearner().fit(X, y)
+    expected = learner.estimator_.predict_proba(X)
+    expected = expected[:, 1] if k == 2 else expected
+    for data in (X, np.asfortranarray(X), X[: n // 3]):
+        got = learner.score(data)
+        assert got.shape == expected[: data.shape[0]].shape
+        np.testing.assert_allclose(got, expected[: data.shape[0]], rtol=1e-11, atol=1e-13)
+    bad = X[:10].copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        learner.score(bad)
