@@ -356,3 +356,33 @@ def test_cli_fits_and_scores_a_file_url(tmp_path, cli):
     assert r.returncode == 0, r.stderr
     scored = pd.read_parquet(tmp_path / "s")
     assert len(scored) == 600
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=7),
+    n_bounds=st.integers(0, 4),
+    group=st.integers(1, 7),
+    seed=st.integers(0, 2**16),
+)
+def test_grouped_split_gives_each_range_the_rows_of_per_block_splits_in_block_order(sizes, n_bounds, group, seed):
+    """split_blocks over consecutive blocks = split_block of each block, pieces concatenated in block
+    order, for every (problem, range) -- so range tasks see the same rows in the same order whatever
+    the grouping (ties included: scores are drawn from a few values)."""
+    from calengine import partition_tasks as pt
+
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for n in sizes:
+        S = rng.integers(0, 6, size=(n, 2)).astype(np.float64) / 5
+        T = rng.integers(0, 2, size=(n, 2)).astype(np.int8)
+        blocks.append(pt.ScoreBlock([(S, T)]))
+    bounds = np.unique(rng.integers(0, 6, n_bounds) / 5)
+    problems = [(0, 0, 0, bounds), (1, 0, 1, bounds[:1])]
+    single = [pt.split_block(b, problems) for b in blocks]
+    for start in range(0, len(blocks), group):
+        grouped = pt.split_blocks(problems, *blocks[start : start + group])
+        for key, (s, t) in grouped.items():
+            np.testing.assert_array_equal(s, np.concatenate([sp[key][0] for sp in single[start : start + group]]))
+            np.testing.assert_array_equal(t, np.concatenate([sp[key][1] for sp in single[start : start + group]]))
+        assert set(grouped) == set(single[0])
