@@ -182,6 +182,10 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     from .training import resolve_learner
 
     learner = resolve_learner(config, plugins)
+    if ctx.enc.encoder.is_sparse and not learner.accepts_sparse:  # text columns give CSR features
+        from .base import sparse_input_error
+
+        raise sparse_input_error(learner)
     if config.method in ENGINE_METHODS:
         return _fit_reduction_method(client, ctx, learner, config, progress, plugins)
     return _fit_calibrated(client, ctx, learner, config, progress, plugins)

@@ -111,6 +111,9 @@ def fit_model(
     if len(learners) > 1 or config.combine:
         return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
     learner = resolve_learner(config, plugins)
+    from .base import reject_sparse
+
+    reject_sparse(learner, data.X)  # one line naming the fix, not a crash inside the learner
     k = labels.n_classes
     info = model_info(learner, config, cal_data is not None)
     if config.method in ENGINE_METHODS:
