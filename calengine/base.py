@@ -275,14 +275,16 @@ class Calibrator(BaseEstimator, metaclass=ABCMeta):
     * ``fit(scores, y, sample_weight=None, score_kind="decision")``: ``scores`` 1-D float, ``y`` in
       {0, 1}, ``score_kind`` tells whether the scores are probabilities (``"proba"``) or decision
       values, for calibrators that transform them first.  Returns ``self``.
-    * ``predict(scores)``: 1-D probabilities in [0, 1], non-decreasing in the score unless the
-      calibrator documents otherwise.
+    * ``predict(scores)``: 1-D probabilities in [0, 1], non-decreasing in the score unless the class
+      sets ``monotone = False`` (a calibrator that can map a higher score to a lower probability by
+      design, e.g. one fitting a bump): the conformance kit then skips the monotonicity check.
     * ``to_state()`` returns only numpy arrays, ints, floats, bools and strings; ``from_state`` restores
       them.  No estimators, no pickle.  Float arrays hold finite values: the model loader refuses a
       calibrator array with NaN or infinity as damage (a tampered file).
     """
 
     name: ClassVar[str] = ""
+    monotone: ClassVar[bool] = True
 
     @abstractmethod
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
