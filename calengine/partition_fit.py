@@ -437,7 +437,12 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     from sklearn.base import clone
 
     cals = [clone(calibrator) for _ in problems]
-    requests = [cal.reduction_start(score_kind) for cal in cals]
+    from .plugin_calls import plugin_errors
+
+    requests = []
+    for cal in cals:
+        with plugin_errors(cal, "fit"):
+            requests.append(cal.reduction_start(score_kind))
     fallback = [i for i, r in enumerate(requests) if r is None]
     pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
     rounds = 0
@@ -482,7 +487,8 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
             merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
             pos += n
         for i in pending:
-            requests[i] = cals[i].reduction_step(merged[i], requests[i])
+            with plugin_errors(cals[i], "fit"):
+                requests[i] = cals[i].reduction_step(merged[i], requests[i])
         if rounds > 500:
             raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
     for i in fallback:
@@ -498,7 +504,10 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
 
 
 def _calibrator_stats(cal, parts: list):
-    merged = pt.merge_in_order(parts, cal.merge_stats)
+    from .plugin_calls import plugin_errors
+
+    with plugin_errors(cal, "fit"):
+        merged = pt.merge_in_order(parts, cal.merge_stats)
     if merged is None:
         raise DataError("calibration data is empty; pass at least one example of each class")
     return merged
