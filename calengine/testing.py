@@ -14,7 +14,11 @@
 Each check raises ``AssertionError`` with a sentence saying which part of the contract (documented on
 :class:`calengine.base.Learner`, :class:`~calengine.base.Calibrator` and
 :class:`~calengine.base.Combiner`) is broken.  The checks fit on small synthetic data and finish in
-seconds.
+seconds.  They check behaviour, not only shapes: a learner declaring ``accepts_sample_weight`` must
+act on the weights (integer weights against duplicated rows), one declaring ``accepts_sparse`` must
+fit and score scipy CSR as it scores the dense rows, a calibrator must be non-decreasing unless it
+declares ``monotone = False``, and a combiner must give back the class probabilities that consistent
+column estimates came from.  calengine runs the kit on every built-in plugin (``tests/test_plugin_kit.py``).
 """
 
 from __future__ import annotations

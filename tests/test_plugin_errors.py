@@ -125,3 +125,50 @@ def test_saving_a_learner_no_plugin_registers_is_refused_with_the_fix(tmp_path, 
     msg = str(info.value)
     assert f"{__name__}.{cls.__qualname__}" in msg and "could never be loaded" in msg and "register_learners" in msg
     assert not (tmp_path / "m").exists()
+
+
+def test_python_api_refuses_sparse_input_for_a_learner_not_declaring_accepts_sparse():
+    from scipy import sparse
+
+    from calengine.errors import DataError
+    from test_plugin_kit import _ReadmeMeanDifference
+
+    X = sparse.random(60, 5, density=0.5, random_state=0, format="csr")
+    y = np.arange(60) % 2
+    with pytest.raises(DataError) as info:
+        calengine.CalibratedClassifier(learner=_ReadmeMeanDifference(), method="sigmoid", cv=3).fit(X, y)
+    msg = str(info.value)
+    assert "learner 'mean_difference' needs dense features" in msg and "accepts_sparse = True" in msg
+    # the same rows dense are fine
+    clf = calengine.CalibratedClassifier(learner=_ReadmeMeanDifference(), method="sigmoid", cv=3).fit(X.toarray(), y)
+    assert clf.predict_proba(X.toarray()).shape == (60, 2)
+
+
+def test_a_clash_is_recorded_when_allowed_and_raised_naming_both_otherwise():
+    import types
+
+    from calengine.plugins import load_plugins
+
+    mod = types.ModuleType("clashing_isotonic")
+
+    class Iso(Calibrator):
+        name = "isotonic"
+
+        def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+            return self
+
+        def predict(self, scores):
+            return scores
+
+    @calengine.hookimpl
+    def register_calibrators(register):
+        register(Iso)
+
+    mod.register_calibrators = register_calibrators
+    ps = load_plugins(strict=False, extra_modules=(mod,), allow_clashes=True)
+    record = ps.records[-1]
+    assert record.clashes and "calengine-builtins" in record.clashes[0] and "clashing_isotonic" in record.clashes[0]
+    assert ps.classes["calibrators"]["isotonic"] is not Iso  # the first registration keeps the name
+    assert "gaussian_nb" in ps.classes["learners"]
+    with pytest.raises(PluginError, match="isotonic.*calengine-builtins.*clashing_isotonic.*calengine plugins"):
+        load_plugins(strict=False, extra_modules=(mod,))
