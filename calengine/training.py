@@ -275,7 +275,10 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params:
 
         comb = "normalize" if is_one_vs_all(M) else "coupling"
     combiner = registry.make("combiners", comb, params or {}, plugins)
-    combiner.check_matrix(M)
+    from .plugin_calls import plugin_errors
+
+    with plugin_errors(combiner, "combine"):  # a CodeMatrixError (its refusal) passes unchanged
+        combiner.check_matrix(M)
     return M, combiner
 
 
