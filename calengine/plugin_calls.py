@@ -75,8 +75,8 @@ class plugin_errors:
     """Context: an exception from plugin code becomes one line naming the plugin and its distribution.
 
     ``action`` is what was being done (``"fit"``, ``"score"``, ``"predict"``, ``"combine"``,
-    ``"load its state"``).  ``KeyboardInterrupt``, ``MemoryError`` and ``RecursionError`` pass through:
-    they are about the machine, not the plugin.
+    ``"load its state"``).  ``KeyboardInterrupt``, ``MemoryError``, ``RecursionError`` and Dask's
+    own failures (a lost worker or scheduler) pass through: they are about the machine, not the plugin.
     """
 
     def __init__(self, obj, action: str) -> None:
@@ -89,9 +89,21 @@ class plugin_errors:
     def __exit__(self, kind, exc, tb):
         if exc is None or isinstance(exc, (CalengineError, MemoryError, RecursionError)):
             return False
-        if not isinstance(exc, Exception):
+        if not isinstance(exc, Exception) or _about_the_cluster(exc):
             return False
         raise plugin_failure(self.obj, self.action, exc) from exc
+
+
+def _about_the_cluster(exc: BaseException) -> bool:
+    """A lost scheduler or worker, a cancelled future, a timeout: the cluster failed under the plugin
+    (a learner that trains on the cluster), which the CLI reports as such
+    (:func:`calengine.cluster.cluster_failure`), not as the plugin's fault."""
+    import asyncio
+    import concurrent.futures
+
+    if isinstance(exc, (asyncio.CancelledError, concurrent.futures.CancelledError, TimeoutError)):
+        return True
+    return any((t.__module__ or "").split(".")[0] == "distributed" for t in type(exc).__mro__)
 
 
 def plugin_failure(obj, action: str, exc: BaseException) -> CalengineError:

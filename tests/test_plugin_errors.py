@@ -172,3 +172,13 @@ def test_a_clash_is_recorded_when_allowed_and_raised_naming_both_otherwise():
     assert "gaussian_nb" in ps.classes["learners"]
     with pytest.raises(PluginError, match="isotonic.*calengine-builtins.*clashing_isotonic.*calengine plugins"):
         load_plugins(strict=False, extra_modules=(mod,))
+
+
+def test_cluster_failures_inside_plugin_code_are_left_to_the_cluster_report():
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    for exc in (CommClosedError("in <TCP>: Stream is closed"), KilledWorker("task", "worker", 3), TimeoutError("slow")):
+        with pytest.raises(type(exc)):
+            with plugin_errors(_BadLearner(), "fit"):
+                raise exc
