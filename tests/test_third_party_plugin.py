@@ -228,6 +228,11 @@ def test_cli_fit_score_evaluate_then_python_reload_in_a_new_process(binary_model
         P = model.predict_proba(df)
         np.save({str(tmp_path / "P.npy")!r}, P)
         print(list(map(str, model.classes_)), model.predict(df)[:3].tolist())
+        # and fitting in memory by the plugin's registered names, as any built-in
+        clf = calengine.CalibratedClassifier(learner="tp_mean_difference", learner_params={{"shrink": 0.1}},
+                                             method="tp_bins", method_params={{"n_bins": 8}}, cv=3)
+        Q = clf.fit(df.drop(columns="class"), df["class"]).predict_proba(df.drop(columns="class"))
+        assert Q.shape == P.shape and np.allclose(Q.sum(axis=1), 1), Q
     """)
     proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
