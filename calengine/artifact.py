@@ -46,7 +46,7 @@ from .data import LabelSpace, staged_directory
 from .artifact_checks import check_estimator, check_manifest, probe_model
 from .artifact_files import FileWriter, canonical_skops, check_zip_size, digest, load_npz, npz_bytes
 from .artifact_files import read_manifest_bytes, read_member_file
-from .errors import CalengineError, ModelFormatError, UnknownPluginError
+from .errors import CalengineError, ModelFormatError, PluginError, UnknownPluginError
 from .features import FeatureEncoder
 from .plugins import PluginSet, get_plugins
 
@@ -198,7 +198,24 @@ def _dependencies() -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- save
 
 
-def _origin(plugins: PluginSet, kind: str, name: str) -> dict[str, str]:
+def _origin(plugins: PluginSet, kind: str, name: str, obj=None) -> dict[str, str]:
+    """Where the class of ``obj`` (registered as ``name``) comes from.  Loading rebuilds objects by
+    registry name only, so an object whose class no plugin registers under that name would give a
+    model that can never be loaded: refused here, before anything is written."""
+    registered = plugins.classes[kind].get(name)
+    if obj is not None and registered is not type(obj):
+        cls = type(obj)
+        got = f"{cls.__module__}.{cls.__qualname__}"
+        where = (
+            f"'{name}' is registered to {registered.__module__}.{registered.__qualname__}"
+            if registered is not None else f"no installed plugin registers the name '{name}'"
+        )
+        raise PluginError(
+            f"cannot save a model holding {kind[:-1]} {got}: {where}, and loading finds classes by"
+            f" registered name only, so the model could never be loaded; register the class in a plugin"
+            f" (an entry point in group 'calengine' whose register_{kind} hook registers it, see the"
+            " README's 'Writing a plugin'), install it, and fit again"
+        )
     try:
         o = plugins.origin(kind, name)
         return {"plugin": o.plugin, "distribution": o.distribution, "version": o.version}
@@ -214,6 +231,7 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
     """
     plugins = plugins or get_plugins()
     info = model.info
+    used = _used_plugins(model, plugins)  # first: refuses a model that could never be loaded
     with staged_directory(path, replace=overwrite) as staging:
         writer = FileWriter(staging)
         members = []
@@ -242,7 +260,6 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
                 writer.write(f"{folder}/arrays.npz", npz_bytes(parts["arrays"]))
                 desc["arrays"] = "arrays.npz"
             members.append(desc)
-        used = _used_plugins(model, plugins)
         manifest = {
             "format": "calengine-model",
             "format_version": MODEL_FORMAT_VERSION,
@@ -282,11 +299,11 @@ def _used_plugins(model, plugins: PluginSet) -> dict[str, dict[str, str]]:
     for m in model.members:
         parts = m.parts()
         for lr in parts["learners"]:
-            used[f"learners:{lr.name}"] = _origin(plugins, "learners", lr.name)
+            used[f"learners:{lr.name}"] = _origin(plugins, "learners", lr.name, lr)
         for cal in parts["calibrators"]:
-            used[f"calibrators:{cal.name}"] = _origin(plugins, "calibrators", cal.name)
+            used[f"calibrators:{cal.name}"] = _origin(plugins, "calibrators", cal.name, cal)
     if model.combiner is not None:
-        used[f"combiners:{model.combiner.name}"] = _origin(plugins, "combiners", model.combiner.name)
+        used[f"combiners:{model.combiner.name}"] = _origin(plugins, "combiners", model.combiner.name, model.combiner)
     return used
 
 
@@ -341,6 +358,48 @@ def _plugin_class(kind: str, name: str, manifest: dict, plugins: PluginSet) -> t
         ) from None
 
 
+class _restoring:
+    """Context for rebuilding one plugin object from the manifest (its parameters, then ``from_state``).
+
+    Whatever the plugin's code raises there becomes one :class:`ModelFormatError` naming the plugin and
+    its distribution.  When the model was saved by another version of that distribution -- the usual
+    reason a plugin cannot read its own state -- the message names both versions and the two fixes
+    (install the saving version, or refit), instead of calling the directory damaged.  A plugin's own
+    ``CalengineError`` passes unchanged when the versions agree (its message already says what to do).
+    """
+
+    def __init__(self, kind: str, name: str, manifest: dict, plugins: PluginSet) -> None:
+        self.kind, self.name, self.manifest, self.plugins = kind, name, manifest, plugins
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, exc, tb):
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (MemoryError, RecursionError)):
+            return False
+        saved = self.manifest.get("plugins", {}).get(f"{self.kind}:{self.name}", {}) or {}
+        try:
+            origin = self.plugins.origin(self.kind, self.name)
+            dist, installed = origin.distribution, origin.version
+        except KeyError:
+            dist, installed = saved.get("distribution") or "its plugin", ""
+        saved_version = saved.get("version") or ""
+        what = f"{self.kind[:-1]} '{self.name}'"
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        if saved_version and installed and saved_version != installed:
+            raise ModelFormatError(
+                f"{what} of this model was saved by {dist} {saved_version} and {dist} {installed} is installed,"
+                f" which cannot read it ({reason}); install the version that saved it (pip install"
+                f" '{dist}=={saved_version}') or fit the model again"
+            ) from None
+        if isinstance(exc, CalengineError):
+            return False
+        raise ModelFormatError(
+            f"{what} ({dist} {installed}) cannot load its state from this model ({reason}); the model"
+            " directory is damaged or was not written by this plugin: fit it again"
+        ) from None
+
+
 def member_class(kind: str) -> type:
     """The member class stored under ``kind`` in a manifest (``Member.kind``, or a vote member)."""
     from .model import Member
@@ -388,22 +447,26 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         for ld in desc["learners"]:
             cls = _plugin_class("learners", ld["name"], manifest, plugins)
             trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types) | frozenset(trust)
-            learner = registry.make("learners", ld["name"], ld["params"], plugins)
-            learners.append(learner.from_state(_load_state(ld["state"], reader, mfolder, trusted)))
+            state = _load_state(ld["state"], reader, mfolder, trusted)
+            with _restoring("learners", ld["name"], manifest, plugins):
+                learner = registry.make("learners", ld["name"], ld["params"], plugins)
+                learners.append(learner.from_state(state))
         calibrators = []
         for cd in desc["calibrators"]:
             _plugin_class("calibrators", cd["name"], manifest, plugins)
-            cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
             state = _load_state(cd["state"], reader, mfolder, frozenset())
             _check_finite_arrays(state, f"calibrator '{cd['name']}' of member {i}")
-            calibrators.append(cal.from_state(state))
+            with _restoring("calibrators", cd["name"], manifest, plugins):
+                cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
+                calibrators.append(cal.from_state(state))
         arrays = reader.arrays(mfolder, desc["arrays"]) if "arrays" in desc else {}
         members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"]))
     combiner = None
     if manifest.get("combiner"):
         c = manifest["combiner"]
         _plugin_class("combiners", c["name"], manifest, plugins)
-        combiner = registry.make("combiners", c["name"], c["params"], plugins)
+        with _restoring("combiners", c["name"], manifest, plugins):
+            combiner = registry.make("combiners", c["name"], c["params"], plugins)
     encoder = FeatureEncoder.from_json(manifest["features"]) if manifest.get("features") else None
     info = {
         "learner": manifest["learner"].get("name"),

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 
-from .errors import ParameterError
+from .errors import DataError, ParameterError
 
 SCORE_KINDS = ("proba", "decision")
 
@@ -34,9 +34,15 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
       sampling) instead.
     * ``score_kind``: ``"proba"`` if :meth:`score` returns probabilities in [0, 1], ``"decision"`` if it
       returns an unbounded decision value (larger = more likely the class).
-    * ``fit(X, y, sample_weight=None)``: ``X`` is a 2-D float64 array or a scipy CSR matrix, ``y`` holds
-      class indices ``0..k-1`` (every class present), ``sample_weight`` is ``None`` or a non-negative
-      float array.  Returns ``self``.
+    * ``accepts_sparse``: whether ``fit`` and ``score`` take a scipy CSR matrix.  The engine builds one
+      when the table has a free-text column (hashed bag of words, ``--text-column``); for a learner that
+      leaves this ``False`` (the default) it refuses such a fit in one line naming the fix, instead of
+      letting ``X[y == c]`` or a broadcast fail deep inside the learner.  ``check_learner`` fits and
+      scores CSR input when it is ``True``.
+    * ``fit(X, y, sample_weight=None)``: ``X`` is a 2-D float64 array (a scipy CSR matrix only if
+      ``accepts_sparse``), ``y`` holds class indices ``0..k-1`` (every class present),
+      ``sample_weight`` is ``None`` or a non-negative float array.  Returns ``self``.  A weight of 2
+      must act like the row given twice (``check_learner`` compares with duplicated rows).
     * ``score(X)``: for two classes, shape ``(n,)``, the score of class index 1; for ``k > 2``, shape
       ``(n, k)``.
     * ``to_state()`` / ``from_state(state)``: see the module docstring.
@@ -47,6 +53,7 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
     name: ClassVar[str] = ""
     accepts_sample_weight: ClassVar[bool] = True
     score_kind: ClassVar[str] = "proba"
+    accepts_sparse: ClassVar[bool] = False
     #: extra fully qualified type names skops must trust to load this learner's state, beyond
     #: calengine's core allowlist (see ``calengine.artifact``).
     trusted_types: ClassVar[tuple[str, ...]] = ()
@@ -150,17 +157,33 @@ class SklearnLearner(Learner):
     """A learner backed by one scikit-learn estimator (or Pipeline) built by :meth:`make_estimator`.
 
     Subclasses set the class attributes and implement ``make_estimator``; fitting, scoring and
-    persistence (through skops) come from here.  For a Pipeline, ``sample_weight`` goes to the last
-    step.
+    persistence (through skops) come from here.  This is the class calengine's own built-in learners
+    use, so a plugin gets what they get:
+
+    * **Weights reach every step** of a Pipeline whose ``fit`` takes ``sample_weight`` (a scaler as
+      well as the classifier).  Giving them to the last step only would let a scaler see each row once
+      while the classifier sees it twice, and "weight 2 = this row twice" would stop holding.
+    * **Sparse input**: set ``accepts_sparse = True`` when the estimator takes CSR.  ``make_estimator``
+      may declare a ``sparse_input`` parameter to build another pipeline for CSR input (e.g. a scaler
+      that does not centre, which would densify the matrix); ``make_estimator()`` without it is
+      called as before.  CSR given to a learner without sparse support is a :class:`DataError`.
     """
 
     @abstractmethod
     def make_estimator(self):
         """See the class docstring."""
 
+    def _build_estimator(self, sparse_input: bool):
+        import inspect
+
+        if "sparse_input" in inspect.signature(self.make_estimator).parameters:
+            return self.make_estimator(sparse_input=sparse_input)
+        return self.make_estimator()
+
     def fit(self, X, y, sample_weight=None):
+        reject_sparse(self, X)
         y = np.asarray(y)
-        est = self.make_estimator()
+        est = self._build_estimator(sparse_input=_is_sparse(X))
         fit_params = {}
         if sample_weight is not None:
             if not self.accepts_sample_weight:
@@ -168,13 +191,14 @@ class SklearnLearner(Learner):
                     f"learner '{self.name}' does not accept sample weights; use costing "
                     "(--method-param weighting=costing) instead"
                 )
-            fit_params = {_weight_param(est): np.asarray(sample_weight, dtype=float)}
+            fit_params = weight_routing(est, check_weights(sample_weight, X.shape[0]))
         est.fit(X, y, **fit_params)
         self.estimator_ = est
         self.n_classes_ = int(len(est.classes_))
         return self
 
     def score(self, X) -> np.ndarray:
+        reject_sparse(self, X)
         est = self.estimator_
         if self.score_kind == "proba":
             s = est.predict_proba(X)
@@ -191,12 +215,55 @@ class SklearnLearner(Learner):
         return self
 
 
-def _weight_param(est) -> str:
-    """Name of the fit parameter that carries sample weights to ``est`` (last step of a Pipeline)."""
+def _is_sparse(X) -> bool:
+    from scipy import sparse
+
+    return sparse.issparse(X)
+
+
+def sparse_input_error(learner) -> DataError:
+    """The one line for sparse features given to a learner that does not declare ``accepts_sparse``."""
+    name = getattr(learner, "name", type(learner).__name__)
+    return DataError(
+        f"learner '{name}' needs dense features but the table's text columns give a sparse matrix; drop the"
+        " text columns (--exclude COL), or choose a learner with sparse support (e.g. logistic_regression,"
+        " linear_svm, decision_tree; its author can declare accepts_sparse = True once fit and score take"
+        " scipy CSR)"
+    )
+
+
+def reject_sparse(learner, X) -> None:
+    """Raise :func:`sparse_input_error` when ``X`` is sparse and ``learner`` does not accept it."""
+    if _is_sparse(X) and not learner.accepts_sparse:
+        raise sparse_input_error(learner)
+
+
+def check_weights(sample_weight, n: int) -> np.ndarray | None:
+    """``None`` or a finite, non-negative float64 vector of length ``n`` with a positive sum."""
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.shape != (n,):
+        raise DataError(f"sample_weight has shape {w.shape} but X has {n} rows; give one weight per row")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise DataError("sample_weight must be finite and non-negative")
+    if not w.sum() > 0:
+        raise DataError("sample_weight sums to zero; at least one row needs a positive weight")
+    return w
+
+
+def weight_routing(est, w: np.ndarray) -> dict[str, np.ndarray]:
+    """Fit parameters that give ``w`` to every step of ``est`` (a Pipeline or not) that accepts it."""
+    from sklearn.utils.validation import has_fit_parameter
+
     steps = getattr(est, "steps", None)
-    if steps:
-        return f"{steps[-1][0]}__sample_weight"
-    return "sample_weight"
+    if not steps:
+        return {"sample_weight": w}
+    params = {}
+    for step_name, step in steps:
+        if step not in (None, "passthrough") and has_fit_parameter(step, "sample_weight"):
+            params[f"{step_name}__sample_weight"] = w
+    return params
 
 
 class Calibrator(BaseEstimator, metaclass=ABCMeta):
@@ -208,14 +275,16 @@ class Calibrator(BaseEstimator, metaclass=ABCMeta):
     * ``fit(scores, y, sample_weight=None, score_kind="decision")``: ``scores`` 1-D float, ``y`` in
       {0, 1}, ``score_kind`` tells whether the scores are probabilities (``"proba"``) or decision
       values, for calibrators that transform them first.  Returns ``self``.
-    * ``predict(scores)``: 1-D probabilities in [0, 1], non-decreasing in the score unless the
-      calibrator documents otherwise.
+    * ``predict(scores)``: 1-D probabilities in [0, 1], non-decreasing in the score unless the class
+      sets ``monotone = False`` (a calibrator that can map a higher score to a lower probability by
+      design, e.g. one fitting a bump): the conformance kit then skips the monotonicity check.
     * ``to_state()`` returns only numpy arrays, ints, floats, bools and strings; ``from_state`` restores
       them.  No estimators, no pickle.  Float arrays hold finite values: the model loader refuses a
       calibrator array with NaN or infinity as damage (a tampered file).
     """
 
     name: ClassVar[str] = ""
+    monotone: ClassVar[bool] = True
 
     @abstractmethod
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):

@@ -145,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(ev)
 
-    pl = sub.add_parser("plugins", help="list loaded plugins and failures")
+    pl = sub.add_parser("plugins", help="list loaded plugins and failures, or one learner/method/combiner's parameters")
+    pl.add_argument("name", nargs="?", metavar="NAME",
+                    help="a learner, calibrator (--method) or combiner name: list its parameters and defaults")
     pl.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser
 
@@ -588,23 +590,54 @@ def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
 
 
 def cmd_plugins(args) -> int:
+    """List every plugin, failures and name clashes included (a clash stops every other command, so
+    this one must still show what is installed), or describe one registered NAME."""
     from .plugins import get_plugins
 
-    plugins = get_plugins()
+    plugins = get_plugins(allow_clashes=True)
+    if args.name:
+        return _describe_plugin(plugins, args.name, args.json)
     records = [r.as_dict() for r in plugins.records]
     if args.json:
-        print(json.dumps({"plugins": records, "failures": [r for r in records if r["error"]]}))
+        print(json.dumps({"plugins": records, "failures": [r for r in records if r["error"]],
+                          "clashes": plugins.clashes}))
         return 0
     for r in records:
-        status = "FAILED" if r["error"] else "ok"
+        status = "FAILED" if r["error"] else ("CLASH" if r["clashes"] else "ok")
         print(f"{r['name']}  ({r['distribution']} {r['version']})  {status}")
         if r["error"]:
             print(f"    error: {r['error']}")
         for kind, names in r["registered"].items():
             if names:
                 print(f"    {kind}: {', '.join(sorted(names))}")
+        for clash in r["clashes"]:
+            print(f"    clash: {clash}")
     if not records:
         print("no plugins installed (pip install calengine-builtins)")
+    return 0
+
+
+def _describe_plugin(plugins, name: str, as_json: bool) -> int:
+    from .errors import UnknownPluginError
+    from .registry import describe
+
+    found = [describe(kind, name, plugins) for kind in plugins.classes if name in plugins.classes[kind]]
+    if not found:
+        known = sorted({n for table in plugins.classes.values() for n in table})
+        raise UnknownPluginError(
+            f"no learner, calibrator or combiner is named '{name}'; installed: {', '.join(known) or 'none'}"
+        )
+    if as_json:
+        print(json.dumps(found if len(found) > 1 else found[0], default=repr))
+        return 0
+    for d in found:
+        print(f"{d['kind']} {d['name']}  ({d['distribution']} {d['version']}; {d['class']})")
+        if d["summary"]:
+            print(f"    {d['summary']}")
+        if not d["parameters"]:
+            print("    no parameters")
+        for p in d["parameters"]:
+            print(f"    {p['name']} = {p['default']!r}")
     return 0
 
 

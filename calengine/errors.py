@@ -43,5 +43,13 @@ class LearnerError(CalengineError, RuntimeError):
     """A learner failed to fit or score on the data it was given (e.g. a degenerate fold)."""
 
 
+class CalibratorError(CalengineError, RuntimeError):
+    """A calibrator's own code failed to fit, predict or load its state (named with its distribution)."""
+
+
+class CombinerError(CalengineError, RuntimeError):
+    """A combiner's own code failed to combine column estimates (named with its distribution)."""
+
+
 class CodeMatrixError(ParameterError):
     """A multiclass code matrix is malformed or unusable by the chosen combiner."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from .data import LabelSpace
 from .features import FeatureEncoder
+from .plugin_calls import plugin_errors
 
 
 def one_vs_all_matrix(k: int) -> np.ndarray:
@@ -113,14 +114,16 @@ class Member:
         n_cols = sum(len(c) for c in self.columns)
         S = np.empty((X.shape[0], n_cols), dtype=np.float64)
         for learner, cols in zip(self.learners, self.columns):
-            S[:, cols] = as_columns(learner.score(X))
+            with plugin_errors(learner, "score"):
+                S[:, cols] = as_columns(learner.score(X))
         return S
 
     def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
         S = self.scores(X) if S is None else S
         R = np.empty_like(S)
         for b, cal in enumerate(self.calibrators):
-            R[:, b] = cal.predict(S[:, b])
+            with plugin_errors(cal, "predict"):
+                R[:, b] = cal.predict(S[:, b])
         return np.clip(R, 0.0, 1.0)
 
     def raw_column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
@@ -156,7 +159,8 @@ class CalibratedModel:
         if self.n_classes == 2 and R.shape[1] == 1:
             r = R[:, 0]
             return np.column_stack([1.0 - r, r])
-        return self.combiner.combine(R, self.code_matrix, self.column_counts)
+        with plugin_errors(self.combiner, "combine"):
+            return self.combiner.combine(R, self.code_matrix, self.column_counts)
 
     def _aggregate(self, per_member: list[np.ndarray]) -> np.ndarray:
         """Average members within each base learner, then combine learners by ``combine_rule``."""
@@ -170,6 +174,35 @@ class CalibratedModel:
         from .combining import combine_posteriors
 
         return combine_posteriors(averaged, self.combine_rule or "mean")
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The class labels, in the order of :meth:`predict_proba`'s columns (as scikit-learn)."""
+        return np.asarray(self.labels.classes)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities, shape (n, k), columns in the order of ``classes_``.
+
+        The one obvious path for a model from :func:`calengine.load_model`: ``X`` is a pandas
+        DataFrame with the training table's columns, encoded exactly as at fit time (a saved model
+        records its encoding).  A model fitted in memory on a plain array takes that array's columns.
+        """
+        import pandas as pd
+
+        from .errors import DataError
+
+        if self.encoder is not None:
+            if not isinstance(X, pd.DataFrame):
+                raise DataError(
+                    "this model was fitted on a table; pass a pandas DataFrame with the training columns"
+                    f" ({', '.join(self.encoder.input_columns[:5])}{', ...' if len(self.encoder.input_columns) > 5 else ''})"
+                )
+            X = self.encoder.transform(X)
+        return self.predict_proba_features(X)
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class of each row (see :meth:`predict_proba`)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def predict_proba_features(self, X) -> np.ndarray:
         """Class probabilities, shape (n, k), rows summing to 1."""

@@ -182,6 +182,10 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     from .training import resolve_learner
 
     learner = resolve_learner(config, plugins)
+    if ctx.enc.encoder.is_sparse and not learner.accepts_sparse:  # text columns give CSR features
+        from .base import sparse_input_error
+
+        raise sparse_input_error(learner)
     if config.method in ENGINE_METHODS:
         return _fit_reduction_method(client, ctx, learner, config, progress, plugins)
     return _fit_calibrated(client, ctx, learner, config, progress, plugins)
@@ -433,7 +437,12 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     from sklearn.base import clone
 
     cals = [clone(calibrator) for _ in problems]
-    requests = [cal.reduction_start(score_kind) for cal in cals]
+    from .plugin_calls import plugin_errors
+
+    requests = []
+    for cal in cals:
+        with plugin_errors(cal, "fit"):
+            requests.append(cal.reduction_start(score_kind))
     fallback = [i for i, r in enumerate(requests) if r is None]
     pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
     rounds = 0
@@ -480,7 +489,8 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
             merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
             pos += n
         for i in pending:
-            requests[i] = cals[i].reduction_step(merged[i], requests[i])
+            with plugin_errors(cals[i], "fit"):
+                requests[i] = cals[i].reduction_step(merged[i], requests[i])
         if rounds > 500:
             raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
     for i in fallback:
@@ -504,7 +514,10 @@ def _split_group_size(n_blocks: int, ctx: Context, n_workers: int) -> int:
 
 
 def _calibrator_stats(cal, parts: list):
-    merged = pt.merge_in_order(parts, cal.merge_stats)
+    from .plugin_calls import plugin_errors
+
+    with plugin_errors(cal, "fit"):
+        merged = pt.merge_in_order(parts, cal.merge_stats)
     if merged is None:
         raise DataError("calibration data is empty; pass at least one example of each class")
     return merged

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DataError
+from .plugin_calls import plugin_errors
 from .folds import fragment_folds, fragment_sample_keys
 
 
@@ -158,7 +159,8 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
         if not mask.all():
             idx = np.flatnonzero(mask)
             X, target, groups = X[idx], target[idx], groups[idx]
-        stats = learner.partial_stats_groups(X, target, groups, n_groups, None, n_classes)
+        with plugin_errors(learner, "fit"):
+            stats = learner.partial_stats_groups(X, target, groups, n_groups, None, n_classes)
         for g in range(n_groups):
             out[(g if plan.cv else None, column)] = stats[g]
     return out
@@ -283,7 +285,8 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 rows = np.flatnonzero(part.folds[idx] == g)
                 if rows.size == 0:
                     continue
-                s = as_columns(learners[li].score(part.X[idx[rows]]))
+                with plugin_errors(learners[li], "score"):
+                    s = as_columns(learners[li].score(part.X[idx[rows]]))
                 if cs.column is not None:
                     s = s[:, :1]
                 if S is None:
@@ -292,7 +295,8 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
             if S is None:
                 S = np.empty((0, 1))
         else:
-            S = as_columns(learners[cs.learners[0]].score(part.X[idx])) if idx.size else np.empty((0, 1))
+            with plugin_errors(learners[cs.learners[0]], "score"):
+                S = as_columns(learners[cs.learners[0]].score(part.X[idx])) if idx.size else np.empty((0, 1))
             if cs.column is not None:
                 S = S[:, :1]
         out.append((S, _targets(part.y[idx], S.shape[1], cs.column, plan)))
@@ -322,7 +326,8 @@ def block_partial_stats(block: ScoreBlock, requests: list) -> list:
             out.append(None)
             continue
         s = np.ascontiguousarray(S[:, column], dtype=np.float64)
-        out.append(cal.partial_stats(s, T[:, column].astype(np.int64), np.ones(s.shape[0]), request))
+        with plugin_errors(cal, "fit"):
+            out.append(cal.partial_stats(s, T[:, column].astype(np.int64), np.ones(s.shape[0]), request))
     return out
 
 
@@ -373,14 +378,16 @@ def range_partial_stats(cal, request, *pieces):
         return None
     s = np.concatenate([p[0] for p in pieces])
     t = np.concatenate([p[1] for p in pieces]).astype(np.int64)
-    return cal.partial_stats(s, t, np.ones(s.shape[0]), request)
+    with plugin_errors(cal, "fit"):
+        return cal.partial_stats(s, t, np.ones(s.shape[0]), request)
 
 
 def fit_calibrator_gathered(cal, score_kind: str, *pieces):
     """The in-memory fallback: every score of one problem on this worker, then ``fit``."""
     s = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0)
     t = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, dtype=np.int64)
-    cal.fit(s, t, sample_weight=None, score_kind=score_kind)
+    with plugin_errors(cal, "fit"):
+        cal.fit(s, t, sample_weight=None, score_kind=score_kind)
     return cal
 
 

@@ -5,7 +5,9 @@ exception, ``SystemExit`` included: only Ctrl-C passes through), has
 a misspelt hook, or raises while registering is *recorded* (entry point, distribution, version, error)
 and shown by ``calengine plugins``; the others keep working.  ``strict=True`` (``--strict-plugins`` or
 ``CALENGINE_STRICT_PLUGINS=1``) turns any such failure into a :class:`PluginError`.  Two plugins
-registering the same name is always an error, naming both.
+registering the same name is an error naming both -- except for ``calengine plugins``, which loads with
+``allow_clashes=True`` so the user can still see everything installed, the clash marked, and decide
+which distribution to uninstall.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class PluginRecord:
     module: str
     registered: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
     error: str | None = None
+    #: names this plugin registered that an earlier plugin had already taken (not usable): one message each
+    clashes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
@@ -45,6 +49,7 @@ class PluginRecord:
             "module": self.module,
             "registered": self.registered,
             "error": self.error,
+            "clashes": self.clashes,
         }
 
 
@@ -64,6 +69,8 @@ class PluginSet:
         self.classes: dict[str, dict[str, type]] = {k: {} for k in KINDS}
         self.origins: dict[tuple[str, str], Origin] = {}
         self.records: list[PluginRecord] = []
+        #: one message per name registered by two plugins (the first keeps it)
+        self.clashes: list[str] = []
 
     @property
     def failures(self) -> list[PluginRecord]:
@@ -138,11 +145,14 @@ def _register_one(plugins: PluginSet, record: PluginRecord, module: ModuleType, 
     for kind, name, cls in staged:
         if name in plugins.classes[kind]:
             other = plugins.origins[(kind, name)]
-            raise PluginError(
+            message = (
                 f"{kind[:-1]} name '{name}' is registered by both plugin '{other.plugin}' "
                 f"({other.distribution}) and plugin '{record.name}' ({record.distribution}); "
                 "uninstall one of them"
             )
+            plugins.clashes.append(message)
+            record.clashes.append(message)
+            continue
         plugins.classes[kind][name] = cls
         plugins.origins[(kind, name)] = Origin(record.name, record.distribution, record.version)
         record.registered[kind].append(name)
@@ -152,11 +162,14 @@ def load_plugins(
     strict: bool | None = None,
     extra_modules: tuple[ModuleType, ...] = (),
     entry_points: bool = True,
+    allow_clashes: bool = False,
 ) -> PluginSet:
     """Load every ``calengine`` entry point, plus ``extra_modules`` registered in-process.
 
     ``extra_modules`` is how Python users and tests add a plugin without installing a distribution;
     ``entry_points=False`` loads only those (a plugin's own conformance test checks it in isolation).
+    Every plugin is loaded before a name clash is raised (as :class:`PluginError` naming both), so
+    ``allow_clashes=True`` returns the whole picture with ``PluginSet.clashes`` filled in instead.
     """
     strict = is_strict(strict)
     plugins = PluginSet()
@@ -183,6 +196,8 @@ def load_plugins(
         )
         plugins.records.append(record)
         _register_one(plugins, record, module, strict)
+    if plugins.clashes and not allow_clashes:
+        raise PluginError(plugins.clashes[0] + " (run 'calengine plugins' to see every plugin installed)")
     return plugins
 
 
@@ -191,14 +206,14 @@ def _ep_sort_key(ep) -> tuple[str, str]:
     return (dist.metadata["Name"] if dist is not None else "", ep.name)
 
 
-_cache: dict[bool, PluginSet] = {}
+_cache: dict[tuple[bool, bool], PluginSet] = {}
 
 
-def get_plugins(strict: bool | None = None) -> PluginSet:
+def get_plugins(strict: bool | None = None, allow_clashes: bool = False) -> PluginSet:
     """The process-wide plugin set (loaded once per strictness)."""
-    key = is_strict(strict)
+    key = (is_strict(strict), allow_clashes)
     if key not in _cache:
-        _cache[key] = load_plugins(strict=key)
+        _cache[key] = load_plugins(strict=key[0], allow_clashes=allow_clashes)
     return _cache[key]
 
 

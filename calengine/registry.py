@@ -59,3 +59,28 @@ def learner_label(learner) -> str:
     if learner.name == SKLEARN_PATH_LEARNER and path:
         return path
     return learner.name
+
+
+def describe(kind: str, name: str, plugins: PluginSet | None = None) -> dict[str, Any]:
+    """What ``calengine plugins NAME`` shows: where the class comes from and its parameters with their
+    defaults (as ``--learner-param``/``--method-param``/``--combiner-param`` K=V would set them)."""
+    import inspect
+
+    plugins = plugins or get_plugins()
+    cls = lookup(kind, name, plugins)
+    origin = plugins.origin(kind, name)
+    params = []
+    for p in inspect.signature(cls.__init__).parameters.values():
+        if p.name == "self" or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        params.append({"name": p.name, "default": None if p.default is p.empty else p.default})
+    doc = inspect.getdoc(cls) or ""
+    return {
+        "kind": kind[:-1],
+        "name": name,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "distribution": origin.distribution,
+        "version": origin.version,
+        "summary": doc.split("\n\n")[0].replace("\n", " "),
+        "parameters": params,
+    }

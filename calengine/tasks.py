@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .model import Member, RawMap, as_columns
+from .plugin_calls import plugin_errors
 
 
 @dataclass
@@ -49,26 +50,13 @@ class TrainingData:
         return np.flatnonzero(~held), np.flatnonzero(held)
 
 
-class learner_errors:
-    """Turn a learner's own failure (scikit-learn raises ValueError, LinAlgError, ...) into a
-    :class:`LearnerError` naming the learner, so the CLI prints one line instead of a traceback."""
+def learner_errors(learner):
+    """Turn any failure of a learner's own code (scikit-learn raises ValueError, LinAlgError, ...) into
+    a :class:`LearnerError` naming the learner and its distribution, so the CLI prints one line instead
+    of a traceback (see :mod:`calengine.plugin_calls`)."""
+    from .plugin_calls import plugin_errors
 
-    def __init__(self, learner) -> None:
-        self.learner = learner
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, exc, tb):
-        from .errors import CalengineError, LearnerError
-
-        if exc is None or isinstance(exc, CalengineError) or not isinstance(exc, (ValueError, ArithmeticError, TypeError)):
-            return False
-        name = getattr(self.learner, "name", type(self.learner).__name__)
-        message = " ".join(str(exc).split())
-        raise LearnerError(
-            f"learner '{name}' failed to fit: {message}; try other --learner-param values or another learner"
-        ) from exc
+    return plugin_errors(learner, "fit")
 
 
 def task_seed(seed: int, *identity: int) -> int:
@@ -147,7 +135,8 @@ def fit_learner(data: TrainingData, idx: np.ndarray | None, learner, seed: int):
 def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:
     X, _, _ = data.rows(idx)
     pin_native_threads()
-    return as_columns(learner.score(X))
+    with plugin_errors(learner, "score"):
+        return as_columns(learner.score(X))
 
 
 def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str) -> list:
@@ -157,7 +146,8 @@ def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrat
     fitted = []
     for b, target in enumerate(column_targets(y, S.shape[1])):
         cal = clone(calibrator)
-        cal.fit(S[:, b], target, sample_weight=w, score_kind=score_kind)
+        with plugin_errors(cal, "fit"):
+            cal.fit(S[:, b], target, sample_weight=w, score_kind=score_kind)
         fitted.append(cal)
     return fitted
 

@@ -14,7 +14,11 @@
 Each check raises ``AssertionError`` with a sentence saying which part of the contract (documented on
 :class:`calengine.base.Learner`, :class:`~calengine.base.Calibrator` and
 :class:`~calengine.base.Combiner`) is broken.  The checks fit on small synthetic data and finish in
-seconds.
+seconds.  They check behaviour, not only shapes: a learner declaring ``accepts_sample_weight`` must
+act on the weights (integer weights against duplicated rows), one declaring ``accepts_sparse`` must
+fit and score scipy CSR as it scores the dense rows, a calibrator must be non-decreasing unless it
+declares ``monotone = False``, and a combiner must give back the class probabilities that consistent
+column estimates came from.  calengine runs the kit on every built-in plugin (``tests/test_plugin_kit.py``).
 """
 
 from __future__ import annotations
@@ -118,13 +122,64 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
         if not np.array_equal(np.asarray(unpickled.score(X)), S):
             _fail(cls, "a pickled copy (as sent to Dask workers) scores differently")
         if learner.accepts_sample_weight:
-            w = np.linspace(0.5, 2.0, len(y))
-            seeded(cls(), 0).fit(X, y, sample_weight=w)
+            _check_weights_act_as_duplicates(cls, X, y, k)
+        if learner.accepts_sparse:
+            _check_sparse_input(cls, X, y, k)
     supports = proto.supports_stats
     if not isinstance(supports, (bool, np.bool_)):
         _fail(cls, "supports_stats must be a bool (a class attribute or a property of the instance)")
     if supports:
         check_learner_stats(cls, n_classes_list)
+
+
+def _check_weights_act_as_duplicates(cls, X, y, k: int) -> None:
+    """Integer weights must act like duplicated rows, or at the very least change the fit.
+
+    Deterministic learners whose fit is a function of weighted sums (linear models, naive Bayes, nearest
+    means) give the duplicated-rows model to rounding.  Learners whose fit also counts rows (a tree's
+    ``min_samples_leaf``, a leave-one-out bandwidth, stochastic gradient batches) cannot; for them the
+    kit asks only that the weights change the scores, which a learner that declares
+    ``accepts_sample_weight`` and then ignores the weights never does (Probing would silently lose its
+    importance weighting).  Scores are compared on fresh points, since a tree fits its own rows exactly
+    whatever the weights.
+    """
+    from .tasks import seeded
+
+    w = np.tile([1.0, 3.0, 1.0, 2.0], len(y) // 4 + 1)[: len(y)]
+    reps = w.astype(np.int64)
+    X_new, _ = make_data(n_classes=k, seed=1)
+    weighted = np.asarray(seeded(cls(), 0).fit(X, y, sample_weight=w).score(X_new))
+    duplicated = np.asarray(seeded(cls(), 0).fit(np.repeat(X, reps, axis=0), np.repeat(y, reps)).score(X_new))
+    if weighted.shape == duplicated.shape and np.allclose(weighted, duplicated, rtol=1e-6, atol=1e-6):
+        return
+    plain = np.asarray(seeded(cls(), 0).fit(X, y).score(X_new))
+    if np.array_equal(weighted, plain):
+        _fail(
+            cls,
+            f"accepts_sample_weight is True but fit ignores sample_weight ({k} classes: weights 1-3 give the"
+            " same scores as no weights, and not those of the rows duplicated); use the weights or declare"
+            " accepts_sample_weight = False (Probing then uses costing)",
+        )
+
+
+def _check_sparse_input(cls, X, y, k: int) -> None:
+    """A learner that declares ``accepts_sparse`` must fit and score scipy CSR (what the engine builds
+    for text columns) and score a CSR matrix as it scores the same rows dense."""
+    from scipy import sparse
+
+    from .tasks import seeded
+
+    Xs = sparse.csr_matrix(X)
+    try:
+        learner = seeded(cls(), 0).fit(Xs, y)
+        S = np.asarray(learner.score(Xs))
+    except Exception as exc:  # noqa: BLE001 - any failure on CSR breaks the declared contract
+        _fail(cls, f"accepts_sparse is True but fit/score on a scipy CSR matrix failed ({type(exc).__name__}: {exc})")
+    want = (len(y),) if k == 2 else (len(y), k)
+    if S.shape != want or not np.all(np.isfinite(S)):
+        _fail(cls, f"accepts_sparse is True but scores of CSR input have shape {S.shape} or non-finite values")
+    if not np.allclose(np.asarray(learner.score(X)), S, rtol=1e-8, atol=1e-10):
+        _fail(cls, "scores of a CSR matrix differ from scores of the same rows as a dense array")
 
 
 def _close(a, b, rtol: float) -> bool:
@@ -216,9 +271,15 @@ def check_learner_stats(
                 _fail(cls, "partial_stats_groups does not give the statistics partial_stats gives per group")
 
 
-def check_calibrator(cls: type, monotone: bool = True) -> None:
-    """Check a :class:`~calengine.base.Calibrator` subclass against the contract."""
+def check_calibrator(cls: type, monotone: bool | None = None) -> None:
+    """Check a :class:`~calengine.base.Calibrator` subclass against the contract.
+
+    ``monotone``: whether ``predict`` must be non-decreasing in the score; ``None`` (the default) takes
+    the class's own declaration, ``Calibrator.monotone``.
+    """
     _check_common(cls, Calibrator)
+    if monotone is None:
+        monotone = bool(getattr(cls, "monotone", True))
     rng = np.random.default_rng(0)
     s = rng.normal(size=400)
     y = (rng.random(400) < 1 / (1 + np.exp(-2 * s))).astype(np.int64)
@@ -233,7 +294,11 @@ def check_calibrator(cls: type, monotone: bool = True) -> None:
         if p.min() < 0 or p.max() > 1:
             _fail(cls, "predict returned values outside [0, 1]")
         if monotone and np.any(np.diff(p) < -1e-12):
-            _fail(cls, "predict is not non-decreasing in the score (pass monotone=False if by design)")
+            _fail(
+                cls,
+                "predict is not non-decreasing in the score; if that is by design, declare monotone = False"
+                " on the class (or pass monotone=False to the check)",
+            )
         for key, value in cal.to_state().items():
             ok = isinstance(value, (int, float, bool, str, np.integer, np.floating, np.bool_)) or (
                 isinstance(value, np.ndarray) and value.dtype != object
@@ -248,15 +313,21 @@ def check_calibrator(cls: type, monotone: bool = True) -> None:
         cal.fit(scores, y, sample_weight=np.full(len(y), 2.0), score_kind=kind)
 
 
-def check_combiner(cls: type) -> None:
-    """Check a :class:`~calengine.base.Combiner`: exact on consistent estimates, rows on the simplex."""
+def check_combiner(cls: type, atol: float = 1e-6) -> None:
+    """Check a :class:`~calengine.base.Combiner`: rows on the simplex, and exact on consistent estimates.
+
+    For each of the one-vs-all, all-pairs and k-1 matrices of 4 classes that ``check_matrix`` accepts,
+    column estimates are computed from known class probabilities P (``R[:, b] = P(+1 side) / P(either
+    side)``, with every probability at least 0.02, away from clipping), and ``combine`` must give P back
+    to ``atol``: a combiner that returns uniform or merely normalised rows fails.
+    """
     from .codematrix import all_pairs, k_minus_one, one_vs_all
 
     _check_common(cls, Combiner)
     from .errors import CodeMatrixError
 
     rng = np.random.default_rng(0)
-    P = rng.dirichlet(np.ones(4), size=50)
+    P = 0.02 + 0.92 * rng.dirichlet(np.full(4, 2.0), size=50)
     accepted = 0
     for M in (one_vs_all(4), all_pairs(4), k_minus_one(4)):
         comb = cls()
@@ -273,21 +344,42 @@ def check_combiner(cls: type) -> None:
             _fail(cls, f"combine must return shape {P.shape}, got {out.shape}")
         if out.min() < -1e-12 or not np.allclose(out.sum(axis=1), 1.0, atol=1e-9):
             _fail(cls, "combine must return non-negative rows summing to 1")
+        err = float(np.max(np.abs(out - P)))
+        if err > atol:
+            _fail(
+                cls,
+                f"combine is not exact on consistent estimates for the {_matrix_label(M)} matrix of 4 classes"
+                f" (max |p - true p| = {err:.3g} > {atol}); it must return the class probabilities the"
+                " column estimates came from",
+            )
     if not accepted:
         _fail(cls, "accepts none of the one-vs-all, all-pairs and k-1 matrices")
 
 
-def check_plugin_module(module: ModuleType) -> None:
+def _matrix_label(M: np.ndarray) -> str:
+    if M.shape[1] == M.shape[0] and np.all(np.diag(M) == 1):
+        return "one-vs-all"
+    if np.all((M != 0).sum(axis=0) == 2):
+        return "all-pairs"
+    return "k-1"
+
+
+def check_plugin_module(module: ModuleType, monotone: bool | None = None) -> None:
     """Load ``module`` alone as a plugin, in strict mode, and check every class it registers.
 
     Installed entry points are left out, so the check behaves the same before and after
-    ``pip install`` of the plugin being checked.
+    ``pip install`` of the plugin being checked.  ``monotone`` goes to :func:`check_calibrator` for
+    every calibrator (``None``: each class's own ``monotone`` declaration).
     """
     plugins = load_plugins(strict=True, extra_modules=(module,), entry_points=False)
     record = plugins.records[-1]
     if not any(record.registered.values()):
         raise AssertionError(f"plugin module {module.__name__} registered nothing; implement a register_* hook")
-    checks = {"learners": check_learner, "calibrators": check_calibrator, "combiners": check_combiner}
+    checks = {
+        "learners": check_learner,
+        "calibrators": lambda cls: check_calibrator(cls, monotone=monotone),
+        "combiners": check_combiner,
+    }
     for kind, names in record.registered.items():
         for name in names:
             checks[kind](plugins.classes[kind][name])

@@ -111,6 +111,9 @@ def fit_model(
     if len(learners) > 1 or config.combine:
         return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
     learner = resolve_learner(config, plugins)
+    from .base import reject_sparse
+
+    reject_sparse(learner, data.X)  # one line naming the fix, not a crash inside the learner
     k = labels.n_classes
     info = model_info(learner, config, cal_data is not None)
     if config.method in ENGINE_METHODS:
@@ -272,7 +275,10 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params:
 
         comb = "normalize" if is_one_vs_all(M) else "coupling"
     combiner = registry.make("combiners", comb, params or {}, plugins)
-    combiner.check_matrix(M)
+    from .plugin_calls import plugin_errors
+
+    with plugin_errors(combiner, "combine"):  # a CodeMatrixError (its refusal) passes unchanged
+        combiner.check_matrix(M)
     return M, combiner
 
 

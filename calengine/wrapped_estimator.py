@@ -36,5 +36,12 @@ class EstimatorLearner(SklearnLearner):
     def score_kind(self) -> str:  # type: ignore[override]
         return "proba" if hasattr(self.estimator, "predict_proba") else "decision"
 
+    @property
+    def accepts_sparse(self) -> bool:  # type: ignore[override]
+        """Per the estimator's own input tags (a Pipeline's are its first step's)."""
+        from sklearn.utils import get_tags
+
+        return bool(get_tags(self.estimator).input_tags.sparse)
+
     def make_estimator(self):
         return clone(self.estimator)

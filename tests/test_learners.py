@@ -23,7 +23,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import has_fit_parameter
 
 from calengine.allowlist import CORE_TRUSTED_TYPES, untrusted_types
-from calengine.base import Learner
+from calengine.base import Learner, SklearnLearner
 from calengine.errors import DataError, ParameterError
 from calengine_builtins import learners as L
 
@@ -148,7 +148,7 @@ def test_fit_score_shapes_and_ranges(case, kind):
 def test_accepts_sample_weight_is_truthful(name):
     X, y = DATA["binary"]
     learner = make(name)
-    if isinstance(learner, L._SklearnBacked):
+    if isinstance(learner, SklearnLearner):
         est = learner.make_estimator()
         final = est.steps[-1][1] if hasattr(est, "steps") else est
         assert learner.accepts_sample_weight == has_fit_parameter(final, "sample_weight")
@@ -521,9 +521,9 @@ def test_sparse_input(name):
         s = fitted(learner, Xs, y).score(Xs)
         assert s.shape == (len(y), 3) and np.all(np.isfinite(s))
         # the same rows, dense, through the pipeline the learner builds for sparse input (a scaler that
-        # does not centre, see _SklearnBacked): the storage must not change the model
+        # does not centre, see calengine.base.SklearnLearner): the storage must not change the model
         twin = make(name)
-        if isinstance(twin, L._SklearnBacked):
+        if isinstance(twin, SklearnLearner):
             build = twin.make_estimator
             twin.make_estimator = lambda sparse_input=False: build(sparse_input=True)
         dense = fitted(twin, X, y).score(X)

@@ -38,8 +38,10 @@ Each learner also carries ``accepts_sparse``; a sparse matrix given to a learner
 raises :class:`calengine.errors.DataError` naming the fix instead of densifying behind the user's back
 (which could exhaust memory on a wide one-hot table).
 
-Sample weights reach every step of a scikit-learn Pipeline whose ``fit`` accepts them (the scaler as well
-as the classifier), so that a weight of 2 means exactly "this row twice" for the deterministic learners.
+The scikit-learn-backed learners subclass the public :class:`calengine.base.SklearnLearner`, exactly as a
+third-party plugin would: sample weights reach every step of a Pipeline whose ``fit`` accepts them (the
+scaler as well as the classifier), so that a weight of 2 means exactly "this row twice" for the
+deterministic learners, and ``make_estimator(sparse_input)`` builds a non-centring scaler for CSR input.
 
 Persistence: scikit-learn-backed learners hand their fitted estimator to the artifact, which stores it
 with skops under :data:`calengine.allowlist.CORE_TRUSTED_TYPES`.  The learners written here (k-NN,
@@ -61,7 +63,7 @@ import numpy as np
 from scipy import sparse
 
 from calengine import hookimpl
-from calengine.base import Learner, SklearnLearner
+from calengine.base import Learner, SklearnLearner, check_weights, reject_sparse, sparse_input_error
 from calengine.errors import DataError, ParameterError
 
 __all__ = [
@@ -116,10 +118,7 @@ def _check_input(learner, X, *, n_features: int | None = None):
     from sklearn.utils import check_array
 
     if sparse.issparse(X) and not learner.accepts_sparse:
-        raise DataError(
-            f"learner '{learner.name}' needs dense features but got a sparse matrix; pass a dense array, "
-            "or choose a learner with sparse support (e.g. logistic_regression, linear_svm, decision_tree)"
-        )
+        raise sparse_input_error(learner)
     X = check_array(X, accept_sparse="csr" if learner.accepts_sparse else False, dtype=np.float64)
     if n_features is not None and X.shape[1] != n_features:
         raise DataError(
@@ -129,24 +128,9 @@ def _check_input(learner, X, *, n_features: int | None = None):
     return X
 
 
-def _reject_sparse(learner, X) -> None:
-    """The sparse check of :func:`_check_input` alone, for estimators that validate ``X`` themselves."""
-    if sparse.issparse(X) and not learner.accepts_sparse:
-        _check_input(learner, X)
-
-
-def _check_weights(sample_weight, n: int) -> np.ndarray | None:
-    """``None`` or a finite, non-negative float64 vector of length ``n`` with a positive sum."""
-    if sample_weight is None:
-        return None
-    w = np.asarray(sample_weight, dtype=np.float64)
-    if w.shape != (n,):
-        raise DataError(f"sample_weight has shape {w.shape} but X has {n} rows; give one weight per row")
-    if not np.all(np.isfinite(w)) or np.any(w < 0):
-        raise DataError("sample_weight must be finite and non-negative")
-    if not w.sum() > 0:
-        raise DataError("sample_weight sums to zero; at least one row needs a positive weight")
-    return w
+#: the public base class's checks are the built-ins' checks (one behaviour for every plugin)
+_reject_sparse = reject_sparse
+_check_weights = check_weights
 
 
 def _check_labels(y, n: int) -> np.ndarray:
@@ -159,20 +143,6 @@ def _check_labels(y, n: int) -> np.ndarray:
     if y.size == 0 or not integral or y.min() < 0:
         raise DataError("y must hold class indices 0..k-1")
     return y.astype(np.intp)
-
-
-def _weight_routing(est, w: np.ndarray) -> dict[str, np.ndarray]:
-    """Fit parameters that give ``w`` to every step of ``est`` (a Pipeline or not) that accepts it."""
-    from sklearn.utils.validation import has_fit_parameter
-
-    steps = getattr(est, "steps", None)
-    if not steps:
-        return {"sample_weight": w}
-    params = {}
-    for step_name, step in steps:
-        if step not in (None, "passthrough") and has_fit_parameter(step, "sample_weight"):
-            params[f"{step_name}__sample_weight"] = w
-    return params
 
 
 def _row_blocks(n_rows: int, n_cols: int):
@@ -410,34 +380,6 @@ def _zero_scale_to_one(scale: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ sklearn-backed
 
 
-class _SklearnBacked(SklearnLearner):
-    """A :class:`SklearnLearner` that knows whether its estimator takes sparse input.
-
-    ``make_estimator(sparse_input)`` may build a different pipeline for CSR input (a scaler that does
-    not centre, so the matrix stays sparse).  Weights go to every Pipeline step that accepts them.
-    """
-
-    accepts_sparse: ClassVar[bool] = False
-
-    def fit(self, X, y, sample_weight=None):
-        _reject_sparse(self, X)
-        y = np.asarray(y)
-        est = self.make_estimator(sparse_input=sparse.issparse(X))
-        fit_params = {}
-        if sample_weight is not None:
-            if not self.accepts_sample_weight:
-                raise _no_weights_error(self.name)
-            fit_params = _weight_routing(est, _check_weights(sample_weight, X.shape[0]))
-        est.fit(X, y, **fit_params)
-        self.estimator_ = est
-        self.n_classes_ = int(len(est.classes_))
-        return self
-
-    def score(self, X) -> np.ndarray:
-        _reject_sparse(self, X)
-        return super().score(X)
-
-
 def _scaler(sparse_input: bool):
     """StandardScaler; for sparse input it only scales (centring would densify the matrix)."""
     from sklearn.preprocessing import StandardScaler
@@ -445,7 +387,7 @@ def _scaler(sparse_input: bool):
     return StandardScaler(with_mean=not sparse_input)
 
 
-class DecisionTreeLearner(_SklearnBacked):
+class DecisionTreeLearner(SklearnLearner):
     """Entropy-split decision tree with pruning controls: calengine's stand-in for C4.5/J48.
 
     ``min_samples_leaf=2`` mirrors J48's minimum of two objects per leaf; ``max_depth``,
@@ -523,7 +465,7 @@ class DecisionTreeLearner(_SklearnBacked):
         return self
 
 
-class LinearSVMLearner(_SklearnBacked):
+class LinearSVMLearner(SklearnLearner):
     """Standardised features + LinearSVC; its unbounded margin is the score to calibrate.
 
     Scaling matters: unscaled LinearSVC converges badly and calibrates worse (see the baselines in the
@@ -548,7 +490,7 @@ class LinearSVMLearner(_SklearnBacked):
         return Pipeline([("scale", _scaler(sparse_input)), ("svm", svm)])
 
 
-class LogisticRegressionLearner(_SklearnBacked):
+class LogisticRegressionLearner(SklearnLearner):
     """Standardised features + L2 logistic regression (lbfgs, deterministic)."""
 
     name = "logistic_regression"
@@ -569,7 +511,7 @@ class LogisticRegressionLearner(_SklearnBacked):
         )
 
 
-class GaussianNBLearner(_SklearnBacked):
+class GaussianNBLearner(SklearnLearner):
     """Gaussian naive Bayes: the classic badly calibrated (overconfident) probability estimator."""
 
     name = "gaussian_nb"
@@ -793,7 +735,7 @@ class BayesDiagonalLearner(GaussianNBLearner):
     name = "bayes_diagonal"
 
 
-class BernoulliNBLearner(_SklearnBacked):
+class BernoulliNBLearner(SklearnLearner):
     """Bernoulli naive Bayes on features binarised at ``binarize``.
 
     With ``standardize=True`` (default) the threshold applies to standardised features, so the default
@@ -855,7 +797,7 @@ class BernoulliNBLearner(_SklearnBacked):
         return self
 
 
-class MultinomialNBLearner(_SklearnBacked):
+class MultinomialNBLearner(SklearnLearner):
     """Multinomial naive Bayes on features scaled to be non-negative.
 
     Dense input goes through ``MinMaxScaler(clip=True)`` (so test values outside the training range stay
@@ -963,7 +905,7 @@ def apply_bins(X: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return codes
 
 
-class CategoricalNBLearner(_SklearnBacked):
+class CategoricalNBLearner(SklearnLearner):
     """Categorical naive Bayes on numeric columns discretised into ``n_bins`` quantile bins.
 
     The cut points are stored as an array ``edges`` (unweighted quantiles of the training data);
@@ -1011,7 +953,7 @@ class CategoricalNBLearner(_SklearnBacked):
         return self
 
 
-class BoostedNBLearner(_SklearnBacked):
+class BoostedNBLearner(SklearnLearner):
     """AdaBoost (SAMME) over Gaussian naive Bayes, the boosted naive Bayes of Elkan / Zadrozny & Elkan.
 
     Boosting pushes naive Bayes scores further towards 0 and 1, which is why the papers calibrate it;
@@ -1043,7 +985,7 @@ class BoostedNBLearner(_SklearnBacked):
         )
 
 
-class FisherLDALearner(_SklearnBacked):
+class FisherLDALearner(SklearnLearner):
     """Fisher's linear discriminant (LinearDiscriminantAnalysis); its decision value is calibrated.
 
     scikit-learn's LDA has no sample weights, so neither does this learner.  ``shrinkage`` ("auto" or a
@@ -1065,7 +1007,7 @@ class FisherLDALearner(_SklearnBacked):
         return LinearDiscriminantAnalysis(solver=self.solver, shrinkage=self.shrinkage)
 
 
-class QDALearner(_SklearnBacked):
+class QDALearner(SklearnLearner):
     """Standardised features + quadratic discriminant analysis (Gaussian classes, full covariances).
 
     ``reg_param`` shrinks each class covariance towards the identity.  The default 0.01 is not
@@ -1123,7 +1065,7 @@ def _hidden_layers(value) -> tuple[int, ...]:
     return tuple(_parse_positive_int(v, "each hidden layer size") for v in value)
 
 
-class MLPLearner(_SklearnBacked):
+class MLPLearner(SklearnLearner):
     """Standardised features + a small multi-layer perceptron (default: one layer of 10 units).
 
     Duin & Tax's point is that a network's outputs are classifier-conditional estimates, not density
@@ -1170,7 +1112,7 @@ class MLPLearner(_SklearnBacked):
 _PATH_RE = re.compile(r"sklearn(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
-class SklearnClassifier(_SklearnBacked):
+class SklearnClassifier(SklearnLearner):
     """Any scikit-learn classifier named by import path, e.g. ``sklearn.ensemble.RandomForestClassifier``.
 
     Only classes defined under ``sklearn.`` that scikit-learn recognises as classifiers are accepted, so

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 import calengine
+from calengine import library_models
 from calengine.base import Learner
 from calengine.errors import CalengineError, LearnerError, ModelFormatError, ParameterError
 
@@ -50,20 +51,9 @@ def _library():
     return lightgbm
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    import re
-
-    return tuple(int(p) for p in re.findall(r"\d+", str(text))[:3])
-
-
 def check_library_version(recorded: str, installed: str) -> None:
     """Refuse a booster written by a newer release or another major version of LightGBM."""
-    want, have = _version_tuple(recorded), _version_tuple(installed)
-    if not want or want[0] != have[0] or have < want:
-        raise ModelFormatError(
-            f"this model's booster was written by lightgbm {recorded} and lightgbm {installed} is installed;"
-            f" install the same release (pip install 'lightgbm=={recorded}') to load it"
-        )
+    library_models.check_library_version(recorded, installed, "lightgbm")
 
 
 class LightGBM(Learner):
@@ -72,6 +62,8 @@ class LightGBM(Learner):
     name = "lightgbm"
     accepts_sample_weight = True
     score_kind = "proba"
+    #: DMatrix/Dataset and prediction take scipy CSR as they take dense arrays (text columns)
+    accepts_sparse = True
 
     def __init__(
         self,
@@ -150,24 +142,18 @@ class LightGBM(Learner):
         return out.reshape(-1)
 
     def to_state(self) -> dict[str, Any]:
-        return {
-            BOOSTER_KEY: self.booster_.model_to_string().encode("utf-8"),
-            "n_classes": int(self.n_classes_),
-            "library": "lightgbm",
-            "library_version": _library().__version__,
-        }
+        text = self.booster_.model_to_string().encode("utf-8")
+        return library_models.library_state(BOOSTER_KEY, text, self.n_classes_, "lightgbm", _library().__version__)
 
     def from_state(self, state: dict[str, Any]) -> "LightGBM":
         lgb = _library()
-        if state.get("library") != "lightgbm" or BOOSTER_KEY not in state:
-            raise ModelFormatError(f"learner '{self.name}' state holds no LightGBM booster; fit the model again")
-        check_library_version(str(state.get("library_version", "")), lgb.__version__)
+        blob, n_classes = library_models.read_library_state(state, self.name, BOOSTER_KEY, "lightgbm", lgb.__version__)
         try:
-            self.booster_ = lgb.Booster(model_str=bytes(state[BOOSTER_KEY]).decode("utf-8"))
+            self.booster_ = lgb.Booster(model_str=blob.decode("utf-8"))
         except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelFormatError(f"the LightGBM booster of learner '{self.name}' cannot be read ({first}); fit the model again") from exc
-        self.n_classes_ = int(state["n_classes"])
+        self.n_classes_ = n_classes
         return self
 
 

@@ -32,12 +32,12 @@ candidates and the floating-point sums change with the layout (see the README's 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
 import calengine
+from calengine import library_models
 from calengine.base import Learner
 from calengine.errors import CalengineError, LearnerError, ModelFormatError, ParameterError
 
@@ -54,18 +54,9 @@ def _library():
     return xgboost
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", str(text))[:3])
-
-
 def check_library_version(recorded: str, installed: str, library: str = "xgboost", package: str = "xgboost-cpu") -> None:
     """Refuse a booster written by a newer release or another major version of the library."""
-    want, have = _version_tuple(recorded), _version_tuple(installed)
-    if not want or want[0] != have[0] or have < want:
-        raise ModelFormatError(
-            f"this model's booster was written by {library} {recorded} and {library} {installed} is installed;"
-            f" install the same release (pip install '{package}=={recorded}') to load it"
-        )
+    library_models.check_library_version(recorded, installed, library, package)
 
 
 class XGBoost(Learner):
@@ -74,6 +65,8 @@ class XGBoost(Learner):
     name = "xgboost"
     accepts_sample_weight = True
     score_kind = "proba"
+    #: DMatrix/Dataset and prediction take scipy CSR as they take dense arrays (text columns)
+    accepts_sparse = True
 
     def __init__(
         self,
@@ -156,27 +149,23 @@ class XGBoost(Learner):
         return out.reshape(-1)
 
     def to_state(self) -> dict[str, Any]:
-        return {
-            BOOSTER_KEY: bytes(self.booster_.save_raw(raw_format="ubj")),
-            "n_classes": int(self.n_classes_),
-            "library": "xgboost",
-            "library_version": _library().__version__,
-        }
+        raw = self.booster_.save_raw(raw_format="ubj")
+        return library_models.library_state(BOOSTER_KEY, raw, self.n_classes_, "xgboost", _library().__version__)
 
     def from_state(self, state: dict[str, Any]) -> "XGBoost":
         xgb = _library()
-        if state.get("library") != "xgboost" or BOOSTER_KEY not in state:
-            raise ModelFormatError(f"learner '{self.name}' state holds no XGBoost booster; fit the model again")
-        check_library_version(str(state.get("library_version", "")), xgb.__version__)
+        blob, n_classes = library_models.read_library_state(
+            state, self.name, BOOSTER_KEY, "xgboost", xgb.__version__, package="xgboost-cpu"
+        )
         booster = xgb.Booster()
         try:
-            booster.load_model(bytearray(state[BOOSTER_KEY]))
+            booster.load_model(bytearray(blob))
         except xgb.core.XGBoostError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelFormatError(f"the XGBoost booster of learner '{self.name}' cannot be read ({first}); fit the model again") from exc
         booster.set_param({"nthread": int(self.n_jobs)})
         self.booster_ = booster
-        self.n_classes_ = int(state["n_classes"])
+        self.n_classes_ = n_classes
         return self
 
 
