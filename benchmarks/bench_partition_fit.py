@@ -283,11 +283,15 @@ def fit_help_lists(flag: str) -> bool:
     return flag in out.stdout
 
 
-def fit_argv(data: str, out: str, method: str, args, worker_memory: bool) -> list[str]:
+def fit_argv(data: str, out: str, method: str, args, worker_memory: bool, embedded: bool = False) -> list[str]:
+    """``embedded``: no ``--cluster`` -- the default ``calengine fit``, tasks as threads of one process."""
     argv = ["--quiet", "fit", data, "--target", TARGET, "--learner", "gaussian_nb", "--method", method]
     if method == "isotonic":
         argv += ["--method-param", "interpolation=linear"]
-    argv += ["--cv", str(CV), "--seed", str(args.seed), "--cluster", "--workers", str(args.workers)]
+    argv += ["--cv", str(CV), "--seed", str(args.seed)]
+    if embedded:
+        return argv + ["--output", out]
+    argv += ["--cluster", "--workers", str(args.workers)]
     if worker_memory:
         argv += ["--worker-memory", args.worker_memory]
     return argv + ["--output", out]
@@ -375,6 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--overhead-rows", type=int, default=1_000_000,
                     help="rows at which engine overhead is measured (default 1M; the smallest size if absent)")
     ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--embedded-max-rows", type=int, default=TEN_M,
+                    help="also fit without --cluster (embedded scheduler) up to this many rows (0: never)")
     ap.add_argument("--max-load", type=float, default=None,
                     help="before each run wait (up to --max-wait s) until the 1-minute load is at most this")
     ap.add_argument("--max-wait", type=float, default=300.0)
@@ -477,6 +483,22 @@ def run(args) -> int:
                 "rusage_maxrss": C.median([f["rusage"]["maxrss_bytes"] for f in ok]),
             }
             entry["worker_processes_seen"] = [len(f["rss"]["workers"]) for f in fit_runs]
+            if rows <= args.embedded_max_rows:
+                emb_runs = []
+                for i in range(repeats):
+                    out = scratch / f"model-embedded-{rows}-{method}-{i}"
+                    shutil.rmtree(out, ignore_errors=True)
+                    r = measured(ce + fit_argv(str(train_dir), str(out), method, args, has_wm, embedded=True))
+                    shutil.rmtree(out, ignore_errors=True)
+                    rec = {"kind": "calengine_fit_embedded", "rows": rows, "method": method, "repeat": i, **r.to_json()}
+                    all_runs.append(rec)
+                    emb_runs.append(rec)
+                    print(f"  fit {method} embedded #{i}: {r.wall_s:.1f}s peak {C.fmt(mib(r.rss['client']), 0)} MiB"
+                          f"{'' if r.returncode == 0 else ' FAILED ' + r.stderr[-500:]}", file=sys.stderr)
+                eok = [f for f in emb_runs if f["returncode"] == 0]
+                entry["embedded_wall_s"] = C.median([f["wall_s"] for f in eok])
+                entry["embedded_wall_runs"] = [f["wall_s"] for f in emb_runs]
+                entry["embedded_peak_rss"] = med_rss(eok, "client")
             entry["load1_before"] = [f["load_before"]["load1"] for f in fit_runs]
 
             # probabilities of calengine on the test table
@@ -526,6 +548,7 @@ def run(args) -> int:
                 entry["comparable"] = entry["folds_source"] == "calengine.folds.table_folds"
                 entry["ratio_vs_sklearn_e2e"] = C.ratio(entry["fit_wall_s"], entry["sklearn_e2e_s"])
                 entry["ratio_vs_sklearn_fit"] = C.ratio(entry["fit_wall_s"], entry["sklearn_fit_s"])
+                entry["embedded_ratio_vs_sklearn_e2e"] = C.ratio(entry.get("embedded_wall_s"), entry["sklearn_e2e_s"])
                 if p_ce is not None and proba.exists():
                     p_sk = np.load(proba)
                     if p_sk.shape == p_ce.shape:
@@ -655,6 +678,9 @@ def evaluate_checks(results: list[dict], sizes: list[int], args) -> dict:
     checks["rss_flat_10M_up"] = flat
     at10 = [r for r in results if r["rows"] == TEN_M and r.get("ratio_vs_sklearn_e2e") is not None]
     checks["ratio_le_0.5_at_10M"] = {r["method"]: r["ratio_vs_sklearn_e2e"] <= 0.5 for r in at10} or None
+    checks["embedded_ratio_le_0.5_at_10M"] = {
+        r["method"]: r["embedded_ratio_vs_sklearn_e2e"] <= 0.5 for r in at10 if r.get("embedded_ratio_vs_sklearn_e2e") is not None
+    } or None
     dp = [r for r in results if r.get("max_abs_dp") is not None]
     checks["same_probabilities_1e-9"] = {f"{r['rows']}/{r['method']}": (r["max_abs_dp"] <= 1e-9 if r.get("comparable")
                                           else None) for r in dp} or None
@@ -717,6 +743,20 @@ def render_markdown(d: dict) -> str:
               " Worker processes seen per run: "
               + "; ".join(f"{r['rows']:,}/{r['method']}: {r['worker_processes_seen']}" for r in d["results"])
               + " (more than --workers means a worker was restarted)."]
+    emb = [r for r in d["results"] if r.get("embedded_wall_s") is not None]
+    if emb:
+        lines += ["", "## Embedded scheduler (no `--cluster`: the default `calengine fit`, tasks as threads of one"
+                  " process)", ""]
+        lines.append(C.markdown_table(
+            ["rows", "method", "wall s", "runs s", "peak MiB (one process)", "sklearn e2e s", "ratio vs sklearn e2e"],
+            [[f"{r['rows']:,}", r["method"], C.fmt(r["embedded_wall_s"], 1),
+              ", ".join(C.fmt(x, 1) for x in r["embedded_wall_runs"]), C.fmt(mib(r.get("embedded_peak_rss")), 0),
+              C.fmt(r.get("sklearn_e2e_s"), 1),
+              (f"**{r['embedded_ratio_vs_sklearn_e2e']:.2f}**" if r.get("embedded_ratio_vs_sklearn_e2e") is not None
+               else "n/a")] for r in emb]))
+        lines += ["", "Same command without `--cluster --workers`/`--worker-memory`, measured in the same run as the"
+                  " cluster fits and the baseline; its one process holds the held-out scores, so its memory is not"
+                  " meant to stay flat."]
     srcs = d["folds_sources"]
     if srcs:
         lines += ["", f"Folds given to scikit-learn: {', '.join(srcs)}."]
@@ -757,6 +797,7 @@ def render_markdown(d: dict) -> str:
               f"* 100M-row fit finishes: {C.fmt(c['big_finished'])}",
               f"* client peak RSS < 1 GiB (every size): {C.fmt(c['client_peak_under_1GiB_all'])}",
               f"* wall <= 0.5x sklearn e2e at 10M: {_verdicts(c['ratio_le_0.5_at_10M'], 'n/a (10M not run with sklearn)')}",
+              f"* wall <= 0.5x sklearn e2e at 10M, embedded scheduler: {_verdicts(c.get('embedded_ratio_le_0.5_at_10M'), 'n/a')}",
               f"* same probabilities (<= 1e-9): {_verdicts(c['same_probabilities_1e-9'], 'n/a')}"
               " (n/a where scikit-learn's folds did not come from calengine.folds.table_folds)"]
     for method, per_role in c["rss_flat_10M_up"].items():

@@ -113,6 +113,8 @@ def test_bench_partition_fit_tiny(tmp_path):
     assert r["peak_rss"]["client"] > 0 and len(r["peak_rss"]["workers"]) == 2
     assert r["sklearn_e2e_s"] > 0 and r["ratio_vs_sklearn_e2e"] > 0
     assert r["max_abs_dp"] is not None and r["max_abs_dp"] < 1e-3
+    assert r["embedded_wall_s"] > 0 and r["embedded_ratio_vs_sklearn_e2e"] > 0 and r["embedded_peak_rss"] > 0
+    assert "## Embedded scheduler" in (results / "partition_fit.md").read_text()
     assert all(run["load_before"]["load1"] >= 0 for run in data["runs"])
     assert (work / "tables" / "train-r20000-c5-f3-s0" / "_table.json").exists()
     # nothing left behind but the reusable tables
