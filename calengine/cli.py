@@ -62,6 +62,30 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", help="client private key for a tls:// scheduler")
 
 
+def _add_global_options(p: argparse.ArgumentParser, default) -> None:
+    """--version, --strict-plugins, --progress/--quiet: accepted before or after the subcommand."""
+    p.add_argument("--version", action="store_true", default=default, help="print the version and exit")
+    p.add_argument(
+        "--strict-plugins", action="store_true", default=default,
+        help="fail if any plugin fails to load (also: CALENGINE_STRICT_PLUGINS=1)",
+    )
+    progress = p.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=default,
+                          help="always show progress")
+    progress.add_argument("--quiet", dest="progress", action="store_false", default=default,
+                          help="never show progress")
+
+
+class _GlobalSubparsers:
+    """``add_parser`` that gives every subcommand the global options as a parent parser."""
+
+    def __init__(self, action, common: argparse.ArgumentParser):
+        self._action, self._common = action, common
+
+    def add_parser(self, name: str, **kwargs):
+        return self._action.add_parser(name, parents=[self._common], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import run_log
 
@@ -69,15 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="calengine",
         description="Calibrated class probabilities from any classifier, on Dask.",
     )
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument(
-        "--strict-plugins", action="store_true",
-        help="fail if any plugin fails to load (also: CALENGINE_STRICT_PLUGINS=1)",
-    )
-    progress = parser.add_mutually_exclusive_group()
-    progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
-    progress.add_argument("--quiet", dest="progress", action="store_false", help="never show progress")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    _add_global_options(parser, argparse.SUPPRESS)
+    parser.set_defaults(version=False, strict_plugins=False, progress=None)
+    # every subcommand accepts the global flags too (``calengine fit ... --progress``); their default is
+    # SUPPRESS there, so a flag given before the subcommand is not reset by the subcommand's parser
+    common = argparse.ArgumentParser(add_help=False)
+    _add_global_options(common, argparse.SUPPRESS)
+    sub = _GlobalSubparsers(parser.add_subparsers(dest="command", parser_class=_Parser), common)
 
     fit = sub.add_parser("fit", help="fit a calibrated model on a Parquet table")
     fit.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
