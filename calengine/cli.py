@@ -429,6 +429,11 @@ def cmd_score(args) -> int:
     if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
+    if args.intervals and not model.has_intervals:
+        raise ParameterError(
+            f"--intervals applies to two-class Probing models; '{args.model}' ({model.info.get('learner')} +"
+            f" {model.info.get('method')}) has no intervals; drop --intervals"
+        )
     files = resolve_parquet_files(args.data)
     keep = tuple(args.keep or ())
     clash = [k for k in keep if k == "prediction" or k.startswith("p_")]

@@ -26,3 +26,17 @@ def test_global_flags_work_after_the_subcommand_too(tmp_path):
     assert strict.returncode == 0, strict
     assert_one_line_error(run_cli("fit", PIMA, "--target", "class", "--output", tmp_path / "d", "--bogus"),
                           "unrecognized arguments: --bogus")
+
+
+@pytest.fixture(scope="module")
+def nb_model(tmp_path_factory):
+    out = tmp_path_factory.mktemp("nb") / "m"
+    r = run_cli("--quiet", "fit", PIMA, "--target", "class", "--cv", "3", "--output", out)
+    assert r.returncode == 0, r
+    return out
+
+
+def test_intervals_on_a_model_without_intervals_is_one_line(nb_model, tmp_path):
+    r = run_cli("score", nb_model, PIMA, "--output", tmp_path / "s", "--intervals")
+    assert_one_line_error(r, "--intervals applies to two-class Probing models", "gaussian_nb + isotonic")
+    assert not (tmp_path / "s").exists()
