@@ -149,8 +149,9 @@ class LabelSpace:
     def from_values(cls, distinct, target: str, positive: str | None = None) -> "LabelSpace":
         """The label space of a target with these distinct non-missing values (any order)."""
         values = sorted({_plain(v) for v in distinct}, key=lambda v: (str(type(v)), v))
+        check_not_continuous(values, target)
         if len(values) < 2:
-            shown = f"only the value {values[0]!r}" if values else "no non-missing values"
+            shown = f"only one class (the value {values[0]!r})" if values else "no non-missing values"
             raise DataError(
                 f"target column '{target}' has {shown}; calibration needs at least two classes"
                 " (check --target, or filter the data)"
@@ -204,6 +205,26 @@ class LabelSpace:
     @classmethod
     def from_json(cls, d: dict) -> "LabelSpace":
         return cls(classes=list(d["classes"]), target=d["target"])
+
+
+def check_not_continuous(values, target: str) -> None:
+    """A target whose values include non-integer numbers is a regression target, not class labels.
+
+    The rule is scikit-learn's ``type_of_target == "continuous"``, so the CLI and the Python API
+    refuse the same targets; without it a continuous column fails later with the misleading "the
+    rarest class has 1 rows".  ``values``: the distinct non-missing values.
+    """
+    fractional = [
+        v for v in values
+        if isinstance(v, float) and np.isfinite(v) and not float(v).is_integer()
+    ]
+    if fractional:
+        n = len(values)
+        shown = ", ".join(f"{v:g}" for v in fractional[:3])
+        raise DataError(
+            f"target '{target}' looks continuous ({n} distinct values, non-integer ones such as {shown});"
+            " calibration needs class labels: bin the values into classes, or choose the class column"
+        )
 
 
 def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
