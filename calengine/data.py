@@ -73,42 +73,52 @@ def _check_parquet_magic(path: str) -> None:
         )
 
 
-def parquet_columns(files: list[str]) -> list[str]:
-    """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data)."""
-    import pyarrow.parquet as pq
-
+def parquet_columns(files: list[str], root: str | None = None) -> list[str]:
+    """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data),
+    then its Hive partition keys (``sex=F/...`` directories below ``root``; None: the files' common
+    folder), which are columns like any other."""
+    from .dataset import hive_columns
     from .storage import parquet_file
 
     with parquet_file(files[0]) as pf:
         schema = pf.schema_arrow
     meta = schema.pandas_metadata or {}
     index_cols = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
-    return [n for n in schema.names if n not in index_cols]
+    names = [n for n in schema.names if n not in index_cols]
+    partitions, _ = hive_columns(files, root)
+    return names + [k for k, _ in partitions[files[0]] if k not in names]
 
 
-def read_table(files: list[str], columns: list[str] | None = None):
-    """Read the files into one pandas DataFrame (columns checked first, so a typo fails fast)."""
+def read_table(files: list[str], columns: list[str] | None = None, root: str | None = None):
+    """Read the files into one pandas DataFrame (columns checked first, so a typo fails fast);
+    Hive partition keys below ``root`` are columns too."""
     import pandas as pd
     import pyarrow.parquet as pq
 
+    from .dataset import hive_columns, partition_frame
     from .storage import is_url, open_binary
 
     if columns is not None:
-        check_columns(files, columns)
+        check_columns(files, columns, root)
+    partitions, _ = hive_columns(files, root)
     frames = []
     for f in files:
+        keys = dict(partitions[f])
+        wanted = columns if columns is not None else parquet_columns([f], root) if keys else None
         try:
-            table = pq.read_table(open_binary(f) if is_url(f) else f, columns=columns)
+            table = pq.read_table(open_binary(f) if is_url(f) else f,
+                                  columns=None if wanted is None else [c for c in wanted if c not in keys])
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise DataError(f"cannot read Parquet file '{f}': {exc}; check that the file is complete") from exc
-        frames.append(table.to_pandas())
+        df = table.to_pandas()
+        frames.append(partition_frame(df, partitions[f], wanted, table.num_rows) if keys else df)
     if not frames:
         raise DataError("no data read; DATA matched no rows")
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def check_columns(files: list[str], columns: list[str]) -> None:
-    available = parquet_columns(files)
+def check_columns(files: list[str], columns: list[str], root: str | None = None) -> None:
+    available = parquet_columns(files, root)
     for col in columns:
         if col not in available:
             import difflib

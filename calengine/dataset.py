@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from .errors import DataError
@@ -38,6 +40,8 @@ class Fragment:
     file_key: str
     row_groups: tuple[int, ...]
     group_rows: tuple[int, ...]
+    #: Hive partition columns of the file (``sex=F/part-0.parquet``): ((key, typed value), ...)
+    partition: tuple = ()
 
     @property
     def n_rows(self) -> int:
@@ -63,6 +67,65 @@ class Dataset:
         for f in self.fragments:
             seen.setdefault(f.path, None)
         return list(seen)
+
+
+def hive_columns(files: list[str], root: str | None) -> tuple[dict[str, tuple], dict[str, str]]:
+    """Hive partition columns of ``files`` below ``root``: ({file: ((key, value), ...)}, {key: type}).
+
+    A key's values are typed once for the whole table, as pyarrow's hive partitioning does: int64
+    when every value is an integer, float64 when every value is a number, else string; so every
+    fragment yields the same column type.
+    """
+    from .storage import hive_partition
+
+    if root is None:
+        root = dataset_root("", files)
+    raw = {f: hive_partition(f, root) for f in files}
+    values: dict[str, list] = {}
+    for parts in raw.values():
+        for key, value in parts:
+            values.setdefault(key, []).append(value)
+    types = {key: _hive_type([v for v in vals if v is not None]) for key, vals in values.items()}
+    cast = {"int64": int, "double": float, "string": str}
+    typed = {
+        f: tuple((k, None if v is None else cast[types[k]](v)) for k, v in parts) for f, parts in raw.items()
+    }
+    return typed, types
+
+
+def _hive_type(values: list[str]) -> str:
+    def all_parse(kind) -> bool:
+        try:
+            for v in values:
+                kind(v)
+        except ValueError:
+            return False
+        return True
+
+    if values and all_parse(int):
+        return "int64"
+    if values and all_parse(float):
+        return "double"
+    return "string"
+
+
+def partition_frame(df, partition: tuple, columns, n_rows: int):
+    """``df`` with the requested partition columns added as constants (a file's Hive keys)."""
+    import pandas as pd
+
+    wanted = [(k, v) for k, v in partition if k in columns and k not in df.columns]
+    if not wanted:
+        return df
+    extra = {}
+    for key, value in wanted:
+        if value is None:
+            extra[key] = pd.Series([None] * n_rows, dtype=object, index=df.index)
+        elif isinstance(value, str):
+            extra[key] = pd.Series([value] * n_rows, dtype=object, index=df.index)
+        else:
+            extra[key] = pd.Series(np.full(n_rows, value), index=df.index)
+    out = pd.concat([df, pd.DataFrame(extra, index=df.index)], axis=1) if len(df.columns) else pd.DataFrame(extra, index=df.index)
+    return out[[c for c in columns if c in out.columns]]
 
 
 def file_key_hash(file_key: str) -> tuple[int, int]:
@@ -110,6 +173,7 @@ def describe_files(
     files = [absolute(f) for f in files]
     if root is None:
         root = dataset_root("", files)
+    partitions, hive_types = hive_columns(files, root)
     fragments: list[Fragment] = []
     names: list[str] | None = None
     kinds: dict[str, tuple[str, str]] = {}  # column -> (kind, file)
@@ -125,10 +189,17 @@ def describe_files(
         if len(set(file_names)) != len(file_names):
             dup = next(n for n in file_names if file_names.count(n) > 1)
             raise DataError(f"'{path}' has two columns named '{dup}'; rename one of them")
+        partition = tuple((k, v) for k, v in partitions[path] if k not in file_names)
         if names is None:
-            names = file_names
+            names = file_names + [k for k, _ in partition]
         wanted = columns if columns is not None else names
         for col in wanted:
+            if col in dict(partition):
+                if hive_types[col] != "string" or any(v is not None for k, v in partition if k == col):
+                    kind = "string" if hive_types[col] == "string" else "numeric"
+                    types.setdefault(col, hive_types[col])
+                    kinds.setdefault(col, (kind, path))
+                continue
             if col not in file_names:
                 if col not in names:
                     continue  # reported by check_columns with a suggestion
@@ -152,25 +223,26 @@ def describe_files(
                     " with the same column types"
                 )
         key = relative_key(path, root)
-        fragments += _cut(path, key, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], fragment_rows)
+        fragments += _cut(path, key, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], fragment_rows,
+                          partition)
     return Dataset(root=root, fragments=tuple(fragments), columns=tuple(names or ()), types=types)
 
 
-def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int) -> list[Fragment]:
+def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int, partition: tuple = ()) -> list[Fragment]:
     """Runs of whole row groups holding at most ``fragment_rows`` rows (at least one group each)."""
     out: list[Fragment] = []
     groups: list[int] = []
     rows: list[int] = []
     for g, n in enumerate(group_rows):
         if groups and sum(rows) + n > fragment_rows:
-            out.append(Fragment(path, key, tuple(groups), tuple(rows)))
+            out.append(Fragment(path, key, tuple(groups), tuple(rows), partition))
             groups, rows = [], []
         if n == 0:
             continue
         groups.append(g)
         rows.append(n)
     if groups:
-        out.append(Fragment(path, key, tuple(groups), tuple(rows)))
+        out.append(Fragment(path, key, tuple(groups), tuple(rows), partition))
     return out
 
 
@@ -194,9 +266,10 @@ def _first_line(exc: BaseException) -> str:
 
 def read_fragment(fragment: Fragment, columns: list[str]):
     """The fragment's rows as a pandas DataFrame (runs in tasks).  A damaged file names itself."""
+    keys = dict(fragment.partition)
     try:
         with parquet_file(fragment.path) as pf:
-            table = pf.read_row_groups(list(fragment.row_groups), columns=list(columns))
+            table = pf.read_row_groups(list(fragment.row_groups), columns=[c for c in columns if c not in keys])
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged pages
         raise read_error(fragment, exc) from exc
     if table.num_rows != fragment.n_rows:
@@ -204,7 +277,7 @@ def read_fragment(fragment: Fragment, columns: list[str]):
             f"'{fragment.path}' changed while the job ran ({table.num_rows} rows read, {fragment.n_rows} planned);"
             " do not modify the data during a fit"
         )
-    return table.to_pandas()
+    return partition_frame(table.to_pandas(), fragment.partition, list(columns), table.num_rows)
 
 
 def read_error(fragment: Fragment, exc: BaseException) -> DataError:

@@ -125,3 +125,29 @@ def common_root(data: str, files: list[str]) -> str:
 def _first_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] or type(exc).__name__
+
+
+#: the directory name pyarrow and Hive write for a missing partition value
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def hive_partition(path: str, root: str) -> tuple[tuple[str, str | None], ...]:
+    """The ``key=value`` directories between ``root`` and the file ``path`` (Hive partitioning), raw
+    text values URL-decoded (pyarrow escapes ``/``, ``=``, spaces ...), ``None`` for Hive's null.
+
+    Only directories below ``root`` count, so a ``key=value`` name above the dataset is not a column.
+    """
+    from urllib.parse import unquote
+
+    if not root:
+        return ()
+    rel = relative_key(path, root)
+    parts = rel.replace(os.sep, "/").split("/")[:-1]
+    out = []
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if sep and key and key not in dict(out):
+            value = unquote(value)
+            out.append((unquote(key), None if value == HIVE_NULL else value))
+    return tuple(out)
+

@@ -40,3 +40,50 @@ def test_intervals_on_a_model_without_intervals_is_one_line(nb_model, tmp_path):
     r = run_cli("score", nb_model, PIMA, "--output", tmp_path / "s", "--intervals")
     assert_one_line_error(r, "--intervals applies to two-class Probing models", "gaussian_nb + isotonic")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.fixture(scope="module")
+def hive(tmp_path_factory):
+    """pima written by pyarrow as a Hive-partitioned dataset: ``class=0/…``, ``class=1/…`` under
+    ``by_class``, and ``band=young/…``, ``band=old/…`` (a feature column) under ``by_band``."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("hive")
+    df = pd.read_parquet(PIMA)
+    pq.write_to_dataset(pa.Table.from_pandas(df, preserve_index=False), root / "by_class", partition_cols=["class"])
+    banded = df.assign(band=(df["age"] >= 30).map({True: "old", False: "young"}))
+    pq.write_to_dataset(pa.Table.from_pandas(banded, preserve_index=False), root / "by_band", partition_cols=["band"])
+    assert not any("class" in pq.read_schema(f).names for f in (root / "by_class").rglob("*.parquet"))
+    return root
+
+
+def test_hive_partition_keys_are_columns_for_target_features_and_scoring(hive, tmp_path):
+    import json
+
+    import pandas as pd
+
+    # the target is a partition key (partition-native route: the file holds no 'class' column at all)
+    r = run_cli("--quiet", "fit", hive / "by_class", "--target", "class", "--cv", "3", "--output", tmp_path / "a")
+    assert r.returncode == 0, r
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["labels"]["classes"] == [0, 1]  # typed as integers, like the original column
+    assert "768 rows" in r.stderr
+    # a partition key is a feature like any other, on the in-memory route too
+    r = run_cli("--quiet", "fit", hive / "by_band", "--target", "class", "--cv", "3", "--route", "in-memory",
+                "--learner", "logistic_regression", "--output", tmp_path / "b")
+    assert r.returncode == 0, r
+    columns = json.loads((tmp_path / "b" / "manifest.json").read_text())["features"]["columns"]
+    band = [c for c in columns if c["name"] == "band"]
+    assert band and band[0]["kind"] == "categorical" and set(band[0]["categories"]) == {"old", "young"}
+    # scoring reads the key back, and --keep copies it
+    r = run_cli("--quiet", "score", tmp_path / "b", hive / "by_band", "--output", tmp_path / "s", "--keep", "band")
+    assert r.returncode == 0, r
+    scored = pd.read_parquet(tmp_path / "s")
+    assert len(scored) == 768 and set(scored["band"]) == {"old", "young"}
+    # evaluating on the class-partitioned table finds its partition-key target
+    r = run_cli("evaluate", tmp_path / "a", hive / "by_class", "--target", "class", "--json")
+    assert r.returncode == 0, r
+    assert r.json()["n"] == 768 and r.json()["auc"] > 0.75
+
