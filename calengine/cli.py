@@ -486,22 +486,35 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(_finite(out), sort_keys=False))
         return 0
     rows = []
-    for lb, res in zip(labels, results):
-        rows.append((f"raw {lb.split(' + ')[0]}" if len(models) > 1 else "raw learner", res.get("raw")))
+    for lb, res, m, d in zip(labels, results, models, model_dirs):
+        raw = f"raw {m.info.get('learner')} ({os.path.basename(os.path.normpath(d))})" if len(models) > 1 else "raw learner"
+        rows.append((raw, res.get("raw")))
         rows.append((lb, res["calibrated"]))
-    print(format_metrics_table(rows))
+    table = format_metrics_table(rows)
+    print(table)
     print()
-    print(format_error_reject(labels, [a["calibrated"] for a in accs]))
+    # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models here
+    ids = [f"[{i}]" for i in range(2, 2 * len(models) + 1, 2)] if table.startswith("[1] ") else None
+    print(format_error_reject(labels, [a["calibrated"] for a in accs], ids=ids))
     if args.report:
         print(f"\nreport: {os.path.join(args.report, 'index.html')}")
     return 0
 
 
 def _model_labels(models, dirs) -> list[str]:
-    labels = [
-        f"{m.info.get('learner')} + {m.info.get('method')}" + (f" [{m.combine_rule}]" if m.combine_rule else "")
-        for m in models
-    ]
+    """``learner + method [combine rule, code matrix, refit] (directory)``: everything that tells two
+    models of one table apart (three Pendigits models differing only in their code matrix or mode all
+    read "gaussian_nb + isotonic" before); the directory name is added when there are several."""
+    labels = []
+    for m in models:
+        extras = [m.combine_rule] if m.combine_rule else []
+        if m.info.get("multiclass"):
+            extras.append(str(m.info["multiclass"]))
+        elif (m.info.get("method_params") or {}).get("multiclass"):
+            extras.append(str(m.info["method_params"]["multiclass"]))
+        if m.info.get("mode") == "refit" and not m.info.get("calibration_data"):
+            extras.append("refit")
+        labels.append(f"{m.info.get('learner')} + {m.info.get('method')}" + (f" [{', '.join(extras)}]" if extras else ""))
     if len(set(labels)) < len(labels) or len(models) > 1:
         labels = [f"{lb} ({os.path.basename(os.path.normpath(d))})" for lb, d in zip(labels, dirs)]
     return labels
@@ -523,22 +536,42 @@ def _curve_points(curve: dict, max_points: int = 101) -> dict:
     return {k: [float(v) for v in np.asarray(curve[k])[idx]] for k in ("threshold", "reject_rate", "error_rate")}
 
 
-def format_error_reject(labels: list[str], accs: list) -> str:
-    """Error rate among accepted rows at a few reject rates (the error-reject curve, Duin & Tax)."""
+def format_error_reject(labels: list[str], accs: list, width: int | None = None, ids: list[str] | None = None) -> str:
+    """Error rate among accepted rows at a few reject rates (the error-reject curve, Duin & Tax):
+    models across while that fits ``width`` (the terminal's), else one row per model.  ``ids``: the
+    models' numbers in a legend already printed (the metrics table's), used instead of long labels."""
     import numpy as np
 
     targets = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
-    width = max(14, *(len(lb) for lb in labels))
-    lines = ["error rate after rejecting the least confident rows",
-             f"{'reject rate':<12}  " + "  ".join(f"{lb:>{width}}" for lb in labels)]
     curves = [acc.error_reject_curve() for acc in accs]
-    for t in targets:
-        cells = []
-        for c in curves:
-            r = np.asarray(c["reject_rate"])
-            e = np.asarray(c["error_rate"])
+    table = []
+    for c in curves:
+        r = np.asarray(c["reject_rate"])
+        e = np.asarray(c["error_rate"])
+        row = []
+        for t in targets:
             ok = np.flatnonzero(r <= t + 1e-12)
-            cells.append(f"{e[ok[-1]]:>{width}.4f}" if len(ok) else f"{'n/a':>{width}}")
+            row.append(float(e[ok[-1]]) if len(ok) else None)
+        table.append(row)
+    cell = max(14, *(len(lb) for lb in labels))
+    limit = _terminal_width(width)
+    if 14 + (cell + 2) * len(labels) > limit:
+        shown = labels
+        lines = ["error rate after rejecting the least confident rows (columns: reject rate)"]
+        if ids is not None:
+            shown = ids
+        elif max(len(lb) for lb in labels) + 8 * len(targets) > limit:
+            lines += [f"[{i}] {lb}" for i, lb in enumerate(labels, 1)]
+            shown = [f"[{i}]" for i in range(1, len(labels) + 1)]
+        name = max(5, *(len(lb) for lb in shown))
+        lines.append(f"{'model':<{name}}  " + "  ".join(f"{t:>6.2f}" for t in targets))
+        for lb, row in zip(shown, table):
+            lines.append(f"{lb:<{name}}  " + "  ".join(f"{v:>6.4f}" if v is not None else f"{'n/a':>6}" for v in row))
+        return "\n".join(lines)
+    lines = ["error rate after rejecting the least confident rows",
+             f"{'reject rate':<12}  " + "  ".join(f"{lb:>{cell}}" for lb in labels)]
+    for i, t in enumerate(targets):
+        cells = [f"{row[i]:>{cell}.4f}" if row[i] is not None else f"{'n/a':>{cell}}" for row in table]
         lines.append(f"{t:<12.2f}  " + "  ".join(cells))
     return "\n".join(lines)
 
@@ -592,10 +625,15 @@ def _finite(obj):
     return obj
 
 
-def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
-    """Metrics down, models across: easy to read in a terminal for any number of metrics."""
+def format_metrics_table(rows: list[tuple[str, dict | None]], width: int | None = None) -> str:
+    """Metrics down, models across: easy to read for any number of metrics.  When the models do not
+    fit across ``width`` (the terminal's), models become rows instead, and the metric columns are cut
+    into blocks that each fit (the model label repeated), so no line is wider than the terminal."""
     rows = [(name, m) for name, m in rows if m is not None]
     keys = [k for k in METRIC_ORDER if any(k in m for _, m in rows)]
+    limit = _terminal_width(width)
+    if max(len(k) for k in keys) + sum(2 + max(14, len(name)) for name, _ in rows) > limit:
+        return _metrics_by_model(rows, keys, limit)
     width = max(len(k) for k in keys)
     cols = [max(14, len(name)) for name, _ in rows]
     header = f"{'metric':<{width}}  " + "  ".join(f"{name:>{w}}" for (name, _), w in zip(rows, cols))
@@ -611,6 +649,59 @@ def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
             else:
                 cells.append(f"{'n/a':>{w}}")
         lines.append(f"{k:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def _terminal_width(width: int | None = None) -> int:
+    """The width tables must fit: ``width``, else the terminal's ($COLUMNS; 100 when not a terminal)."""
+    import shutil
+
+    return width or shutil.get_terminal_size((100, 24)).columns
+
+
+
+
+#: column headers of the models-as-rows layout (the JSON keys, shortened where long)
+SHORT_METRIC = {"log_loss_bits": "ll_bits", "error_rate": "error", "calibration_loss": "cal_loss",
+                "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho"}
+
+
+def _metrics_by_model(rows, keys: list[str], limit: int) -> str:
+    """One row per model, metric columns in blocks no wider than ``limit``.  Labels longer than a
+    quarter of the width are listed once above the table and the rows carry their number."""
+    names = [name for name, _ in rows]
+    legend: list[str] = []
+    if max(len(n) for n in names) > limit // 4:
+        legend = [f"[{i}] {n}" for i, n in enumerate(names, 1)]
+        names = [f"[{i}]" for i in range(1, len(rows) + 1)]
+    name_w = max(5, *(len(n) for n in names))
+    head = {k: SHORT_METRIC.get(k, k) for k in keys}
+    cell = {k: max(len(head[k]), 8 if k != "n" else max(len(str(m.get("n", ""))) for _, m in rows)) for k in keys}
+    blocks, block, used = [], [], name_w
+    for k in keys:
+        if block and used + 2 + cell[k] > limit:
+            blocks.append(block)
+            block, used = [], name_w
+        block.append(k)
+        used += 2 + cell[k]
+    blocks.append(block)
+    lines = legend + ([""] if legend else [])
+    for j, b in enumerate(blocks):
+        if j:
+            lines.append("")
+        header = f"{'model':<{name_w}}  " + "  ".join(f"{head[k]:>{cell[k]}}" for k in b)
+        lines += [header, "-" * len(header)]
+        for name, (_, m) in zip(names, rows):
+            cells = []
+            for k in b:
+                v = m.get(k)
+                if isinstance(v, int):
+                    cells.append(f"{v:>{cell[k]}d}")
+                elif isinstance(v, float) and v == v:
+                    cells.append(f"{v:>{cell[k]}.4f}")
+                else:
+                    cells.append(f"{'n/a':>{cell[k]}}")
+            lines.append(f"{name:<{name_w}}  " + "  ".join(cells))
     return "\n".join(lines)
 
 

@@ -87,3 +87,31 @@ def test_hive_partition_keys_are_columns_for_target_features_and_scoring(hive, t
     assert r.returncode == 0, r
     assert r.json()["n"] == 768 and r.json()["auc"] > 0.75
 
+
+def test_evaluate_labels_tell_models_apart_and_many_models_fit_the_terminal(nb_model, tmp_path):
+    from calengine.artifact import load_model
+    from calengine.cli import _model_labels
+
+    refit, sig = tmp_path / "refit", tmp_path / "sig"
+    assert run_cli("--quiet", "fit", PIMA, "--target", "class", "--cv", "3", "--mode", "refit",
+                   "--output", refit).returncode == 0
+    assert run_cli("--quiet", "fit", PIMA, "--target", "class", "--cv", "3", "--method", "sigmoid",
+                   "--output", sig).returncode == 0
+    pen = tmp_path / "pen"
+    r = run_cli("--quiet", "fit", REPO / "data" / "pendigits_train.parquet", "--target", "class", "--cv", "3",
+                "--multiclass", "one_vs_all:least_squares", "--output", pen)
+    assert r.returncode == 0, r
+    assert _model_labels([load_model(pen)], [pen]) == ["gaussian_nb + isotonic [one_vs_all:least_squares]"]
+    r = run_cli("evaluate", nb_model, refit, sig, PIMA, "--target", "class", env={"COLUMNS": "80"})
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, max(lines, key=len)
+    assert "[2] gaussian_nb + isotonic (m)" in lines and "[4] gaussian_nb + isotonic [refit] (refit)" in lines
+    assert "[6] gaussian_nb + sigmoid (sig)" in lines
+    header = next(line for line in lines if line.startswith("model"))
+    assert header.split()[:3] == ["model", "n", "brier"]  # models are rows, metrics columns
+    # the error-reject table names the calibrated models by the same numbers, one row each
+    reject = lines[lines.index("error rate after rejecting the least confident rows (columns: reject rate)") + 2:]
+    assert [line.split()[0] for line in reject] == ["[2]", "[4]", "[6]"]
+    wide = run_cli("evaluate", nb_model, PIMA, "--target", "class", env={"COLUMNS": "80"})
+    assert wide.stdout.startswith("metric")  # one model still reads metrics down
