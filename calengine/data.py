@@ -237,13 +237,35 @@ def check_not_continuous(values, target: str) -> None:
         )
 
 
-def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, held-out) index pairs, stratified and shuffled from ``seed`` alone (no scheduling input)."""
+def check_many_rare_classes(counts, k: int, classes=None, target: str | None = None) -> None:
+    """A numeric target with many values, one of them too rare for ``k`` folds, is a measurement (or
+    an ID), not a class: say so instead of "the rarest class has 1 rows".  Integer-valued columns such
+    as a glucose level pass :func:`check_not_continuous`, so this looks at the number of values.
+    ``counts``: rows per class; ``classes``: their values (None: treated as numeric)."""
+    counts = np.asarray(counts)
+    numeric = classes is None or all(
+        isinstance(_plain(c), (int, float)) and not isinstance(_plain(c), bool) for c in classes
+    )
+    if numeric and len(counts) > 20 and counts.min() < k:
+        rare = int((counts < k).sum())
+        name = f"'{target}' " if target else ""
+        raise DataError(
+            f"target {name}looks continuous: {len(counts)} distinct numeric values, {rare} of them with fewer"
+            f" than --cv {k} rows; calibration needs class labels: bin the values into classes, or choose"
+            " the class column"
+        )
+
+
+def stratified_folds(y: np.ndarray, n_folds: int, seed: int, classes=None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, held-out) index pairs, stratified and shuffled from ``seed`` alone (no scheduling input).
+    ``classes``: the label values behind the class indices ``y``, for the error messages."""
     from sklearn.model_selection import StratifiedKFold
 
     counts = np.bincount(y)
     if n_folds < 2:
         raise DataError(f"--cv must be at least 2 (got {n_folds}); or use --calibration-data for a hold-out table")
+    check_many_rare_classes(counts[counts > 0], n_folds, None if classes is None else
+                            [c for c, n in zip(classes, counts) if n > 0])
     smallest = int(counts[counts > 0].min())
     if smallest < n_folds:
         raise DataError(

@@ -181,7 +181,7 @@ def fit_model(
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
         uncalibrated = config.method == "none"
         if not uncalibrated and cal_data is None and data.folds is None and data.splits is None:
-            data.folds = fold_assignment(data.y, config.cv, config.seed)
+            data.folds = fold_assignment(data.y, config.cv, config.seed, labels.classes)
         if data.splits is not None and config.mode == "refit":
             raise ParameterError(
                 "mode 'refit' needs splits whose held-out parts cover every row exactly once (each row"
@@ -339,9 +339,9 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params:
     return M, combiner
 
 
-def fold_assignment(y: np.ndarray, cv: int, seed: int) -> np.ndarray:
+def fold_assignment(y: np.ndarray, cv: int, seed: int, classes=None) -> np.ndarray:
     """The fold number of every row (stratified, shuffled from ``seed``)."""
     folds = np.empty(len(y), dtype=np.int32)
-    for i, (_, held) in enumerate(stratified_folds(y, cv, seed)):
+    for i, (_, held) in enumerate(stratified_folds(y, cv, seed, classes)):
         folds[held] = i
     return folds

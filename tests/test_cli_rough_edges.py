@@ -115,3 +115,23 @@ def test_evaluate_labels_tell_models_apart_and_many_models_fit_the_terminal(nb_m
     assert [line.split()[0] for line in reject] == ["[2]", "[4]", "[6]"]
     wide = run_cli("evaluate", nb_model, PIMA, "--target", "class", env={"COLUMNS": "80"})
     assert wide.stdout.startswith("metric")  # one model still reads metrics down
+
+
+def test_a_continuous_target_says_so(tmp_path):
+    """bmi (non-integer) and plasma_glucose (integer-valued, 136 values) are measurements, not classes."""
+    import numpy as np
+    import pandas as pd
+
+    import calengine
+
+    assert_one_line_error(run_cli("fit", PIMA, "--target", "bmi", "--output", tmp_path / "a"),
+                          "target 'bmi' looks continuous", "non-integer ones such as")
+    assert_one_line_error(run_cli("fit", PIMA, "--target", "plasma_glucose", "--output", tmp_path / "b"),
+                          "looks continuous", "fewer than --cv 5 rows")
+    df = pd.read_parquet(PIMA)
+    X = df.drop(columns=["plasma_glucose", "class"]).to_numpy(dtype=float)
+    with pytest.raises(ValueError, match=r"looks continuous: 136 distinct numeric values, \d+ of them with fewer than cv=5"):
+        calengine.CalibratedClassifier().fit(X, df["plasma_glucose"].to_numpy())
+    with pytest.raises(ValueError, match="y' looks continuous"):
+        calengine.CalibratedClassifier().fit(X, df["bmi"].to_numpy() + 0.5)
+    assert np.isfinite(calengine.CalibratedClassifier(cv=3).fit(X, df["class"]).predict_proba(X)).all()
