@@ -1,4 +1,4 @@
-"""``calengine fit | score | evaluate | plugins``.
+"""``calengine fit | score | evaluate | cv | plugins``.
 
 Only the standard library is imported at module level so ``calengine --help`` answers at once; each
 command imports what it needs.  Any :class:`calengine.errors.CalengineError` (and argument errors)
@@ -62,6 +62,38 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", help="client private key for a tls:// scheduler")
 
 
+def _add_config_options(p: argparse.ArgumentParser) -> None:
+    """What to fit and from which columns: shared by ``fit`` and ``cv`` (which fits it K times)."""
+    p.add_argument("--target", required=True, metavar="COL", help="the class column")
+    p.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
+    p.add_argument("--learner", default="gaussian_nb", metavar="NAME[,NAME...]",
+                   help="registered learner name or scikit-learn import path (default: gaussian_nb); several,"
+                   " separated by commas, are each calibrated and combined by --combine")
+    p.add_argument("--combine", choices=("min", "max", "median", "mean", "product"), default=None,
+                   help="rule combining several learners' calibrated posteriors (default with several: mean)")
+    p.add_argument("--learner-param", action="append", metavar="K=V", help="learner parameter (repeatable)")
+    p.add_argument("--method", default="isotonic", metavar="NAME",
+                   help="calibrator name, or probing / bagging (default: isotonic)")
+    p.add_argument("--method-param", action="append", metavar="K=V", help="method parameter (repeatable)")
+    p.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
+                   help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
+                   " learner refitted on all rows (default: ensemble)")
+    p.add_argument("--multiclass", metavar="CODE[:COMBINER]",
+                   help="one binary learner per column of a code matrix: one_vs_all, all_pairs, dense_ecoc,"
+                   " sparse_ecoc, k_minus_one or file:PATH (CSV/JSON of -1/0/+1), combined by normalize,"
+                   " least_squares, coupling, pairwise_coupling, wu_lin_weng or k_minus_one"
+                   " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
+    p.add_argument("--combiner-param", action="append", metavar="K=V",
+                   help="parameter of the --multiclass combiner, e.g. tol=1e-6 for coupling (repeatable)")
+    p.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
+    p.add_argument("--features", metavar="COLS", help="comma-separated feature columns (default: all but target)")
+    p.add_argument("--exclude", action="append", metavar="COL", help="leave this column out (repeatable)")
+    p.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
+    p.add_argument("--max-categories", type=int, default=100, metavar="N",
+                   help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
+
+
 def _add_global_options(p: argparse.ArgumentParser, default) -> None:
     """--version, --strict-plugins, --progress/--quiet: accepted before or after the subcommand."""
     p.add_argument("--version", action="store_true", default=default, help="print the version and exit")
@@ -103,35 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fit = sub.add_parser("fit", help="fit a calibrated model on a Parquet table")
     fit.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
-    fit.add_argument("--target", required=True, metavar="COL", help="the class column")
-    fit.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
-    fit.add_argument("--learner", default="gaussian_nb", metavar="NAME[,NAME...]",
-                     help="registered learner name or scikit-learn import path (default: gaussian_nb); several,"
-                     " separated by commas, are each calibrated and combined by --combine")
-    fit.add_argument("--combine", choices=("min", "max", "median", "mean", "product"), default=None,
-                     help="rule combining several learners' calibrated posteriors (default with several: mean)")
-    fit.add_argument("--learner-param", action="append", metavar="K=V", help="learner parameter (repeatable)")
-    fit.add_argument("--method", default="isotonic", metavar="NAME",
-                     help="calibrator name, or probing / bagging (default: isotonic)")
-    fit.add_argument("--method-param", action="append", metavar="K=V", help="method parameter (repeatable)")
-    fit.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
-                     help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
-                     " learner refitted on all rows (default: ensemble)")
-    fit.add_argument("--multiclass", metavar="CODE[:COMBINER]",
-                     help="one binary learner per column of a code matrix: one_vs_all, all_pairs, dense_ecoc,"
-                     " sparse_ecoc, k_minus_one or file:PATH (CSV/JSON of -1/0/+1), combined by normalize,"
-                     " least_squares, coupling, pairwise_coupling, wu_lin_weng or k_minus_one"
-                     " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
-    fit.add_argument("--combiner-param", action="append", metavar="K=V",
-                     help="parameter of the --multiclass combiner, e.g. tol=1e-6 for coupling (repeatable)")
-    fit.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
-    fit.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
+    _add_config_options(fit)
     fit.add_argument("--calibration-data", metavar="DATA", help="calibrate on this table instead of folds")
-    fit.add_argument("--features", metavar="COLS", help="comma-separated feature columns (default: all but target)")
-    fit.add_argument("--exclude", action="append", metavar="COL", help="leave this column out (repeatable)")
-    fit.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
-    fit.add_argument("--max-categories", type=int, default=100, metavar="N",
-                     help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
     fit.add_argument("--max-train-rows", type=int, default=None, metavar="N",
                      help="fit each learner on a seeded, stratified sample of at most N rows drawn on the workers"
                      " (statistics, calibration and evaluation still use every row)")
@@ -166,6 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(ev)
+
+    cv = sub.add_parser("cv", help="cross-validated metrics of a configuration on one labelled table")
+    cv.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
+    _add_config_options(cv)
+    cv.add_argument("--folds", type=int, default=5, metavar="K",
+                    help="outer folds: K models, each fitted on K-1 folds and scored on the last (default: 5)")
+    cv.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cv.set_defaults(calibration_data=None, max_train_rows=None, route="auto")
+    _add_cluster_options(cv)
 
     pl = sub.add_parser("plugins", help="list loaded plugins and failures")
     pl.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -576,6 +590,13 @@ def format_error_reject(labels: list[str], accs: list, width: int | None = None,
     return "\n".join(lines)
 
 
+def _terminal_width(width: int | None = None) -> int:
+    """The width tables must fit: ``width``, else the terminal's ($COLUMNS; 100 when not a terminal)."""
+    import shutil
+
+    return width or shutil.get_terminal_size((100, 24)).columns
+
+
 def _write_report(out: str, models, accs, labels, files) -> None:
     from .data import read_table
     from .report import ReportEntry, write_report
@@ -652,15 +673,6 @@ def format_metrics_table(rows: list[tuple[str, dict | None]], width: int | None 
     return "\n".join(lines)
 
 
-def _terminal_width(width: int | None = None) -> int:
-    """The width tables must fit: ``width``, else the terminal's ($COLUMNS; 100 when not a terminal)."""
-    import shutil
-
-    return width or shutil.get_terminal_size((100, 24)).columns
-
-
-
-
 #: column headers of the models-as-rows layout (the JSON keys, shortened where long)
 SHORT_METRIC = {"log_loss_bits": "ll_bits", "error_rate": "error", "calibration_loss": "cal_loss",
                 "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho"}
@@ -726,7 +738,27 @@ def cmd_plugins(args) -> int:
     return 0
 
 
-COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "plugins": cmd_plugins}
+def cmd_cv(args) -> int:
+    """``calengine cv``: a thin shell over :func:`calengine.cross_validation.cross_validate`."""
+    from .cross_validation import cross_validate, format_cv
+    from .errors import ParameterError
+
+    if args.folds < 2:
+        raise ParameterError(f"--folds must be at least 2, got {args.folds}")
+    config, spec, plugins, requirements = _prepare_fit(args)
+    with _client(args, *requirements) as client:
+        result = cross_validate(client, spec, config, folds=args.folds, plugins=plugins)
+    label = f"{args.learner} + {args.method}" + "".join(
+        f" [{x}]" for x in (args.multiclass, "refit" if args.mode == "refit" else None) if x
+    )
+    if args.json:
+        print(json.dumps(_finite({"label": label, **result.to_json()})))
+    else:
+        print(format_cv(result, label))
+    return 0
+
+
+COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "cv": cmd_cv, "plugins": cmd_plugins}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -88,6 +88,34 @@ def test_hive_partition_keys_are_columns_for_target_features_and_scoring(hive, t
     assert r.json()["n"] == 768 and r.json()["auc"] > 0.75
 
 
+def test_cv_reports_mean_and_spread_over_outer_folds(tmp_path):
+    """``calengine cv``: K outer folds, each a full fit on the others scored on the held-out rows."""
+    import numpy as np
+
+    import calengine
+
+    r = run_cli("cv", PIMA, "--target", "class", "--folds", "3", "--cv", "3", "--json")
+    assert r.returncode == 0, r
+    out = r.json()
+    assert out["folds"] == 3 and out["rows"] == 768
+    assert sum(f["n"] for f in out["per_fold"]) == 768  # every row held out exactly once
+    for kind in ("calibrated", "raw"):
+        for metric in ("brier", "log_loss", "auc", "ece"):
+            values = [f[kind][metric] for f in out["per_fold"]]
+            assert out["summary"][kind][metric]["mean"] == pytest.approx(np.mean(values))
+            assert out["summary"][kind][metric]["std"] == pytest.approx(np.std(values, ddof=1))
+            assert out["summary"][kind][metric]["std"] > 0  # the folds really differ
+    # isotonic calibration of gaussian_nb on pima: better calibrated than the raw learner on held-out rows
+    assert out["summary"]["calibrated"]["ece"]["mean"] < out["summary"]["raw"]["ece"]["mean"]
+    # the Python function the CLI wraps gives the same figures
+    py = calengine.cross_validate_table(PIMA, "class", folds=3, cv=3)
+    assert py.summary["calibrated"]["brier"]["mean"] == pytest.approx(out["summary"]["calibrated"]["brier"]["mean"])
+    text = run_cli("cv", PIMA, "--target", "class", "--folds", "3", "--cv", "3")
+    assert text.returncode == 0 and "3-fold cross-validation on 768 rows" in text.stdout, text
+    assert max(len(line) for line in text.stdout.splitlines()) <= 100
+    assert_one_line_error(run_cli("cv", PIMA, "--target", "class", "--folds", "1"), "--folds must be at least 2")
+
+
 def test_evaluate_labels_tell_models_apart_and_many_models_fit_the_terminal(nb_model, tmp_path):
     from calengine.artifact import load_model
     from calengine.cli import _model_labels
