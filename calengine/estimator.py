@@ -104,7 +104,10 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                     delattr(self, attr)
             return encoder, encoder.transform(X), y
         sparse = "csr" if self._accepts_sparse() else False
-        Xm, y = validate_data(self, X, y, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True)
+        try:
+            Xm, y = validate_data(self, X, y, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True)
+        except ValueError as exc:  # scikit-learn's wording (its checks match it), typed as ours
+            raise DataError(" ".join(str(exc).split())) from exc
         return None, Xm, y
 
     def _encode(self, X):
@@ -117,7 +120,10 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             _check_unique_columns(X)
             return self.encoder_.transform(X)
         sparse = "csr" if self._accepts_sparse() else False
-        return validate_data(self, X, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True, reset=False)
+        try:
+            return validate_data(self, X, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True, reset=False)
+        except ValueError as exc:  # scikit-learn's wording (its checks match it), typed as ours
+            raise DataError(f"{' '.join(str(exc).split()).rstrip('.')}; pass the same columns as in fit, all finite") from exc
 
     def fit(self, X, y=None, sample_weight=None, X_cal=None, y_cal=None):
         """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
