@@ -77,7 +77,7 @@ def parquet_columns(files: list[str], root: str | None = None) -> list[str]:
     """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data),
     then its Hive partition keys (``sex=F/...`` directories below ``root``; None: the files' common
     folder), which are columns like any other."""
-    from .dataset import hive_columns
+    from .storage import hive_columns
     from .storage import parquet_file
 
     with parquet_file(files[0]) as pf:
@@ -95,7 +95,7 @@ def read_table(files: list[str], columns: list[str] | None = None, root: str | N
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from .dataset import hive_columns, partition_frame
+    from .storage import hive_columns, partition_frame
     from .storage import is_url, open_binary
 
     if columns is not None:

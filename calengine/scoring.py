@@ -34,7 +34,8 @@ def _batches(chunk, columns: list[str] | None, batch_rows: int):
     worker cannot see) is a :class:`DataError` naming the file; errors of the caller's own work on a
     batch are not relabelled, because only the read is inside the ``try``.
     """
-    from .dataset import partition_frame, read_error
+    from .dataset import read_error
+    from .storage import partition_frame
     from .storage import parquet_file
 
     if not chunk.row_groups:
