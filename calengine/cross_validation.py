@@ -97,7 +97,10 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     df = df.loc[present].reset_index(drop=True)
     labels = LabelSpace.from_series(df[spec.target], spec.target, spec.positive)
     y = labels.encode(df[spec.target])
-    outer = stratified_folds(y, int(folds), config.seed, labels.classes)
+    try:
+        outer = stratified_folds(y, int(folds), config.seed, labels.classes)
+    except DataError as exc:  # the shared check names --cv; here the outer folds are --folds
+        raise DataError(str(exc).replace("--cv", "--folds")) from exc
 
     def run_fold(i: int):
         train, test = outer[i]

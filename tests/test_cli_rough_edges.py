@@ -114,6 +114,8 @@ def test_cv_reports_mean_and_spread_over_outer_folds(tmp_path):
     assert text.returncode == 0 and "3-fold cross-validation on 768 rows" in text.stdout, text
     assert max(len(line) for line in text.stdout.splitlines()) <= 100
     assert_one_line_error(run_cli("cv", PIMA, "--target", "class", "--folds", "1"), "--folds must be at least 2")
+    assert_one_line_error(run_cli("cv", REPO / "data" / "hepatitis.parquet", "--target", "class", "--folds", "40"),
+                          "the rarest class has 32 rows, fewer than --folds 40")
 
 
 def test_evaluate_labels_tell_models_apart_and_many_models_fit_the_terminal(nb_model, tmp_path):
