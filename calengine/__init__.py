@@ -10,7 +10,7 @@ from .hookspecs import hookimpl
 
 from .version import MODEL_FORMAT_VERSION, __version__
 
-__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "load_model"]
+__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model"]
 
 
 def __getattr__(name: str):
@@ -22,6 +22,10 @@ def __getattr__(name: str):
         from .partition_fit import fit_parquet
 
         return fit_parquet
+    if name == "cross_validate_table":
+        from .cross_validation import cross_validate_parquet
+
+        return cross_validate_parquet
     if name == "load_model":
         from .artifact import load_model
 

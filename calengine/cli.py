@@ -1,4 +1,4 @@
-"""``calengine fit | score | evaluate | plugins``.
+"""``calengine fit | score | evaluate | cv | plugins``.
 
 Only the standard library is imported at module level so ``calengine --help`` answers at once; each
 command imports what it needs.  Any :class:`calengine.errors.CalengineError` (and argument errors)
@@ -62,6 +62,62 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-key", help="client private key for a tls:// scheduler")
 
 
+def _add_config_options(p: argparse.ArgumentParser) -> None:
+    """What to fit and from which columns: shared by ``fit`` and ``cv`` (which fits it K times)."""
+    p.add_argument("--target", required=True, metavar="COL", help="the class column")
+    p.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
+    p.add_argument("--learner", default="gaussian_nb", metavar="NAME[,NAME...]",
+                   help="registered learner name or scikit-learn import path (default: gaussian_nb); several,"
+                   " separated by commas, are each calibrated and combined by --combine")
+    p.add_argument("--combine", choices=("min", "max", "median", "mean", "product"), default=None,
+                   help="rule combining several learners' calibrated posteriors (default with several: mean)")
+    p.add_argument("--learner-param", action="append", metavar="K=V", help="learner parameter (repeatable)")
+    p.add_argument("--method", default="isotonic", metavar="NAME",
+                   help="calibrator name, or probing / bagging (default: isotonic)")
+    p.add_argument("--method-param", action="append", metavar="K=V", help="method parameter (repeatable)")
+    p.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
+                   help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
+                   " learner refitted on all rows (default: ensemble)")
+    p.add_argument("--multiclass", metavar="CODE[:COMBINER]",
+                   help="one binary learner per column of a code matrix: one_vs_all, all_pairs, dense_ecoc,"
+                   " sparse_ecoc, k_minus_one or file:PATH (CSV/JSON of -1/0/+1), combined by normalize,"
+                   " least_squares, coupling, pairwise_coupling, wu_lin_weng or k_minus_one"
+                   " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
+    p.add_argument("--combiner-param", action="append", metavar="K=V",
+                   help="parameter of the --multiclass combiner, e.g. tol=1e-6 for coupling (repeatable)")
+    p.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
+    p.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
+    p.add_argument("--features", metavar="COLS", help="comma-separated feature columns (default: all but target)")
+    p.add_argument("--exclude", action="append", metavar="COL", help="leave this column out (repeatable)")
+    p.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
+    p.add_argument("--max-categories", type=int, default=100, metavar="N",
+                   help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
+
+
+def _add_global_options(p: argparse.ArgumentParser, default) -> None:
+    """--version, --strict-plugins, --progress/--quiet: accepted before or after the subcommand."""
+    p.add_argument("--version", action="store_true", default=default, help="print the version and exit")
+    p.add_argument(
+        "--strict-plugins", action="store_true", default=default,
+        help="fail if any plugin fails to load (also: CALENGINE_STRICT_PLUGINS=1)",
+    )
+    progress = p.add_mutually_exclusive_group()
+    progress.add_argument("--progress", dest="progress", action="store_true", default=default,
+                          help="always show progress")
+    progress.add_argument("--quiet", dest="progress", action="store_false", default=default,
+                          help="never show progress")
+
+
+class _GlobalSubparsers:
+    """``add_parser`` that gives every subcommand the global options as a parent parser."""
+
+    def __init__(self, action, common: argparse.ArgumentParser):
+        self._action, self._common = action, common
+
+    def add_parser(self, name: str, **kwargs):
+        return self._action.add_parser(name, parents=[self._common], **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import run_log
 
@@ -69,47 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="calengine",
         description="Calibrated class probabilities from any classifier, on Dask.",
     )
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument(
-        "--strict-plugins", action="store_true",
-        help="fail if any plugin fails to load (also: CALENGINE_STRICT_PLUGINS=1)",
-    )
-    progress = parser.add_mutually_exclusive_group()
-    progress.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show progress")
-    progress.add_argument("--quiet", dest="progress", action="store_false", help="never show progress")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    _add_global_options(parser, argparse.SUPPRESS)
+    parser.set_defaults(version=False, strict_plugins=False, progress=None)
+    # every subcommand accepts the global flags too (``calengine fit ... --progress``); their default is
+    # SUPPRESS there, so a flag given before the subcommand is not reset by the subcommand's parser
+    common = argparse.ArgumentParser(add_help=False)
+    _add_global_options(common, argparse.SUPPRESS)
+    sub = _GlobalSubparsers(parser.add_subparsers(dest="command", parser_class=_Parser), common)
 
     fit = sub.add_parser("fit", help="fit a calibrated model on a Parquet table")
     fit.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
-    fit.add_argument("--target", required=True, metavar="COL", help="the class column")
-    fit.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
-    fit.add_argument("--learner", default="gaussian_nb", metavar="NAME[,NAME...]",
-                     help="registered learner name or scikit-learn import path (default: gaussian_nb); several,"
-                     " separated by commas, are each calibrated and combined by --combine")
-    fit.add_argument("--combine", choices=("min", "max", "median", "mean", "product"), default=None,
-                     help="rule combining several learners' calibrated posteriors (default with several: mean)")
-    fit.add_argument("--learner-param", action="append", metavar="K=V", help="learner parameter (repeatable)")
-    fit.add_argument("--method", default="isotonic", metavar="NAME",
-                     help="calibrator name, or probing / bagging (default: isotonic)")
-    fit.add_argument("--method-param", action="append", metavar="K=V", help="method parameter (repeatable)")
-    fit.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
-                     help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
-                     " learner refitted on all rows (default: ensemble)")
-    fit.add_argument("--multiclass", metavar="CODE[:COMBINER]",
-                     help="one binary learner per column of a code matrix: one_vs_all, all_pairs, dense_ecoc,"
-                     " sparse_ecoc, k_minus_one or file:PATH (CSV/JSON of -1/0/+1), combined by normalize,"
-                     " least_squares, coupling, pairwise_coupling, wu_lin_weng or k_minus_one"
-                     " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
-    fit.add_argument("--combiner-param", action="append", metavar="K=V",
-                     help="parameter of the --multiclass combiner, e.g. tol=1e-6 for coupling (repeatable)")
-    fit.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
-    fit.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
+    _add_config_options(fit)
     fit.add_argument("--calibration-data", metavar="DATA", help="calibrate on this table instead of folds")
-    fit.add_argument("--features", metavar="COLS", help="comma-separated feature columns (default: all but target)")
-    fit.add_argument("--exclude", action="append", metavar="COL", help="leave this column out (repeatable)")
-    fit.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
-    fit.add_argument("--max-categories", type=int, default=100, metavar="N",
-                     help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
     fit.add_argument("--max-train-rows", type=int, default=None, metavar="N",
                      help="fit each learner on a seeded, stratified sample of at most N rows drawn on the workers"
                      " (statistics, calibration and evaluation still use every row)")
@@ -144,6 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(ev)
+
+    cv = sub.add_parser("cv", help="cross-validated metrics of a configuration on one labelled table")
+    cv.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
+    _add_config_options(cv)
+    cv.add_argument("--folds", type=int, default=5, metavar="K",
+                    help="outer folds: K models, each fitted on K-1 folds and scored on the last (default: 5)")
+    cv.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    cv.set_defaults(calibration_data=None, max_train_rows=None, route="auto")
+    _add_cluster_options(cv)
 
     pl = sub.add_parser("plugins", help="list loaded plugins and failures, or one learner/method/combiner's parameters")
     pl.add_argument("name", nargs="?", metavar="NAME",
@@ -409,6 +445,11 @@ def cmd_score(args) -> int:
     if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
+    if args.intervals and not model.has_intervals:
+        raise ParameterError(
+            f"--intervals applies to two-class Probing models; '{args.model}' ({model.info.get('learner')} +"
+            f" {model.info.get('method')}) has no intervals; drop --intervals"
+        )
     files = resolve_parquet_files(args.data)
     keep = tuple(args.keep or ())
     clash = [k for k in keep if k == "prediction" or k.startswith("p_")]
@@ -461,22 +502,35 @@ def cmd_evaluate(args) -> int:
         print(json.dumps(_finite(out), sort_keys=False))
         return 0
     rows = []
-    for lb, res in zip(labels, results):
-        rows.append((f"raw {lb.split(' + ')[0]}" if len(models) > 1 else "raw learner", res.get("raw")))
+    for lb, res, m, d in zip(labels, results, models, model_dirs):
+        raw = f"raw {m.info.get('learner')} ({os.path.basename(os.path.normpath(d))})" if len(models) > 1 else "raw learner"
+        rows.append((raw, res.get("raw")))
         rows.append((lb, res["calibrated"]))
-    print(format_metrics_table(rows))
+    table = format_metrics_table(rows)
+    print(table)
     print()
-    print(format_error_reject(labels, [a["calibrated"] for a in accs]))
+    # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models here
+    ids = [f"[{i}]" for i in range(2, 2 * len(models) + 1, 2)] if table.startswith("[1] ") else None
+    print(format_error_reject(labels, [a["calibrated"] for a in accs], ids=ids))
     if args.report:
         print(f"\nreport: {os.path.join(args.report, 'index.html')}")
     return 0
 
 
 def _model_labels(models, dirs) -> list[str]:
-    labels = [
-        f"{m.info.get('learner')} + {m.info.get('method')}" + (f" [{m.combine_rule}]" if m.combine_rule else "")
-        for m in models
-    ]
+    """``learner + method [combine rule, code matrix, refit] (directory)``: everything that tells two
+    models of one table apart (three Pendigits models differing only in their code matrix or mode all
+    read "gaussian_nb + isotonic" before); the directory name is added when there are several."""
+    labels = []
+    for m in models:
+        extras = [m.combine_rule] if m.combine_rule else []
+        if m.info.get("multiclass"):
+            extras.append(str(m.info["multiclass"]))
+        elif (m.info.get("method_params") or {}).get("multiclass"):
+            extras.append(str(m.info["method_params"]["multiclass"]))
+        if m.info.get("mode") == "refit" and not m.info.get("calibration_data"):
+            extras.append("refit")
+        labels.append(f"{m.info.get('learner')} + {m.info.get('method')}" + (f" [{', '.join(extras)}]" if extras else ""))
     if len(set(labels)) < len(labels) or len(models) > 1:
         labels = [f"{lb} ({os.path.basename(os.path.normpath(d))})" for lb, d in zip(labels, dirs)]
     return labels
@@ -498,24 +552,51 @@ def _curve_points(curve: dict, max_points: int = 101) -> dict:
     return {k: [float(v) for v in np.asarray(curve[k])[idx]] for k in ("threshold", "reject_rate", "error_rate")}
 
 
-def format_error_reject(labels: list[str], accs: list) -> str:
-    """Error rate among accepted rows at a few reject rates (the error-reject curve, Duin & Tax)."""
+def format_error_reject(labels: list[str], accs: list, width: int | None = None, ids: list[str] | None = None) -> str:
+    """Error rate among accepted rows at a few reject rates (the error-reject curve, Duin & Tax):
+    models across while that fits ``width`` (the terminal's), else one row per model.  ``ids``: the
+    models' numbers in a legend already printed (the metrics table's), used instead of long labels."""
     import numpy as np
 
     targets = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
-    width = max(14, *(len(lb) for lb in labels))
-    lines = ["error rate after rejecting the least confident rows",
-             f"{'reject rate':<12}  " + "  ".join(f"{lb:>{width}}" for lb in labels)]
     curves = [acc.error_reject_curve() for acc in accs]
-    for t in targets:
-        cells = []
-        for c in curves:
-            r = np.asarray(c["reject_rate"])
-            e = np.asarray(c["error_rate"])
+    table = []
+    for c in curves:
+        r = np.asarray(c["reject_rate"])
+        e = np.asarray(c["error_rate"])
+        row = []
+        for t in targets:
             ok = np.flatnonzero(r <= t + 1e-12)
-            cells.append(f"{e[ok[-1]]:>{width}.4f}" if len(ok) else f"{'n/a':>{width}}")
+            row.append(float(e[ok[-1]]) if len(ok) else None)
+        table.append(row)
+    cell = max(14, *(len(lb) for lb in labels))
+    limit = _terminal_width(width)
+    if 14 + (cell + 2) * len(labels) > limit:
+        shown = labels
+        lines = ["error rate after rejecting the least confident rows (columns: reject rate)"]
+        if ids is not None:
+            shown = ids
+        elif max(len(lb) for lb in labels) + 8 * len(targets) > limit:
+            lines += [f"[{i}] {lb}" for i, lb in enumerate(labels, 1)]
+            shown = [f"[{i}]" for i in range(1, len(labels) + 1)]
+        name = max(5, *(len(lb) for lb in shown))
+        lines.append(f"{'model':<{name}}  " + "  ".join(f"{t:>6.2f}" for t in targets))
+        for lb, row in zip(shown, table):
+            lines.append(f"{lb:<{name}}  " + "  ".join(f"{v:>6.4f}" if v is not None else f"{'n/a':>6}" for v in row))
+        return "\n".join(lines)
+    lines = ["error rate after rejecting the least confident rows",
+             f"{'reject rate':<12}  " + "  ".join(f"{lb:>{cell}}" for lb in labels)]
+    for i, t in enumerate(targets):
+        cells = [f"{row[i]:>{cell}.4f}" if row[i] is not None else f"{'n/a':>{cell}}" for row in table]
         lines.append(f"{t:<12.2f}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def _terminal_width(width: int | None = None) -> int:
+    """The width tables must fit: ``width``, else the terminal's ($COLUMNS; 100 when not a terminal)."""
+    import shutil
+
+    return width or shutil.get_terminal_size((100, 24)).columns
 
 
 def _write_report(out: str, models, accs, labels, files) -> None:
@@ -567,10 +648,15 @@ def _finite(obj):
     return obj
 
 
-def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
-    """Metrics down, models across: easy to read in a terminal for any number of metrics."""
+def format_metrics_table(rows: list[tuple[str, dict | None]], width: int | None = None) -> str:
+    """Metrics down, models across: easy to read for any number of metrics.  When the models do not
+    fit across ``width`` (the terminal's), models become rows instead, and the metric columns are cut
+    into blocks that each fit (the model label repeated), so no line is wider than the terminal."""
     rows = [(name, m) for name, m in rows if m is not None]
     keys = [k for k in METRIC_ORDER if any(k in m for _, m in rows)]
+    limit = _terminal_width(width)
+    if max(len(k) for k in keys) + sum(2 + max(14, len(name)) for name, _ in rows) > limit:
+        return _metrics_by_model(rows, keys, limit)
     width = max(len(k) for k in keys)
     cols = [max(14, len(name)) for name, _ in rows]
     header = f"{'metric':<{width}}  " + "  ".join(f"{name:>{w}}" for (name, _), w in zip(rows, cols))
@@ -586,6 +672,50 @@ def format_metrics_table(rows: list[tuple[str, dict | None]]) -> str:
             else:
                 cells.append(f"{'n/a':>{w}}")
         lines.append(f"{k:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+#: column headers of the models-as-rows layout (the JSON keys, shortened where long)
+SHORT_METRIC = {"log_loss_bits": "ll_bits", "error_rate": "error", "calibration_loss": "cal_loss",
+                "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho"}
+
+
+def _metrics_by_model(rows, keys: list[str], limit: int) -> str:
+    """One row per model, metric columns in blocks no wider than ``limit``.  Labels longer than a
+    quarter of the width are listed once above the table and the rows carry their number."""
+    names = [name for name, _ in rows]
+    legend: list[str] = []
+    if max(len(n) for n in names) > limit // 4:
+        legend = [f"[{i}] {n}" for i, n in enumerate(names, 1)]
+        names = [f"[{i}]" for i in range(1, len(rows) + 1)]
+    name_w = max(5, *(len(n) for n in names))
+    head = {k: SHORT_METRIC.get(k, k) for k in keys}
+    cell = {k: max(len(head[k]), 8 if k != "n" else max(len(str(m.get("n", ""))) for _, m in rows)) for k in keys}
+    blocks, block, used = [], [], name_w
+    for k in keys:
+        if block and used + 2 + cell[k] > limit:
+            blocks.append(block)
+            block, used = [], name_w
+        block.append(k)
+        used += 2 + cell[k]
+    blocks.append(block)
+    lines = legend + ([""] if legend else [])
+    for j, b in enumerate(blocks):
+        if j:
+            lines.append("")
+        header = f"{'model':<{name_w}}  " + "  ".join(f"{head[k]:>{cell[k]}}" for k in b)
+        lines += [header, "-" * len(header)]
+        for name, (_, m) in zip(names, rows):
+            cells = []
+            for k in b:
+                v = m.get(k)
+                if isinstance(v, int):
+                    cells.append(f"{v:>{cell[k]}d}")
+                elif isinstance(v, float) and v == v:
+                    cells.append(f"{v:>{cell[k]}.4f}")
+                else:
+                    cells.append(f"{'n/a':>{cell[k]}}")
+            lines.append(f"{name:<{name_w}}  " + "  ".join(cells))
     return "\n".join(lines)
 
 
@@ -641,7 +771,27 @@ def _describe_plugin(plugins, name: str, as_json: bool) -> int:
     return 0
 
 
-COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "plugins": cmd_plugins}
+def cmd_cv(args) -> int:
+    """``calengine cv``: a thin shell over :func:`calengine.cross_validation.cross_validate`."""
+    from .cross_validation import cross_validate, format_cv
+    from .errors import ParameterError
+
+    if args.folds < 2:
+        raise ParameterError(f"--folds must be at least 2, got {args.folds}")
+    config, spec, plugins, requirements = _prepare_fit(args)
+    with _client(args, *requirements) as client:
+        result = cross_validate(client, spec, config, folds=args.folds, plugins=plugins)
+    label = f"{args.learner} + {args.method}" + "".join(
+        f" [{x}]" for x in (args.multiclass, "refit" if args.mode == "refit" else None) if x
+    )
+    if args.json:
+        print(json.dumps(_finite({"label": label, **result.to_json()})))
+    else:
+        print(format_cv(result, label))
+    return 0
+
+
+COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "cv": cmd_cv, "plugins": cmd_plugins}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -73,42 +73,52 @@ def _check_parquet_magic(path: str) -> None:
         )
 
 
-def parquet_columns(files: list[str]) -> list[str]:
-    """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data)."""
-    import pyarrow.parquet as pq
-
+def parquet_columns(files: list[str], root: str | None = None) -> list[str]:
+    """The data columns of the table (a pandas index stored as ``__index_level_0__`` is not data),
+    then its Hive partition keys (``sex=F/...`` directories below ``root``; None: the files' common
+    folder), which are columns like any other."""
+    from .storage import hive_columns
     from .storage import parquet_file
 
     with parquet_file(files[0]) as pf:
         schema = pf.schema_arrow
     meta = schema.pandas_metadata or {}
     index_cols = {c for c in meta.get("index_columns", []) if isinstance(c, str)}
-    return [n for n in schema.names if n not in index_cols]
+    names = [n for n in schema.names if n not in index_cols]
+    partitions, _ = hive_columns(files, root)
+    return names + [k for k, _ in partitions[files[0]] if k not in names]
 
 
-def read_table(files: list[str], columns: list[str] | None = None):
-    """Read the files into one pandas DataFrame (columns checked first, so a typo fails fast)."""
+def read_table(files: list[str], columns: list[str] | None = None, root: str | None = None):
+    """Read the files into one pandas DataFrame (columns checked first, so a typo fails fast);
+    Hive partition keys below ``root`` are columns too."""
     import pandas as pd
     import pyarrow.parquet as pq
 
+    from .storage import hive_columns, partition_frame
     from .storage import is_url, open_binary
 
     if columns is not None:
-        check_columns(files, columns)
+        check_columns(files, columns, root)
+    partitions, _ = hive_columns(files, root)
     frames = []
     for f in files:
+        keys = dict(partitions[f])
+        wanted = columns if columns is not None else parquet_columns([f], root) if keys else None
         try:
-            table = pq.read_table(open_binary(f) if is_url(f) else f, columns=columns)
+            table = pq.read_table(open_binary(f) if is_url(f) else f,
+                                  columns=None if wanted is None else [c for c in wanted if c not in keys])
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise DataError(f"cannot read Parquet file '{f}': {exc}; check that the file is complete") from exc
-        frames.append(table.to_pandas())
+        df = table.to_pandas()
+        frames.append(partition_frame(df, partitions[f], wanted, table.num_rows) if keys else df)
     if not frames:
         raise DataError("no data read; DATA matched no rows")
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def check_columns(files: list[str], columns: list[str]) -> None:
-    available = parquet_columns(files)
+def check_columns(files: list[str], columns: list[str], root: str | None = None) -> None:
+    available = parquet_columns(files, root)
     for col in columns:
         if col not in available:
             import difflib
@@ -149,8 +159,9 @@ class LabelSpace:
     def from_values(cls, distinct, target: str, positive: str | None = None) -> "LabelSpace":
         """The label space of a target with these distinct non-missing values (any order)."""
         values = sorted({_plain(v) for v in distinct}, key=lambda v: (str(type(v)), v))
+        check_not_continuous(values, target)
         if len(values) < 2:
-            shown = f"only the value {values[0]!r}" if values else "no non-missing values"
+            shown = f"only one class (the value {values[0]!r})" if values else "no non-missing values"
             raise DataError(
                 f"target column '{target}' has {shown}; calibration needs at least two classes"
                 " (check --target, or filter the data)"
@@ -206,13 +217,55 @@ class LabelSpace:
         return cls(classes=list(d["classes"]), target=d["target"])
 
 
-def stratified_folds(y: np.ndarray, n_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, held-out) index pairs, stratified and shuffled from ``seed`` alone (no scheduling input)."""
+def check_not_continuous(values, target: str) -> None:
+    """A target whose values include non-integer numbers is a regression target, not class labels.
+
+    The rule is scikit-learn's ``type_of_target == "continuous"``, so the CLI and the Python API
+    refuse the same targets; without it a continuous column fails later with the misleading "the
+    rarest class has 1 rows".  ``values``: the distinct non-missing values.
+    """
+    fractional = [
+        v for v in values
+        if isinstance(v, float) and np.isfinite(v) and not float(v).is_integer()
+    ]
+    if fractional:
+        n = len(values)
+        shown = ", ".join(f"{v:g}" for v in fractional[:3])
+        raise DataError(
+            f"target '{target}' looks continuous ({n} distinct values, non-integer ones such as {shown});"
+            " calibration needs class labels: bin the values into classes, or choose the class column"
+        )
+
+
+def check_many_rare_classes(counts, k: int, classes=None, target: str | None = None) -> None:
+    """A numeric target with many values, one of them too rare for ``k`` folds, is a measurement (or
+    an ID), not a class: say so instead of "the rarest class has 1 rows".  Integer-valued columns such
+    as a glucose level pass :func:`check_not_continuous`, so this looks at the number of values.
+    ``counts``: rows per class; ``classes``: their values (None: treated as numeric)."""
+    counts = np.asarray(counts)
+    numeric = classes is None or all(
+        isinstance(_plain(c), (int, float)) and not isinstance(_plain(c), bool) for c in classes
+    )
+    if numeric and len(counts) > 20 and counts.min() < k:
+        rare = int((counts < k).sum())
+        name = f"'{target}' " if target else ""
+        raise DataError(
+            f"target {name}looks continuous: {len(counts)} distinct numeric values, {rare} of them with fewer"
+            f" than --cv {k} rows; calibration needs class labels: bin the values into classes, or choose"
+            " the class column"
+        )
+
+
+def stratified_folds(y: np.ndarray, n_folds: int, seed: int, classes=None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, held-out) index pairs, stratified and shuffled from ``seed`` alone (no scheduling input).
+    ``classes``: the label values behind the class indices ``y``, for the error messages."""
     from sklearn.model_selection import StratifiedKFold
 
     counts = np.bincount(y)
     if n_folds < 2:
         raise DataError(f"--cv must be at least 2 (got {n_folds}); or use --calibration-data for a hold-out table")
+    check_many_rare_classes(counts[counts > 0], n_folds, None if classes is None else
+                            [c for c, n in zip(classes, counts) if n > 0])
     smallest = int(counts[counts > 0].min())
     if smallest < n_folds:
         raise DataError(

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 
 from .errors import DataError
-from .storage import absolute, common_root, parquet_file, relative_key
+from .storage import absolute, common_root, hive_columns, parquet_file, partition_frame, relative_key
 
 #: fragments hold at most this many rows (whole row groups; a larger row group is a fragment alone)
 DEFAULT_FRAGMENT_ROWS = 1_000_000
@@ -38,6 +38,8 @@ class Fragment:
     file_key: str
     row_groups: tuple[int, ...]
     group_rows: tuple[int, ...]
+    #: Hive partition columns of the file (``sex=F/part-0.parquet``): ((key, typed value), ...)
+    partition: tuple = ()
 
     @property
     def n_rows(self) -> int:
@@ -110,6 +112,7 @@ def describe_files(
     files = [absolute(f) for f in files]
     if root is None:
         root = dataset_root("", files)
+    partitions, hive_types = hive_columns(files, root)
     fragments: list[Fragment] = []
     names: list[str] | None = None
     kinds: dict[str, tuple[str, str]] = {}  # column -> (kind, file)
@@ -125,10 +128,17 @@ def describe_files(
         if len(set(file_names)) != len(file_names):
             dup = next(n for n in file_names if file_names.count(n) > 1)
             raise DataError(f"'{path}' has two columns named '{dup}'; rename one of them")
+        partition = tuple((k, v) for k, v in partitions[path] if k not in file_names)
         if names is None:
-            names = file_names
+            names = file_names + [k for k, _ in partition]
         wanted = columns if columns is not None else names
         for col in wanted:
+            if col in dict(partition):
+                if hive_types[col] != "string" or any(v is not None for k, v in partition if k == col):
+                    kind = "string" if hive_types[col] == "string" else "numeric"
+                    types.setdefault(col, hive_types[col])
+                    kinds.setdefault(col, (kind, path))
+                continue
             if col not in file_names:
                 if col not in names:
                     continue  # reported by check_columns with a suggestion
@@ -152,25 +162,26 @@ def describe_files(
                     " with the same column types"
                 )
         key = relative_key(path, root)
-        fragments += _cut(path, key, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], fragment_rows)
+        fragments += _cut(path, key, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], fragment_rows,
+                          partition)
     return Dataset(root=root, fragments=tuple(fragments), columns=tuple(names or ()), types=types)
 
 
-def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int) -> list[Fragment]:
+def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int, partition: tuple = ()) -> list[Fragment]:
     """Runs of whole row groups holding at most ``fragment_rows`` rows (at least one group each)."""
     out: list[Fragment] = []
     groups: list[int] = []
     rows: list[int] = []
     for g, n in enumerate(group_rows):
         if groups and sum(rows) + n > fragment_rows:
-            out.append(Fragment(path, key, tuple(groups), tuple(rows)))
+            out.append(Fragment(path, key, tuple(groups), tuple(rows), partition))
             groups, rows = [], []
         if n == 0:
             continue
         groups.append(g)
         rows.append(n)
     if groups:
-        out.append(Fragment(path, key, tuple(groups), tuple(rows)))
+        out.append(Fragment(path, key, tuple(groups), tuple(rows), partition))
     return out
 
 
@@ -194,9 +205,10 @@ def _first_line(exc: BaseException) -> str:
 
 def read_fragment(fragment: Fragment, columns: list[str]):
     """The fragment's rows as a pandas DataFrame (runs in tasks).  A damaged file names itself."""
+    keys = dict(fragment.partition)
     try:
         with parquet_file(fragment.path) as pf:
-            table = pf.read_row_groups(list(fragment.row_groups), columns=list(columns))
+            table = pf.read_row_groups(list(fragment.row_groups), columns=[c for c in columns if c not in keys])
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged pages
         raise read_error(fragment, exc) from exc
     if table.num_rows != fragment.n_rows:
@@ -204,7 +216,7 @@ def read_fragment(fragment: Fragment, columns: list[str]):
             f"'{fragment.path}' changed while the job ran ({table.num_rows} rows read, {fragment.n_rows} planned);"
             " do not modify the data during a fit"
         )
-    return table.to_pandas()
+    return partition_frame(table.to_pandas(), fragment.partition, list(columns), table.num_rows)
 
 
 def read_error(fragment: Fragment, exc: BaseException) -> DataError:

@@ -56,8 +56,8 @@ def fit_members(
             tasks.task_seed(plan.seed, 0), cal_f, pure=False,
         )
         return gather_in_order(client, [fut], progress, "fit")
-    if data.folds is None:
-        raise ValueError("cross-validated calibration needs fold assignments in TrainingData.folds")
+    if data.folds is None and data.splits is None:
+        raise ValueError("cross-validated calibration needs fold assignments in TrainingData.folds (or .splits)")
     data_f = scatter(client, data)
     if plan.mode == "ensemble":
         futures = [

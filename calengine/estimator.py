@@ -58,54 +58,121 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.combine = combine
         self.combiner_params = combiner_params
 
-    def _encode_fit(self, X):
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = self._accepts_sparse()
+        tags.input_tags.allow_nan = False  # numeric arrays must be finite; DataFrames are imputed (see fit)
+        return tags
+
+    def _accepts_sparse(self) -> bool:
+        """Whether every base learner takes CSR input (so sparse ``X`` is refused up front otherwise)."""
+        from .training import FitConfig, resolve_learner, split_learners
+
+        try:
+            from .plugins import get_plugins
+
+            plugins = get_plugins()
+            learners = [resolve_learner(FitConfig(learner=lr), plugins) for lr in split_learners(self.learner)]
+        except Exception:  # noqa: BLE001 - an unknown name fails in fit with its own message
+            return False
+        for lr in learners:
+            accepts = getattr(lr, "accepts_sparse", None)
+            if accepts is None and isinstance(lr, EstimatorLearner):
+                try:
+                    accepts = lr.estimator.__sklearn_tags__().input_tags.sparse
+                except AttributeError:
+                    accepts = False
+            if accepts is False:
+                return False
+        return True
+
+    def _encode_fit(self, X, y):
+        """(encoder or None, feature matrix, 1-D labels), every check scikit-learn's conventions ask for."""
         import pandas as pd
+        from sklearn.utils.validation import column_or_1d, validate_data
 
         if isinstance(X, pd.DataFrame):
             from .features import FeatureEncoder
 
             _check_unique_columns(X)
-
+            if y is None:
+                raise DataError("CalibratedClassifier requires y to be passed, but the target y is None")
+            y = column_or_1d(np.asarray(y) if not isinstance(y, pd.Series) else y.to_numpy(), warn=True)
             encoder = FeatureEncoder().fit(X)
-            return encoder, encoder.transform(X)
-        return None, _as_matrix(X)
+            for attr in ("n_features_in_", "feature_names_in_"):
+                if hasattr(self, attr):
+                    delattr(self, attr)
+            return encoder, encoder.transform(X), y
+        sparse = "csr" if self._accepts_sparse() else False
+        try:
+            Xm, y = validate_data(self, X, y, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True)
+        except ValueError as exc:  # scikit-learn's wording (its checks match it), typed as ours
+            raise DataError(" ".join(str(exc).split())) from exc
+        return None, Xm, y
 
     def _encode(self, X):
         import pandas as pd
+        from sklearn.utils.validation import validate_data
 
         if self.encoder_ is not None:
             if not isinstance(X, pd.DataFrame):
                 raise DataError("this model was fitted on a DataFrame; pass a DataFrame with the same columns")
             _check_unique_columns(X)
             return self.encoder_.transform(X)
-        Xm = _as_matrix(X)
-        if Xm.shape[1] != self.n_features_in_:
-            raise DataError(
-                f"X has {Xm.shape[1]} features, but CalibratedClassifier was fitted with {self.n_features_in_};"
-                " pass the same columns as in fit"
-            )
-        return Xm
+        sparse = "csr" if self._accepts_sparse() else False
+        try:
+            return validate_data(self, X, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True, reset=False)
+        except ValueError as exc:  # scikit-learn's wording (its checks match it), typed as ours
+            raise DataError(f"{' '.join(str(exc).split()).rstrip('.')}; pass the same columns as in fit, all finite") from exc
 
-    def fit(self, X, y, sample_weight=None, X_cal=None, y_cal=None):
+    def fit(self, X, y=None, sample_weight=None, X_cal=None, y_cal=None):
         """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
-        see only the scores of the calibration table (``calengine fit --calibration-data``)."""
+        see only the scores of the calibration table (``calengine fit --calibration-data``).
+
+        Input rules, scikit-learn's where it has one: a numeric array (dense or sparse) must be finite
+        (NaN or inf is a ``ValueError`` here, before any learner runs: put an imputer in front, as in
+        any scikit-learn pipeline); a pandas DataFrame is encoded by the CLI's rules instead, which fill
+        missing numbers with the training median and add a missingness column, so a notebook fit and
+        ``calengine fit`` of the same table agree.  ``y`` must hold class labels: a continuous target
+        is a ``ValueError`` naming it so; a ``(n, 1)`` column is accepted with scikit-learn's
+        ``DataConversionWarning``.
+
+        ``cv``: a number of folds (calengine's seeded, stratified folds, the same rows as ``calengine
+        fit --cv``), a scikit-learn splitter, or an iterable of (train, test) index pairs.  Splits
+        that partition the rows work in both modes; others (``ShuffleSplit``) only in ``"ensemble"``
+        mode, one member per split.  ``probing`` and ``bagging`` fit every classifier on all rows
+        (they calibrate from votes, not held-out scores), so they ignore ``cv``.
+
+        Errors name this estimator's parameters (``cv``, ``learner_params``, ...), not the CLI's flags.
+        """
+        with _python_names():
+            return self._fit(X, y, sample_weight, X_cal, y_cal)
+
+    def _fit(self, X, y, sample_weight, X_cal, y_cal):
         import pandas as pd
 
         from .cluster import dask_client
         from .data import LabelSpace
         from .tasks import TrainingData
-        from .training import ENGINE_METHODS, FitConfig, check_cv, check_seed, fit_model
+        from .training import ENGINE_METHODS, FitConfig, check_seed, explicit_splits, fit_model, folds_of_splits
 
         check_seed(self.seed)
-        if X_cal is None and self.method not in ENGINE_METHODS:
-            check_cv(self.cv)
-        y_series = pd.Series(np.asarray(y))
+        encoder, Xm, y = self._encode_fit(X, y)
+        if Xm.shape[0] != len(y):
+            raise DataError(f"X has {Xm.shape[0]} rows but y has {len(y)}; pass one label per row")
+        _check_class_labels(y)
+        y_series = pd.Series(y)
         labels = LabelSpace.from_series(y_series, target="y")
-        encoder, Xm = self._encode_fit(X)
-        if Xm.shape[0] != len(y_series):
-            raise DataError(f"X has {Xm.shape[0]} rows but y has {len(y_series)}; pass one label per row")
         w = None if sample_weight is None else _check_weights(sample_weight, Xm.shape[0])
         data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
+        n_folds = self.cv
+        if X_cal is None and self.method not in ENGINE_METHODS:
+            splits = explicit_splits(self.cv, Xm, data.y)
+            if splits is not None:
+                n_folds = len(splits)
+                data.folds = folds_of_splits(splits, len(data.y))
+                if data.folds is None:
+                    data.splits = tuple(splits)
         several = isinstance(self.learner, (list, tuple))
         config = FitConfig(
             learner=list(self.learner) if several else self.learner,
@@ -113,7 +180,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             method=self.method,
             method_params=dict(self.method_params or {}),
             mode=self.mode,
-            cv=self.cv,
+            cv=n_folds if isinstance(n_folds, int) else 5,
             seed=self.seed,
             multiclass=self.multiclass,
             combiner_params=dict(self.combiner_params or {}),
@@ -124,7 +191,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             raise DataError("pass both X_cal and y_cal to calibrate on a separate table, or neither")
         if X_cal is not None:
             Xc = encoder.transform(X_cal) if encoder is not None else _as_matrix(X_cal)
-            cal_data = TrainingData(X=Xc, y=labels.encode(pd.Series(np.asarray(y_cal))))
+            cal_data = TrainingData(X=Xc, y=labels.encode(pd.Series(np.asarray(y_cal).ravel())))
         with dask_client(self.cluster, workers=self.workers) as client:
             model = fit_model(client, data, labels, encoder, config, cal_data=cal_data)
         self.model_ = model
@@ -140,6 +207,9 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         return self.model_.predict_proba_features(self._encode(X))
 
     def predict(self, X) -> np.ndarray:
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "model_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
     def save(self, path) -> None:
@@ -153,6 +223,30 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                 " fit on a DataFrame"
             )
         save_model(_storable(model), path)
+
+
+def expected_failed_checks(estimator) -> dict[str, str]:
+    """scikit-learn checks :class:`CalibratedClassifier` fails by design, with the reason (for
+    ``parametrize_with_checks(..., expected_failed_checks=expected_failed_checks)``)."""
+    import numbers
+
+    out = {}
+    if isinstance(estimator.cv, numbers.Integral) and estimator.cv > 3 and estimator.method not in ("probing", "bagging"):
+        out["check_fit2d_1feature"] = (
+            f"10 rows in 3 classes: the rarest class has fewer rows than cv={estimator.cv} folds, and calibration"
+            " refuses a fold without held-out rows of a class (the error says so, not '1 feature')"
+        )
+    combiner = (estimator.multiclass or "").rpartition(":")[2]
+    if estimator.multiclass and combiner in ("coupling", "pairwise_coupling", "wu_lin_weng", ""):
+        reason = (
+            "the coupling combiner weighs each code-matrix column by its number of training rows (integers in"
+            " the model manifest); sample weights reach learners and calibrators but not those counts, so"
+            " weights are not equivalent to repeated rows"
+        )
+        out["check_sample_weight_equivalence_on_dense_data"] = reason
+        if estimator._accepts_sparse():
+            out["check_sample_weight_equivalence_on_sparse_data"] = reason
+    return out
 
 
 def _storable(model):
@@ -174,6 +268,57 @@ def _storable(model):
                 new.from_state({"estimator": lr.estimator_, "n_classes": lr.n_classes_})
                 m.learners[j] = new
     return model
+
+
+#: CLI flags in shared messages -> this estimator's parameter names
+_FLAG_NAMES = {
+    "--cv": "cv", "--learner-param": "learner_params", "--method-param": "method_params",
+    "--combiner-param": "combiner_params", "--calibration-data": "X_cal/y_cal", "--learner": "learner",
+    "--method": "method", "--mode": "mode", "--seed": "seed", "--multiclass": "multiclass",
+    "--combine": "combine", "--target": "y", "--workers": "workers", "--cluster": "cluster",
+}
+
+
+class _python_names:
+    """Re-raise a :class:`CalengineError` whose message names CLI flags (the checks are shared with
+    ``calengine fit``) with this estimator's parameter names instead: ``--cv 5`` becomes ``cv=5``,
+    ``--learner-param`` becomes ``learner_params``.  Same type, original chained."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        import re
+
+        from .errors import CalengineError
+
+        if exc is None or not isinstance(exc, CalengineError) or not exc.args or not isinstance(exc.args[0], str):
+            return False
+        text = exc.args[0]
+        new = re.sub(r"--cv (\d+)", r"cv=\1", text)
+        new = re.sub(r"--[a-z][a-z-]*", lambda m: _FLAG_NAMES.get(m.group(0), m.group(0)), new)
+        if new == text:
+            return False
+        try:
+            translated = type(exc)(new, *exc.args[1:])
+        except Exception:  # noqa: BLE001 - an exception type with another signature keeps its message
+            return False
+        raise translated from exc
+
+
+def _check_class_labels(y) -> None:
+    """y must hold class labels (scikit-learn's binary/multiclass); continuous targets say so."""
+    from sklearn.utils.multiclass import type_of_target
+
+    from .data import check_not_continuous
+
+    kind = type_of_target(y, input_name="y")
+    if kind == "continuous":
+        import pandas as pd
+
+        check_not_continuous(sorted(float(v) for v in pd.unique(np.asarray(y, dtype=np.float64))), "y")
+    if kind not in ("binary", "multiclass"):
+        raise DataError(f"Unknown label type: y is a {kind} target; y must hold one class label per row: pass a 1-D array of labels")
 
 
 def _check_unique_columns(X) -> None:

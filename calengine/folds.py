@@ -84,6 +84,9 @@ def check_folds(counts: np.ndarray, class_names: list, k: int) -> None:
     if k < 2:
         raise DataError(f"--cv must be at least 2 (got {k}); or use --calibration-data for a hold-out table")
     totals = counts.sum(axis=0)
+    from .data import check_many_rare_classes
+
+    check_many_rare_classes(totals, k, class_names)
     for c, name in enumerate(class_names):
         if totals[c] < k:
             raise DataError(

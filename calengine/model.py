@@ -221,6 +221,11 @@ class CalibratedModel:
             Q.append(self._combine(m.raw_column_probabilities(X, S)))
         return self._aggregate(P), self._aggregate(Q)
 
+    @property
+    def has_intervals(self) -> bool:
+        """Whether ``predict_frame(extra_outputs=True)`` writes ``p_low``/``p_high`` (two-class Probing)."""
+        return any(getattr(m, "method", None) == "probing" and len(getattr(m, "voters", ())) == 1 for m in self.members)
+
     def predict_frame(
         self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None
     ):

@@ -85,6 +85,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     from .data import LabelSpace, check_columns, parquet_columns, resolve_parquet_files
     from .dataset import dataset_root, describe_dataset, describe_files
     from .features import FeatureEncoder, select_feature_columns
+    from .storage import absolute
 
     if spec.max_categories < 1:
         raise ParameterError(f"--max-categories must be at least 1, got {spec.max_categories}")
@@ -93,13 +94,14 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     if spec.route not in ROUTES:
         raise ParameterError(f"unknown route '{spec.route}'; choose one of {', '.join(ROUTES)}")
     files = resolve_parquet_files(spec.data)
-    names = parquet_columns(files)
+    root = dataset_root(spec.data, [absolute(f) for f in files])
+    names = parquet_columns(files, root)  # with the Hive partition keys below DATA
     if spec.target not in names:
-        check_columns(files, [spec.target])
+        check_columns(files, [spec.target], root)
     feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
     memory_limit = worker_memory_limit(client)
     fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
-    dataset = describe_files(files, dataset_root(spec.data, files), feature_cols + [spec.target], fragment_rows)
+    dataset = describe_files(files, root, feature_cols + [spec.target], fragment_rows)
     if not dataset.fragments:
         raise DataError("the training table has no rows")
     futures = [

@@ -603,8 +603,10 @@ def probing_predict(votes, boundaries, loss: str, clip: tuple[float, float] | No
     counting from 0 in ascending order, ``[low, high] = [boundaries[n], boundaries[n+1]]``; counting
     votes is the paper's sorting of inconsistent classifier outputs.  ``p`` is that interval's minimax
     point for ``loss``, clipped to ``clip`` (default the paper's ``[0.001, 0.999]``; ``None`` keeps the
-    raw point).  Monotone non-decreasing in ``n``.  ``votes`` may be any integer array shape; outputs
-    have the same shape.
+    raw point).  The interval is clipped the same way, so ``low <= p <= high`` always holds: a row
+    whose votes select ``[0, 0.0005]`` reports ``p = low = high = 0.001``, the estimate actually used,
+    instead of an interval that excludes its own prediction.  Monotone non-decreasing in ``n``.
+    ``votes`` may be any integer array shape; outputs have the same shape.
     """
     loss = _check_loss(loss)
     clip = _check_clip(clip)
@@ -614,10 +616,12 @@ def probing_predict(votes, boundaries, loss: str, clip: tuple[float, float] | No
     v = np.asarray(votes)
     flat = _check_votes(v.reshape(-1), bnd.size - 2)
     points = np.asarray(minimax_point(bnd[:-1], bnd[1:], loss), dtype=float)
+    lows, highs = bnd[:-1], bnd[1:]
     if clip is not None:
         points = np.clip(points, clip[0], clip[1])
+        lows, highs = np.clip(lows, clip[0], clip[1]), np.clip(highs, clip[0], clip[1])
     shape = v.shape
-    return points[flat].reshape(shape), bnd[:-1][flat].reshape(shape), bnd[1:][flat].reshape(shape)
+    return points[flat].reshape(shape), lows[flat].reshape(shape), highs[flat].reshape(shape)
 
 
 def run_probing(

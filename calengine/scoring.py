@@ -35,10 +35,15 @@ def _batches(chunk, columns: list[str] | None, batch_rows: int):
     batch are not relabelled, because only the read is inside the ``try``.
     """
     from .dataset import read_error
+    from .storage import partition_frame
     from .storage import parquet_file
 
     if not chunk.row_groups:
         return
+    wanted = columns
+    keys = dict(getattr(chunk, "partition", ()))
+    if columns is not None and keys:
+        columns = [c for c in columns if c not in keys]
     try:
         pf = parquet_file(chunk.path)
     except Exception as exc:  # noqa: BLE001 - pyarrow and fsspec raise several types for damaged files
@@ -56,7 +61,7 @@ def _batches(chunk, columns: list[str] | None, batch_rows: int):
                 return
             except Exception as exc:  # noqa: BLE001
                 raise read_error(chunk, exc) from exc
-            yield df
+            yield partition_frame(df, tuple(keys.items()), wanted, batch.num_rows) if keys and wanted else df
 
 
 # ---------------------------------------------------------------------------------------------- score

@@ -125,3 +125,86 @@ def common_root(data: str, files: list[str]) -> str:
 def _first_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:300] or type(exc).__name__
+
+
+#: the directory name pyarrow and Hive write for a missing partition value
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def hive_partition(path: str, root: str) -> tuple[tuple[str, str | None], ...]:
+    """The ``key=value`` directories between ``root`` and the file ``path`` (Hive partitioning), raw
+    text values URL-decoded (pyarrow escapes ``/``, ``=``, spaces ...), ``None`` for Hive's null.
+
+    Only directories below ``root`` count, so a ``key=value`` name above the dataset is not a column.
+    """
+    from urllib.parse import unquote
+
+    if not root:
+        return ()
+    rel = relative_key(path, root)
+    parts = rel.replace(os.sep, "/").split("/")[:-1]
+    out = []
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if sep and key and key not in dict(out):
+            value = unquote(value)
+            out.append((unquote(key), None if value == HIVE_NULL else value))
+    return tuple(out)
+
+
+def hive_columns(files: list[str], root: str | None) -> tuple[dict[str, tuple], dict[str, str]]:
+    """Hive partition columns of ``files`` below ``root``: ({file: ((key, value), ...)}, {key: type}).
+
+    A key's values are typed once for the whole table, as pyarrow's hive partitioning does: int64
+    when every value is an integer, float64 when every value is a number, else string; so every
+    fragment yields the same column type.
+    """
+    if root is None:
+        root = common_root("", files)
+    raw = {f: hive_partition(f, root) for f in files}
+    values: dict[str, list] = {}
+    for parts in raw.values():
+        for key, value in parts:
+            values.setdefault(key, []).append(value)
+    types = {key: _hive_type([v for v in vals if v is not None]) for key, vals in values.items()}
+    cast = {"int64": int, "double": float, "string": str}
+    typed = {
+        f: tuple((k, None if v is None else cast[types[k]](v)) for k, v in parts) for f, parts in raw.items()
+    }
+    return typed, types
+
+
+def _hive_type(values: list[str]) -> str:
+    def all_parse(kind) -> bool:
+        try:
+            for v in values:
+                kind(v)
+        except ValueError:
+            return False
+        return True
+
+    if values and all_parse(int):
+        return "int64"
+    if values and all_parse(float):
+        return "double"
+    return "string"
+
+
+def partition_frame(df, partition: tuple, columns, n_rows: int):
+    """``df`` with the requested partition columns added as constants (a file's Hive keys)."""
+    import numpy as np
+    import pandas as pd
+
+    wanted = [(k, v) for k, v in partition if k in columns and k not in df.columns]
+    if not wanted:
+        return df
+    extra = {}
+    for key, value in wanted:
+        if value is None:
+            extra[key] = pd.Series([None] * n_rows, dtype=object, index=df.index)
+        elif isinstance(value, str):
+            extra[key] = pd.Series([value] * n_rows, dtype=object, index=df.index)
+        else:
+            extra[key] = pd.Series(np.full(n_rows, value), index=df.index)
+    out = pd.concat([df, pd.DataFrame(extra, index=df.index)], axis=1) if len(df.columns) else pd.DataFrame(extra, index=df.index)
+    return out[[c for c in columns if c in out.columns]]

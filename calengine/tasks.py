@@ -30,6 +30,9 @@ class TrainingData:
     y: np.ndarray
     w: np.ndarray | None = None
     folds: np.ndarray | None = None
+    #: explicit (train rows, held-out rows) pairs that do not partition the rows (e.g. ShuffleSplit
+    #: from the Python API); when set, fold ``i`` means pair ``i`` and ``folds`` is unused
+    splits: tuple | None = None
 
     def __sizeof__(self) -> int:
         # what Dask's memory accounting (sys.getsizeof) sees of scattered or assembled training data
@@ -46,8 +49,19 @@ class TrainingData:
         """(training rows, held-out rows) for ``fold``; (None, None) means all rows for both."""
         if fold is None:
             return None, None
+        if self.splits is not None:
+            return self.splits[fold]
         held = self.folds == fold
         return np.flatnonzero(~held), np.flatnonzero(held)
+
+    def masks(self, fold: int) -> tuple[np.ndarray, np.ndarray]:
+        """(training, held-out) boolean masks of ``fold`` over all rows."""
+        train, held = self.split(fold)
+        n = len(self.y)
+        tr, he = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        tr[train] = True
+        he[held] = True
+        return tr, he
 
 
 def learner_errors(learner):
@@ -198,8 +212,8 @@ def column_rows(data: TrainingData, M: np.ndarray, column: int, fold: int | None
     if fold is None:
         rows = np.flatnonzero(used)
         return rows, rows, target
-    held = data.folds == fold
-    return np.flatnonzero(used & ~held), np.flatnonzero(used & held), target
+    train, held = data.masks(fold)
+    return np.flatnonzero(used & train), np.flatnonzero(used & held), target
 
 
 def fit_column(data: TrainingData, M: np.ndarray, column: int, fold: int | None, learner, calibrator, seed: int):

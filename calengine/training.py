@@ -73,6 +73,64 @@ def check_cv(cv) -> int:
     return int(cv)
 
 
+def explicit_splits(cv, X, y: np.ndarray, groups=None) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """``cv`` as a list of (train rows, held-out rows), or None when it is a number of folds.
+
+    Accepts what scikit-learn's ``cv`` parameters accept: an int (calengine's own seeded, stratified
+    folds, identical to ``calengine fit --cv``), a splitter object with ``split(X, y, groups)``
+    (``StratifiedKFold``, ``GroupKFold``, ``ShuffleSplit``, ...), or an iterable of (train, test)
+    index arrays.  Every pair must hold valid row indices and non-empty train and held-out parts.
+    """
+    import numbers
+
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
+        check_cv(cv)
+        return None
+    n = len(y)
+    if isinstance(cv, (str, bytes, bool)) or cv is None or not (hasattr(cv, "split") or hasattr(cv, "__iter__")):
+        raise ParameterError(
+            f"cv must be a number of folds >= 2, a splitter such as StratifiedKFold(5), or a list of"
+            f" (train, test) index pairs; got {cv!r}"
+        )
+    pairs = list(cv.split(X, y, groups)) if hasattr(cv, "split") else list(cv)
+    out = []
+    for i, pair in enumerate(pairs):
+        try:
+            train, test = pair
+            train = np.asarray(train).ravel()
+            test = np.asarray(test).ravel()
+        except (TypeError, ValueError):
+            raise ParameterError(f"cv split {i} is not a (train, test) pair of index arrays") from None
+        if train.dtype == bool or test.dtype == bool:
+            train, test = np.flatnonzero(train), np.flatnonzero(test)
+        if not (np.issubdtype(train.dtype, np.integer) and np.issubdtype(test.dtype, np.integer)):
+            raise ParameterError(f"cv split {i} holds non-integer row indices; pass integer index arrays")
+        if len(train) == 0 or len(test) == 0:
+            raise ParameterError(f"cv split {i} has an empty train or test part; every split needs both")
+        if min(train.min(), test.min()) < 0 or max(train.max(), test.max()) >= n:
+            raise ParameterError(f"cv split {i} holds row indices outside 0..{n - 1}; the splits must index X's rows")
+        out.append((train.astype(np.int64), test.astype(np.int64)))
+    if not out:
+        raise ParameterError("cv gave no splits; pass a splitter or at least one (train, test) pair")
+    return out
+
+
+def folds_of_splits(splits, n_rows: int) -> np.ndarray | None:
+    """The fold number of each row when ``splits`` partition the rows (every row held out exactly once,
+    trained on in every other split), else None (the splits are then used pair by pair)."""
+    folds = np.full(n_rows, -1, dtype=np.int32)
+    for i, (train, test) in enumerate(splits):
+        if np.any(folds[test] != -1):
+            return None
+        folds[test] = i
+    if np.any(folds == -1):
+        return None
+    for i, (train, test) in enumerate(splits):
+        if len(train) + len(test) != n_rows or len(np.unique(train)) != len(train) or np.any(folds[train] == i):
+            return None
+    return folds
+
+
 def resolve_learner(config: FitConfig, plugins: PluginSet):
     """The learner instance for ``config.learner``: a registered name, a scikit-learn import path, a
     calengine :class:`~calengine.base.Learner`, or a scikit-learn classifier instance (wrapped)."""
@@ -125,8 +183,13 @@ def fit_model(
     else:
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
         uncalibrated = config.method == "none"
-        if not uncalibrated and cal_data is None:
-            data.folds = fold_assignment(data.y, config.cv, config.seed)
+        if not uncalibrated and cal_data is None and data.folds is None and data.splits is None:
+            data.folds = fold_assignment(data.y, config.cv, config.seed, labels.classes)
+        if data.splits is not None and config.mode == "refit":
+            raise ParameterError(
+                "mode 'refit' needs splits whose held-out parts cover every row exactly once (each row"
+                " gets one out-of-fold score); use such a splitter (KFold, StratifiedKFold, ...) or mode 'ensemble'"
+            )
         plan = CalibrationPlan(
             learner=learner,
             calibrator=calibrator,
@@ -282,9 +345,9 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params:
     return M, combiner
 
 
-def fold_assignment(y: np.ndarray, cv: int, seed: int) -> np.ndarray:
+def fold_assignment(y: np.ndarray, cv: int, seed: int, classes=None) -> np.ndarray:
     """The fold number of every row (stratified, shuffled from ``seed``)."""
     folds = np.empty(len(y), dtype=np.int32)
-    for i, (_, held) in enumerate(stratified_folds(y, cv, seed)):
+    for i, (_, held) in enumerate(stratified_folds(y, cv, seed, classes)):
         folds[held] = i
     return folds

@@ -257,7 +257,7 @@ def test_one_class_target_is_refused(tmp_path, cli):
     df = pd.read_parquet(PIMA)
     df[df["class"] == 1].to_parquet(tmp_path / "one.parquet")
     assert_one_line_error(
-        cli("fit", tmp_path / "one.parquet", "--target", "class", "--output", tmp_path / "m"), "only the value 1"
+        cli("fit", tmp_path / "one.parquet", "--target", "class", "--output", tmp_path / "m"), "only one class (the value 1)"
     )
 
 

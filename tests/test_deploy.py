@@ -233,3 +233,48 @@ def test_chart_entry_shim_runs_the_two_word_commands(tmp_path):
     r = subprocess.run([str(fake / "dask-scheduler")], capture_output=True, text=True,
                        env={**env, "CALENGINE_TLS_CA": "CA PEM"})
     assert r.returncode == 2 and r.stderr.startswith("error: TLS needs all of"), r
+
+
+def _venv_path_env():
+    import os
+
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+def test_local_cluster_fails_when_its_scheduler_cannot_take_the_port():
+    """A taken port is one error line and exit 1 — not workers attached to whoever holds the port."""
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        r = subprocess.run(["bash", str(DEPLOY / "local-cluster.sh"), str(port), "1"], capture_output=True,
+                           text=True, env=_venv_path_env(), timeout=120)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 1, r
+    assert len(lines) == 1 and lines[0].startswith("error: the scheduler did not start"), r
+    assert "Address already in use" in lines[0] and str(port) in lines[0]
+    assert "worker processes" not in r.stderr
+
+
+def test_local_cluster_starts_workers_on_its_own_scheduler():
+    import os
+    import signal
+    import socket
+
+    from distributed import Client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["bash", str(DEPLOY / "local-cluster.sh"), str(port), "1"], stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True, env=_venv_path_env(), start_new_session=True)
+    try:
+        assert "scheduler at tcp://127.0.0.1:%d; 1 worker processes" % port in proc.stderr.readline()
+        with Client(f"tcp://127.0.0.1:{port}", timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+            assert len(client.scheduler_info()["workers"]) == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

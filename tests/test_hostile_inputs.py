@@ -352,7 +352,7 @@ def test_python_api_raises_typed_one_line_errors():
         assert words in message and "\n" not in message, message
 
     fitted = CalibratedClassifier(method="sigmoid", cv=3).fit(X, y)
-    with pytest.raises(DataError, match="X has 2 features, but CalibratedClassifier was fitted with 3"):
+    with pytest.raises(DataError, match="X has 2 features, but CalibratedClassifier is expecting 3 features"):
         fitted.predict_proba(X[:, :2])
     assert isinstance(DataError("x"), ValueError)  # scikit-learn callers catching ValueError still work
     df = pd.DataFrame(X, columns=["a", "b", "c"])

@@ -396,8 +396,7 @@ def test_predictions_monotone_in_vote_count(seed, t, loss, batch):
         p, low, high = probing_predict(np.arange(t + 1), sched.boundaries, loss, clip=clip)
         assert np.all(np.diff(p) >= 0)
         assert np.all(np.diff(low) >= 0) and np.all(np.diff(high) >= 0)
-        if clip is None:
-            assert np.all((low <= p) & (p <= high))
+        assert np.all((low <= p) & (p <= high))  # clipping moves the interval with its point
 
 
 def test_clipping():
@@ -405,10 +404,13 @@ def test_clipping():
     raw, low, high = probing_predict([0, 1, 2, 3], boundaries, "cross_entropy", clip=None)
     assert raw[0] < 0.001 and raw[3] > 0.999
     np.testing.assert_allclose(raw[[0, 3]], [minimax_ce(0, 0.0005), minimax_ce(0.9995, 1)])
-    clipped, _, _ = probing_predict([0, 1, 2, 3], boundaries, "cross_entropy")
-    np.testing.assert_allclose(clipped, [0.001, raw[1], raw[2], 0.999])
     np.testing.assert_array_equal(low, boundaries[:-1])
     np.testing.assert_array_equal(high, boundaries[1:])
+    clipped, clow, chigh = probing_predict([0, 1, 2, 3], boundaries, "cross_entropy")
+    np.testing.assert_allclose(clipped, [0.001, raw[1], raw[2], 0.999])
+    # the intervals are clipped like the points: [0, 0.0005] -> [0.001, 0.001], [0.0005, 0.5] -> [0.001, 0.5]
+    np.testing.assert_array_equal(clow, [0.001, 0.001, 0.5, 0.999])
+    np.testing.assert_array_equal(chigh, [0.001, 0.5, 0.999, 0.999])
     mse, _, _ = probing_predict([0, 3], boundaries, "squared", clip=(0.01, 0.99))
     np.testing.assert_allclose(mse, [0.01, 0.99])
     # an always-0 classifier keeps shrinking the lowest interval towards 0 (by ~e per split)
