@@ -3,7 +3,7 @@
 
 For each learner and each LocalCluster size (``--workers-list``, one thread per worker), fits Adult
 (split into ``--files`` Parquet files) ``--repeats`` times with the same ``--seed`` through
-:func:`calengine.partition_fit.fit_table` (cv 3, isotonic), on a fresh cluster each time, and reports:
+:func:`calengine.fit.table.fit_table` (cv 3, isotonic), on a fresh cluster each time, and reports:
 whether the boosters of two runs are identical (the native model bytes; LightGBM's parameter echo,
 which lists the run's network ports, left out), and the largest difference of the calibrated and the
 raw probabilities on Adult's test set between runs of one layout and between layouts.
@@ -42,8 +42,8 @@ def fit_once(data, learner, workers, seed, n_estimators, test_df):
     import numpy as np
     from distributed import Client, LocalCluster
 
-    from calengine.partition_fit import TableSpec, fit_table
-    from calengine.training import FitConfig
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
 
     spec = TableSpec(data=str(data), target="class", positive=">50K")
     config = FitConfig(learner=learner, learner_params={"n_estimators": n_estimators}, method="isotonic", cv=3,

@@ -36,7 +36,7 @@ What the paper does (section 4) and what runs here
   solver="lbfgs")`` handed to calengine as a scikit-learn estimator (``EstimatorLearner``).
 
 * Five fixed combiners over the ten calibrated posteriors: max, median, min, mean, product
-  (``calengine.combining.combine_posteriors``: class by class over the classifiers, then
+  (``calengine.methods.combining.combine_posteriors``: class by class over the classifiers, then
   renormalised).  ``CalibratedClassifier(learner=[...], combine=RULE)`` applies one ``method`` to every
   base learner, but the paper mixes methods (sigmoid for NM/Fisher, the learners' own posteriors for
   the rest), so the ten posteriors are fitted one by one and combined with the same function the
@@ -46,7 +46,7 @@ What the paper does (section 4) and what runs here
 * Where the sigmoid is fitted.  The paper fits alpha "by maximising the likelihood of the classified
   training objects", i.e. on the same objects the classifier was trained on.  calengine's
   ``CalibratedClassifier`` calibrates by cross-validation only, so the benchmark calls the function
-  behind it, ``calengine.training.fit_model``, with ``cal_data`` = the training set: one learner on all
+  behind it, ``calengine.fit.training.fit_model``, with ``cal_data`` = the training set: one learner on all
   training objects, its calibrator fitted on their (resubstitution) scores -- the paper's procedure.
   The cross-validated alternative (``CalibratedClassifier(method="sigmoid_nobias", cv=min(5, n))``) is
   reported as the extra rows NM-cv / Fish-cv (not combined).
@@ -76,7 +76,7 @@ What the paper does (section 4) and what runs here
 
 * Measures (section 3): epsilon = test error; q = mean (C(x) - p(x))^2 with p the posterior of the
   selected class and C = 1 for a correct decision; rho = q/epsilon - 1/2; all from
-  ``calengine.metrics.evaluate_predictions``.  The paper's printed rho equals q/eps - 1/2 of its
+  ``calengine.metrics.measures.evaluate_predictions``.  The paper's printed rho equals q/eps - 1/2 of its
   printed means in all 45 cells to within 0.01 (the check is in the report), so our main rho is
   ``mean(q) / mean(eps) - 1/2``; the mean and sd over repetitions of the per-run rho are given too.
 
@@ -265,9 +265,9 @@ def fit_posteriors(client, spec: ClassifierSpec, Xtr, ytr, Xte, seed: int) -> np
     """Test-set class posteriors (n_test, 2) of one classifier fitted on (Xtr, ytr in {0, 1})."""
     import pandas as pd
 
-    from calengine.data import LabelSpace
-    from calengine.tasks import TrainingData
-    from calengine.training import FitConfig, fit_model
+    from calengine.parquet.data import LabelSpace
+    from calengine.tasks.arrays import TrainingData
+    from calengine.fit.training import FitConfig, fit_model
 
     labels = LabelSpace.from_series(pd.Series(ytr), target="class")
     data = TrainingData(X=Xtr, y=labels.encode(pd.Series(ytr)))
@@ -285,7 +285,7 @@ def fit_posteriors(client, spec: ClassifierSpec, Xtr, ytr, Xte, seed: int) -> np
 
 
 def measures(y: np.ndarray, P: np.ndarray) -> dict[str, float]:
-    from calengine.metrics import evaluate_predictions
+    from calengine.metrics.measures import evaluate_predictions
 
     r = evaluate_predictions(y, P)
     return {"eps": float(r["error_rate"]), "q": float(r["confidence_q"]), "rho": float(r["confidence_rho"])}
@@ -395,7 +395,7 @@ def population_checks(seed: int) -> dict[str, Any]:
 def run_one(client, Xtr, ytr, Xte, yte, seed: int, errors: list, fallbacks: list, where: dict,
             with_extra: bool = True) -> dict[str, dict[str, float]]:
     """All classifiers and combiners on one training/test split."""
-    from calengine.combining import combine_posteriors
+    from calengine.methods.combining import combine_posteriors
     from calengine.errors import ParameterError
 
     out: dict[str, dict[str, float]] = {}
@@ -570,7 +570,7 @@ def scaling_check(datasets, n: int, repeats: int, test_per_class: int, seed: int
 def api_checks(client, seed: int) -> dict[str, Any]:
     """The benchmark's shortcuts equal calengine's public API and the paper's definition."""
     from calengine import CalibratedClassifier, registry
-    from calengine.combining import combine_posteriors
+    from calengine.methods.combining import combine_posteriors
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, 999]))
     Xtr, ytr = highleyman(rng, 20)
@@ -899,7 +899,7 @@ def build_report(payload: dict, datasets: list[Dataset]) -> str:
         "`fit_model(..., cal_data=training set)`, which is the function behind `CalibratedClassifier`). "
         "NM-cv / Fish-cv are the cross-validated `CalibratedClassifier(method=\"sigmoid_nobias\", cv=min(5, n))` "
         "for comparison (not part of the combiners). Combiners: max, median, min, mean, product of the ten "
-        "calibrated posteriors, renormalised (`calengine.combining.combine_posteriors`)."),
+        "calibrated posteriors, renormalised (`calengine.methods.combining.combine_posteriors`)."),
         "",
         "| name | calengine learner / parameters | method | calibrated on | posterior |",
         "|---|---|---|---|---|",
@@ -926,7 +926,7 @@ def build_report(payload: dict, datasets: list[Dataset]) -> str:
         "",
         ("Protocol: artificial sets — a new training set per repetition, one independent test set per dataset; "
         "real sets — n objects per class drawn at random, the remaining objects are the test set (the paper's "
-        "protocol). ε, q and ρ come from `calengine.metrics.evaluate_predictions` (q = mean (C − p)² with p the "
+        "protocol). ε, q and ρ come from `calengine.metrics.measures.evaluate_predictions` (q = mean (C − p)² with p the "
         "posterior of the selected class). **ρ ours = q̄/ε̄ − ½** (ratio of the means over repetitions): the "
         "paper's printed ρ equals q/ε − ½ of its printed ε and q in all 45 cells to within "
         f"{payload['checks']['paper_rho_max_abs_deviation']:.3f}, so that is how its ρ was formed; the mean (sd) of "
@@ -1072,7 +1072,7 @@ def build_report(payload: dict, datasets: list[Dataset]) -> str:
          "tiny positive probability r, calengine stores that learner's row as (1 − r, r) = (1.0, r): the max rule "
          "then compares 1.0 with 1.0, renormalises to (0.5, 0.5) and argmax picks class index 0, whereas the min "
          "rule still sees r > 0 and picks class 1. Reproduce: `/work/venv/bin/python -c \"import numpy as np; from "
-         "calengine.combining import combine_posteriors as c; a = np.array([[0.0, 1.0]]); r = 1e-300; "
+         "calengine.methods.combining import combine_posteriors as c; a = np.array([[0.0, 1.0]]); r = 1e-300; "
          "b = np.array([[1 - r, r]]); print(c([a, b], 'max'), c([a, b], 'min'))\"` → `[[0.5 0.5]] [[0. 1.]]`. "
          f"Here ε of Max and Min differ by up to {worst_mm:.3f} in a run (Checks); the report keeps calengine's Max "
          "and adds Max-tb (those ties decided as the min rule decides them, which reproduces Min's ε exactly). "

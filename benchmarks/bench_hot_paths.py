@@ -32,9 +32,9 @@ def main(argv=None) -> None:
     parser.add_argument("--n", type=int, default=1_000_000, help="rows for PAV and metrics")
     args = parser.parse_args(argv)
 
-    from calengine import codematrix as cm
-    from calengine.metrics import evaluate_predictions
-    from calengine.pav import pav
+    from calengine.methods import codematrix as cm
+    from calengine.metrics.measures import evaluate_predictions
+    from calengine.reductions.pav import pav
     from calengine_builtins.combiners import LeastSquares
 
     rng = np.random.default_rng(0)

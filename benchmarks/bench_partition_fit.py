@@ -16,7 +16,7 @@ What is measured (each configuration in its own subprocess; medians over ``--rep
 * **scikit-learn baseline** (rows <= ``--sklearn-max-rows``) -- a subprocess reading the same Parquet
   files (sorted by name, row groups in order) into float64, then
   ``CalibratedClassifierCV(GaussianNB(), method=M, cv=<calengine's folds as (train, test) pairs>,
-  n_jobs=1).fit``.  The folds come from ``calengine.folds.table_folds(DATA, target="y", cv=5,
+  n_jobs=1).fit``.  The folds come from ``calengine.plan.folds.table_folds(DATA, target="y", cv=5,
   seed=S)``; if that does not exist, from ``StratifiedKFold(5, shuffle=True, random_state=S)``, and the
   probabilities are then marked not comparable.  Baseline time = launch to end of ``fit`` minus the
   fold computation (interpreter + imports + Parquet read + fit), i.e. the same work ``calengine fit``
@@ -110,12 +110,12 @@ def child_sklearn(spec: dict) -> int:
     X, y = read_xy(spec["data"])
     t_read = time.time()
     try:
-        from calengine.folds import table_folds  # the lead's partition-native fold assignment
+        from calengine.plan.folds import table_folds  # the lead's partition-native fold assignment
 
         folds = np.asarray(table_folds(spec["data"], target=TARGET, cv=spec["cv"], seed=spec["seed"]))
         # -1 marks a row without a label: in no fold, never trained on
         cv = [(np.flatnonzero((folds != k) & (folds >= 0)), np.flatnonzero(folds == k)) for k in range(spec["cv"])]
-        folds_source = "calengine.folds.table_folds"
+        folds_source = "calengine.plan.folds.table_folds"
     except (ImportError, AttributeError):
         from sklearn.model_selection import StratifiedKFold
 
@@ -220,14 +220,14 @@ def child_phases(spec: dict) -> int:
         setattr(mod, attr, timed)
         timer.found.append(f"{module_name}.{attr}")
 
-    wrap_function("calengine.data", "read_table", "read_s")
+    wrap_function("calengine.parquet.data", "read_table", "read_s")
     wrap_function("calengine.plugins", "get_plugins", "plugins_s")
-    wrap_function("calengine.training", "fit_model", "fit_compute_s")  # the old path (whole table in the client)
-    wrap_function("calengine.partition_fit", "fit_table", "fit_compute_s")  # the partition-native path
-    wrap_function("calengine.artifact", "save_model", "save_s")
+    wrap_function("calengine.fit.training", "fit_model", "fit_compute_s")  # the old path (whole table in the client)
+    wrap_function("calengine.fit.table", "fit_table", "fit_compute_s")  # the partition-native path
+    wrap_function("calengine.model.artifact", "save_model", "save_s")
     wrap_cluster("calengine.cluster", "dask_client")
-    for cls_path, methods, key in (("calengine.features.FeatureEncoder", ("fit", "transform"), "encode_s"),
-                                   ("calengine.data.LabelSpace", ("from_series", "encode"), "labels_s")):
+    for cls_path, methods, key in (("calengine.plan.features.FeatureEncoder", ("fit", "transform"), "encode_s"),
+                                   ("calengine.parquet.data.LabelSpace", ("from_series", "encode"), "labels_s")):
         module_name, _, cls_name = cls_path.rpartition(".")
         try:
             cls = getattr(importlib.import_module(module_name), cls_name)
@@ -545,7 +545,7 @@ def run(args) -> int:
                 entry["sklearn_peak_rss"] = C.median([s["rss"]["client"] for s in okk])
                 entry["folds_source"] = okk[0]["phases"]["folds_source"] if okk else None
                 folds_sources.add(entry["folds_source"])
-                entry["comparable"] = entry["folds_source"] == "calengine.folds.table_folds"
+                entry["comparable"] = entry["folds_source"] == "calengine.plan.folds.table_folds"
                 entry["ratio_vs_sklearn_e2e"] = C.ratio(entry["fit_wall_s"], entry["sklearn_e2e_s"])
                 entry["ratio_vs_sklearn_fit"] = C.ratio(entry["fit_wall_s"], entry["sklearn_fit_s"])
                 entry["embedded_ratio_vs_sklearn_e2e"] = C.ratio(entry.get("embedded_wall_s"), entry["sklearn_e2e_s"])
@@ -560,7 +560,7 @@ def run(args) -> int:
                     entry["test_rows"] = int(p_sk.shape[0])
                 proba.unlink(missing_ok=True)
                 if not entry.get("comparable"):
-                    print(f"  NOTE: folds from {entry['folds_source']}: calengine.folds.table_folds is missing,"
+                    print(f"  NOTE: folds from {entry['folds_source']}: calengine.plan.folds.table_folds is missing,"
                           " so probabilities CANNOT be compared (max |dp| shown for information only)",
                           file=sys.stderr)
             if model_keep is not None:
@@ -593,8 +593,8 @@ def run(args) -> int:
                                     "instrumented": ph_runs[0]["instrumented"] if ph_runs else [],
                                     "median": {k: C.median([p.get(k) for p in ph_runs]) for k in keys}}
                 if ph_runs and "fit_compute_s" not in overhead[method]["median"]:
-                    notes.append("engine overhead: no known fit entry point was called (calengine.training.fit_model,"
-                                 " calengine.partition_fit.fit_table), so the fit compute is not separated")
+                    notes.append("engine overhead: no known fit entry point was called (calengine.fit.training.fit_model,"
+                                 " calengine.fit.table.fit_table), so the fit compute is not separated")
                 if entry.get("sklearn_e2e_s") is not None:
                     overhead[method]["fit_wall_s"] = entry["fit_wall_s"]
                     overhead[method]["ratio_vs_sklearn_e2e"] = entry["ratio_vs_sklearn_e2e"]
@@ -603,8 +603,8 @@ def run(args) -> int:
     imports = {}
     if not args.skip_overhead:
         imports["cli"] = importtime("calengine.cli")
-        imports["fit_path"] = importtime("calengine.cli, calengine.training, calengine.data, calengine.features,"
-                                         " calengine.artifact, calengine.cluster, distributed")
+        imports["fit_path"] = importtime("calengine.cli, calengine.fit.training, calengine.parquet.data, calengine.plan.features,"
+                                         " calengine.model.artifact, calengine.cluster, distributed")
 
     checks = evaluate_checks(results, sizes, args)
     data = {
@@ -760,8 +760,8 @@ def render_markdown(d: dict) -> str:
     srcs = d["folds_sources"]
     if srcs:
         lines += ["", f"Folds given to scikit-learn: {', '.join(srcs)}."]
-        if any(s != "calengine.folds.table_folds" for s in srcs):
-            lines += ["**calengine.folds.table_folds does not exist yet: scikit-learn used StratifiedKFold(5, shuffle=True,"
+        if any(s != "calengine.plan.folds.table_folds" for s in srcs):
+            lines += ["**calengine.plan.folds.table_folds does not exist yet: scikit-learn used StratifiedKFold(5, shuffle=True,"
                       " random_state=seed), so the probabilities cannot be compared by contract; max |dp| is shown for"
                       " information only.**"]
         lines += ["Probabilities compare like with like only if `calengine fit` itself assigns folds with"
@@ -799,7 +799,7 @@ def render_markdown(d: dict) -> str:
               f"* wall <= 0.5x sklearn e2e at 10M: {_verdicts(c['ratio_le_0.5_at_10M'], 'n/a (10M not run with sklearn)')}",
               f"* wall <= 0.5x sklearn e2e at 10M, embedded scheduler: {_verdicts(c.get('embedded_ratio_le_0.5_at_10M'), 'n/a')}",
               f"* same probabilities (<= 1e-9): {_verdicts(c['same_probabilities_1e-9'], 'n/a')}"
-              " (n/a where scikit-learn's folds did not come from calengine.folds.table_folds)"]
+              " (n/a where scikit-learn's folds did not come from calengine.plan.folds.table_folds)"]
     for method, per_role in c["rss_flat_10M_up"].items():
         if per_role is None:
             lines.append(f"* peak RSS flat (+-20 %) from 10M up, {method}: n/a (needs two sizes >= 10M)")

@@ -7,9 +7,9 @@ to do the same fits:
 
 * ``workers=1``: ``CalibratedClassifier(..., workers=1)``, the embedded Dask scheduler with one thread;
 * ``workers=2``: the same with two threads;
-* ``loop``: no Dask at all.  The paper's Algorithm 1 driven by ``calengine.probing.run_probing`` with a
-  ``fit_round`` that calls the in-task function ``calengine.reduction_tasks.fit_probe`` for each
-  threshold in a for-loop, with the same seeds (``calengine.tasks.task_seed(seed, column, i, round)``)
+* ``loop``: no Dask at all.  The paper's Algorithm 1 driven by ``calengine.methods.probing.run_probing`` with a
+  ``fit_round`` that calls the in-task function ``calengine.tasks.probing.fit_probe`` for each
+  threshold in a for-loop, with the same seeds (``calengine.tasks.arrays.task_seed(seed, column, i, round)``)
   and the same batch, hence the same thresholds and the same trees.  The script checks that: the loop's
   interval boundaries and test predictions must equal the Dask model's bit for bit.
 
@@ -61,7 +61,7 @@ from bench_probing_paper import (
 
 
 def encode_adult(data_dir: Path, seed: int):
-    from calengine.features import FeatureEncoder
+    from calengine.plan.features import FeatureEncoder
 
     split = load_split(DATASETS["adult"], data_dir, seed, None)
     encoder = FeatureEncoder().fit(split.X_train)
@@ -92,9 +92,10 @@ def fit_dask(X, y, workers: int, learner_params: dict, method_params: dict, seed
 
 def fit_loop(X, y, learner_params: dict, method_params: dict, seed: int):
     """The same Probing fits without Dask: ``run_probing`` + ``fit_probe`` in a for-loop."""
-    from calengine import probing, registry
-    from calengine.reduction_tasks import fit_probe
-    from calengine.tasks import TrainingData, task_seed
+    from calengine.methods import probing
+    from calengine import registry
+    from calengine.tasks.probing import fit_probe
+    from calengine.tasks.arrays import TrainingData, task_seed
 
     start, cpu = time.perf_counter(), time.process_time()
     learner = registry.make_learner("decision_tree", learner_params)
@@ -118,7 +119,7 @@ def fit_loop(X, y, learner_params: dict, method_params: dict, seed: int):
 
 
 def loop_predict(schedule, voters, X) -> np.ndarray:
-    from calengine import probing
+    from calengine.methods import probing
 
     counts = np.zeros(X.shape[0], dtype=np.int64)
     for rounds in voters:
@@ -250,11 +251,11 @@ def replay_rounds(model, X, t: int, batch: int) -> list[int]:
     """Round sizes of a fitted Probing model, found by replaying its schedule with its own training votes.
 
     The model keeps its classifiers in creation order, so feeding their training votes back to a fresh
-    :class:`calengine.probing.ProbingSchedule` reproduces every round; the replayed boundaries must equal
+    :class:`calengine.methods.probing.ProbingSchedule` reproduces every round; the replayed boundaries must equal
     the model's (checked), and a round may hold fewer than ``batch`` thresholds when fewer intervals hold
     training examples.
     """
-    from calengine import probing
+    from calengine.methods import probing
 
     member = model.model_.members[0]
     voters = member.voters[0]

@@ -68,7 +68,7 @@ def child_sklearn(spec: dict) -> int:
     from sklearn.model_selection import StratifiedKFold
     from xgboost import XGBClassifier
 
-    from calengine.metrics import evaluate_predictions
+    from calengine.metrics.measures import evaluate_predictions
 
     X, y = read_xy(spec["data"])
     base = XGBClassifier(n_estimators=spec["n_estimators"], max_depth=spec["max_depth"], tree_method="hist",

@@ -41,7 +41,7 @@ What the paper did (sections 3-5) and what is run here:
   e.g. TIC, 6% positives, a constant predictor gives 2 x 0.06 x 0.94 = 0.113, and the paper's
   calibrated values are 0.108-0.111), but its multiclass numbers are that sum divided by the number
   of classes (Pendigits boosted NB: MSE 0.0163 at error 0.096 is impossible for the sum, which is at
-  least 0.5 x error).  So: two-class MSE = 2 x ``brier`` of ``calengine.metrics.evaluate_predictions``,
+  least 0.5 x error).  So: two-class MSE = 2 x ``brier`` of ``calengine.metrics.measures.evaluate_predictions``,
   multiclass MSE = ``brier`` / k.  Error rate: argmax (two classes: P > 0.5).
 * **Data** (``--data-dir``): COIL 2000 and Adult (standard train/test), Pendigits (standard
   train/test), 20 Newsgroups bydate train + test pooled (18,846 documents; the paper's 19,997-document
@@ -213,7 +213,7 @@ def discretised(train: pd.DataFrame, test: pd.DataFrame, n_bins: int) -> tuple[p
 
 def encode(train: pd.DataFrame, test: pd.DataFrame, **encoder_args):
     """calengine's own feature encoding, fitted on the training table."""
-    from calengine.features import FeatureEncoder
+    from calengine.plan.features import FeatureEncoder
 
     enc = FeatureEncoder(**encoder_args).fit(train)
     return enc.transform(train), enc.transform(test)
@@ -225,7 +225,7 @@ def encode(train: pd.DataFrame, test: pd.DataFrame, **encoder_args):
 
 
 class Runner:
-    """One embedded Dask client for every fit; fits go through ``calengine.training.fit_model`` (what
+    """One embedded Dask client for every fit; fits go through ``calengine.fit.training.fit_model`` (what
     ``CalibratedClassifier.fit`` and ``calengine fit`` call)."""
 
     def __init__(self, seed: int, cv: int, workers: int | None):
@@ -241,9 +241,9 @@ class Runner:
     def fit(self, X, y_idx: np.ndarray, classes, learner: str, learner_params: dict, method: str,
             method_params: dict | None = None, mode: str = "refit", multiclass: str | None = None,
             calibrate_on_training: bool = False):
-        from calengine.data import LabelSpace
-        from calengine.tasks import TrainingData
-        from calengine.training import FitConfig, fit_model
+        from calengine.parquet.data import LabelSpace
+        from calengine.tasks.arrays import TrainingData
+        from calengine.fit.training import FitConfig, fit_model
 
         labels = LabelSpace(classes=list(classes), target="class")
         config = FitConfig(
@@ -258,7 +258,7 @@ class Runner:
 
 def paper_mse_and_error(y_idx: np.ndarray, P: np.ndarray) -> tuple[float, float]:
     """(MSE on the paper's scale, error rate); see the module docstring for the scale."""
-    from calengine.metrics import evaluate_predictions
+    from calengine.metrics.measures import evaluate_predictions
 
     P = np.clip(P, 0.0, 1.0)
     P = P / P.sum(axis=1, keepdims=True)
@@ -376,7 +376,7 @@ def table3(runner: Runner, args) -> dict:
 def with_combiner(model, spec: str, k: int, seed: int):
     """The fitted model with the combiner of ``spec`` (``CODE:COMBINER``) swapped in."""
     from calengine.plugins import get_plugins
-    from calengine.training import resolve_multiclass
+    from calengine.fit.training import resolve_multiclass
 
     M, combiner = resolve_multiclass(spec, k, seed, get_plugins())
     if not np.array_equal(M, model.code_matrix):
@@ -444,7 +444,7 @@ def table4(runner: Runner, args) -> dict:
     ]
     learners = [("NB", "gaussian_nb", {}), ("BNB", "boosted_nb", {"n_estimators": 10})]
     rows, fit_times, shapes = [], {}, {}
-    from calengine.codematrix import make_matrix
+    from calengine.methods.codematrix import make_matrix
 
     for matrix, _ in plan:
         if matrix:
@@ -493,7 +493,7 @@ def table5(runner: Runner, args) -> dict:
     classes = sorted(pd.unique(pooled["class"].astype(str)))
     k = len(classes)
     y = np.searchsorted(classes, pooled["class"].astype(str).to_numpy())
-    from calengine.features import FeatureEncoder
+    from calengine.plan.features import FeatureEncoder
 
     enc = FeatureEncoder(text_columns=("text",), text_hash_bits=args.hash_bits)
     (X, enc_secs) = timed(lambda: enc.fit(pooled[["text"]]).transform(pooled[["text"]]))

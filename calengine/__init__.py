@@ -19,15 +19,15 @@ def __getattr__(name: str):
 
         return CalibratedClassifier
     if name == "fit_table":
-        from .partition_fit import fit_parquet
+        from .fit.table import fit_parquet
 
         return fit_parquet
     if name == "cross_validate_table":
-        from .cross_validation import cross_validate_parquet
+        from .fit.cross_validation import cross_validate_parquet
 
         return cross_validate_parquet
     if name == "load_model":
-        from .artifact import load_model
+        from .model.artifact import load_model
 
         return load_model
     raise AttributeError(f"module 'calengine' has no attribute {name!r}")

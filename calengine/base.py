@@ -55,7 +55,7 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
     score_kind: ClassVar[str] = "proba"
     accepts_sparse: ClassVar[bool] = False
     #: extra fully qualified type names skops must trust to load this learner's state, beyond
-    #: calengine's core allowlist (see ``calengine.artifact``).
+    #: calengine's core allowlist (see ``calengine.model.artifact``).
     trusted_types: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
@@ -132,7 +132,7 @@ class Learner(BaseEstimator, metaclass=ABCMeta):
     # A learner that is a distributed engine itself (``xgboost.dask``, ``lightgbm.dask``) declares
     # ``trains_on_cluster = True`` and implements ``fit_on_cluster``.  In a partitioned fit
     # (``calengine fit DATA``, ``calengine.fit_table``) the engine then hands it, for each fold (and
-    # each code-matrix column), the Dask client and a :class:`calengine.cluster_learners.ClusterTraining`
+    # each code-matrix column), the Dask client and a :class:`calengine.fit.cluster_learners.ClusterTraining`
     # describing the fold's training partitions, instead of assembling arrays on one worker.  It runs
     # these fits one after another in the client process (each already uses every worker) instead of as
     # parallel tasks.  Held-out rows are still scored per partition with ``score`` and the calibrators
@@ -326,7 +326,7 @@ class Calibrator(BaseEstimator, metaclass=ABCMeta):
     #
     # ``fit`` must equal the protocol run on a single piece, and the result must not depend on how
     # the data are cut (to 1e-12 for closed forms, to the solver's tolerance for iterative fits).
-    # ``calengine.calibrator_reduction.fit_by_reduction`` runs the protocol in one process.
+    # ``calengine.reductions.calibrators.fit_by_reduction`` runs the protocol in one process.
 
     def reduction_start(self, score_kind: str = "decision") -> dict[str, Any] | None:
         """The first request of the reduction protocol, or ``None``: not a reduction (the default)."""

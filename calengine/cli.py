@@ -315,9 +315,9 @@ def _prepare_fit(args):
 
     from . import registry
     from .errors import ParameterError
-    from .partition_fit import TableSpec
+    from .fit.table import TableSpec
     from .plugins import get_plugins
-    from .training import ENGINE_METHODS, FitConfig, _params_for, check_seed, resolve_learner, split_learners
+    from .fit.training import ENGINE_METHODS, FitConfig, _params_for, check_seed, resolve_learner, split_learners
 
     check_seed(args.seed)
     if args.max_categories < 1:
@@ -398,9 +398,9 @@ def _model_plugin_objects(model) -> list:
 def cmd_fit(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from .artifact import save_model
+    from .model.artifact import save_model
     from .errors import DataError
-    from .partition_fit import fit_table
+    from .fit.table import fit_table
 
     out = os.path.abspath(args.output)
     if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
@@ -435,10 +435,10 @@ def cmd_fit(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from .artifact import load_model
-    from .data import resolve_parquet_files
+    from .model.artifact import load_model
+    from .parquet.data import resolve_parquet_files
     from .errors import ParameterError
-    from .scoring import score_table
+    from .scores.table import score_table
 
     if args.batch_rows < 1:
         raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
@@ -470,10 +470,10 @@ METRIC_ORDER = (
 
 
 def cmd_evaluate(args) -> int:
-    from .artifact import load_model
-    from .data import resolve_parquet_files
+    from .model.artifact import load_model
+    from .parquet.data import resolve_parquet_files
     from .errors import ParameterError
-    from .scoring import evaluate_table
+    from .scores.table import evaluate_table
 
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
@@ -600,8 +600,8 @@ def _terminal_width(width: int | None = None) -> int:
 
 
 def _write_report(out: str, models, accs, labels, files) -> None:
-    from .data import read_table
-    from .report import ReportEntry, write_report
+    from .parquet.data import read_table
+    from .metrics.report import ReportEntry, write_report
 
     entries = []
     for m, a, lb in zip(models, accs, labels):
@@ -772,8 +772,8 @@ def _describe_plugin(plugins, name: str, as_json: bool) -> int:
 
 
 def cmd_cv(args) -> int:
-    """``calengine cv``: a thin shell over :func:`calengine.cross_validation.cross_validate`."""
-    from .cross_validation import cross_validate, format_cv
+    """``calengine cv``: a thin shell over :func:`calengine.fit.cross_validation.cross_validate`."""
+    from .fit.cross_validation import cross_validate, format_cv
     from .errors import ParameterError
 
     if args.folds < 2:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .errors import ClusterError, ParameterError
-from .tasks import pinned_native_threads
+from .tasks.arrays import pinned_native_threads
 
 CHECKED_PACKAGES = (
     "calengine",

@@ -66,7 +66,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
 
     def _accepts_sparse(self) -> bool:
         """Whether every base learner takes CSR input (so sparse ``X`` is refused up front otherwise)."""
-        from .training import FitConfig, resolve_learner, split_learners
+        from .fit.training import FitConfig, resolve_learner, split_learners
 
         try:
             from .plugins import get_plugins
@@ -92,7 +92,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         from sklearn.utils.validation import column_or_1d, validate_data
 
         if isinstance(X, pd.DataFrame):
-            from .features import FeatureEncoder
+            from .plan.features import FeatureEncoder
 
             _check_unique_columns(X)
             if y is None:
@@ -152,9 +152,9 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         import pandas as pd
 
         from .cluster import dask_client
-        from .data import LabelSpace
-        from .tasks import TrainingData
-        from .training import ENGINE_METHODS, FitConfig, check_seed, explicit_splits, fit_model, folds_of_splits
+        from .parquet.data import LabelSpace
+        from .tasks.arrays import TrainingData
+        from .fit.training import ENGINE_METHODS, FitConfig, check_seed, explicit_splits, fit_model, folds_of_splits
 
         check_seed(self.seed)
         encoder, Xm, y = self._encode_fit(X, y)
@@ -214,7 +214,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
 
     def save(self, path) -> None:
         """Save the fitted model as a calengine model directory (``calengine score`` can use it)."""
-        from .artifact import save_model
+        from .model.artifact import save_model
 
         model = self.model_
         if model.encoder is None:
@@ -310,7 +310,7 @@ def _check_class_labels(y) -> None:
     """y must hold class labels (scikit-learn's binary/multiclass); continuous targets say so."""
     from sklearn.utils.multiclass import type_of_target
 
-    from .data import check_not_continuous
+    from .parquet.data import check_not_continuous
 
     kind = type_of_target(y, input_name="y")
     if kind == "continuous":

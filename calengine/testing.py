@@ -76,8 +76,8 @@ def _check_common(cls, base: type) -> None:
 
 def _roundtrip_state(obj, trusted: frozenset[str]):
     """Save ``obj.to_state()`` as the artifact does and load it back into a fresh instance."""
-    from .artifact import _load_state, _Reader, _save_state
-    from .artifact_files import FileWriter
+    from .model.artifact import _load_state, _Reader, _save_state
+    from .model.files import FileWriter
 
     with tempfile.TemporaryDirectory() as tmp:
         writer = FileWriter(Path(tmp))
@@ -89,8 +89,8 @@ def _roundtrip_state(obj, trusted: frozenset[str]):
 
 def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
     """Check a :class:`~calengine.base.Learner` subclass against the contract."""
-    from .allowlist import CORE_TRUSTED_TYPES
-    from .tasks import seeded
+    from .model.allowlist import CORE_TRUSTED_TYPES
+    from .tasks.arrays import seeded
 
     _check_common(cls, Learner)
     proto = cls()
@@ -143,7 +143,7 @@ def _check_weights_act_as_duplicates(cls, X, y, k: int) -> None:
     importance weighting).  Scores are compared on fresh points, since a tree fits its own rows exactly
     whatever the weights.
     """
-    from .tasks import seeded
+    from .tasks.arrays import seeded
 
     w = np.tile([1.0, 3.0, 1.0, 2.0], len(y) // 4 + 1)[: len(y)]
     reps = w.astype(np.int64)
@@ -167,7 +167,7 @@ def _check_sparse_input(cls, X, y, k: int) -> None:
     for text columns) and score a CSR matrix as it scores the same rows dense."""
     from scipy import sparse
 
-    from .tasks import seeded
+    from .tasks.arrays import seeded
 
     Xs = sparse.csr_matrix(X)
     try:
@@ -201,8 +201,8 @@ def check_learner_stats(
     statistics must survive ``to_state``/``from_state`` with identical scores.  ``check_learner``
     runs this with the default parameters when the class declares ``supports_stats``.
     """
-    from .allowlist import CORE_TRUSTED_TYPES
-    from .tasks import seeded
+    from .model.allowlist import CORE_TRUSTED_TYPES
+    from .tasks.arrays import seeded
 
     params = dict(params or {})
     if not (isinstance(cls, type) and issubclass(cls, Learner)):
@@ -321,7 +321,7 @@ def check_combiner(cls: type, atol: float = 1e-6) -> None:
     side)``, with every probability at least 0.02, away from clipping), and ``combine`` must give P back
     to ``atol``: a combiner that returns uniform or merely normalised rows fails.
     """
-    from .codematrix import all_pairs, k_minus_one, one_vs_all
+    from .methods.codematrix import all_pairs, k_minus_one, one_vs_all
 
     _check_common(cls, Combiner)
     from .errors import CodeMatrixError
@@ -392,7 +392,7 @@ def rewrite_manifest(model_dir, edit) -> None:
     import json
     from pathlib import Path
 
-    from .artifact import content_hash
+    from .model.artifact import content_hash
 
     path = Path(model_dir) / "manifest.json"
     manifest = json.loads(path.read_text())

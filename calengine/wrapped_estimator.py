@@ -1,6 +1,6 @@
 """A scikit-learn classifier *instance* as a calengine learner (what the Python API wraps).
 
-Apart from :mod:`calengine.estimator` so that resolving a learner (``calengine.training``) does not
+Apart from :mod:`calengine.estimator` so that resolving a learner (``calengine.fit.training``) does not
 depend on the estimator that calls it.
 """
 

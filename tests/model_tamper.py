@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from calengine.artifact import content_hash
+from calengine.model.artifact import content_hash
 
 
 def copy_model(src: Path, dst: Path) -> Path:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from calengine.artifact import _load_state, _Reader, _save_state
-from calengine.artifact_checks import _check_state
-from calengine.artifact_files import FileWriter
+from calengine.model.artifact import _load_state, _Reader, _save_state
+from calengine.model.checks import _check_state
+from calengine.model.files import FileWriter
 from calengine.errors import ModelFormatError
 
 

@@ -1,4 +1,4 @@
-"""Calibrators fitted as a reduction over a partitioned table (calengine.calibrator_reduction and the
+"""Calibrators fitted as a reduction over a partitioned table (calengine.reductions.calibrators and the
 protocol on calengine.base.Calibrator): every built-in gives the same fit for every cutting of the
 data as ``fit`` on all of it, validates like ``fit``, and keeps its requests small and its rounds few."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import expit
 
-from calengine.calibrator_reduction import fit_by_reduction, range_index, sorted_pieces
+from calengine.reductions.calibrators import fit_by_reduction, range_index, sorted_pieces
 from calengine.errors import DataError
 from calengine_builtins import calibrators as cal_mod
 

@@ -167,7 +167,7 @@ def test_sklearn_import_path_learner_round_trips(tmp_path, cli):
     trees) and scores through the CLI as the loaded model does in Python."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from calengine.artifact import load_model
+    from calengine.model.artifact import load_model
 
     out = tmp_path / "hgb"
     r = cli("fit", PIMA, "--target", "class", "--learner", "sklearn.ensemble.HistGradientBoostingClassifier",

@@ -119,7 +119,7 @@ def test_cv_reports_mean_and_spread_over_outer_folds(tmp_path):
 
 
 def test_evaluate_labels_tell_models_apart_and_many_models_fit_the_terminal(nb_model, tmp_path):
-    from calengine.artifact import load_model
+    from calengine.model.artifact import load_model
     from calengine.cli import _model_labels
 
     refit, sig = tmp_path / "refit", tmp_path / "sig"

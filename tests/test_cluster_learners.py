@@ -8,8 +8,8 @@ import pytest
 
 from calengine.base import Learner
 from calengine.errors import ParameterError
-from calengine.partition_fit import TableSpec, fit_table
-from calengine.training import FitConfig
+from calengine.fit.table import TableSpec, fit_table
+from calengine.fit.training import FitConfig
 
 ADULT = "data/adult/train.parquet"
 
@@ -100,7 +100,7 @@ def test_every_fold_trains_on_the_cluster_on_exactly_its_training_rows(client, a
     # and its means are exactly those of the same rows in memory (folds from the row's place)
     import pandas as pd
 
-    from calengine.folds import table_folds
+    from calengine.plan.folds import table_folds
 
     df = pd.concat([pd.read_parquet(f"{adult4}/part-{i}.parquet") for i in range(4)], ignore_index=True)
     X = model.encoder.transform(df)

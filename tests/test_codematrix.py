@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calengine import codematrix as cm
+from calengine.methods import codematrix as cm
 from calengine.errors import CodeMatrixError, DataError, ParameterError
 
 

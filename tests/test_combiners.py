@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from calengine import codematrix as cm
+from calengine.methods import codematrix as cm
 from calengine.base import Combiner
 from calengine.errors import CodeMatrixError, ParameterError
 from calengine_builtins import combiners as C

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from calengine.combining import combine_posteriors
+from calengine.methods.combining import combine_posteriors
 from calengine.errors import ParameterError
 
 POSTERIORS = [np.array([[0.8, 0.2]]), np.array([[0.6, 0.4]]), np.array([[0.3, 0.7]])]

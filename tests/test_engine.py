@@ -90,7 +90,7 @@ def test_refit_mode_uses_one_learner_and_out_of_fold_scores():
     from sklearn.datasets import make_classification
 
     from calengine import registry
-    from calengine.data import stratified_folds
+    from calengine.parquet.data import stratified_folds
 
     X, y = make_classification(1500, 6, random_state=3)
     clf = calengine.CalibratedClassifier("logistic_regression", "sigmoid", mode="refit", cv=4, seed=8).fit(X, y)
@@ -222,7 +222,7 @@ class _DataCopiesProbe(calengine.base.Learner):
     def fit(self, X, y, sample_weight=None):
         from distributed import get_worker
 
-        from calengine import tasks
+        from calengine.tasks import arrays as tasks
 
         self.copies_ = sum(isinstance(v, tasks.TrainingData) for v in get_worker().data.values())
         return self
@@ -241,10 +241,10 @@ class _DataCopiesProbe(calengine.base.Learner):
 def test_training_data_reach_each_worker_once():
     """Folds carry only a fold number: the scattered data is the one large object on a worker while it
     fits (counted inside the fit; after fit_members returns, the scattered data are being released)."""
-    from calengine import tasks
-    from calengine.engine import CalibrationPlan, fit_members
+    from calengine.tasks import arrays as tasks
+    from calengine.fit.arrays import CalibrationPlan, fit_members
     from calengine.registry import make
-    from calengine.training import fold_assignment
+    from calengine.fit.training import fold_assignment
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(2000, 5))

@@ -17,7 +17,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 import calengine
-from calengine.artifact import load_model, save_model
+from calengine.model.artifact import load_model, save_model
 from calengine.errors import DataError, ModelFormatError
 
 from model_tamper import reseal

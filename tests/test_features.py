@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calengine.errors import DataError
-from calengine.features import FeatureEncoder, select_feature_columns
+from calengine.plan.features import FeatureEncoder, select_feature_columns
 
 
 def _frame():

@@ -363,7 +363,7 @@ def test_python_api_raises_typed_one_line_errors():
 
 def test_seeds_beyond_32_bits_no_longer_alias_small_seeds():
     """Before: seed 2**32 silently gave seed 0's model (the seed was masked to 32 bits)."""
-    from calengine.training import check_seed
+    from calengine.fit.training import check_seed
 
     assert check_seed(2**32 - 1) == 2**32 - 1
     for bad_seed in (2**32, -1, 1.5, True, "3"):
@@ -406,7 +406,7 @@ def test_two_score_runs_to_one_output_one_wins_the_other_says_so(bad, tmp_path):
 
 def test_a_run_that_loses_the_race_at_publish_time_keeps_the_winner(tmp_path):
     """The window the CLI test above rarely hits: another run publishes while this one writes."""
-    from calengine.data import staged_directory
+    from calengine.parquet.data import staged_directory
     from calengine.errors import DataError
 
     target = tmp_path / "out"

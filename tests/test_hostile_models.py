@@ -450,7 +450,7 @@ class _Touch:
 
 
 def test_hashes_cover_every_file_and_the_manifest(tree_model):
-    from calengine.artifact import content_hash
+    from calengine.model.artifact import content_hash
 
     manifest = load_manifest(tree_model)
     on_disk = {str(p.relative_to(tree_model)) for p in tree_model.rglob("*") if p.is_file()} - {"manifest.json"}
@@ -511,7 +511,7 @@ def test_trees_nested_in_ensembles_are_validated(build, edit, fragment):
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from calengine.artifact_checks import check_estimator
+    from calengine.model.checks import check_estimator
     from calengine.errors import ModelFormatError
 
     X = np.random.default_rng(0).random((300, 4))

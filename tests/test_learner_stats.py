@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import sparse
 
-from calengine.allowlist import CORE_TRUSTED_TYPES
+from calengine.model.allowlist import CORE_TRUSTED_TYPES
 from calengine.errors import DataError
 from calengine.testing import _roundtrip_state, check_learner, check_learner_stats
 from calengine_builtins import learners as L

@@ -22,7 +22,7 @@ from sklearn.datasets import load_breast_cancer, load_iris
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import has_fit_parameter
 
-from calengine.allowlist import CORE_TRUSTED_TYPES, untrusted_types
+from calengine.model.allowlist import CORE_TRUSTED_TYPES, untrusted_types
 from calengine.base import Learner, SklearnLearner
 from calengine.errors import DataError, ParameterError
 from calengine_builtins import learners as L

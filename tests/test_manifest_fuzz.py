@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from calengine.artifact import content_hash, load_model
+from calengine.model.artifact import content_hash, load_model
 from calengine.errors import CalengineError
 
 PIMA = Path(__file__).resolve().parents[1] / "data" / "pima.parquet"

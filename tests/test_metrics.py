@@ -1,4 +1,4 @@
-"""Tests of calengine.metrics: published worked examples, scikit-learn as an oracle, and the algebraic
+"""Tests of calengine.metrics.measures: published worked examples, scikit-learn as an oracle, and the algebraic
 properties the partition-wise reduction relies on (exact decomposition, order-free merging)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
 from calengine.errors import DataError, ParameterError
-from calengine.metrics import (
+from calengine.metrics.measures import (
     LOG_LOSS_CLIP,
     MetricAccumulator,
     error_reject_curve,

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import calengine
-from calengine.column_stats import partition_stats
-from calengine.dataset import describe_dataset
+from calengine.reductions.column_stats import partition_stats
+from calengine.parquet.dataset import describe_dataset
 from calengine.errors import DataError
-from calengine.features import FeatureEncoder
-from calengine.folds import check_folds, fold_class_counts, fragment_folds, table_folds
+from calengine.plan.features import FeatureEncoder
+from calengine.plan.folds import check_folds, fold_class_counts, fragment_folds, table_folds
 from cli_helpers import REPO
 
 PIMA = REPO / "data" / "pima.parquet"
@@ -186,12 +186,12 @@ def test_partition_fit_equals_the_in_memory_engine_on_the_same_folds(tmp_path, c
     """Learners see the same rows in the same order, so the in-memory route is bit-identical; naive
     Bayes from statistics differs from the one-shot fit by rounding only."""
     from calengine.cluster import dask_client
-    from calengine.engine import CalibrationPlan, fit_members
-    from calengine.features import FeatureEncoder
-    from calengine.data import LabelSpace
-    from calengine.model import CalibratedModel
+    from calengine.fit.arrays import CalibrationPlan, fit_members
+    from calengine.plan.features import FeatureEncoder
+    from calengine.parquet.data import LabelSpace
+    from calengine.model.calibrated import CalibratedModel
     from calengine.registry import make, make_learner
-    from calengine.tasks import TrainingData
+    from calengine.tasks.arrays import TrainingData
 
     df = pd.read_parquet(PIMA)
     folder = write_table(df, tmp_path / "pima", row_group_sizes=(100, 64, 37))
@@ -261,8 +261,8 @@ def test_route_in_memory_refuses_rows_beyond_worker_memory_in_one_line(tmp_path)
 
 def test_same_table_cut_differently_into_fragments_gives_the_same_model(tmp_path):
     from calengine.cluster import dask_client
-    from calengine.partition_fit import TableSpec, fit_table
-    from calengine.training import FitConfig
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
 
     folder = write_table(_frame(1200), tmp_path / "t", row_group_sizes=(40, 90, 200))
     P = []
@@ -369,7 +369,7 @@ def test_grouped_split_gives_each_range_the_rows_of_per_block_splits_in_block_or
     """split_blocks over consecutive blocks = split_block of each block, pieces concatenated in block
     order, for every (problem, range) -- so range tasks see the same rows in the same order whatever
     the grouping (ties included: scores are drawn from a few values)."""
-    from calengine import partition_tasks as pt
+    from calengine.tasks import partitions as pt
 
     rng = np.random.default_rng(seed)
     blocks = []

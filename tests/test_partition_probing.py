@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 import calengine
-from calengine import partition_probing as pp
-from calengine.probing import ProbingSchedule
+from calengine.fit import table_probing as pp
+from calengine.methods.probing import ProbingSchedule
 from cli_helpers import REPO
 from test_partition_fit import write_table
 
@@ -78,14 +78,14 @@ def test_counts_contract_violations():
 
 
 def _parts(ctx):
-    from calengine.partition_tasks import load_part
+    from calengine.tasks.partitions import load_part
 
     return [load_part(fr, ctx.enc, None) for fr in ctx.fragments]
 
 
 def _context(folder, fragment_rows):
     from calengine.cluster import dask_client
-    from calengine.partition_fit import TableSpec, plan_table
+    from calengine.fit.table import TableSpec, plan_table
 
     with dask_client(workers=1) as client:
         return plan_table(client, TableSpec(str(folder), "class", fragment_rows=fragment_rows))
@@ -150,7 +150,7 @@ def test_bootstrap_is_poisson_one_per_row(pima):
 
 
 def test_costing_probing_is_partition_native_sensible_and_saves(pima, tmp_path):
-    from calengine.artifact import load_model, save_model
+    from calengine.model.artifact import load_model, save_model
 
     folder, full = pima
     model = calengine.fit_table(folder, "class", learner="decision_tree", method="probing",

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
 from calengine.errors import DataError
-from calengine.pav import (
+from calengine.reductions.pav import (
     check_binary_data,
     linear_knots,
     pav,

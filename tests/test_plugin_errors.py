@@ -10,7 +10,7 @@ import calengine
 from calengine.base import Calibrator, Combiner, Learner
 from calengine.errors import CalibratorError, CombinerError, LearnerError, ParameterError, PluginError
 from calengine.plugin_calls import distribution_of, plugin_errors
-from calengine.tasks import fit_calibrators, score_rows, TrainingData
+from calengine.tasks.arrays import fit_calibrators, score_rows, TrainingData
 
 
 class _Exploding(Calibrator):

@@ -1,4 +1,4 @@
-"""Tests for calengine.probing: Probing's minimax points and schedule, costing, bagging votes.
+"""Tests for calengine.methods.probing: Probing's minimax points and schedule, costing, bagging votes.
 
 Oracle numbers come from the project notes (algorithms.md §a and §b), which were computed
 independently of this implementation; the worked oracle run uses ``c_p(x) = 1[q(x) > p]``, the
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calengine.errors import ParameterError
-from calengine.probing import (
+from calengine.methods.probing import (
     DEFAULT_CLIP,
     ProbingSchedule,
     acceptance_from_costs,
@@ -248,7 +248,7 @@ def test_costing_sample_is_deterministic_given_rng():
 def test_costing_single_class_sample(caplog):
     y = np.array([1] + [0] * 9)
     # p = 0.001: negatives kept w.p. ~0.001, so this seed keeps only the positive
-    with caplog.at_level("WARNING", logger="calengine.probing"):
+    with caplog.at_level("WARNING", logger="calengine.methods.probing"):
         mask = costing_sample(y, 0.001, np.random.default_rng([0, 0]))
     assert mask[0] and single_class_label(y[mask]) == 1
     assert "constant classifier" in caplog.text

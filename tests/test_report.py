@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from calengine.errors import CalengineError, DataError, ParameterError
-from calengine.metrics import MetricAccumulator
-from calengine.report import MAP_MAX_POINTS, MAX_CLASSES, ReportEntry, _prepare, _roc_figure, write_report
+from calengine.metrics.measures import MetricAccumulator
+from calengine.metrics.report import MAP_MAX_POINTS, MAX_CLASSES, ReportEntry, _prepare, _roc_figure, write_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 BINARY_LABEL = "gaussian_nb + isotonic <script>alert(1)</script> (model_a)"

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from sklearn.metrics import roc_auc_score
 
 from calengine.errors import DataError
-from calengine.pav import pav, predict_step
-from calengine.roc import (
+from calengine.reductions.pav import pav, predict_step
+from calengine.metrics.roc import (
     auc,
     brier_decomposition,
     convex_hull_vertices,

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import calengine
 from calengine.cluster import dask_client
-from calengine.scoring import evaluate_table, score_table
+from calengine.scores.table import evaluate_table, score_table
 
 
 @pytest.fixture(scope="module")

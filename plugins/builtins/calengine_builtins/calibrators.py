@@ -12,7 +12,7 @@ Registry names and sources:
 * ``temperature`` — temperature scaling (Guo et al. 2017) of one logit.
 * ``sigmoid_nobias`` — Duin & Tax's sigmoid without bias, so a zero score keeps probability 1/2.
 
-Shared behaviour: every ``fit`` validates its input with :func:`calengine.pav.check_binary_data`
+Shared behaviour: every ``fit`` validates its input with :func:`calengine.reductions.pav.check_binary_data`
 (finite 1-D scores, labels in {0, 1}, matching lengths, non-negative weights, both classes present,
 else :class:`calengine.errors.DataError`); ``sample_weight`` acts as a frequency weight, so a weight
 of 2 gives the same fit as the row twice (for ``binning`` with ``n_bins="auto"`` only up to the
@@ -37,8 +37,8 @@ from sklearn.utils.validation import check_is_fitted
 from calengine import hookimpl
 from calengine.base import SCORE_KINDS, Calibrator
 from calengine.errors import DataError, ModelFormatError, ParameterError
-from calengine.pav import check_binary_data, check_scores, pool_ties, predict_linear, predict_step
-from calengine.roc import convex_hull_vertices, edge_probability
+from calengine.reductions.pav import check_binary_data, check_scores, pool_ties, predict_linear, predict_step
+from calengine.metrics.roc import convex_hull_vertices, edge_probability
 
 __all__ = [
     "NoCalibration",
@@ -162,7 +162,7 @@ class _BinaryCalibrator(Calibrator):
 
     def _fit_protocol(self, scores, y, sample_weight, score_kind):
         """``fit`` = the reduction protocol on one piece (so both are the same algorithm)."""
-        from calengine.calibrator_reduction import fit_by_reduction
+        from calengine.reductions.calibrators import fit_by_reduction
 
         return fit_by_reduction(self, [(scores, y, sample_weight)], score_kind=score_kind)
 
@@ -220,7 +220,7 @@ def _log1pexp(z: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:
 # fitting as a reduction (the protocol documented on calengine.base.Calibrator)
 #
 # Every built-in calibrator except ``binning`` with ``n_bins="auto"`` implements the protocol, and its
-# ``fit`` *is* the protocol run on a single piece (calengine.calibrator_reduction.fit_by_reduction),
+# ``fit`` *is* the protocol run on a single piece (calengine.reductions.calibrators.fit_by_reduction),
 # so the in-memory fit and the partition-native fit are one algorithm.  Requests and statistics are
 # dicts with an ``"op"`` key naming the round; the calibrator dispatches on it.  Statistics merge by
 # key: ``min_*``/``max_*`` take the minimum/maximum, ``cat_*`` concatenate (a before b), anything
@@ -751,7 +751,7 @@ class SigmoidCalibrator(_BinaryCalibrator):
 class IsotonicCalibrator(_BinaryCalibrator):
     """Isotonic regression by pool-adjacent-violators (Zadrozny & Elkan 2002), always increasing.
 
-    Tied scores are pooled before PAV (see :mod:`calengine.pav`), which makes the fit identical to
+    Tied scores are pooled before PAV (see :mod:`calengine.reductions.pav`), which makes the fit identical to
     ``rocch`` and to scikit-learn's ``IsotonicRegression`` at training scores, and invariant to any
     strictly increasing transformation of the scores.  ``interpolation`` decides unseen scores:
 
@@ -766,7 +766,7 @@ class IsotonicCalibrator(_BinaryCalibrator):
     Reduction: one sorted round.  A score range's statistics are its PAV blocks (exact sums of
     ``w·y`` and ``w``, lowest and highest score); merging two ranges runs PAV over their blocks,
     which is exact because the ranges are disjoint in score (PAV blocks of a contiguous stretch are
-    contained in blocks of the whole fit).  Identical to :func:`calengine.pav.pav` for integer weights.
+    contained in blocks of the whole fit).  Identical to :func:`calengine.reductions.pav.pav` for integer weights.
     """
 
     name = "isotonic"

@@ -24,7 +24,7 @@ import numpy as np
 
 from calengine import hookimpl
 from calengine.base import Combiner
-from calengine.codematrix import is_all_pairs, is_k_minus_one, is_one_vs_all, validate_matrix
+from calengine.methods.codematrix import is_all_pairs, is_k_minus_one, is_one_vs_all, validate_matrix
 from calengine.errors import CodeMatrixError, ParameterError
 
 #: libsvm's clip for pairwise estimates: keeps logs and multiplicative updates away from 0 and 1.

@@ -44,7 +44,7 @@ scaler as well as the classifier), so that a weight of 2 means exactly "this row
 deterministic learners, and ``make_estimator(sparse_input)`` builds a non-centring scaler for CSR input.
 
 Persistence: scikit-learn-backed learners hand their fitted estimator to the artifact, which stores it
-with skops under :data:`calengine.allowlist.CORE_TRUSTED_TYPES`.  The learners written here (k-NN,
+with skops under :data:`calengine.model.allowlist.CORE_TRUSTED_TYPES`.  The learners written here (k-NN,
 Parzen, nearest mean, and the discretiser of ``categorical_nb``) export only numpy arrays, ints, floats
 and strings, so loading them involves no object deserialisation at all.
 

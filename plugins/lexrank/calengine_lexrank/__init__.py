@@ -81,7 +81,7 @@ import numpy as np
 import calengine
 from calengine.base import Learner
 from calengine.errors import DataError, ParameterError
-from calengine.roc import hull_segment_probabilities, roc_segments
+from calengine.metrics.roc import hull_segment_probabilities, roc_segments
 
 __all__ = ["LexRank", "LexProb", "register_learners"]
 __version__ = "0.1.0"

@@ -20,8 +20,8 @@ import pytest
 calengine_lexrank = pytest.importorskip("calengine_lexrank")
 
 import calengine.plugins  # noqa: E402
-from calengine.metrics import evaluate_predictions  # noqa: E402
-from calengine.roc import auc, brier_decomposition, roc_segments  # noqa: E402
+from calengine.metrics.measures import evaluate_predictions  # noqa: E402
+from calengine.metrics.roc import auc, brier_decomposition, roc_segments  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module, make_data  # noqa: E402
 
 LexRank = calengine_lexrank.LexRank

@@ -25,11 +25,11 @@ calengine_lightgbm = pytest.importorskip("calengine_lightgbm")
 lightgbm = pytest.importorskip("lightgbm")
 
 import calengine.plugins  # noqa: E402
-from calengine.artifact import load_model, save_model  # noqa: E402
+from calengine.model.artifact import load_model, save_model  # noqa: E402
 from calengine.errors import ModelFormatError  # noqa: E402
-from calengine.partition_fit import TableSpec, fit_table  # noqa: E402
+from calengine.fit.table import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module  # noqa: E402
-from calengine.training import FitConfig  # noqa: E402
+from calengine.fit.training import FitConfig  # noqa: E402
 from calengine.testing_cluster import run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]

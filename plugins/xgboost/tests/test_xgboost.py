@@ -26,12 +26,12 @@ calengine_xgboost = pytest.importorskip("calengine_xgboost")
 xgboost = pytest.importorskip("xgboost")
 
 import calengine.plugins  # noqa: E402
-from calengine.artifact import load_model, save_model  # noqa: E402
+from calengine.model.artifact import load_model, save_model  # noqa: E402
 from calengine.errors import ModelFormatError, ParameterError  # noqa: E402
-from calengine.metrics import evaluate_predictions  # noqa: E402
-from calengine.partition_fit import TableSpec, fit_table  # noqa: E402
+from calengine.metrics.measures import evaluate_predictions  # noqa: E402
+from calengine.fit.table import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module, rewrite_manifest  # noqa: E402
-from calengine.training import FitConfig  # noqa: E402
+from calengine.fit.training import FitConfig  # noqa: E402
 from calengine.testing_cluster import assert_one_line_error, run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]

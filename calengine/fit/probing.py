@@ -1,0 +1,328 @@
+"""Probing and bagging as Dask tasks: graph building and the fitted vote-based members.
+
+Probing (Langford & Zadrozny) is adaptive: each threshold depends on the training votes of the
+classifiers learned so far.  We keep that and still run in parallel: every *round* asks each column's
+:class:`~calengine.methods.probing.ProbingSchedule` for up to ``batch`` thresholds (``batch=1`` is the paper
+exactly), submits one task per (column, threshold, costing round), gathers the votes in submission
+order, and lets the schedules choose the next round.  Bagging classifiers are independent, so they all
+go at once.  The training data are scattered to workers once; tasks carry seeds derived from
+(user seed, column, classifier, costing round), so the model is the same on any scheduler.
+
+Method parameters (``--method-param K=V``):
+
+* ``t`` (100): classifiers per binary column.
+* ``loss`` ("cross_entropy" | "squared"), ``interval_rule`` (squared only: "width" | "width_squared").
+* ``batch`` (8): intervals split per round; 1 reproduces Algorithm 1 step by step.
+* ``weighting`` ("auto" | "weights" | "costing"): auto passes importance weights to learners that
+  accept them and uses costing (rejection sampling) for the others.
+* ``costing_rounds`` (5): rejection samples per classifier under costing, combined by majority vote
+  (a tie votes 1).  ``bounded_weights`` (False): weights (1-p, p) instead of ((1-p)/p, 1).
+* ``clip`` ((0.001, 0.999) for Probing, none for bagging): clip predictions; ``none`` disables.
+* ``multiclass`` ("k_minus_one" | "one_vs_rest"): the paper's k-1 binary problems with
+  p_k = 1 - sum(p_l) (a last class below 0.001 is set to 0.001 and the others rescaled, a documented
+  deviation), or k one-vs-rest problems combined by normalisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..methods import probing
+from .. import registry
+from ..methods.codematrix import k_minus_one as k_minus_one_matrix
+from ..errors import ParameterError
+from ..model.calibrated import RawMap, checked_raw_map, one_vs_all_matrix
+from ..progress import gather_in_order
+from ..tasks.probing import Voter, fit_bootstrap, fit_probe, learner_scores
+from ..tasks.arrays import task_seed
+
+PROBING_DEFAULTS: dict[str, Any] = {
+    "t": 100,
+    "loss": "cross_entropy",
+    "interval_rule": None,
+    "batch": 8,
+    "weighting": "auto",
+    "costing_rounds": 5,
+    "bounded_weights": False,
+    "clip": (0.001, 0.999),
+    "multiclass": "k_minus_one",
+}
+#: at most this many classifiers per problem (t, costing rounds): far beyond the papers' 100, and a
+#: typo such as t=10**9 is refused at once instead of running for ever
+MAX_CLASSIFIERS = 10_000
+BAGGING_DEFAULTS: dict[str, Any] = {"t": 100, "clip": None, "multiclass": "one_vs_rest"}
+
+
+def method_settings(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Defaults overlaid with the user's parameters, validated with one-line errors."""
+    defaults = PROBING_DEFAULTS if method == "probing" else BAGGING_DEFAULTS
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        raise ParameterError(
+            f"method '{method}' has no parameter {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(defaults))}"
+        )
+    s = {**defaults, **params}
+    if not isinstance(s["t"], int) or isinstance(s["t"], bool) or not 1 <= s["t"] <= MAX_CLASSIFIERS:
+        raise ParameterError(
+            f"t must be an integer from 1 to {MAX_CLASSIFIERS}, got {s['t']!r} (e.g. --method-param t=100;"
+            " each of the t classifiers is a full learner fit)"
+        )
+    if s["clip"] is not None:
+        clip = s["clip"]
+        if not (isinstance(clip, (tuple, list)) and len(clip) == 2 and 0 <= clip[0] < clip[1] <= 1):
+            raise ParameterError(f"clip must be (low, high) with 0 <= low < high <= 1, or none; got {clip!r}")
+        s["clip"] = (float(clip[0]), float(clip[1]))
+    if s["multiclass"] not in ("k_minus_one", "one_vs_rest"):
+        raise ParameterError(f"multiclass must be k_minus_one or one_vs_rest, got {s['multiclass']!r}")
+    if method == "probing":
+        if s["weighting"] not in ("auto", "weights", "costing"):
+            raise ParameterError(f"weighting must be auto, weights or costing, got {s['weighting']!r}")
+        if (not isinstance(s["costing_rounds"], int) or isinstance(s["costing_rounds"], bool)
+                or not 1 <= s["costing_rounds"] <= MAX_CLASSIFIERS):
+            raise ParameterError(
+                f"costing_rounds must be an integer from 1 to {MAX_CLASSIFIERS}, got {s['costing_rounds']!r}"
+            )
+        if not isinstance(s["batch"], int) or isinstance(s["batch"], bool):
+            raise ParameterError(f"batch must be an integer, got {s['batch']!r}")
+        # validates t, loss, batch and interval_rule together, with the schedule's own messages
+        probing.ProbingSchedule(s["t"], s["loss"], s["batch"], s["interval_rule"])
+    return s
+
+
+@dataclass
+class VoteMember:
+    """Vote-based column estimates: Probing's sorted votes or bagging's vote fraction.
+
+    ``voters[c][i]`` is the list of costing rounds (usually one) of classifier ``i`` of column ``c``;
+    the classifier votes 1 when the majority of its rounds do.
+    """
+
+    method: str
+    voters: list[list[list[Voter]]]
+    boundaries: list[np.ndarray]
+    loss: str
+    clip: tuple[float, float] | None
+    raw: RawMap
+
+    @property
+    def kind(self) -> str:
+        return self.method
+
+    def vote_counts(self, X) -> np.ndarray:
+        counts = np.zeros((X.shape[0], len(self.voters)), dtype=np.int64)
+        for c, column in enumerate(self.voters):
+            for rounds in column:
+                v = sum(r.votes(X).astype(np.int64) for r in rounds)
+                counts[:, c] += probing.majority_vote(v, len(rounds)) if len(rounds) > 1 else v
+        return counts
+
+    def _column_estimates(self, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        counts = self.vote_counts(X)
+        R = np.empty(counts.shape)
+        low = np.empty(counts.shape)
+        high = np.empty(counts.shape)
+        for c in range(counts.shape[1]):
+            if self.method == "probing":
+                R[:, c], low[:, c], high[:, c] = probing.probing_predict(
+                    counts[:, c], self.boundaries[c], self.loss, clip=self.clip
+                )
+            else:
+                R[:, c] = probing.bagging_predict(counts[:, c], len(self.voters[c]), clip=self.clip)
+                low[:, c] = high[:, c] = R[:, c]
+        return R, low, high
+
+    def column_probabilities(self, X, S=None) -> np.ndarray:
+        return self._column_estimates(X)[0]
+
+    def scores(self, X) -> np.ndarray:
+        """The first classifier's scores per column (threshold 0.5 for Probing): the raw baseline."""
+        cols = []
+        for c, column in enumerate(self.voters):
+            first = column[0][0]
+            if first.learner is None:
+                cols.append(np.full(X.shape[0], float(first.constant)))
+            else:
+                s = np.asarray(first.learner.score(X), dtype=float)
+                cols.append(s if s.ndim == 1 else s[:, 0])
+        return np.column_stack(cols)
+
+    def raw_column_probabilities(self, X, S=None) -> np.ndarray:
+        return self.raw.apply(self.scores(X) if S is None else S)
+
+    def extra_outputs(self, X) -> dict[str, np.ndarray]:
+        """``p_low``/``p_high``: the interval the votes select (two-class Probing models only)."""
+        if self.method != "probing" or len(self.voters) != 1:
+            return {}
+        _, low, high = self._column_estimates(X)
+        return {"p_low": low[:, 0], "p_high": high[:, 0]}
+
+    def parts(self) -> dict[str, Any]:
+        learners: list[Any] = []
+        layout = []
+        for column in self.voters:
+            col_layout = []
+            for rounds in column:
+                entries = []
+                for r in rounds:
+                    if r.learner is None:
+                        entries.append({"constant": int(r.constant)})
+                    else:
+                        entries.append({"learner": len(learners)})
+                        learners.append(r.learner)
+                col_layout.append(entries)
+            layout.append(col_layout)
+        arrays = {f"boundaries_{c}": b for c, b in enumerate(self.boundaries)}
+        arrays.update({"raw_lo": self.raw.lo, "raw_hi": self.raw.hi})
+        meta = {
+            "method": self.method,
+            "layout": layout,
+            "loss": self.loss,
+            "clip": list(self.clip) if self.clip is not None else None,
+            "score_kind": self.raw.score_kind,
+        }
+        return {"learners": learners, "calibrators": [], "arrays": arrays, "meta": meta}
+
+    @classmethod
+    def from_parts(cls, learners, calibrators, arrays, meta) -> "VoteMember":
+        voters = [
+            [
+                [Voter(learner=learners[e["learner"]]) if "learner" in e else Voter(constant=e["constant"]) for e in rounds]
+                for rounds in column
+            ]
+            for column in meta["layout"]
+        ]
+        if not voters or any(not column or any(not rounds for rounds in column) for column in voters):
+            raise ValueError("a vote member has a column or classifier without voters")
+        if any(v.learner is None and v.constant not in (0, 1) for column in voters for rounds in column for v in rounds):
+            raise ValueError("a constant voter must vote 0 or 1")
+        boundaries = [np.asarray(arrays[f"boundaries_{c}"], dtype=np.float64) for c in range(len(voters))]
+        if any(b.ndim != 1 or not np.all(np.isfinite(b)) for b in boundaries):
+            raise ValueError("Probing boundaries must be 1-D and finite")
+        clip = tuple(float(v) for v in meta["clip"]) if meta["clip"] is not None else None
+        if clip is not None and (len(clip) != 2 or not 0.0 <= clip[0] <= clip[1] <= 1.0):
+            raise ValueError(f"clip {meta['clip']} is not two probabilities lo <= hi")
+        if meta["method"] not in REDUCTION_MEMBERS:
+            raise ValueError(f"unknown vote method {meta['method']!r}")
+        raw = checked_raw_map(meta["score_kind"], arrays, len(voters))
+        return cls(meta["method"], voters, boundaries, meta["loss"], clip, raw)
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.voters)
+
+
+REDUCTION_MEMBERS = {"probing": VoteMember, "bagging": VoteMember}
+
+
+def _column_classes(k: int, multiclass: str) -> list[int | None]:
+    if k == 2:
+        return [None]
+    if multiclass == "k_minus_one":
+        return list(range(k - 1))
+    return list(range(k))
+
+
+def fit_reduction_members(client, data, labels, learner, config, plugins, progress, n_rows: int | None = None):
+    """Fit a Probing or bagging member; returns (members, code matrix, combiner, column counts).
+
+    ``data`` is in-memory :class:`~calengine.tasks.arrays.TrainingData` (scattered to every worker once), or,
+    with ``n_rows``, a future of it already assembled on a worker (partition-native fits).
+    """
+    s = method_settings(config.method, config.method_params)
+    k = labels.n_classes
+    columns = _column_classes(k, s["multiclass"])
+    if n_rows is None:
+        n_rows = len(data.y)
+        data_f = client.scatter(data, broadcast=True, hash=False)
+    else:
+        data_f = data
+    if config.method == "probing":
+        voters, boundaries = _fit_probing(client, data_f, n_rows, columns, learner, s, config.seed, progress)
+    else:
+        voters, boundaries = _fit_bagging(client, data_f, columns, learner, s, config.seed, progress)
+    first_scores = client.gather(
+        [client.submit(learner_scores, voters[c][0][0], data_f, pure=False) for c in range(len(columns))]
+    )
+    S = np.column_stack([fs[:, 0] for fs in first_scores])
+    score_kind = learner.score_kind
+    member = VoteMember(config.method, voters, boundaries, s.get("loss", "cross_entropy"), s["clip"], RawMap.fit(S, score_kind))
+    matrix, combiner = vote_code_matrix(k, s["multiclass"], plugins)
+    counts = np.full(matrix.shape[1], n_rows, dtype=np.int64)
+    return [member], matrix, combiner, counts
+
+
+def vote_code_matrix(k: int, multiclass: str, plugins):
+    """(code matrix, combiner) of a vote member's columns: the k-1 problems or one-vs-rest."""
+    if k == 2:
+        return np.array([[-1], [1]], dtype=np.int8), None
+    if multiclass == "k_minus_one":
+        return k_minus_one_matrix(k), registry.make("combiners", "k_minus_one", {}, plugins)
+    return one_vs_all_matrix(k), registry.make("combiners", "normalize", {}, plugins)
+
+
+def _weighting(learner, requested: str) -> str:
+    if requested == "auto":
+        return "weights" if learner.accepts_sample_weight else "costing"
+    if requested == "weights" and not learner.accepts_sample_weight:
+        raise ParameterError(
+            f"learner '{learner.name}' does not accept sample weights; use --method-param weighting=costing"
+        )
+    return requested
+
+
+def _fit_probing(client, data_f, n, columns, learner, s, seed, progress):
+    weighting = _weighting(learner, s["weighting"])
+    rounds = s["costing_rounds"] if weighting == "costing" else 1
+    schedules = [probing.ProbingSchedule(s["t"], s["loss"], s["batch"], s["interval_rule"]) for _ in columns]
+    votes = [np.zeros(n, dtype=np.int64) for _ in columns]
+    voters: list[list[list[Voter]]] = [[] for _ in columns]
+    total = s["t"] * rounds * len(columns)
+    if progress is not None:
+        progress.start("probing", total)
+    while not all(sched.done for sched in schedules):
+        submitted = []
+        for c, (sched, col_class) in enumerate(zip(schedules, columns)):
+            if sched.done:
+                continue
+            for p in sched.next_thresholds(votes[c]):
+                i = len(voters[c])
+                voters[c].append([])
+                futs = [
+                    client.submit(
+                        fit_probe, data_f, col_class, float(p), learner, task_seed(seed, c, i, r),
+                        weighting, bool(s["bounded_weights"]), pure=False,
+                    )
+                    for r in range(rounds)
+                ]
+                submitted.append((c, i, futs))
+        flat = [f for _, _, futs in submitted for f in futs]
+        results = client.gather(flat)
+        if progress is not None:
+            progress.advance(len(flat))
+        pos = 0
+        for c, i, futs in submitted:
+            got = results[pos : pos + len(futs)]
+            pos += len(futs)
+            voters[c][i] = [v for v, _ in got]
+            v = sum(vv.astype(np.int64) for _, vv in got)
+            votes[c] += probing.majority_vote(v, rounds) if rounds > 1 else v
+    if progress is not None:
+        progress.finish()
+    return voters, [sched.boundaries for sched in schedules]
+
+
+def _fit_bagging(client, data_f, columns, learner, s, seed, progress):
+    futures = [
+        client.submit(fit_bootstrap, data_f, col_class, learner, task_seed(seed, c, i), pure=False)
+        for c, col_class in enumerate(columns)
+        for i in range(s["t"])
+    ]
+    results = gather_in_order(client, futures, progress, "bagging")
+    voters = []
+    for c in range(len(columns)):
+        chunk = results[c * s["t"] : (c + 1) * s["t"]]
+        voters.append([[v] for v, _ in chunk])
+    return voters, [np.array([0.0, 1.0]) for _ in columns]

@@ -1,0 +1,636 @@
+"""Fitting on a partitioned Parquet table: the client plans, the workers read.
+
+The story of ``calengine fit DATA`` (and of :func:`calengine.fit_table`, which it calls):
+
+1. **Describe** the table from Parquet footers (:mod:`calengine.parquet.dataset`): fragments of row groups,
+   absolute paths, column types checked across files.  The client never reads a row.
+2. **Statistics** of every column as a reduction over fragments (:mod:`calengine.reductions.column_stats`):
+   the feature encoding and the label space come from merged statistics.
+3. **Folds** are a seeded function of each row's place (:mod:`calengine.plan.folds`); the client checks
+   from per-row-group label counts that every fold holds every class.
+4. **Learners**, one per (fold, code column) unit, by one of three routes recorded in the manifest:
+   ``stats`` (learners that declare ``supports_stats``: one pass over the fragments gives every fold's
+   statistics; fold f's learner is fitted from the merge of the other folds'), ``in-memory`` (the
+   unit's rows assembled on one worker, refused in one line when they would not fit its memory) and
+   ``sample`` (``--max-train-rows``: a seeded stratified sample assembled on a worker); learners that
+   train on the cluster themselves (``trains_on_cluster``: xgboost.dask, lightgbm.dask) take the
+   ``cluster`` route of :mod:`calengine.fit.cluster_learners`, one fold after another.
+5. **Scores** of the held-out rows are computed per fragment and stay on the workers.
+6. **Calibrators** are fitted as reductions over those scores (the calibrator's own protocol, see
+   :class:`calengine.base.Calibrator`); a calibrator without one gets its scores gathered on one worker.
+7. The fitted objects make the same :class:`calengine.model.calibrated.CalibratedModel` as before.
+
+Probing and bagging (:mod:`calengine.fit.table_probing`) keep each row's votes on the workers and
+draw costing and bootstrap samples there; the client sees only vote histograms and fitted voters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..tasks import partitions as pt
+from .. import registry
+from ..errors import DataError, ParameterError
+from ..plan.memory import check_fits_memory, fragment_rows_for, range_rows_for, worker_memory_limit
+from ..progress import Progress, gather_in_order
+
+ROUTES = ("auto", "stats", "in-memory", "sample")
+
+
+@dataclass
+class TableSpec:
+    """Which table, which columns, and how to read them: everything ``fit`` needs besides FitConfig."""
+
+    data: str
+    target: str
+    positive: Any = None
+    features: list[str] | None = None
+    exclude: list[str] | None = None
+    text_columns: tuple[str, ...] = ()
+    max_categories: int = 100
+    calibration_data: str | None = None
+    #: fit each learner on a seeded stratified sample of at most this many rows (calibration and the
+    #: statistics still use every row)
+    max_train_rows: int | None = None
+    #: "auto" (stats when the learner supports it, else in-memory), or force one route
+    route: str = "auto"
+    #: rows per fragment (whole row groups); None: sized from the workers' memory limit, at most 1M
+    fragment_rows: int | None = None
+
+
+@dataclass
+class Context:
+    """What the planning pass learnt: shared by every fit of one job."""
+
+    spec: TableSpec
+    fragments: tuple
+    enc: pt.Encoding
+    n_rows: int
+    dropped: int
+    group_counts: dict  # (file key, row group) -> class counts
+    class_counts: np.ndarray
+    cal_fragments: tuple = ()
+    memory_limit: float = math.inf
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Context:
+    """Describe the table, reduce its column statistics, and fit the encoding and label space."""
+    from ..parquet.data import LabelSpace, check_columns, parquet_columns, resolve_parquet_files
+    from ..parquet.dataset import dataset_root, describe_dataset, describe_files
+    from ..plan.features import FeatureEncoder, select_feature_columns
+    from ..parquet.storage import absolute
+
+    if spec.max_categories < 1:
+        raise ParameterError(f"--max-categories must be at least 1, got {spec.max_categories}")
+    if spec.max_train_rows is not None and spec.max_train_rows < 2:
+        raise ParameterError(f"--max-train-rows must be at least 2, got {spec.max_train_rows}")
+    if spec.route not in ROUTES:
+        raise ParameterError(f"unknown route '{spec.route}'; choose one of {', '.join(ROUTES)}")
+    files = resolve_parquet_files(spec.data)
+    root = dataset_root(spec.data, [absolute(f) for f in files])
+    names = parquet_columns(files, root)  # with the Hive partition keys below DATA
+    if spec.target not in names:
+        check_columns(files, [spec.target], root)
+    feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
+    memory_limit = worker_memory_limit(client)
+    fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
+    dataset = describe_files(files, root, feature_cols + [spec.target], fragment_rows)
+    if not dataset.fragments:
+        raise DataError("the training table has no rows")
+    futures = [
+        client.submit(pt.fragment_table_stats, fr, feature_cols, spec.target, spec.text_columns, pure=False)
+        for fr in dataset.fragments
+    ]
+    stats = tree_merge(client, futures, progress, "statistics")
+    labels = LabelSpace.from_values(stats.target.totals().keys(), spec.target, spec.positive)
+    encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
+    encoder.fit_stats(stats)
+    group_counts = _class_counts_per_group(stats.target, labels)
+    class_counts = np.sum(list(group_counts.values()), axis=0) if group_counts else np.zeros(labels.n_classes)
+    ctx = Context(
+        spec=spec, fragments=dataset.fragments, enc=pt.Encoding(encoder, labels, spec.target),
+        n_rows=int(class_counts.sum()), dropped=int(stats.target.missing), group_counts=group_counts,
+        class_counts=np.asarray(class_counts, dtype=np.int64), memory_limit=memory_limit,
+    )
+    if spec.calibration_data:
+        cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target], fragment_rows)
+        if not cal.fragments:
+            raise DataError("the --calibration-data table has no rows")
+        counts = gather_in_order(
+            client, [client.submit(pt.fragment_label_counts, fr, spec.target, pure=False) for fr in cal.fragments],
+            None, "calibration labels",
+        )
+        unknown = set(pt.merge_all(*counts).target.totals()) - set(labels.classes)
+        unknown = {v for v in unknown if str(v) not in {str(c) for c in labels.classes}}
+        if unknown:
+            raise DataError(
+                f"--calibration-data holds label {sorted(map(str, unknown))[0]!r}, not seen in the training"
+                f" table (classes: {', '.join(map(str, labels.classes))}); use tables with the same labels"
+            )
+        ctx.cal_fragments = cal.fragments
+    return ctx
+
+
+def tree_merge(client, futures: list, progress: Progress | None, label: str, fan_in: int = 8):
+    """Merge per-fragment statistics on the workers, ``fan_in`` at a time in fragment order, so the
+    client receives one merged result however many fragments there are (a fixed tree: deterministic)."""
+    from ..progress import wait_with_progress
+
+    wait_with_progress(client, futures, progress, label)
+    level = list(futures)
+    while len(level) > 1:
+        level = [client.submit(pt.merge_all, *level[i : i + fan_in], pure=False) for i in range(0, len(level), fan_in)]
+    return level[0].result()
+
+
+def _class_counts_per_group(target_stat, labels) -> dict:
+    import pandas as pd
+
+    index = {}
+    out = {}
+    for key, counts in target_stat.per_group.items():
+        arr = np.zeros(labels.n_classes, dtype=np.int64)
+        for value, c in counts.items():
+            if value not in index:
+                index[value] = int(labels.encode(pd.Series([value]))[0])
+            arr[index[value]] += c
+        out[key] = arr
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the fit
+
+
+def fit_table(client, spec: TableSpec, config, progress: Progress | None = None, plugins=None, ctx=None):
+    """Fit ``config`` on the table ``spec`` describes, on the cluster behind ``client``."""
+    from ..plugins import get_plugins
+    from .training import ENGINE_METHODS, split_learners
+
+    plugins = plugins or get_plugins()
+    from .training import check_seed
+
+    check_seed(config.seed)
+    ctx = ctx or plan_table(client, spec, progress)
+    learners = split_learners(config.learner)
+    if len(learners) > 1 or config.combine:
+        return _fit_combined(client, ctx, config, learners, progress, plugins)
+    from .training import resolve_learner
+
+    learner = resolve_learner(config, plugins)
+    if ctx.enc.encoder.is_sparse and not learner.accepts_sparse:  # text columns give CSR features
+        from ..base import sparse_input_error
+
+        raise sparse_input_error(learner)
+    if config.method in ENGINE_METHODS:
+        return _fit_reduction_method(client, ctx, learner, config, progress, plugins)
+    return _fit_calibrated(client, ctx, learner, config, progress, plugins)
+
+
+def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
+    from .training import model_info
+
+    return {
+        **model_info(learner, config, ctx.spec.calibration_data is not None),
+        "x_training": {
+            "route": route,
+            "rows": ctx.n_rows,
+            "dropped_missing_target": ctx.dropped,
+            "fragments": len(ctx.fragments),
+            "max_train_rows": ctx.spec.max_train_rows,
+        },
+    }
+
+
+def _route(ctx: Context, learner) -> str:
+    from .cluster_learners import check_cluster_route
+
+    if check_cluster_route(ctx.spec, learner):
+        return "cluster"
+    if ctx.spec.route != "auto":
+        if ctx.spec.route == "stats" and not getattr(learner, "supports_stats", False):
+            raise ParameterError(f"learner '{learner.name}' cannot be fitted from statistics; drop --route stats")
+        if ctx.spec.route == "sample" and not ctx.spec.max_train_rows:
+            raise ParameterError("the sample route needs --max-train-rows N")
+        return ctx.spec.route
+    if ctx.spec.max_train_rows:
+        return "sample"
+    return "stats" if getattr(learner, "supports_stats", False) else "in-memory"
+
+
+def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
+    from .arrays import MODES
+    from ..plan.folds import check_folds, fold_class_counts
+    from ..model.calibrated import CalibratedModel, one_vs_all_matrix
+    from .training import resolve_multiclass
+
+    labels = ctx.enc.labels
+    k = labels.n_classes
+    calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
+    uncalibrated = config.method == "none"
+    cal_mode = ctx.spec.calibration_data is not None
+    if config.mode not in MODES:
+        raise ParameterError(f"unknown --mode '{config.mode}'; choose one of {', '.join(MODES)}")
+    M = combiner = None
+    if config.multiclass and k > 2:
+        M, combiner = resolve_multiclass(config.multiclass, k, config.seed, plugins, config.combiner_params)
+        if cal_mode or uncalibrated:
+            raise ParameterError(
+                "--multiclass with a code matrix needs cross-validated calibration; drop"
+                " --calibration-data / --method none, or drop --multiclass"
+            )
+    cv = None if (uncalibrated or cal_mode) else config.cv
+    if cv is not None:
+        if not isinstance(cv, int) or cv < 2:
+            raise DataError(f"--cv must be at least 2 (got {cv}); or use --calibration-data for a hold-out table")
+        check_folds(fold_class_counts(ctx.group_counts, k, cv, config.seed), labels.classes, cv)
+    plan = pt.FoldPlan(cv, config.seed, M)
+    columns = list(range(M.shape[1])) if M is not None else [None]
+    folds = list(range(cv)) if cv else []
+    refit = cv is not None and config.mode == "refit"
+    units: list[pt.Unit] = [pt.Unit(f, c) for f in folds for c in columns]
+    if refit or cv is None:
+        units += [pt.Unit(None, c) for c in columns]
+    seeds = [_unit_seed(config.seed, u, cv, M is not None) for u in units]
+    route = _route(ctx, learner)
+    fitted = _fit_units(client, ctx, plan, units, seeds, learner, route, progress)
+    uidx = {u: i for i, u in enumerate(units)}
+
+    # calibration sets: whose scores calibrate which member
+    if cv is not None and not refit:
+        calsets = [pt.CalSet(f, c, (uidx[pt.Unit(f, c)],)) for f in folds for c in columns]
+    elif refit:
+        calsets = [pt.CalSet(None, c, tuple(uidx[pt.Unit(g, c)] for g in folds), per_fold=True) for c in columns]
+    else:
+        calsets = [pt.CalSet(None, c, (uidx[pt.Unit(None, c)],)) for c in columns]
+    score_fragments = ctx.cal_fragments if cal_mode else ctx.fragments
+    def make_blocks():
+        return [
+            client.submit(pt.score_fragment, fr, ctx.enc, plan, calsets, fitted, pure=False) for fr in score_fragments
+        ]
+
+    blocks = make_blocks()
+    summaries = gather_in_order(
+        client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "held-out scores"
+    )
+    merged = [_merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
+    for i, m in enumerate(merged):
+        if m["n"] == 0:
+            raise DataError("a calibration set is empty; lower --cv or add data")
+    problems = [(i, b) for i, m in enumerate(merged) for b in range(len(m["min"]))]
+    holder = [blocks]
+    del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
+    cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx, progress)
+    learner_objs = client.gather(fitted)
+    by_set: dict[int, list] = {}
+    for (i, _), cal in zip(problems, cals):
+        by_set.setdefault(i, []).append(cal)
+    members = _members(learner_objs, uidx, calsets, merged, by_set, learner.score_kind, M, folds, refit)
+    if M is not None:
+        counts = ((M != 0) * ctx.class_counts[:, None]).sum(axis=0).astype(np.int64)
+        code_matrix = M
+    else:
+        code_matrix = one_vs_all_matrix(k) if k > 2 else np.array([[-1], [1]], dtype=np.int8)
+        combiner = registry.make("combiners", "normalize", {}, plugins) if k > 2 else None
+        counts = np.full(code_matrix.shape[1], ctx.n_rows, dtype=np.int64)
+    info = _info(ctx, learner, config, route)
+    if M is not None:
+        info["multiclass"] = config.multiclass
+    return CalibratedModel(
+        encoder=ctx.enc.encoder, labels=labels, members=members, code_matrix=code_matrix,
+        combiner=combiner, column_counts=counts, info=info,
+    )
+
+
+def _unit_seed(seed: int, unit: pt.Unit, cv: int | None, code: bool) -> int:
+    """The seeds the in-memory engine uses, so both paths seed learners alike."""
+    from ..tasks.arrays import task_seed
+
+    fold = unit.fold if unit.fold is not None else (cv if cv else 0)
+    if code:
+        return task_seed(seed, fold, unit.column)
+    return task_seed(seed, fold)
+
+
+def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progress) -> list:
+    """A future of the fitted learner of every unit, by ``route``."""
+    k = ctx.enc.labels.n_classes
+    if route == "cluster":
+        from .cluster_learners import fit_units_on_cluster
+        from ..plan.folds import fold_class_counts
+
+        fold_counts = fold_class_counts(ctx.group_counts, k, plan.cv, plan.seed) if plan.cv else None
+        rows = [int(_unit_target_counts(ctx, plan, u, fold_counts).sum()) for u in units]
+        return fit_units_on_cluster(client, ctx, plan, units, seeds, rows, learner, progress)
+    if route == "stats":
+        columns = tuple(dict.fromkeys(u.column for u in units))
+        futures = [
+            client.submit(pt.fragment_learner_stats, fr, ctx.enc, plan, learner, columns, pure=False)
+            for fr in ctx.fragments
+        ]
+        parts = gather_in_order(client, futures, progress, "learner statistics")
+        folds = list(range(plan.cv)) if plan.cv else [None]
+        per_fold = {}
+        for key in parts[0]:
+            per_fold[key] = pt.merge_in_order([p[key] for p in parts], learner.merge_stats)
+        out = []
+        for u, seed in zip(units, seeds):
+            keep = [per_fold[(f, u.column)] for f in folds if f != u.fold or u.fold is None]
+            stats = pt.merge_in_order(keep, learner.merge_stats)
+            n_classes = k if u.column is None else 2
+            out.append(client.submit(pt.fit_learner_from_stats, learner, stats, n_classes, seed, pure=False))
+        return out
+    out = []
+    fold_counts = None
+    if plan.cv:
+        from ..plan.folds import fold_class_counts
+
+        fold_counts = fold_class_counts(ctx.group_counts, k, plan.cv, plan.seed)
+    for u, seed in zip(units, seeds):
+        target_counts = _unit_target_counts(ctx, plan, u, fold_counts)
+        rows = int(target_counts.sum())
+        quotas = rates = None
+        if route == "sample":
+            quotas = _quotas(target_counts, ctx.spec.max_train_rows)
+            rates = np.minimum(1.0, quotas * 1.05 / np.maximum(target_counts, 1) + 64.0 / np.maximum(target_counts, 1))
+            rows = int(quotas.sum() * 1.05 + 64 * len(quotas))
+        check_fits_memory(ctx, rows, "one learner's training rows")
+        out.append(
+            client.submit(pt.fit_unit_learner, ctx.fragments, ctx.enc, plan, u, learner, seed, quotas, rates, pure=False)
+        )
+    return out
+
+
+def _unit_target_counts(ctx: Context, plan, unit: pt.Unit, fold_counts) -> np.ndarray:
+    """Rows per target value of a unit's training rows (classes, or 0/1 for a code column)."""
+    counts = ctx.class_counts.astype(np.int64).copy()
+    if unit.fold is not None:
+        counts -= fold_counts[unit.fold]
+    if unit.column is None:
+        return counts
+    code = plan.code_matrix[:, unit.column]
+    return np.array([counts[code == -1].sum(), counts[code == 1].sum()], dtype=np.int64)
+
+
+def _quotas(counts: np.ndarray, n: int) -> np.ndarray:
+    """Rows per class of a stratified sample of at most ``n`` rows (largest remainders; >= 1 each)."""
+    total = counts.sum()
+    if total <= n:
+        return counts.astype(np.int64)
+    exact = counts * (n / total)
+    q = np.floor(exact).astype(np.int64)
+    rest = n - q.sum()
+    order = np.argsort(-(exact - q), kind="stable")
+    q[order[:rest]] += 1
+    q = np.minimum(np.maximum(q, np.minimum(counts, 1)), counts)
+    return q
+
+
+def _merge_summaries(parts: list[dict]) -> dict:
+    live = [p for p in parts if p["n"]]
+    if not live:
+        return {"n": 0}
+    n = sum(p["n"] for p in live)
+    lo = np.min([p["min"] for p in live], axis=0)
+    hi = np.max([p["max"] for p in live], axis=0)
+    values = np.concatenate([p["quantiles"] for p in live], axis=0)
+    weights = np.concatenate([np.full(len(p["quantiles"]), p["n"] / len(p["quantiles"])) for p in live])
+    return {"n": n, "min": lo, "max": hi, "values": values, "weights": weights}
+
+
+def _boundaries(summary: dict, column: int, n_ranges: int) -> np.ndarray:
+    """Score values cutting a problem's scores into about ``n_ranges`` ranges of similar size."""
+    if n_ranges <= 1:
+        return np.empty(0)
+    v = summary["values"][:, column]
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], summary["weights"][order]
+    cum = np.cumsum(w)
+    targets = cum[-1] * np.arange(1, n_ranges) / n_ranges
+    cuts = v[np.minimum(np.searchsorted(cum, targets), v.size - 1)]
+    return np.unique(cuts)
+
+
+def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx: Context,
+                    progress) -> list:
+    """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
+
+    Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
+    (or per score range for sorted rounds) and merges the returned statistics in a fixed order; the
+    others get their scores gathered on one worker.
+
+    ``holder[0]`` is the list of score-block futures.  Held-out scores are the one O(rows) thing a fit
+    keeps in cluster memory, so when a round cuts them into score ranges and nothing else needs them,
+    they are released as soon as each block is cut (``holder[0] = None``); a later round that needs
+    them again recomputes them with ``make_blocks()`` (same tasks, same bits).
+    """
+
+    def blocks():
+        if holder[0] is None:
+            holder[0] = make_blocks()
+        return holder[0]
+
+    from sklearn.base import clone
+
+    cals = [clone(calibrator) for _ in problems]
+    from ..plugin_calls import plugin_errors
+
+    requests = []
+    for cal in cals:
+        with plugin_errors(cal, "fit"):
+            requests.append(cal.reduction_start(score_kind))
+    fallback = [i for i, r in enumerate(requests) if r is None]
+    pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
+    rounds = 0
+    while True:
+        pending = [i for i, r in enumerate(requests) if r is not None]
+        if not pending:
+            break
+        rounds += 1
+        unsorted = [i for i in pending if not requests[i].get("sorted")]
+        sorted_ = [i for i in pending if requests[i].get("sorted")]
+        block_futures = []
+        if unsorted:
+            args = [(problems[i][0], problems[i][1], cals[i], requests[i]) for i in unsorted]
+            block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
+        new = [i for i in sorted_ if i not in pieces_of]
+        if new:
+            specs = []
+            for i in new:
+                cs, col = problems[i]
+                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
+                specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
+            bl = blocks()
+            size = _split_group_size(len(bl), ctx, len(client.scheduler_info().get("workers", {})))
+            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], pure=False) for j in range(0, len(bl), size)]
+            for i, _, _, bounds in specs:
+                pieces_of[i] = [
+                    [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)
+                ]
+        if not unsorted and not fallback and all(i in pieces_of for i in pending):
+            holder[0] = None  # each block is freed once its split has run
+        range_futures = {
+            i: [client.submit(pt.range_partial_stats, cals[i], requests[i], *pieces, pure=False) for pieces in pieces_of[i]]
+            for i in sorted_
+        }
+        flat = block_futures + [f for i in sorted_ for f in range_futures[i]]
+        results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators")
+        block_results = results[: len(block_futures)]
+        pos = len(block_futures)
+        merged: dict[int, Any] = {}
+        for j, i in enumerate(unsorted):
+            merged[i] = _calibrator_stats(cals[i], [r[j] for r in block_results])
+        for i in sorted_:
+            n = len(range_futures[i])
+            merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
+            pos += n
+        for i in pending:
+            with plugin_errors(cals[i], "fit"):
+                requests[i] = cals[i].reduction_step(merged[i], requests[i])
+        if rounds > 500:
+            raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
+    for i in fallback:
+        cs, col = problems[i]
+        check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
+        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks()]
+        cals[i] = client.submit(pt.fit_calibrator_gathered, cals[i], score_kind, *pieces, pure=False)
+    if fallback:
+        done = client.gather([cals[i] for i in fallback])
+        for i, cal in zip(fallback, done):
+            cals[i] = cal
+    return cals
+
+
+def _split_group_size(n_blocks: int, ctx: Context, n_workers: int) -> int:
+    """Consecutive score blocks cut into ranges by one task: groups of about four ranges' rows (a
+    task's memory stays a small multiple of a range task's), and at least one group per worker."""
+    rows_per_group = 4 * range_rows_for(ctx.memory_limit)
+    groups = max(max(1, n_workers), math.ceil(ctx.n_rows / rows_per_group))
+    return max(1, math.ceil(n_blocks / groups))
+
+
+def _calibrator_stats(cal, parts: list):
+    from ..plugin_calls import plugin_errors
+
+    with plugin_errors(cal, "fit"):
+        merged = pt.merge_in_order(parts, cal.merge_stats)
+    if merged is None:
+        raise DataError("calibration data is empty; pass at least one example of each class")
+    return merged
+
+
+def _members(learners, uidx, calsets, merged, by_set, score_kind, M, folds, refit) -> list:
+    from .arrays import _column_member
+    from ..model.calibrated import Member, RawMap
+
+    def raw(i):
+        m = merged[i]
+        if score_kind == "proba":
+            return RawMap(score_kind, np.zeros(len(m["min"])), np.ones(len(m["min"])))
+        a = np.maximum(np.abs(m["min"]), np.abs(m["max"]))
+        return RawMap(score_kind, -a, a)
+
+    members = []
+    if M is None:
+        for i, cs in enumerate(calsets):
+            li = uidx[pt.Unit(None, None)] if refit else cs.learners[0]
+            n_cols = len(merged[i]["min"])
+            members.append(Member([learners[li]], [list(range(n_cols))], by_set[i], raw(i)))
+        return members
+    n_cols = M.shape[1]
+    groups = [None] if refit else folds
+    for f in groups:
+        sets = [i for i, cs in enumerate(calsets) if cs.fold == f]
+        sets.sort(key=lambda i: calsets[i].column)
+        lrs = [learners[uidx[pt.Unit(None if refit else f, calsets[i].column)]] for i in sets]
+        cals = [by_set[i][0] for i in sets]
+        ranges = [(float(merged[i]["min"][0]), float(merged[i]["max"][0])) for i in sets]
+        assert len(lrs) == n_cols
+        members.append(_column_member(lrs, cals, ranges))
+    return members
+
+
+# ---------------------------------------------------------------------------------------------- others
+
+
+def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugins):
+    """Probing and bagging on the fragments (:mod:`calengine.fit.table_probing`): costing and bootstrap
+    samples drawn on the workers, votes kept there.  ``--route in-memory`` keeps the old driver on the
+    whole table assembled on one worker (never the client)."""
+    from ..model.calibrated import CalibratedModel
+
+    if getattr(learner, "trains_on_cluster", False) and ctx.spec.route != "in-memory":
+        raise ParameterError(
+            f"--method {config.method} fits many weighted classifiers, each on one worker; learner"
+            f" '{learner.name}' trains on the whole cluster: use --method isotonic/sigmoid/..., or"
+            " --route in-memory to fit it in one worker's memory"
+        )
+    if ctx.spec.route == "stats":
+        raise ParameterError(
+            f"--method {config.method} fits many weighted or sampled classifiers, not one from statistics;"
+            " drop --route stats (or use --route in-memory, or --max-train-rows N)"
+        )
+    if ctx.spec.route == "in-memory":
+        from .probing import fit_reduction_members
+
+        check_fits_memory(ctx, ctx.n_rows, f"--method {config.method} (the whole table on one worker)")
+        data_f = client.submit(pt.assemble_training, ctx.fragments, ctx.enc, pure=False)
+        members, code_matrix, combiner, counts = fit_reduction_members(
+            client, data_f, ctx.enc.labels, learner, config, plugins, progress, n_rows=ctx.n_rows
+        )
+        route = "in-memory"
+    else:
+        from .table_probing import fit_reduction_partitioned
+
+        members, code_matrix, combiner, counts, route = fit_reduction_partitioned(
+            client, ctx, learner, config, plugins, progress
+        )
+    return CalibratedModel(
+        encoder=ctx.enc.encoder, labels=ctx.enc.labels, members=members, code_matrix=code_matrix,
+        combiner=combiner, column_counts=counts, info=_info(ctx, learner, config, route),
+    )
+
+
+def _fit_combined(client, ctx: Context, config, learners, progress, plugins):
+    """Several base learners on the same folds, combined by ``config.combine`` (Duin & Tax)."""
+    from .training import combined_configs, combined_model
+
+    configs = combined_configs(config, learners, plugins)
+    return combined_model([fit_table(client, ctx.spec, sub, progress, plugins, ctx=ctx) for sub in configs], config.combine)
+
+
+# ---------------------------------------------------------------------------------------------- Python API
+
+
+def fit_parquet(data, target: str, *, cluster=None, workers=None, worker_memory=None, progress=None, **options):
+    """Fit a calibrated model on a Parquet table from Python, exactly as ``calengine fit`` does.
+
+    ``options`` are the fields of :class:`TableSpec` (``positive``, ``features``, ``exclude``,
+    ``text_columns``, ``max_categories``, ``calibration_data``, ``max_train_rows``, ``route``) and of
+    :class:`calengine.fit.training.FitConfig` (``learner``, ``learner_params``, ``method``,
+    ``method_params``, ``mode``, ``cv``, ``seed``, ``multiclass``, ``combiner_params``, ``combine``).
+    ``cluster``: None (embedded), ``"local"`` or a scheduler address.  Returns the
+    :class:`~calengine.model.calibrated.CalibratedModel`; save it with :func:`calengine.model.artifact.save_model`.
+    """
+    from dataclasses import fields
+
+    from ..cluster import dask_client
+    from .training import FitConfig
+
+    spec_fields = {f.name for f in fields(TableSpec)}
+    config_fields = {f.name for f in fields(FitConfig)}
+    unknown = sorted(set(options) - spec_fields - config_fields)
+    if unknown:
+        raise ParameterError(
+            f"fit_table() got unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(spec_fields | config_fields))}"
+        )
+    spec = TableSpec(data=str(data), target=target, **{k: v for k, v in options.items() if k in spec_fields})
+    config = FitConfig(**{k: v for k, v in options.items() if k in config_fields})
+    with dask_client(cluster, workers=workers, memory_limit=worker_memory) as client:
+        return fit_table(client, spec, config, progress=Progress(enabled=progress))

@@ -1,0 +1,353 @@
+"""From a table (or arrays) and a configuration to a :class:`CalibratedModel`.
+
+This is the story of ``calengine fit`` in one module: resolve plugins by name, encode features, assign
+folds, hand the plan to the engine (or to the Probing/bagging drivers), and assemble the model with the
+combiner that turns per-column probabilities into classes.  The CLI and the Python estimator both call
+:func:`fit_model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import registry
+from ..parquet.data import LabelSpace, stratified_folds
+from .arrays import CalibrationPlan, fit_code_members, fit_members
+from ..errors import ParameterError
+from ..model.calibrated import CalibratedModel, one_vs_all_matrix
+from ..plugins import PluginSet, get_plugins
+from ..progress import Progress
+from ..tasks.arrays import TrainingData
+
+#: methods implemented by the engine itself rather than by a calibrator plugin
+ENGINE_METHODS = ("probing", "bagging")
+
+
+@dataclass
+class FitConfig:
+    """Everything ``calengine fit`` needs besides the data; recorded in the model manifest."""
+
+    learner: Any = "gaussian_nb"  # registry name, sklearn import path, or a Learner instance
+    learner_params: dict[str, Any] = field(default_factory=dict)
+    method: str = "isotonic"
+    method_params: dict[str, Any] = field(default_factory=dict)
+    mode: str = "ensemble"
+    cv: int = 5
+    seed: int = 0
+    #: "CODE:COMBINER" (e.g. "all_pairs:coupling") for one binary learner per code-matrix column;
+    #: None: a native multiclass learner's one-vs-rest scores, combined by normalisation
+    multiclass: str | None = None
+    #: parameters of the combiner named in ``multiclass`` (e.g. coupling's ``tol``, ``max_iter``)
+    combiner_params: dict[str, Any] = field(default_factory=dict)
+    #: with several learners (a list, or names separated by commas): the rule combining their
+    #: calibrated posteriors (min, max, median, mean, product; Duin & Tax)
+    combine: str | None = None
+
+
+#: seeds are 32-bit (numpy's and scikit-learn's ``random_state`` limit); larger values would alias
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed) -> int:
+    """``seed`` as an int in [0, 2**32 - 1], or a one-line :class:`ParameterError`."""
+    import numbers
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ParameterError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ParameterError(
+            f"seed must be from 0 to {MAX_SEED} (32 bits), got {seed}; larger seeds would silently repeat smaller ones"
+        )
+    return int(seed)
+
+
+def check_cv(cv) -> int:
+    """``cv`` as an int >= 2, or a one-line :class:`ParameterError`."""
+    import numbers
+
+    if isinstance(cv, bool) or not isinstance(cv, numbers.Integral) or cv < 2:
+        raise ParameterError(f"cv must be an integer >= 2 (the number of folds), got {cv!r}")
+    return int(cv)
+
+
+def explicit_splits(cv, X, y: np.ndarray, groups=None) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """``cv`` as a list of (train rows, held-out rows), or None when it is a number of folds.
+
+    Accepts what scikit-learn's ``cv`` parameters accept: an int (calengine's own seeded, stratified
+    folds, identical to ``calengine fit --cv``), a splitter object with ``split(X, y, groups)``
+    (``StratifiedKFold``, ``GroupKFold``, ``ShuffleSplit``, ...), or an iterable of (train, test)
+    index arrays.  Every pair must hold valid row indices and non-empty train and held-out parts.
+    """
+    import numbers
+
+    if isinstance(cv, numbers.Integral) and not isinstance(cv, bool):
+        check_cv(cv)
+        return None
+    n = len(y)
+    if isinstance(cv, (str, bytes, bool)) or cv is None or not (hasattr(cv, "split") or hasattr(cv, "__iter__")):
+        raise ParameterError(
+            f"cv must be a number of folds >= 2, a splitter such as StratifiedKFold(5), or a list of"
+            f" (train, test) index pairs; got {cv!r}"
+        )
+    pairs = list(cv.split(X, y, groups)) if hasattr(cv, "split") else list(cv)
+    out = []
+    for i, pair in enumerate(pairs):
+        try:
+            train, test = pair
+            train = np.asarray(train).ravel()
+            test = np.asarray(test).ravel()
+        except (TypeError, ValueError):
+            raise ParameterError(f"cv split {i} is not a (train, test) pair of index arrays") from None
+        if train.dtype == bool or test.dtype == bool:
+            train, test = np.flatnonzero(train), np.flatnonzero(test)
+        if not (np.issubdtype(train.dtype, np.integer) and np.issubdtype(test.dtype, np.integer)):
+            raise ParameterError(f"cv split {i} holds non-integer row indices; pass integer index arrays")
+        if len(train) == 0 or len(test) == 0:
+            raise ParameterError(f"cv split {i} has an empty train or test part; every split needs both")
+        if min(train.min(), test.min()) < 0 or max(train.max(), test.max()) >= n:
+            raise ParameterError(f"cv split {i} holds row indices outside 0..{n - 1}; the splits must index X's rows")
+        out.append((train.astype(np.int64), test.astype(np.int64)))
+    if not out:
+        raise ParameterError("cv gave no splits; pass a splitter or at least one (train, test) pair")
+    return out
+
+
+def folds_of_splits(splits, n_rows: int) -> np.ndarray | None:
+    """The fold number of each row when ``splits`` partition the rows (every row held out exactly once,
+    trained on in every other split), else None (the splits are then used pair by pair)."""
+    folds = np.full(n_rows, -1, dtype=np.int32)
+    for i, (train, test) in enumerate(splits):
+        if np.any(folds[test] != -1):
+            return None
+        folds[test] = i
+    if np.any(folds == -1):
+        return None
+    for i, (train, test) in enumerate(splits):
+        if len(train) + len(test) != n_rows or len(np.unique(train)) != len(train) or np.any(folds[train] == i):
+            return None
+    return folds
+
+
+def resolve_learner(config: FitConfig, plugins: PluginSet):
+    """The learner instance for ``config.learner``: a registered name, a scikit-learn import path, a
+    calengine :class:`~calengine.base.Learner`, or a scikit-learn classifier instance (wrapped)."""
+    from ..base import Learner
+
+    learner = config.learner
+    if isinstance(learner, str):
+        return registry.make_learner(learner, config.learner_params, plugins)
+    if not isinstance(learner, Learner):
+        if not (hasattr(learner, "fit") and (hasattr(learner, "predict_proba") or hasattr(learner, "decision_function"))):
+            raise ParameterError(
+                "learner must be a registered name, a scikit-learn import path, a calengine Learner or a"
+                f" scikit-learn classifier; got {type(learner).__name__}"
+            )
+        from ..wrapped_estimator import EstimatorLearner
+
+        learner = EstimatorLearner(estimator=learner)
+    return learner.set_params(**config.learner_params) if config.learner_params else learner
+
+
+def fit_model(
+    client,
+    data: TrainingData,
+    labels: LabelSpace,
+    encoder,
+    config: FitConfig,
+    cal_data: TrainingData | None = None,
+    progress: Progress | None = None,
+    plugins: PluginSet | None = None,
+) -> CalibratedModel:
+    """Fit every member on the cluster behind ``client`` and assemble the model."""
+    plugins = plugins or get_plugins()
+    if config.seed < 0:
+        raise ParameterError(f"--seed must be a non-negative integer, got {config.seed}")
+    learners = split_learners(config.learner)
+    if len(learners) > 1 or config.combine:
+        return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
+    learner = resolve_learner(config, plugins)
+    from ..base import reject_sparse
+
+    reject_sparse(learner, data.X)  # one line naming the fix, not a crash inside the learner
+    k = labels.n_classes
+    info = model_info(learner, config, cal_data is not None)
+    if config.method in ENGINE_METHODS:
+        from .probing import fit_reduction_members
+
+        members, code_matrix, combiner, counts = fit_reduction_members(
+            client, data, labels, learner, config, plugins, progress
+        )
+    else:
+        calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
+        uncalibrated = config.method == "none"
+        if not uncalibrated and cal_data is None and data.folds is None and data.splits is None:
+            data.folds = fold_assignment(data.y, config.cv, config.seed, labels.classes)
+        if data.splits is not None and config.mode == "refit":
+            raise ParameterError(
+                "mode 'refit' needs splits whose held-out parts cover every row exactly once (each row"
+                " gets one out-of-fold score); use such a splitter (KFold, StratifiedKFold, ...) or mode 'ensemble'"
+            )
+        plan = CalibrationPlan(
+            learner=learner,
+            calibrator=calibrator,
+            mode=config.mode,
+            cv=config.cv,
+            seed=config.seed,
+            uncalibrated=uncalibrated,
+        )
+        if config.multiclass and k > 2:
+            code_matrix, combiner = resolve_multiclass(
+                config.multiclass, k, config.seed, plugins, config.combiner_params
+            )
+            if cal_data is not None or uncalibrated:
+                raise ParameterError(
+                    "--multiclass with a code matrix needs cross-validated calibration; drop"
+                    " --calibration-data / --method none, or drop --multiclass"
+                )
+            members = fit_code_members(client, data, plan, code_matrix, progress=progress)
+            counts = (code_matrix[data.y] != 0).sum(axis=0).astype(np.int64)
+            info["multiclass"] = config.multiclass
+        else:
+            members = fit_members(client, data, plan, cal_data=cal_data, progress=progress)
+            code_matrix = one_vs_all_matrix(k) if k > 2 else np.array([[-1], [1]], dtype=np.int8)
+            combiner = registry.make("combiners", "normalize", {}, plugins) if k > 2 else None
+            counts = np.full(code_matrix.shape[1], len(data.y), dtype=np.int64)
+    return CalibratedModel(
+        encoder=encoder,
+        labels=labels,
+        members=members,
+        code_matrix=code_matrix,
+        combiner=combiner,
+        column_counts=counts,
+        info=info,
+    )
+
+
+def model_info(learner, config: FitConfig, calibration_data: bool) -> dict[str, Any]:
+    """What the manifest records of a fit's configuration (both fit paths)."""
+    return {
+        "learner": registry.learner_label(learner),
+        "learner_params": learner.get_params(deep=False),
+        "method": config.method,
+        "method_params": dict(config.method_params),
+        "mode": config.mode,
+        "cv": config.cv,
+        "seed": config.seed,
+        "calibration_data": calibration_data,
+    }
+
+
+def split_learners(learner) -> list:
+    """``"a,b"`` or ``["a", b_instance]`` -> the list of base learners; a single learner -> [it]."""
+    if isinstance(learner, str):
+        return [part.strip() for part in learner.split(",") if part.strip()] or [learner]
+    if isinstance(learner, (list, tuple)):
+        return list(learner)
+    return [learner]
+
+
+def _params_for(learner, index: int, params: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
+    """Parameters for base learner ``index``: ``NAME.key`` (or ``INDEX.key``) targets one learner,
+    a bare ``key`` every learner that has it."""
+    if not isinstance(learner, str):
+        return {}
+    valid = set(registry.lookup("learners", learner if "." not in learner else registry.SKLEARN_PATH_LEARNER,
+                                plugins)._get_param_names())
+    out = {}
+    for key, value in params.items():
+        prefix, dot, name = key.rpartition(".")
+        if dot:
+            if prefix in (learner, str(index)):
+                out[name] = value
+        elif key in valid:
+            out[key] = value
+    return out
+
+
+def _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins) -> CalibratedModel:
+    """Fit each base learner with the same folds and method, then combine by ``config.combine``."""
+    configs = combined_configs(config, learners, plugins)
+    models = [fit_model(client, data, labels, encoder, sub, cal_data, progress, plugins) for sub in configs]
+    return combined_model(models, config.combine)
+
+
+def combined_configs(config: FitConfig, learners: list, plugins: PluginSet) -> list[FitConfig]:
+    """One configuration per base learner of a ``--combine`` fit, each with its own parameters
+    (``NAME.key`` or ``INDEX.key`` for one learner, a bare ``key`` for every learner that has it)."""
+    from dataclasses import replace
+
+    from ..methods.combining import check_rule
+
+    check_rule(config.combine or "mean")
+    if len(learners) < 2:
+        raise ParameterError("--combine needs at least two learners, e.g. --learner nearest_mean,fisher_lda,knn")
+    params = dict(config.learner_params)
+    for key in params:
+        if not any(_params_for(lr, i, {key: None}, plugins) for i, lr in enumerate(learners)):
+            raise ParameterError(
+                f"--learner-param {key} matches none of the learners {', '.join(map(str, learners))};"
+                " prefix it with the learner name (e.g. knn.n_neighbors=5)"
+            )
+    return [
+        replace(config, learner=lr, learner_params=_params_for(lr, i, params, plugins), combine=None)
+        for i, lr in enumerate(learners)
+    ]
+
+
+def combined_model(models: list[CalibratedModel], combine: str | None) -> CalibratedModel:
+    """The base learners' models as one, their posteriors combined by ``combine`` (Duin & Tax)."""
+    from ..methods.combining import check_rule
+
+    rule = check_rule(combine or "mean")
+    first = models[0]
+    info = dict(first.info)
+    info["learner"] = ",".join(m.info["learner"] for m in models)
+    info["learner_params"] = {str(i): m.info["learner_params"] for i, m in enumerate(models)}
+    info["combine"] = rule
+    if "x_training" in info:  # partition-native fits: each base learner took its own route
+        info["x_training"] = {**info["x_training"], "route": ",".join(m.info["x_training"]["route"] for m in models)}
+    return CalibratedModel(
+        encoder=first.encoder,
+        labels=first.labels,
+        members=[mem for m in models for mem in m.members],
+        code_matrix=first.code_matrix,
+        combiner=first.combiner,
+        column_counts=first.column_counts,
+        info=info,
+        member_groups=[i for i, m in enumerate(models) for _ in m.members],
+        combine_rule=rule,
+    )
+
+
+def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params: dict[str, Any] | None = None):
+    """(code matrix, combiner) for ``CODE:COMBINER``; the combiner checks it can use the matrix.
+
+    ``CODE`` alone picks a sensible combiner: normalize for one_vs_all, coupling for the others.
+    """
+    from ..methods.codematrix import make_matrix
+
+    code, sep, comb = spec.rpartition(":")
+    if not sep or code.lower() == "file":
+        code, comb = spec, ""
+    M = make_matrix(code, k, seed=seed)
+    if not comb:
+        from ..methods.codematrix import is_one_vs_all
+
+        comb = "normalize" if is_one_vs_all(M) else "coupling"
+    combiner = registry.make("combiners", comb, params or {}, plugins)
+    from ..plugin_calls import plugin_errors
+
+    with plugin_errors(combiner, "combine"):  # a CodeMatrixError (its refusal) passes unchanged
+        combiner.check_matrix(M)
+    return M, combiner
+
+
+def fold_assignment(y: np.ndarray, cv: int, seed: int, classes=None) -> np.ndarray:
+    """The fold number of every row (stratified, shuffled from ``seed``)."""
+    folds = np.empty(len(y), dtype=np.int32)
+    for i, (_, held) in enumerate(stratified_folds(y, cv, seed, classes)):
+        folds[held] = i
+    return folds

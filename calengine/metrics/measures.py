@@ -1,0 +1,592 @@
+"""Evaluation of probability estimates as an exact, mergeable reduction over partitions.
+
+Test tables may be larger than memory, so every metric is computed from a :class:`MetricAccumulator`
+that each Dask task fills from its own partition (:meth:`MetricAccumulator.add`), ships back as a flat
+dict of numpy arrays (:meth:`MetricAccumulator.to_arrays`) and folds into the others
+(:meth:`MetricAccumulator.merge`).  The array functions at the bottom of this module are the
+one-partition case.
+
+Why grouped counts instead of running sums: AUC with ties, the calibration / refinement split of the
+Brier score (Flach & Matsubara, "On classification, ranking, and probability estimation"), quantile
+reliability bins and the error-reject curve (Duin & Tax, "Classifier conditional posterior
+probabilities") all depend on *which rows share a predicted value*.  The accumulator therefore keeps,
+for every class column ``c``, the sorted distinct values of ``P[:, c]`` with how many rows at that
+value have ``y == c`` (positives) and ``y != c`` (negatives), and one more table of the same shape for
+the top-label confidence (``max_c P[:, c]``, split into correctly and wrongly classified rows).  Counts
+are integers and the value keys are exact floats, so merging in any order produces bit-identical
+tables, and every metric is a deterministic function of them: results do not depend on the partition
+layout at all.  The price is memory proportional to the number of *distinct* predicted values; scores
+with few distinct values (trees, isotonic, binning) cost almost nothing, continuous scores cost
+three numbers per distinct value and class.
+
+Conventions shared by all functions here:
+
+* ``y``: shape ``(n,)``, integer class indices ``0..k-1``.
+* ``P``: shape ``(n, k)``, probabilities in ``[0, 1]`` whose rows sum to 1 within ``1e-6``.  For
+  ``k == 2`` a 1-D array of class-1 probabilities is also accepted and read as ``(1 - p, p)``.
+* The predicted class is ``argmax`` of the row; ties go to the lowest class index.
+* Segments of the Brier decomposition are groups of exactly equal predicted probability (``-0.0`` and
+  ``0.0`` are the same value); no tolerance is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError, ParameterError
+
+__all__ = [
+    "LOG_LOSS_CLIP",
+    "ROW_SUM_TOLERANCE",
+    "MetricAccumulator",
+    "evaluate_predictions",
+    "reliability_diagram",
+    "error_reject_curve",
+]
+
+#: probabilities are clipped to ``[LOG_LOSS_CLIP, 1]`` before the log, so one confident mistake costs
+#: at most ``-ln(1e-15) ≈ 34.54`` nats instead of infinity (scikit-learn clips at float64 eps instead,
+#: ≈ 36.04 nats; the two agree whenever no true-class probability is below 1e-15).
+LOG_LOSS_CLIP = 1e-15
+
+#: how far a row of ``P`` may sum away from 1 before it is rejected.
+ROW_SUM_TOLERANCE = 1e-6
+
+#: number of equal-width bins of the top-label confidence behind ``ece`` and ``mce``.
+ECE_BINS = 15
+
+_ARRAY_KEYS = (
+    "n_classes",
+    "n",
+    "class_ptr",
+    "class_value",
+    "class_pos",
+    "class_neg",
+    "top_value",
+    "top_correct",
+    "top_wrong",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# grouped tables: (sorted distinct values, positive counts, negative counts)
+
+
+def _collapse(values: np.ndarray, pos: np.ndarray, neg: np.ndarray, kind: str | None = None):
+    """Sum ``pos``/``neg`` over equal ``values``; returns the three arrays sorted by value.
+
+    ``kind="stable"`` suits concatenations of already sorted tables (the merge case), which it
+    sorts in close to linear time; unsorted rows are faster with numpy's default sort.
+    """
+    if values.size == 0:
+        return np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64)
+    order = np.argsort(values, kind=kind)
+    v = values[order]
+    starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+    return (
+        v[starts],
+        np.add.reduceat(pos[order], starts).astype(np.int64, copy=False),
+        np.add.reduceat(neg[order], starts).astype(np.int64, copy=False),
+    )
+
+
+def _group_rows(values: np.ndarray, is_pos: np.ndarray):
+    """Grouped table of one batch of rows: ``values`` (n,) floats, ``is_pos`` (n,) booleans."""
+    pos = is_pos.astype(np.int64)
+    return _collapse(values, pos, 1 - pos)
+
+
+def _merge_tables(a, b):
+    """Union of two grouped tables, counts of equal values summed."""
+    if a[0].size == 0:
+        return b
+    if b[0].size == 0:
+        return a
+    return _collapse(
+        np.concatenate((a[0], b[0])),
+        np.concatenate((a[1], b[1])),
+        np.concatenate((a[2], b[2])),
+        kind="stable",
+    )
+
+
+def _empty_table():
+    return np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64)
+
+
+def _binary_auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    """Exact AUC of one grouped table sorted by increasing value; ties count one half; NaN if undefined.
+
+    ``AUC = Σ_i n_i⁺ (n_i⁻/2 + negatives strictly below i) / (N⁺ N⁻)``.  The doubled numerator is an
+    integer, accumulated in int64 while it provably fits and in float64 beyond that.
+    """
+    n_pos, n_neg = int(pos.sum()), int(neg.sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    below = np.cumsum(neg) - neg
+    if 2 * n_pos * n_neg < 2**62:
+        twice = int(np.dot(pos, 2 * below + neg))
+    else:
+        twice = float(np.dot(pos.astype(np.float64), (2 * below + neg).astype(np.float64)))
+    return twice / (2.0 * n_pos * n_neg)
+
+
+# --------------------------------------------------------------------------------------------------
+# input validation
+
+
+def _check_n_classes(n_classes: Any) -> int:
+    if isinstance(n_classes, bool) or not isinstance(n_classes, (int, np.integer)) or n_classes < 2:
+        raise ParameterError(
+            f"n_classes must be an integer >= 2, got {n_classes!r}; pass the number of classes of the task"
+        )
+    return int(n_classes)
+
+
+def _validate(y, P, n_classes: int | None):
+    """Return ``(y, P)`` as int64 ``(n,)`` and float64 ``(n, k)`` arrays, or raise :class:`DataError`."""
+    P = np.asarray(P)
+    y = np.asarray(y)
+    if P.dtype == object or not (np.issubdtype(P.dtype, np.number) or P.dtype == bool):
+        raise DataError(
+            f"probabilities must be numeric, got dtype {P.dtype}; pass a float array P of shape (n, k)"
+        )
+    P = P.astype(np.float64, copy=False)
+    if P.ndim == 1:
+        if n_classes not in (None, 2):
+            raise DataError(
+                f"P is 1-D but the task has {n_classes} classes; pass P with shape (n, {n_classes})"
+            )
+        P = np.column_stack((1.0 - P, P))
+    if P.ndim != 2:
+        raise DataError(
+            f"P must have shape (n, k), got shape {P.shape}; pass one row of class probabilities per example"
+        )
+    k = P.shape[1]
+    if n_classes is not None and k != n_classes:
+        raise DataError(
+            f"P has {k} columns but the task has {n_classes} classes; pass one probability column per class"
+        )
+    if k < 2:
+        raise DataError(f"P must have at least 2 columns, got {k}; pass one probability column per class")
+    if y.ndim != 1:
+        raise DataError(f"y must be 1-D, got shape {y.shape}; pass one class index per example")
+    if y.shape[0] != P.shape[0]:
+        raise DataError(
+            f"y has {y.shape[0]} rows but P has {P.shape[0]}; "
+            "pass labels and probabilities for the same examples"
+        )
+    if y.dtype == bool:
+        y = y.astype(np.int64)
+    elif np.issubdtype(y.dtype, np.integer):
+        y = y.astype(np.int64, copy=False)
+    elif np.issubdtype(y.dtype, np.floating):
+        if not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
+            raise DataError("y holds non-integer or missing values; pass integer class indices 0..k-1")
+        y = y.astype(np.int64)
+    else:
+        raise DataError(
+            f"y must hold integer class indices, got dtype {y.dtype}; encode labels as 0..k-1 first"
+        )
+    if y.size and (y.min() < 0 or y.max() >= k):
+        bad = int(y.min()) if y.min() < 0 else int(y.max())
+        raise DataError(f"y contains class index {bad} outside 0..{k - 1}; encode labels as 0..{k - 1} first")
+    if not np.all(np.isfinite(P)):
+        raise DataError("P contains NaN or infinite values; drop or impute those rows before evaluating")
+    if P.size and (P.min() < 0.0 or P.max() > 1.0):
+        raise DataError(
+            f"P has values outside [0, 1] (min {P.min():.6g}, max {P.max():.6g}); "
+            "pass probabilities, not raw scores"
+        )
+    if P.shape[0]:
+        dev = np.abs(P.sum(axis=1) - 1.0)
+        worst = int(np.argmax(dev))
+        if dev[worst] > ROW_SUM_TOLERANCE:
+            raise DataError(
+                f"row {worst} of P sums to {P[worst].sum():.9g}, not 1 (tolerance {ROW_SUM_TOLERANCE:g}); "
+                "normalise each row of probabilities first"
+            )
+    return y, P
+
+
+# --------------------------------------------------------------------------------------------------
+# the accumulator
+
+
+class MetricAccumulator:
+    """Exact, mergeable sufficient statistics for every metric of :meth:`result`.
+
+    ``MetricAccumulator(k)`` starts empty; :meth:`add` folds in a batch ``(y, P)`` and :meth:`merge`
+    folds in another accumulator, both in place and returning ``self`` so they chain inside a Dask
+    reduction.  Merging is associative and commutative with bit-identical internal state, so the
+    partitioning and reduction order never change any result.  Empty batches are allowed (empty
+    partitions are common); :meth:`result` needs at least one row.
+    """
+
+    def __init__(self, n_classes: int):
+        self.n_classes = _check_n_classes(n_classes)
+        self.n = 0
+        # per class c: (sorted distinct values of P[:, c], #rows with y == c, #rows with y != c)
+        self._cls = [_empty_table() for _ in range(self.n_classes)]
+        # top-label confidence: (sorted distinct max_c P[:, c], #correct, #wrong)
+        self._top = _empty_table()
+
+    # ---- building ---------------------------------------------------------------------------------
+
+    def add(self, y: np.ndarray, P: np.ndarray) -> "MetricAccumulator":
+        """Fold in one batch: ``y`` (n,) class indices, ``P`` (n, k) probabilities; returns ``self``.
+
+        Raises :class:`~calengine.errors.DataError` on shape mismatch, NaN/inf, values outside
+        ``[0, 1]``, rows not summing to 1 within ``1e-6`` or labels outside ``0..k-1``; the
+        accumulator is left unchanged in that case.
+        """
+        y, P = _validate(y, P, self.n_classes)
+        if y.size == 0:
+            return self
+        P = P + 0.0  # fold -0.0 into 0.0 so the two never form separate segments
+        for c in range(self.n_classes):
+            self._cls[c] = _merge_tables(self._cls[c], _group_rows(P[:, c], y == c))
+        pred = np.argmax(P, axis=1)
+        conf = P[np.arange(P.shape[0]), pred]
+        self._top = _merge_tables(self._top, _group_rows(conf, pred == y))
+        self.n += int(y.size)
+        return self
+
+    def merge(self, other: "MetricAccumulator") -> "MetricAccumulator":
+        """Fold ``other`` (unchanged) into ``self`` and return ``self``; class counts must agree."""
+        if not isinstance(other, MetricAccumulator):
+            raise TypeError(f"can only merge a MetricAccumulator, got {type(other).__name__}")
+        if other.n_classes != self.n_classes:
+            raise DataError(
+                f"cannot merge evaluations of {self.n_classes} and {other.n_classes} classes; "
+                "evaluate every partition with the same number of classes"
+            )
+        for c in range(self.n_classes):
+            self._cls[c] = _merge_tables(self._cls[c], other._cls[c])
+        self._top = _merge_tables(self._top, other._top)
+        self.n += other.n
+        return self
+
+    # ---- serialisation ----------------------------------------------------------------------------
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The full state as a flat dict of numpy arrays (safe for ``np.savez`` without pickle).
+
+        Keys: ``n_classes`` and ``n`` (0-d int64); ``class_ptr`` (k+1 int64 offsets) delimiting class
+        ``c``'s table at ``[class_ptr[c], class_ptr[c+1])`` within ``class_value`` (float64),
+        ``class_pos`` and ``class_neg`` (int64); ``top_value`` (float64), ``top_correct`` and
+        ``top_wrong`` (int64) for the top-label confidence.
+        """
+        sizes = [t[0].size for t in self._cls]
+        return {
+            "n_classes": np.asarray(self.n_classes, dtype=np.int64),
+            "n": np.asarray(self.n, dtype=np.int64),
+            "class_ptr": np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
+            "class_value": np.concatenate([t[0] for t in self._cls]),
+            "class_pos": np.concatenate([t[1] for t in self._cls]),
+            "class_neg": np.concatenate([t[2] for t in self._cls]),
+            "top_value": self._top[0].copy(),
+            "top_correct": self._top[1].copy(),
+            "top_wrong": self._top[2].copy(),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "MetricAccumulator":
+        """Rebuild an accumulator from :meth:`to_arrays` output; malformed input raises DataError."""
+        missing = [key for key in _ARRAY_KEYS if key not in arrays]
+        if missing:
+            raise DataError(
+                f"metric state lacks {', '.join(missing)}; "
+                "pass the dict produced by MetricAccumulator.to_arrays()"
+            )
+        k = int(np.asarray(arrays["n_classes"]))
+        if k < 2:
+            raise DataError(
+                f"metric state has n_classes={k}; pass the dict produced by MetricAccumulator.to_arrays()"
+            )
+        self = cls(k)
+        ptr = np.asarray(arrays["class_ptr"], dtype=np.int64)
+        cv = np.asarray(arrays["class_value"], dtype=np.float64)
+        cp = np.asarray(arrays["class_pos"], dtype=np.int64)
+        cn = np.asarray(arrays["class_neg"], dtype=np.int64)
+        tv = np.asarray(arrays["top_value"], dtype=np.float64)
+        tc = np.asarray(arrays["top_correct"], dtype=np.int64)
+        tw = np.asarray(arrays["top_wrong"], dtype=np.int64)
+        n = int(np.asarray(arrays["n"]))
+        ok = (
+            ptr.shape == (k + 1,)
+            and ptr[0] == 0
+            and ptr[-1] == cv.size
+            and np.all(np.diff(ptr) >= 0)
+            and cv.shape == cp.shape == cn.shape
+            and tv.shape == tc.shape == tw.shape
+            and cv.ndim == 1
+            and tv.ndim == 1
+        )
+        if ok:
+            bounds = [slice(ptr[c], ptr[c + 1]) for c in range(k)]
+            tables = [(cv[sl], cp[sl], cn[sl]) for sl in bounds]
+            ok = all(
+                int(t[1].sum() + t[2].sum()) == n
+                and np.all(t[1] >= 0)
+                and np.all(t[2] >= 0)
+                and np.all(np.diff(t[0]) > 0)
+                for t in tables + [(tv, tc, tw)]
+            )
+        if not ok:
+            raise DataError(
+                "metric state arrays are inconsistent (offsets, shapes, ordering or counts); "
+                "pass the unmodified dict produced by MetricAccumulator.to_arrays()"
+            )
+        self.n = n
+        self._cls = [(t[0].copy(), t[1].copy(), t[2].copy()) for t in tables]
+        self._top = (tv.copy(), tc.copy(), tw.copy())
+        return self
+
+    # ---- metrics ----------------------------------------------------------------------------------
+
+    def _require_rows(self) -> None:
+        if self.n == 0:
+            raise DataError("no rows to evaluate; pass at least one labelled prediction")
+
+    def _brier_parts(self, c: int):
+        """(brier, calibration, refinement) sums, not yet divided by n, of one-vs-rest column ``c``.
+
+        Per segment (value v, a positives, b negatives, m = a + b):
+        ``a(1-v)² + b v² = (a - m v)²/m + a b/m`` (calibration + refinement), both sides computed
+        directly so the identity is a check rather than an assumption.
+        """
+        v, a, b = self._cls[c]
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        m = af + bf
+        brier = float(np.sum(af * (1.0 - v) ** 2 + bf * v**2))
+        cal = float(np.sum((af - m * v) ** 2 / m))
+        ref = float(np.sum(af * bf / m))
+        return brier, cal, ref
+
+    def result(self) -> dict[str, Any]:
+        """All metrics of the rows seen so far; raises DataError when there are none.
+
+        Returns a dict with ``n`` and ``n_classes`` (int) and these floats:
+
+        * ``brier``: binary ``mean (y - P[:, 1])²`` in [0, 1]; multiclass ``mean Σ_c (1[y=c] - P[:, c])²``
+          in [0, 2].
+        * ``calibration_loss`` + ``refinement_loss`` == ``brier`` (Flach & Matsubara, segments = equal
+          predicted values; multiclass: the sum of the one-vs-rest decompositions of every column).
+        * ``log_loss`` (nats) and ``log_loss_bits``: ``mean -log(clip(P[i, y_i], 1e-15, 1))``.
+        * ``auc``: binary on ``P[:, 1]``, exact with ties counted one half; multiclass: unweighted mean of
+          one-vs-rest AUCs over classes having both positives and negatives.  NaN if none has.
+        * ``error_rate``: fraction of rows whose argmax (ties → lowest index) differs from ``y``.
+        * ``ece`` / ``mce``: weighted mean / maximum of ``|accuracy - mean confidence|`` over the non-empty
+          of 15 equal-width bins ``[j/15, (j+1)/15)`` (last bin closed) of the top-label confidence.
+        * ``confidence_q``: Duin & Tax ``mean (C - p_sel)²``, ``p_sel`` the top-label confidence and
+          ``C = 1`` if the row is classified correctly; ``confidence_rho = q/ε - 1/2`` with
+          ``ε = error_rate`` (NaN when ε = 0).
+        """
+        self._require_rows()
+        k, n = self.n_classes, self.n
+        cols = [1] if k == 2 else list(range(k))
+        brier = cal = ref = 0.0
+        for c in cols:
+            b_c, cal_c, ref_c = self._brier_parts(c)
+            brier += b_c
+            cal += cal_c
+            ref += ref_c
+
+        nll = 0.0
+        for c in range(k):
+            v, a, _ = self._cls[c]
+            nll += float(np.dot(a.astype(np.float64), -np.log(np.clip(v, LOG_LOSS_CLIP, 1.0))))
+        log_loss = nll / n
+
+        if k == 2:
+            auc = _binary_auc(self._cls[1][1], self._cls[1][2])
+        else:
+            aucs = [_binary_auc(self._cls[c][1], self._cls[c][2]) for c in range(k)]
+            aucs = [x for x in aucs if not math.isnan(x)]
+            auc = float(np.mean(aucs)) if aucs else math.nan
+
+        tv, tc, tw = self._top
+        n_wrong = int(tw.sum())
+        error_rate = n_wrong / n
+        q = float(np.sum(tc * (1.0 - tv) ** 2 + tw * tv**2)) / n
+        rho = q / error_rate - 0.5 if n_wrong else math.nan
+
+        cnt, conf_sum, pos_sum = self._binned(tv, tc, tw, np.linspace(0.0, 1.0, ECE_BINS + 1))
+        nonempty = cnt > 0
+        gap = np.abs(pos_sum - conf_sum)
+        ece = float(gap.sum()) / n
+        mce = float(np.max(gap[nonempty] / cnt[nonempty]))
+
+        return {
+            "n": n,
+            "n_classes": k,
+            "brier": brier / n,
+            "log_loss": log_loss,
+            "log_loss_bits": log_loss / math.log(2.0),
+            "auc": auc,
+            "error_rate": error_rate,
+            "ece": ece,
+            "mce": mce,
+            "calibration_loss": cal / n,
+            "refinement_loss": ref / n,
+            "confidence_q": q,
+            "confidence_rho": rho,
+        }
+
+    # ---- report curves ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _binned(v, pos, neg, edges, right_closed: bool = False):
+        """Per bin: row count, Σ value, positive count (floats).
+
+        Bins are ``[edges[j], edges[j+1])`` with the last one closed, or with ``right_closed``
+        ``(edges[j], edges[j+1]]`` with the first one closed.
+        """
+        n_bins = edges.size - 1
+        side = "left" if right_closed else "right"
+        idx = np.clip(np.searchsorted(edges[1:-1], v, side=side), 0, n_bins - 1)
+        w = (pos + neg).astype(np.float64)
+        cnt = np.bincount(idx, weights=w, minlength=n_bins)
+        conf_sum = np.bincount(idx, weights=w * v, minlength=n_bins)
+        pos_sum = np.bincount(idx, weights=pos.astype(np.float64), minlength=n_bins)
+        return cnt, conf_sum, pos_sum
+
+    def _class_arg(self, cls, *, default_binary: bool) -> int:
+        if cls is None and default_binary and self.n_classes == 2:
+            return 1
+        if isinstance(cls, bool) or not isinstance(cls, (int, np.integer)) or not 0 <= cls < self.n_classes:
+            raise ParameterError(
+                f"cls must be a class index in 0..{self.n_classes - 1}, got {cls!r}"
+                + ("" if default_binary and self.n_classes == 2 else "; pass the class to plot")
+            )
+        return int(cls)
+
+    def reliability_diagram(self, bins: int = 15, strategy: str = "uniform", cls: int | None = None) -> dict:
+        """Observed frequency against mean predicted probability, per bin.
+
+        ``cls=None`` bins the top-label confidence and observes accuracy (the diagram behind ``ece``);
+        ``cls=c`` bins ``P[:, c]`` and observes the frequency of ``y == c``.
+
+        ``strategy="uniform"``: ``bins`` equal-width bins ``[j/bins, (j+1)/bins)`` on [0, 1], the last
+        one closed.  ``"quantile"``: edges at the minimum, the inverted-CDF quantiles ``j/bins`` and the
+        maximum of the predicted values, bins ``(edges[j], edges[j+1]]`` with the first one closed, so
+        each holds about ``n/bins`` rows; rows with equal values are never split, which can leave a
+        bin empty (repeated edges).
+
+        Returns arrays: ``bin_edges`` (bins+1), and per bin ``mean_predicted``, ``observed_frequency``
+        (both NaN for empty bins) and ``count`` (int64).
+        """
+        if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+            raise ParameterError(f"bins must be a positive integer, got {bins!r}")
+        if strategy not in ("uniform", "quantile"):
+            raise ParameterError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
+        self._require_rows()
+        if cls is None:
+            v, pos, neg = self._top
+        else:
+            v, pos, neg = self._cls[self._class_arg(cls, default_binary=False)]
+        if strategy == "uniform":
+            edges = np.linspace(0.0, 1.0, int(bins) + 1)
+        else:
+            # inner edge j = smallest value whose cumulative count reaches j·n/bins (integer arithmetic)
+            scaled_cum = np.cumsum(pos + neg) * int(bins)
+            levels = np.arange(1, int(bins), dtype=np.int64) * self.n
+            inner = v[np.minimum(np.searchsorted(scaled_cum, levels, side="left"), v.size - 1)]
+            edges = np.concatenate(([v[0]], inner, [v[-1]]))
+        cnt, conf_sum, pos_sum = self._binned(v, pos, neg, edges, right_closed=strategy == "quantile")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_pred = np.where(cnt > 0, conf_sum / cnt, np.nan)
+            observed = np.where(cnt > 0, pos_sum / cnt, np.nan)
+        return {
+            "bin_edges": edges,
+            "mean_predicted": mean_pred,
+            "observed_frequency": observed,
+            "count": np.rint(cnt).astype(np.int64),
+        }
+
+    def error_reject_curve(self) -> dict:
+        """Error rate among accepted rows as the least confident rows are rejected (Duin & Tax).
+
+        A row is accepted iff its top-label confidence is ``>= threshold``.  Thresholds are the distinct
+        confidences in increasing order followed by ``+inf``, so the first point rejects nothing
+        (``error_rate`` = overall error rate) and the last rejects everything (``error_rate`` NaN, no
+        row accepted).  Rows of equal confidence are always rejected together.
+
+        Returns arrays of equal length: ``threshold``, ``reject_rate`` in [0, 1], ``error_rate`` (among
+        accepted rows) and ``n_accepted`` (int64).
+        """
+        self._require_rows()
+        v, correct, wrong = self._top
+        rejected = np.concatenate(([0], np.cumsum(correct + wrong)))
+        wrong_rejected = np.concatenate(([0], np.cumsum(wrong)))
+        accepted = self.n - rejected
+        with np.errstate(invalid="ignore", divide="ignore"):
+            err = np.where(accepted > 0, (wrong_rejected[-1] - wrong_rejected) / accepted, np.nan)
+        return {
+            "threshold": np.concatenate((v, [np.inf])),
+            "reject_rate": rejected / self.n,
+            "error_rate": err,
+            "n_accepted": accepted.astype(np.int64),
+        }
+
+    def roc_curve(self, cls: int | None = None) -> dict:
+        """One-vs-rest ROC curve of column ``cls`` (default: class 1 when there are two classes).
+
+        Points run from ``(0, 0)`` (threshold ``+inf``) to ``(1, 1)``, one per distinct predicted value in
+        decreasing order; a row counts as positive iff its probability is ``>= threshold``, so tied rows
+        move together (a diagonal step).  Returns arrays ``fpr``, ``tpr``, ``threshold``; the rates are
+        NaN when the class has no positives or no negatives.  The trapezoidal area under this curve
+        equals the tie-aware ``auc``.
+        """
+        self._require_rows()
+        v, pos, neg = self._cls[self._class_arg(cls, default_binary=True)]
+        tp = np.concatenate(([0], np.cumsum(pos[::-1])))
+        fp = np.concatenate(([0], np.cumsum(neg[::-1])))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpr = tp / tp[-1] if tp[-1] else np.full(tp.shape, np.nan)
+            fpr = fp / fp[-1] if fp[-1] else np.full(fp.shape, np.nan)
+        return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], v[::-1]))}
+
+    def __repr__(self) -> str:
+        return f"MetricAccumulator(n_classes={self.n_classes}, n={self.n})"
+
+
+# --------------------------------------------------------------------------------------------------
+# array functions (the one-partition case)
+
+
+def _n_classes_of(P) -> int:
+    shape = np.shape(P)
+    if len(shape) == 1:
+        return 2
+    if len(shape) != 2:
+        raise DataError(
+            f"P must have shape (n, k), got shape {shape}; pass one row of class probabilities per example"
+        )
+    return shape[1]
+
+
+def _accumulate(y, P) -> MetricAccumulator:
+    k = _n_classes_of(P)
+    if k < 2:
+        raise DataError(f"P must have at least 2 columns, got {k}; pass one probability column per class")
+    return MetricAccumulator(k).add(y, P)
+
+
+def evaluate_predictions(y, P) -> dict:
+    """All metrics of :meth:`MetricAccumulator.result` for in-memory ``y`` (n,) and ``P`` (n, k)."""
+    return _accumulate(y, P).result()
+
+
+def reliability_diagram(y, P, n_bins: int = 15, strategy: str = "uniform", cls: int | None = None) -> dict:
+    """See :meth:`MetricAccumulator.reliability_diagram`; ``cls=None`` is the top-label diagram."""
+    return _accumulate(y, P).reliability_diagram(bins=n_bins, strategy=strategy, cls=cls)
+
+
+def error_reject_curve(y, P) -> dict:
+    """See :meth:`MetricAccumulator.error_reject_curve`."""
+    return _accumulate(y, P).error_reject_curve()

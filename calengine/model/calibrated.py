@@ -1,0 +1,273 @@
+"""The fitted model: features -> per-column scores -> calibrated column probabilities -> classes.
+
+A model is an average over *members* (the k learner/calibrator pairs of cross-validated ``ensemble``
+mode, or a single member otherwise).  Each member produces one probability per **column** of the
+code matrix: for a two-class problem one column (the positive class), for ``k`` classes with a native
+multiclass learner the ``k`` one-vs-rest columns.  The combiner turns columns into class
+probabilities, and members are averaged, as scikit-learn's ``CalibratedClassifierCV`` does.
+
+Everything here is plain data plus numpy, so a model pickles onto Dask workers for scoring (it is
+never pickled to disk: see ``calengine.model.artifact``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..parquet.data import LabelSpace
+from ..plan.features import FeatureEncoder
+from ..plugin_calls import plugin_errors
+
+
+def one_vs_all_matrix(k: int) -> np.ndarray:
+    M = -np.ones((k, k), dtype=np.int8)
+    np.fill_diagonal(M, 1)
+    return M
+
+
+@dataclass
+class RawMap:
+    """The learner's own probability per column: identity for probability scores; for decision
+    scores Zadrozny & Elkan's (f + a) / 2a with a = max |f| over the calibration scores, clipped.
+
+    Unlike a min-max rescaling this keeps f = 0 at probability 1/2, so the "raw learner" that
+    evaluation compares against makes exactly the learner's own decisions.
+    """
+
+    score_kind: str
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def fit(cls, S: np.ndarray, score_kind: str) -> "RawMap":
+        if score_kind == "proba":
+            return cls(score_kind, np.zeros(S.shape[1]), np.ones(S.shape[1]))
+        a = np.abs(S).max(axis=0)
+        return cls(score_kind, -a, a)
+
+    def apply(self, S: np.ndarray) -> np.ndarray:
+        span = np.where(self.hi > self.lo, self.hi - self.lo, 1.0)
+        return np.clip((S - self.lo) / span, 0.0, 1.0)
+
+
+def checked_raw_map(score_kind: str, arrays: dict[str, np.ndarray], n_cols: int) -> RawMap:
+    """The stored :class:`RawMap` of a member with ``n_cols`` score columns; ValueError if malformed."""
+    if score_kind not in ("proba", "decision"):
+        raise ValueError(f"unknown score kind {score_kind!r}")
+    lo, hi = (np.asarray(arrays[k], dtype=np.float64) for k in ("raw_lo", "raw_hi"))
+    if lo.shape != (n_cols,) or hi.shape != (n_cols,) or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        raise ValueError(f"raw score ranges must be {n_cols} finite values")
+    return RawMap(score_kind, lo, hi)
+
+
+def as_columns(score: np.ndarray) -> np.ndarray:
+    """A learner score, (n,) or (n, k), as a 2-D (n, l) column block."""
+    score = np.asarray(score, dtype=np.float64)
+    return score[:, None] if score.ndim == 1 else score
+
+
+@dataclass
+class Member:
+    """One set of fitted learners and one calibrator per column.
+
+    ``learners[j]`` provides the score columns ``columns[j]`` (a list of column indices); a native
+    multiclass learner provides all of them, a binary learner per code-matrix column provides one.
+    """
+
+    learners: list[Any]
+    columns: list[list[int]]
+    calibrators: list[Any]
+    raw: RawMap
+
+    kind = "calibrated"
+
+    def parts(self) -> dict[str, Any]:
+        """What the artifact stores: fitted plugin objects, arrays, and JSON metadata."""
+        return {
+            "learners": self.learners,
+            "calibrators": self.calibrators,
+            "arrays": {"raw_lo": self.raw.lo, "raw_hi": self.raw.hi},
+            "meta": {"columns": self.columns, "score_kind": self.raw.score_kind},
+        }
+
+    @classmethod
+    def from_parts(cls, learners, calibrators, arrays, meta) -> "Member":
+        """Rebuild a member from the artifact; ValueError when the parts do not fit together (one score
+        column per calibrator, each column provided by exactly one learner)."""
+        columns = [[int(c) for c in cols] for cols in meta["columns"]]
+        n_cols = sum(len(c) for c in columns)
+        if len(columns) != len(learners) or sorted(c for cols in columns for c in cols) != list(range(n_cols)):
+            raise ValueError(f"member columns {columns} do not match its {len(learners)} learners")
+        if len(calibrators) != n_cols:
+            raise ValueError(f"a member with {n_cols} score columns has {len(calibrators)} calibrators")
+        raw = checked_raw_map(meta["score_kind"], arrays, n_cols)
+        return cls(list(learners), columns, list(calibrators), raw)
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.calibrators)
+
+    def scores(self, X) -> np.ndarray:
+        n_cols = sum(len(c) for c in self.columns)
+        S = np.empty((X.shape[0], n_cols), dtype=np.float64)
+        for learner, cols in zip(self.learners, self.columns):
+            with plugin_errors(learner, "score"):
+                S[:, cols] = as_columns(learner.score(X))
+        return S
+
+    def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
+        S = self.scores(X) if S is None else S
+        R = np.empty_like(S)
+        for b, cal in enumerate(self.calibrators):
+            with plugin_errors(cal, "predict"):
+                R[:, b] = cal.predict(S[:, b])
+        return np.clip(R, 0.0, 1.0)
+
+    def raw_column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
+        S = self.scores(X) if S is None else S
+        return self.raw.apply(S)
+
+
+@dataclass
+class CalibratedModel:
+    """Everything needed to score a table; see the module docstring.
+
+    Members are averaged; when several base learners are combined, members are first averaged per
+    learner (``member_groups``) and the learners' posteriors then combined by ``combine_rule``.
+    """
+
+    encoder: FeatureEncoder
+    labels: LabelSpace
+    members: list[Any]
+    code_matrix: np.ndarray
+    combiner: Any | None
+    column_counts: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+    #: base learner of each member, when several learners are combined (Duin & Tax); else empty
+    member_groups: list[int] = field(default_factory=list)
+    #: the rule combining the base learners' posteriors: min, max, median, mean or product
+    combine_rule: str | None = None
+
+    @property
+    def n_classes(self) -> int:
+        return self.labels.n_classes
+
+    def _combine(self, R: np.ndarray) -> np.ndarray:
+        if self.n_classes == 2 and R.shape[1] == 1:
+            r = R[:, 0]
+            return np.column_stack([1.0 - r, r])
+        with plugin_errors(self.combiner, "combine"):
+            return self.combiner.combine(R, self.code_matrix, self.column_counts)
+
+    def _aggregate(self, per_member: list[np.ndarray]) -> np.ndarray:
+        """Average members within each base learner, then combine learners by ``combine_rule``."""
+        groups = self.member_groups or [0] * len(per_member)
+        by_group: dict[int, list[np.ndarray]] = {}
+        for g, P in zip(groups, per_member):
+            by_group.setdefault(g, []).append(P)
+        averaged = [np.mean(by_group[g], axis=0) for g in sorted(by_group)]
+        if len(averaged) == 1:
+            return averaged[0]
+        from ..methods.combining import combine_posteriors
+
+        return combine_posteriors(averaged, self.combine_rule or "mean")
+
+    @property
+    def classes_(self) -> np.ndarray:
+        """The class labels, in the order of :meth:`predict_proba`'s columns (as scikit-learn)."""
+        return np.asarray(self.labels.classes)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities, shape (n, k), columns in the order of ``classes_``.
+
+        The one obvious path for a model from :func:`calengine.load_model`: ``X`` is a pandas
+        DataFrame with the training table's columns, encoded exactly as at fit time (a saved model
+        records its encoding).  A model fitted in memory on a plain array takes that array's columns.
+        """
+        import pandas as pd
+
+        from ..errors import DataError
+
+        if self.encoder is not None:
+            if not isinstance(X, pd.DataFrame):
+                raise DataError(
+                    "this model was fitted on a table; pass a pandas DataFrame with the training columns"
+                    f" ({', '.join(self.encoder.input_columns[:5])}{', ...' if len(self.encoder.input_columns) > 5 else ''})"
+                )
+            X = self.encoder.transform(X)
+        return self.predict_proba_features(X)
+
+    def predict(self, X) -> np.ndarray:
+        """The most probable class of each row (see :meth:`predict_proba`)."""
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def predict_proba_features(self, X) -> np.ndarray:
+        """Class probabilities, shape (n, k), rows summing to 1."""
+        return self._aggregate([self._combine(m.column_probabilities(X)) for m in self.members])
+
+    def raw_proba_features(self, X) -> np.ndarray:
+        """The uncalibrated learners' probabilities (see :class:`RawMap`), aggregated the same way."""
+        return self._aggregate([self._combine(m.raw_column_probabilities(X)) for m in self.members])
+
+    def both_proba_features(self, X) -> tuple[np.ndarray, np.ndarray]:
+        """(calibrated, raw) probabilities computing each member's scores once."""
+        P, Q = [], []
+        for m in self.members:
+            S = m.scores(X)
+            P.append(self._combine(m.column_probabilities(X, S)))
+            Q.append(self._combine(m.raw_column_probabilities(X, S)))
+        return self._aggregate(P), self._aggregate(Q)
+
+    @property
+    def has_intervals(self) -> bool:
+        """Whether ``predict_frame(extra_outputs=True)`` writes ``p_low``/``p_high`` (two-class Probing)."""
+        return any(getattr(m, "method", None) == "probing" and len(getattr(m, "voters", ())) == 1 for m in self.members)
+
+    def predict_frame(
+        self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None
+    ):
+        """A scored pandas DataFrame: kept columns, ``p_<class>`` per class, ``prediction``.
+
+        With ``reject_below``, rows whose chosen class has a probability below it get a missing
+        prediction (the reject option of Duin & Tax); their probabilities are still written.
+        """
+        import pandas as pd
+
+        X = self.encoder.transform(df)
+        P = self.predict_proba_features(X)
+        out = {col: df[col].to_numpy() for col in keep}
+        for i, c in enumerate(self.labels.classes):
+            out[f"p_{c}"] = P[:, i]
+        prediction = np.asarray(self.labels.classes, dtype=object)[np.argmax(P, axis=1)]
+        out["prediction"] = _typed_labels(prediction, self.labels.classes)
+        if reject_below is not None:
+            rejected = P.max(axis=1) < reject_below
+            out["prediction"] = pd.array(out["prediction"]).astype(_nullable(out["prediction"]))
+            out["prediction"][rejected] = pd.NA
+            out["rejected"] = rejected
+        if extra_outputs:
+            for m in self.members:
+                extra = getattr(m, "extra_outputs", None)
+                if extra is not None:
+                    out.update(extra(X))
+                    break
+        return pd.DataFrame(out, index=df.index)
+
+
+def _nullable(values: np.ndarray) -> str:
+    """The pandas nullable dtype matching a prediction array, so rejected rows can be missing."""
+    return {"i": "Int64", "b": "boolean", "f": "Float64"}.get(values.dtype.kind, "string")
+
+
+def _typed_labels(values: np.ndarray, classes: list[Any]) -> np.ndarray:
+    """Predicted labels in the class column's own type (ints stay ints, strings stay strings)."""
+    if all(isinstance(c, bool) for c in classes):
+        return values.astype(bool)
+    if all(isinstance(c, int) and not isinstance(c, bool) for c in classes):
+        return values.astype(np.int64)
+    if all(isinstance(c, float) for c in classes):
+        return values.astype(np.float64)
+    return values.astype(str)

@@ -1,0 +1,61 @@
+"""How much one worker can hold: the memory arithmetic of the partition-native fit.
+
+Apart from the drivers (:mod:`calengine.fit.table`, :mod:`calengine.fit.table_probing`) so both use
+one set of estimates, and one wording of the refusal that names the other routes.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..parquet.dataset import DEFAULT_FRAGMENT_ROWS
+from ..errors import DataError
+
+
+def fragment_rows_for(memory_limit: float, n_columns: int) -> int:
+    """Rows per fragment such that a task's copies of one fragment (Arrow, pandas, encoded float64,
+    a learner's view: about 32 bytes per value) stay within 1/8 of a worker's memory."""
+    if not math.isfinite(memory_limit):
+        return DEFAULT_FRAGMENT_ROWS
+    rows = int(memory_limit / 8 / (32 * max(1, n_columns + 1)))
+    return max(10_000, min(DEFAULT_FRAGMENT_ROWS, rows))
+
+
+def range_rows_for(memory_limit: float, default: int = 2_000_000) -> int:
+    """Rows per score range of a sorted calibrator round: a range task holds its scores and targets
+    (about 64 bytes a row with copies) within 1/8 of a worker's memory."""
+    if not math.isfinite(memory_limit):
+        return default
+    return max(10_000, min(default, int(memory_limit / 8 / 64)))
+
+
+def worker_memory_limit(client) -> float:
+    """The smallest memory limit of the cluster's workers (inf when they have none)."""
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
+    limits = [m for m in limits if m]
+    return float(min(limits)) if limits else math.inf
+
+
+def feature_width(enc) -> int:
+    """Encoded columns of a row (text columns counted as 100, their usual non-zeros)."""
+    width = 0
+    for c in enc.encoder.columns_:
+        width += 100 if c.kind == "text" else c.width(enc.encoder.text_hash_bits)
+    return width
+
+
+def check_fits_memory(ctx, rows: int, what: str, per_row_bytes: float | None = None) -> None:
+    """Refuse, in one line, to assemble more rows on one worker than its memory limit allows."""
+    per_row = per_row_bytes if per_row_bytes is not None else 8.0 * (feature_width(ctx.enc) + 2)
+    need = 3.0 * rows * per_row  # reading + encoding + the learner's own copy
+    if need > ctx.memory_limit:
+        raise DataError(
+            f"{what} needs about {_gib(need)} on one worker ({rows} rows), but workers have"
+            f" {_gib(ctx.memory_limit)}; fit on a sample (--max-train-rows N), use a learner that fits"
+            " from statistics (gaussian_nb, multinomial_nb, see 'calengine plugins'), or give workers more"
+            " memory (--worker-memory)"
+        )
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"

@@ -1,0 +1,232 @@
+"""Weighted pool-adjacent-violators (PAV) with tied scores pooled first, and its two prediction rules.
+
+Isotonic calibration (Zadrozny & Elkan 2002) fits the non-decreasing step function of the score that
+minimises weighted squared error (and, by Brümmer & du Preez, every other proper scoring rule).
+Tied scores are pooled into one block *before* PAV runs.  Without that step PAV could split a group
+of identical scores according to the order of their labels, so two examples with the same score
+would get different probabilities; with it, PAV agrees exactly with the ROC convex hull method
+(Fawcett & Niculescu-Mizil 2007, see :mod:`calengine.metrics.roc`) and with scikit-learn's
+``IsotonicRegression`` at every training score.
+
+Ties are exact float equality (scikit-learn also merges scores closer than ``1e-15``; calengine does
+not, so a score never merges with a different one).  Zero-weight examples carry no information and
+are dropped before anything else.
+
+The O(n) PAV pass runs in compiled code (``scipy.optimize.isotonic_regression``) over the distinct
+scores only, after an O(n log n) sort, so a million examples take well under a second.
+
+This module also holds :func:`check_binary_data`, the input validation every binary calibrator and
+the ROC helpers share, so that all of them reject bad data with the same messages.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import DataError
+
+__all__ = [
+    "PAVBlocks",
+    "check_binary_data",
+    "check_scores",
+    "pool_ties",
+    "pav",
+    "predict_step",
+    "predict_linear",
+]
+
+
+def check_scores(scores, what: str = "scores") -> np.ndarray:
+    """Return ``scores`` as a 1-D float64 array, rejecting anything that is not finite.
+
+    Raises :class:`calengine.errors.DataError` for a non-1-D or non-numeric input and for NaN or
+    infinite values.
+    """
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"{what} must be numbers ({exc}); pass one numeric column") from None
+    if s.ndim != 1:
+        raise DataError(f"{what} must be 1-D, got shape {s.shape}; pass a single column of scores")
+    if s.size and not np.all(np.isfinite(s)):
+        bad = int(np.count_nonzero(~np.isfinite(s)))
+        raise DataError(
+            f"{what} hold {bad} NaN or infinite value(s); drop or impute those rows before calibrating"
+        )
+    return s
+
+
+def check_binary_data(scores, y, sample_weight=None, *, require_both_classes: bool = True):
+    """Validate one calibration column and return ``(scores, y, weights)`` as float64, int64, float64.
+
+    Contract: ``scores`` finite 1-D; ``y`` the same length, only 0 and 1 (bools or floats equal to 0/1
+    are accepted); ``sample_weight`` ``None`` (all ones) or finite, non-negative, same length, not all
+    zero.  With ``require_both_classes`` the positive-weight examples must hold both labels.  Every
+    violation raises :class:`calengine.errors.DataError` with a one-line message naming the fix.
+    """
+    s = check_scores(scores)
+    if s.size == 0:
+        raise DataError("calibration data is empty; pass at least one example of each class")
+    try:
+        yv = np.asarray(y)
+        if yv.dtype == object:
+            yv = yv.astype(np.float64)
+    except (TypeError, ValueError):
+        raise DataError("labels y must be 0 or 1; encode the positive class as 1 and the rest as 0") from None
+    if yv.ndim != 1:
+        raise DataError(f"labels y must be 1-D, got shape {yv.shape}; pass one label per score")
+    if yv.shape[0] != s.shape[0]:
+        raise DataError(
+            f"scores and y differ in length ({s.shape[0]} vs {yv.shape[0]}); pass one label per score"
+        )
+    if yv.dtype.kind not in "biuf":
+        raise DataError("labels y must be 0 or 1; encode the positive class as 1 and the rest as 0")
+    yf = yv.astype(np.float64)
+    if not np.all((yf == 0.0) | (yf == 1.0)):
+        bad = np.unique(yf[(yf != 0.0) & (yf != 1.0)])[:3]
+        raise DataError(
+            f"labels y must be 0 or 1, found {', '.join(repr(float(b)) for b in bad)}; "
+            "encode the positive class as 1 and the rest as 0"
+        )
+    yi = yf.astype(np.int64)
+    if sample_weight is None:
+        w = np.ones(s.shape[0], dtype=np.float64)
+    else:
+        try:
+            w = np.asarray(sample_weight, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise DataError(
+                "sample_weight must be numbers; pass non-negative floats, one per score"
+            ) from None
+        if w.ndim != 1 or w.shape[0] != s.shape[0]:
+            raise DataError(
+                f"sample_weight has shape {w.shape} but there are {s.shape[0]} scores; "
+                "pass one weight per score"
+            )
+        if not np.all(np.isfinite(w)):
+            raise DataError("sample_weight holds NaN or infinite values; pass finite non-negative weights")
+        if np.any(w < 0):
+            raise DataError("sample_weight holds negative values; pass non-negative weights")
+        if not np.any(w > 0):
+            raise DataError("every sample_weight is zero; give at least one example a positive weight")
+    if require_both_classes:
+        live = w > 0
+        n_pos = int(np.count_nonzero(yi[live] == 1))
+        n_neg = int(np.count_nonzero(yi[live] == 0))
+        if n_pos == 0 or n_neg == 0:
+            only = 1 if n_pos else 0
+            raise DataError(
+                f"calibration data holds only one class (every weighted label is {only}); "
+                "use more data or fewer folds so both classes reach the calibrator"
+            )
+    return s, yi, w
+
+
+class PAVBlocks(NamedTuple):
+    """The fitted isotonic step function, one entry per block, in increasing score order.
+
+    ``lo``/``hi``: lowest and highest training score in the block; ``value``: weighted positive
+    fraction (strictly increasing from block to block); ``weight``: total weight of the block.
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    value: np.ndarray
+    weight: np.ndarray
+
+
+def pool_ties(scores, y, sample_weight=None):
+    """Merge identical scores: returns ``(distinct_scores, weighted_sum_y, weight)`` in increasing order.
+
+    ``y`` may be any real target (0/1 labels for calibration).  Zero-weight examples are dropped.
+    Returns sums rather than means so that callers can re-pool without rounding drift; the mean of
+    a group is ``weighted_sum_y / weight``.  Inputs are assumed validated (see
+    :func:`check_binary_data`); lengths must match.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    yv = np.asarray(y, dtype=np.float64)
+    w = np.ones_like(s) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    keep = w > 0
+    if not np.all(keep):
+        s, yv, w = s[keep], yv[keep], w[keep]
+    if s.size == 0:
+        empty = np.empty(0, dtype=np.float64)
+        return empty, empty.copy(), empty.copy()
+    order = np.argsort(s, kind="stable")
+    s, yv, w = s[order], yv[order], w[order]
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    return s[starts], np.add.reduceat(w * yv, starts), np.add.reduceat(w, starts)
+
+
+def pav(scores, y, sample_weight=None) -> PAVBlocks:
+    """Weighted isotonic (non-decreasing) regression of ``y`` on ``scores``, ties pooled first.
+
+    Returns :class:`PAVBlocks`; the fitted value of a training example is the value of the block
+    holding its score.  Adjacent blocks with equal values are merged, so values strictly increase.
+    ``y`` in [0, 1] gives values in [0, 1].  Validates its input with :func:`check_binary_data`
+    without requiring both classes (a single class yields one block).
+    """
+    s, yi, w = check_binary_data(scores, y, sample_weight, require_both_classes=False)
+    xs, wy, ws = pool_ties(s, yi, w)
+    if xs.size == 1:
+        return PAVBlocks(xs.copy(), xs.copy(), wy / ws, ws)
+    from scipy.optimize import isotonic_regression
+
+    res = isotonic_regression(wy / ws, weights=ws, increasing=True)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    # Recompute every block mean from exact group sums, then merge any neighbours that are not
+    # strictly increasing (equal means, or a last-ulp disagreement in the compiled pass).
+    while True:
+        bw = np.add.reduceat(ws, starts)
+        bv = np.add.reduceat(wy, starts) / bw
+        bad = np.flatnonzero(bv[1:] <= bv[:-1])
+        if bad.size == 0:
+            break
+        starts = np.delete(starts, bad + 1)
+    ends = np.concatenate((starts[1:], [xs.size])) - 1
+    return PAVBlocks(xs[starts], xs[ends], np.clip(bv, 0.0, 1.0), bw)
+
+
+def predict_step(lo, value, scores) -> np.ndarray:
+    """Right-continuous step prediction: the value of the last block whose lowest score is <= s.
+
+    ``lo`` must be strictly increasing.  Scores below the first block get the first value and scores
+    above the last block the last value (clipping), so the output stays within ``value``'s range.
+    This is Zadrozny & Elkan's rule inside blocks; in the gap between two blocks the previous block
+    holds until the next block's lowest score is reached.
+    """
+    lo = np.asarray(lo, dtype=np.float64)
+    value = np.asarray(value, dtype=np.float64)
+    s = check_scores(scores)
+    idx = np.searchsorted(lo, s, side="right") - 1
+    np.clip(idx, 0, lo.size - 1, out=idx)
+    return value[idx]
+
+
+def linear_knots(lo, hi, value):
+    """Interpolation knots ``(x, y)`` of the piecewise-linear isotonic fit (scikit-learn's semantics).
+
+    Inside a block the fit is flat; between the highest score of one block and the lowest score of
+    the next it is linear.  Single-score blocks contribute one knot, so ``x`` strictly increases.
+    """
+    lo = np.asarray(lo, dtype=np.float64)
+    hi = np.asarray(hi, dtype=np.float64)
+    value = np.asarray(value, dtype=np.float64)
+    x = np.column_stack((lo, hi)).ravel()
+    yv = np.repeat(value, 2)
+    keep = np.ones(x.size, dtype=bool)
+    keep[1::2] = hi > lo
+    return x[keep], yv[keep]
+
+
+def predict_linear(lo, hi, value, scores) -> np.ndarray:
+    """Linear interpolation between consecutive distinct training scores, clipped outside the range.
+
+    Matches ``sklearn.isotonic.IsotonicRegression(out_of_bounds="clip")`` fitted on the same data; at
+    training scores it equals :func:`predict_step`.
+    """
+    x, yv = linear_knots(lo, hi, value)
+    s = check_scores(scores)
+    return np.interp(s, x, yv)

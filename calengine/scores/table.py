@@ -1,0 +1,204 @@
+"""Mapping a fitted model over the partitions of any size of table: scoring and evaluation.
+
+The unit of work is a *chunk*: a run of row groups of one Parquet file holding at most ``chunk_rows``
+rows.  Each chunk is a Dask task that streams its rows in batches, so memory is bounded by the batch,
+not the table.  The model reaches the workers as the result of one task (:func:`share_model`), so
+losing every worker loses nothing the scheduler cannot recompute.
+
+Scoring writes one Parquet part per chunk into a staging directory beside the target, checks that the
+row count matches the input, and only then renames the staging directory onto the target.
+Evaluation reduces per-chunk metric accumulators (exact, mergeable) into one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..parquet.data import staged_directory
+from ..errors import DataError
+from ..progress import Progress, gather_in_order
+
+
+def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_000):
+    """The table's fragments (whole row groups, at most ``chunk_rows`` rows each), planned from the
+    Parquet footers alone, with absolute paths so workers started anywhere can read them."""
+    from ..parquet.dataset import describe_files
+
+    return describe_files(files, None, columns, chunk_rows).fragments
+
+
+def _batches(chunk, columns: list[str] | None, batch_rows: int):
+    """The chunk's rows as pandas DataFrames of at most ``batch_rows`` rows (runs in tasks).
+
+    A read that fails (a corrupt data page, a file truncated or replaced since planning, a file the
+    worker cannot see) is a :class:`DataError` naming the file; errors of the caller's own work on a
+    batch are not relabelled, because only the read is inside the ``try``.
+    """
+    from ..parquet.dataset import read_error
+    from ..parquet.storage import partition_frame
+    from ..parquet.storage import parquet_file
+
+    if not chunk.row_groups:
+        return
+    wanted = columns
+    keys = dict(getattr(chunk, "partition", ()))
+    if columns is not None and keys:
+        columns = [c for c in columns if c not in keys]
+    try:
+        pf = parquet_file(chunk.path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow and fsspec raise several types for damaged files
+        raise read_error(chunk, exc) from exc
+    with pf:
+        try:
+            batches = pf.iter_batches(batch_size=batch_rows, row_groups=list(chunk.row_groups), columns=columns)
+        except Exception as exc:  # noqa: BLE001
+            raise read_error(chunk, exc) from exc
+        while True:
+            try:
+                batch = next(batches)
+                df = batch.to_pandas()
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001
+                raise read_error(chunk, exc) from exc
+            yield partition_frame(df, tuple(keys.items()), wanted, batch.num_rows) if keys and wanted else df
+
+
+# ---------------------------------------------------------------------------------------------- score
+
+
+def _the_model(model):
+    return model
+
+
+def share_model(client, model):
+    """A future of ``model`` that the scheduler can recompute.
+
+    Scattered data lives only on workers: when all of them die, every task needing it fails even
+    after replacements join.  A task holding the model is kept by the scheduler and simply runs again
+    on a new worker.  (Dask's "Sending large graph" warning is about repeating data in many tasks;
+    here it is sent once.)
+    """
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph")
+        return client.submit(_the_model, model, pure=False)
+
+
+
+def score_chunk(
+    model, chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
+) -> int:
+    """Score one chunk into ``out_path`` (one Parquet file); returns the number of rows written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = sorted(set(model.encoder.input_columns) | set(keep))
+    writer = None
+    written = 0
+    try:
+        for df in _batches(chunk, columns, batch_rows):
+            table = pa.Table.from_pandas(model.predict_frame(df, keep=list(keep), extra_outputs=extra, reject_below=reject_below), preserve_index=False)
+            if writer is None:
+                writer = pq.ParquetWriter(out_path, table.schema, compression="zstd")
+            writer.write_table(table)
+            written += table.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return written
+
+
+def score_table(
+    client,
+    model,
+    files: list[str],
+    output: str,
+    keep: tuple[str, ...] = (),
+    batch_rows: int = 65536,
+    chunk_rows: int = 1_000_000,
+    extra_outputs: bool = False,
+    reject_below: float | None = None,
+    progress: Progress | None = None,
+) -> int:
+    """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written."""
+    from ..parquet.data import check_columns
+
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep)))
+    check_columns(files, columns)
+    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
+    expected = sum(c.n_rows for c in chunks)
+    with staged_directory(output) as staging:
+        model_f = share_model(client, model)
+        futures = [
+            client.submit(
+                score_chunk, model_f, chunk, str(Path(staging) / f"part-{i:05d}.parquet"), tuple(keep),
+                batch_rows, extra_outputs, reject_below, pure=False,
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+        written = sum(gather_in_order(client, futures, progress, "score"))
+        if written != expected:
+            raise DataError(
+                f"wrote {written} rows but the input has {expected}; nothing was published, run score again"
+            )
+    return written
+
+
+# ---------------------------------------------------------------------------------------------- evaluate
+
+
+def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool) -> dict:
+    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities."""
+    from ..metrics.measures import MetricAccumulator
+
+    k = model.n_classes
+    cal = MetricAccumulator(k)
+    raw = MetricAccumulator(k) if with_raw else None
+    columns = sorted(set(model.encoder.input_columns) | {target})
+    for df in _batches(chunk, columns, batch_rows):
+        y = model.labels.encode(df[target])
+        X = model.encoder.transform(df)
+        if with_raw:
+            P, Q = model.both_proba_features(X)
+            raw.add(y, Q)
+        else:
+            P = model.predict_proba_features(X)
+        cal.add(y, P)
+    return {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
+
+
+def evaluate_table(
+    client,
+    model,
+    files: list[str],
+    target: str,
+    with_raw: bool = True,
+    batch_rows: int = 65536,
+    chunk_rows: int = 1_000_000,
+    progress: Progress | None = None,
+) -> dict[str, dict]:
+    """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks."""
+    from ..parquet.data import check_columns
+    from ..metrics.measures import MetricAccumulator
+
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target]))
+    check_columns(files, columns)
+    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
+    if not chunks:
+        raise DataError("the evaluation table has no rows")
+    model_f = share_model(client, model)
+    futures = [
+        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, pure=False) for chunk in chunks
+    ]
+    parts = gather_in_order(client, futures, progress, "evaluate")
+    out = {}
+    for key in ("calibrated", "raw"):
+        if parts[0][key] is None:
+            continue
+        acc = MetricAccumulator.from_arrays(parts[0][key])
+        for p in parts[1:]:
+            acc.merge(MetricAccumulator.from_arrays(p[key]))
+        out[key] = acc
+    return out

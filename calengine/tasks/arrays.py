@@ -1,0 +1,248 @@
+"""Functions that run inside Dask tasks: pure, module-level, picklable.
+
+They receive plain objects (unfitted learner/calibrator instances, index arrays, the scattered
+:class:`TrainingData`) and return plain fitted objects.  They never touch the plugin manager and never
+draw randomness from anything but the seed they are given, so a task gives the same bits on any
+worker.  BLAS/OpenMP pools are pinned to one thread per process (:func:`pin_native_threads`): Dask
+already runs tasks in parallel, and a fixed thread count keeps floating-point reductions identical on
+any cluster layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..model.calibrated import Member, RawMap, as_columns
+from ..plugin_calls import plugin_errors
+
+
+@dataclass
+class TrainingData:
+    """Encoded features, class indices, optional sample weights and the fold of each row.
+
+    Scattered to workers once; tasks then carry only a fold number, never row indices.
+    """
+
+    X: Any
+    y: np.ndarray
+    w: np.ndarray | None = None
+    folds: np.ndarray | None = None
+    #: explicit (train rows, held-out rows) pairs that do not partition the rows (e.g. ShuffleSplit
+    #: from the Python API); when set, fold ``i`` means pair ``i`` and ``folds`` is unused
+    splits: tuple | None = None
+
+    def __sizeof__(self) -> int:
+        # what Dask's memory accounting (sys.getsizeof) sees of scattered or assembled training data
+        from dask.sizeof import sizeof
+
+        return object.__sizeof__(self) + sum(sizeof(a) for a in (self.X, self.y, self.w, self.folds) if a is not None)
+
+    def rows(self, idx: np.ndarray | None):
+        if idx is None:
+            return self.X, self.y, self.w
+        return self.X[idx], self.y[idx], (None if self.w is None else self.w[idx])
+
+    def split(self, fold: int | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(training rows, held-out rows) for ``fold``; (None, None) means all rows for both."""
+        if fold is None:
+            return None, None
+        if self.splits is not None:
+            return self.splits[fold]
+        held = self.folds == fold
+        return np.flatnonzero(~held), np.flatnonzero(held)
+
+    def masks(self, fold: int) -> tuple[np.ndarray, np.ndarray]:
+        """(training, held-out) boolean masks of ``fold`` over all rows."""
+        train, held = self.split(fold)
+        n = len(self.y)
+        tr, he = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+        tr[train] = True
+        he[held] = True
+        return tr, he
+
+
+def learner_errors(learner):
+    """Turn any failure of a learner's own code (scikit-learn raises ValueError, LinAlgError, ...) into
+    a :class:`LearnerError` naming the learner and its distribution, so the CLI prints one line instead
+    of a traceback (see :mod:`calengine.plugin_calls`)."""
+    from ..plugin_calls import plugin_errors
+
+    return plugin_errors(learner, "fit")
+
+
+def task_seed(seed: int, *identity: int) -> int:
+    """A 31-bit seed derived from the user's seed and a task's identity, independent of scheduling."""
+    ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *[int(i) & 0xFFFFFFFF for i in identity]])
+    return int(ss.generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def seeded(estimator, seed: int):
+    """A fresh copy of ``estimator``; a ``random_state`` left at None is set to ``seed``."""
+    from sklearn.base import clone
+
+    est = clone(estimator)
+    params = est.get_params(deep=False)
+    if "random_state" in params and params["random_state"] is None:
+        est.set_params(random_state=seed)
+    return est
+
+
+_pinned = False
+
+
+def pin_native_threads() -> None:
+    """Pin this process's BLAS/OpenMP pools to one thread, once, and leave them so.
+
+    A scoped limit would be wrong here: the limit is process-wide, so when one of two concurrent
+    tasks left its scope it would hand two BLAS threads back to the other task mid-fit, and
+    floating-point reductions (hence model bits) would depend on timing.  Worker processes keep the
+    pin for life; the embedded scheduler pins the client process only while it runs
+    (:func:`calengine.cluster.dask_client`).
+    """
+    global _pinned
+    if not _pinned:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1)
+        _pinned = True
+
+
+class pinned_native_threads:
+    """Context: one native thread per pool in this process for the block, restored afterwards."""
+
+    def __enter__(self):
+        global _pinned
+        from threadpoolctl import threadpool_limits
+
+        self._previous = _pinned
+        self._limits = threadpool_limits(limits=1)
+        _pinned = True
+        return self
+
+    def __exit__(self, *exc):
+        global _pinned
+        self._limits.restore_original_limits()
+        _pinned = self._previous
+        return False
+
+
+def column_targets(y: np.ndarray, n_columns: int) -> list[np.ndarray]:
+    """0/1 targets of the one-vs-rest columns: the positive class for two classes, each class else."""
+    if n_columns == 1:
+        return [(y == 1).astype(np.int64)]
+    return [(y == c).astype(np.int64) for c in range(n_columns)]
+
+
+def fit_learner(data: TrainingData, idx: np.ndarray | None, learner, seed: int):
+    """Fit a fresh copy of ``learner`` on the rows ``idx`` (all rows when None)."""
+    X, y, w = data.rows(idx)
+    pin_native_threads()
+    est = seeded(learner, seed)
+    with learner_errors(est):
+        est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
+    return est
+
+
+def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:
+    X, _, _ = data.rows(idx)
+    pin_native_threads()
+    with plugin_errors(learner, "score"):
+        return as_columns(learner.score(X))
+
+
+def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str) -> list:
+    """One fresh calibrator per score column, fitted on that column's one-vs-rest targets."""
+    from sklearn.base import clone
+
+    fitted = []
+    for b, target in enumerate(column_targets(y, S.shape[1])):
+        cal = clone(calibrator)
+        with plugin_errors(cal, "fit"):
+            cal.fit(S[:, b], target, sample_weight=w, score_kind=score_kind)
+        fitted.append(cal)
+    return fitted
+
+
+def fit_member(
+    data: TrainingData,
+    fold: int | None,
+    learner,
+    calibrator,
+    seed: int,
+    cal_data: TrainingData | None = None,
+) -> Member:
+    """Learner on the rows outside ``fold``, calibrators on its scores for the rows of ``fold``.
+
+    ``fold=None``: the learner sees every row, and the calibrators see ``cal_data`` if given, else the
+    training rows themselves (used only by the uncalibrated ``none`` method).
+    """
+    train_idx, cal_idx = data.split(fold)
+    fitted = fit_learner(data, train_idx, learner, seed)
+    source = cal_data if cal_data is not None else data
+    S = score_rows(fitted, source, None if cal_data is not None else cal_idx)
+    _, y_cal, w_cal = source.rows(None if cal_data is not None else cal_idx)
+    calibrators = fit_calibrators(S, y_cal, w_cal, calibrator, fitted.score_kind)
+    n_cols = S.shape[1]
+    return Member([fitted], [list(range(n_cols))], calibrators, RawMap.fit(S, fitted.score_kind))
+
+
+def fit_and_score(data: TrainingData, fold: int, learner, seed: int) -> np.ndarray:
+    """Out-of-fold scores for the rows of ``fold`` from a learner fitted on the others (refit mode)."""
+    train_idx, held_idx = data.split(fold)
+    fitted = fit_learner(data, train_idx, learner, seed)
+    return score_rows(fitted, data, held_idx)
+
+
+def fit_calibrators_on_scores(S: np.ndarray, data: TrainingData, calibrator, score_kind: str) -> list:
+    return fit_calibrators(S, data.y, data.w, calibrator, score_kind)
+
+
+def column_rows(data: TrainingData, M: np.ndarray, column: int, fold: int | None):
+    """(train rows, held-out rows, 0/1 target of all rows) of code-matrix column ``column``.
+
+    A row takes part when its class is non-zero in the column; the fold split is the global one, so
+    every column sees the same stratified folds.
+    """
+    code = M[data.y, column]
+    used = code != 0
+    target = (code == 1).astype(np.int64)
+    if fold is None:
+        rows = np.flatnonzero(used)
+        return rows, rows, target
+    train, held = data.masks(fold)
+    return np.flatnonzero(used & train), np.flatnonzero(used & held), target
+
+
+def fit_column(data: TrainingData, M: np.ndarray, column: int, fold: int | None, learner, calibrator, seed: int):
+    """One binary learner for a code-matrix column (on the rows outside ``fold``), its calibrator on
+    the held-out rows of that column, and the held-out score range for the raw baseline."""
+    train, held, target = column_rows(data, M, column, fold)
+    binary = TrainingData(data.X, target, data.w)
+    fitted = fit_learner(binary, train, learner, seed)
+    S = score_rows(fitted, binary, held)
+    _, y_cal, w_cal = binary.rows(held)
+    (cal,) = fit_calibrators(S[:, :1], y_cal, w_cal, calibrator, fitted.score_kind)
+    return fitted, cal, float(S[:, 0].min()), float(S[:, 0].max())
+
+
+def fit_column_scores(data: TrainingData, M: np.ndarray, column: int, fold: int, learner, seed: int):
+    """Out-of-fold scores of a code-matrix column for the rows of ``fold`` (refit mode)."""
+    train, held, target = column_rows(data, M, column, fold)
+    binary = TrainingData(data.X, target, data.w)
+    fitted = fit_learner(binary, train, learner, seed)
+    return held, score_rows(fitted, binary, held)[:, 0]
+
+
+def fit_column_learner(data: TrainingData, M: np.ndarray, column: int, learner, seed: int):
+    train, _, target = column_rows(data, M, column, None)
+    return fit_learner(TrainingData(data.X, target, data.w), train, learner, seed)
+
+
+def fit_column_calibrator(scores: np.ndarray, data: TrainingData, M: np.ndarray, column: int, rows, calibrator, kind):
+    _, _, target = column_rows(data, M, column, None)
+    w = None if data.w is None else data.w[rows]
+    (cal,) = fit_calibrators(scores[:, None], target[rows], w, calibrator, kind)
+    return cal

@@ -1,0 +1,397 @@
+"""What runs inside the tasks of a partition-native fit: pure, module-level, picklable functions.
+
+Every function here receives *descriptions* -- fragments (file, row groups), the encoding, the fold
+plan, unfitted or fitted plugin objects -- reads its own rows from Parquet, and returns something
+small: statistics, a fitted learner, or the held-out scores of one fragment (which stay on the worker
+that computed them until the calibrators are fitted).  Graph building lives in
+:mod:`calengine.fit.table`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+from ..plugin_calls import plugin_errors
+from ..plan.folds import fragment_folds, fragment_sample_keys
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """How a task turns a fragment into features and class indices."""
+
+    encoder: Any  # FeatureEncoder
+    labels: Any  # LabelSpace
+    target: str
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """Folds (``cv`` None: no folds, every row is training data) and the code matrix, if any."""
+
+    cv: int | None
+    seed: int
+    code_matrix: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One learner to fit: on the rows outside ``fold`` (None: all rows), for code-matrix column
+    ``column`` (None: the classes themselves)."""
+
+    fold: int | None
+    column: int | None
+
+
+@dataclass(frozen=True)
+class CalSet:
+    """Rows whose scores calibrate one member: the rows of ``fold`` (None: every row), of code column
+    ``column`` if given, each scored by ``learners[fold of the row]`` (``per_fold``) or ``learners[0]``."""
+
+    fold: int | None
+    column: int | None
+    learners: tuple[int, ...]  # indices into the learner list the score task receives
+    per_fold: bool = False
+
+
+@dataclass
+class Part:
+    """A fragment's labelled rows, encoded: features, class indices, folds and sample keys."""
+
+    X: Any
+    y: np.ndarray
+    folds: np.ndarray | None
+    keys: np.ndarray | None
+
+
+def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = False, order: str = "C") -> Part:
+    """Read and encode a fragment; rows whose label is missing are dropped (the client counted them).
+
+    ``order="F"``: dense features in Fortran order (see :meth:`FeatureEncoder.transform`), for the
+    statistics and scoring passes, which take rows by fancy indexing (a C-ordered copy) or read
+    columns; it saves a transposing copy of the fragment.
+    """
+    from ..parquet.dataset import read_fragment
+
+    columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target]))
+    df = read_fragment(fragment, columns)
+    series = df[enc.target]
+    present = series.notna().to_numpy()
+    y_all = np.full(len(df), -1, dtype=np.int64)
+    if present.any():
+        y_all[present] = enc.labels.encode(series[present])
+    folds = None
+    if plan is not None and plan.cv:
+        folds = fragment_folds(y_all, fragment, enc.labels.n_classes, plan.cv, plan.seed)[present]
+    keys = fragment_sample_keys(fragment, plan.seed if plan else 0)[present] if with_keys else None
+    kept = df.loc[present] if not present.all() else df
+    X = enc.encoder.transform(kept, order=order)
+    return Part(X, y_all[present], folds, keys)
+
+
+def unit_rows(part: Part, unit: Unit, plan: FoldPlan) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of the unit's training rows, target of every row) within a part."""
+    mask = np.ones(part.y.shape[0], dtype=bool)
+    if unit.fold is not None:
+        mask &= part.folds != unit.fold
+    if unit.column is None:
+        return mask, part.y
+    code = plan.code_matrix[part.y, unit.column]
+    return mask & (code != 0), (code == 1).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+
+def fragment_table_stats(fragment, feature_columns, target, text_columns):
+    """Column statistics and per-row-group label counts of one fragment (the encoding's reduction)."""
+    from ..reductions.column_stats import partition_stats
+    from ..parquet.dataset import read_fragment
+
+    cols = list(dict.fromkeys(list(feature_columns) + ([target] if target else [])))
+    df = read_fragment(fragment, cols)
+    keys = [(fragment.file_key, g) for g in fragment.row_groups]
+    return partition_stats(
+        df, list(feature_columns), target, where=f"'{fragment.path}'", group_keys=keys,
+        group_rows=list(fragment.group_rows), text_columns=tuple(text_columns),
+    )
+
+
+def merge_in_order(parts: list, merge):
+    """``merge(merge(p1, p2), p3)...`` over the parts that are not None (None when all are): the one
+    left-to-right merge every reduction of the fit uses, so results never depend on completion order."""
+    out = None
+    for p in parts:
+        if p is not None:
+            out = p if out is None else merge(out, p)
+    return out
+
+
+def merge_all(*parts):
+    """Merge table statistics left to right (``a.merge(b)``): one node of a tree reduction."""
+    return merge_in_order(list(parts), lambda a, b: a.merge(b))
+
+
+def fragment_label_counts(fragment, target):
+    """Per-row-group label counts of a calibration table fragment (no feature statistics)."""
+    return fragment_table_stats(fragment, [], target, ())
+
+
+def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, columns: tuple) -> dict:
+    """A learner's statistics per (fold, column) of one fragment: fold None when there are no folds.
+
+    ``columns``: code-matrix columns to compute (``(None,)`` for the classes themselves).
+    """
+    from .arrays import pin_native_threads
+
+    pin_native_threads()
+    part = load_part(fragment, enc, plan, order="F")
+    out = {}
+    n_groups = plan.cv or 1
+    for column in columns:
+        mask, target = unit_rows(part, Unit(None, column), plan)
+        n_classes = enc.labels.n_classes if column is None else 2
+        groups = part.folds if plan.cv else np.zeros(part.y.shape[0], dtype=np.int64)
+        X = part.X
+        if not mask.all():
+            idx = np.flatnonzero(mask)
+            X, target, groups = X[idx], target[idx], groups[idx]
+        with plugin_errors(learner, "fit"):
+            stats = learner.partial_stats_groups(X, target, groups, n_groups, None, n_classes)
+        for g in range(n_groups):
+            out[(g if plan.cv else None, column)] = stats[g]
+    return out
+
+
+def fit_learner_from_stats(learner, stats, n_classes: int, seed: int):
+    """A fresh copy of ``learner`` fitted from merged statistics."""
+    from .arrays import learner_errors, pin_native_threads, seeded
+
+    pin_native_threads()
+    est = seeded(learner, seed)
+    with learner_errors(est):
+        est.fit_from_stats(stats, n_classes)
+    return est
+
+
+# ---------------------------------------------------------------------------------------------- learners
+
+
+def fit_unit_learner(
+    fragments, enc: Encoding, plan: FoldPlan, unit: Unit, learner, seed: int,
+    quotas: np.ndarray | None = None, rates: np.ndarray | None = None,
+):
+    """Assemble a unit's training rows on this worker from the fragments and fit ``learner`` on them.
+
+    With ``quotas`` (rows to keep per class of the unit's target) the rows are a bounded, stratified
+    sample: per class the rows with the smallest seeded sample keys (prefiltered with ``rates``).
+    """
+    import scipy.sparse as sp
+
+    from .arrays import TrainingData, fit_learner
+
+    Xs, ts, ks = [], [], []
+    for fragment in fragments:
+        part = load_part(fragment, enc, plan, with_keys=quotas is not None)
+        mask, target = unit_rows(part, unit, plan)
+        if quotas is not None:
+            mask &= part.keys < rates[target]
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            continue
+        Xs.append(part.X[idx])
+        ts.append(target[idx])
+        if quotas is not None:
+            ks.append(part.keys[idx])
+    if not Xs:
+        raise DataError("a learner's training rows are empty; check the data, --cv and --multiclass")
+    X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
+    t = np.concatenate(ts)
+    del Xs
+    if quotas is not None:
+        keys = np.concatenate(ks)
+        keep = []
+        for c, quota in enumerate(quotas):
+            rows = np.flatnonzero(t == c)
+            if rows.size > quota:
+                rows = rows[np.argsort(keys[rows], kind="stable")[: int(quota)]]
+            keep.append(rows)
+        idx = np.sort(np.concatenate(keep))
+        X, t = X[idx], t[idx]
+    return fit_learner(TrainingData(X, t), None, learner, seed)
+
+
+def assemble_training(fragments, enc: Encoding):
+    """Every labelled row, encoded, as one :class:`calengine.tasks.arrays.TrainingData` on this worker.
+
+    The in-memory route of the methods that need the whole table in one process (Probing, bagging):
+    the table is assembled on a worker, never on the client.
+    """
+    import scipy.sparse as sp
+
+    from .arrays import TrainingData
+
+    parts = [load_part(f, enc, None) for f in fragments]
+    Xs = [p.X for p in parts]
+    X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
+    return TrainingData(X, np.concatenate([p.y for p in parts]))
+
+
+# ---------------------------------------------------------------------------------------------- scores
+
+
+@dataclass
+class ScoreBlock:
+    """Held-out scores of one fragment for every calibration set: ``sets[i] = (S, T)`` with ``S`` the
+    (n, l) scores and ``T`` the (n, l) 0/1 targets of each score column."""
+
+    sets: list[tuple[np.ndarray, np.ndarray]]
+
+    def __sizeof__(self) -> int:
+        # Dask sizes task results with sys.getsizeof; without this a block of a million rows counted as
+        # 56 bytes, so workers never spilled held-out scores and their memory grew with the table.
+        return object.__sizeof__(self) + sum(S.nbytes + T.nbytes for S, T in self.sets)
+
+
+def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarray:
+    if column is not None:
+        return (plan.code_matrix[y, column] == 1).astype(np.int8)[:, None]
+    if n_columns == 1:
+        return (y == 1).astype(np.int8)[:, None]
+    return (y[:, None] == np.arange(n_columns)[None, :]).astype(np.int8)
+
+
+def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet], learners: list) -> ScoreBlock:
+    """The held-out scores of this fragment's rows for every calibration set."""
+    from ..model.calibrated import as_columns
+    from .arrays import pin_native_threads
+
+    pin_native_threads()
+    part = load_part(fragment, enc, plan, order="F")
+    out = []
+    for cs in calsets:
+        mask = np.ones(part.y.shape[0], dtype=bool)
+        if cs.fold is not None:
+            mask &= part.folds == cs.fold
+        if cs.column is not None:
+            mask &= plan.code_matrix[part.y, cs.column] != 0
+        idx = np.flatnonzero(mask)
+        if cs.per_fold:
+            S = None
+            for g, li in enumerate(cs.learners):
+                rows = np.flatnonzero(part.folds[idx] == g)
+                if rows.size == 0:
+                    continue
+                with plugin_errors(learners[li], "score"):
+                    s = as_columns(learners[li].score(part.X[idx[rows]]))
+                if cs.column is not None:
+                    s = s[:, :1]
+                if S is None:
+                    S = np.empty((idx.size, s.shape[1]))
+                S[rows] = s
+            if S is None:
+                S = np.empty((0, 1))
+        else:
+            with plugin_errors(learners[cs.learners[0]], "score"):
+                S = as_columns(learners[cs.learners[0]].score(part.X[idx])) if idx.size else np.empty((0, 1))
+            if cs.column is not None:
+                S = S[:, :1]
+        out.append((S, _targets(part.y[idx], S.shape[1], cs.column, plan)))
+    return ScoreBlock(out)
+
+
+def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
+    """Per calibration set: rows, per-column min / max, and a small quantile summary of each column
+    (used to cut score ranges for sorted calibrator rounds and for the raw-learner map)."""
+    out = []
+    for S, _ in block.sets:
+        n = S.shape[0]
+        if n == 0:
+            out.append({"n": 0})
+            continue
+        q = np.linspace(0.0, 1.0, min(points, n))
+        out.append({"n": n, "min": S.min(axis=0), "max": S.max(axis=0), "quantiles": np.quantile(S, q, axis=0)})
+    return out
+
+
+def block_partial_stats(block: ScoreBlock, requests: list) -> list:
+    """``partial_stats`` of each (calset, column, calibrator, request) on this block (None: no rows)."""
+    out = []
+    for cs_index, column, cal, request in requests:
+        S, T = block.sets[cs_index]
+        if S.shape[0] == 0:
+            out.append(None)
+            continue
+        s = np.ascontiguousarray(S[:, column], dtype=np.float64)
+        with plugin_errors(cal, "fit"):
+            out.append(cal.partial_stats(s, T[:, column].astype(np.int64), np.ones(s.shape[0]), request))
+    return out
+
+
+def split_block(block: ScoreBlock, problems: list) -> dict:
+    """Cut each (calset, column) problem's scores into score ranges: ``{(problem, range): (s, t)}``.
+
+    ``problems``: ``(problem id, calset index, column, boundaries)``; a score ``s`` falls in range
+    ``searchsorted(boundaries, s, side="right")``, so tied scores always share a range.
+    """
+    out = {}
+    for pid, cs_index, column, boundaries in problems:
+        S, T = block.sets[cs_index]
+        r = np.searchsorted(boundaries, S[:, column], side="right")
+        order = np.argsort(r, kind="stable")
+        # in range order (targets stay int8: 9 bytes a row)
+        s, t = S[order, column], T[order, column]
+        cuts = np.searchsorted(r[order], np.arange(len(boundaries) + 2))
+        for rng in range(len(boundaries) + 1):
+            # own copies, not views of one sorted array: a piece Dask spills to disk frees its memory
+            out[(pid, rng)] = (s[cuts[rng] : cuts[rng + 1]].copy(), t[cuts[rng] : cuts[rng + 1]].copy())
+    return out
+
+
+def split_blocks(problems: list, *blocks: ScoreBlock) -> dict:
+    """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order.
+
+    A range task then fetches one piece per group of blocks instead of one per block: the number of
+    pieces grows with (groups x ranges) rather than (blocks x ranges), which kept the client-side
+    scheduler's task count, and so its memory, growing with the square of the table size.  The
+    concatenation is in block order, so a range task sees exactly the rows it saw one piece per block.
+    """
+    splits = [split_block(b, problems) for b in blocks]
+    if len(splits) == 1:
+        return splits[0]
+    return {key: (np.concatenate([sp[key][0] for sp in splits]), np.concatenate([sp[key][1] for sp in splits]))
+            for key in splits[0]}
+
+
+def take(mapping: dict, key):
+    """One entry of a task result (a tiny task, so each range task fetches only its own pieces)."""
+    return mapping[key]
+
+
+def range_partial_stats(cal, request, *pieces):
+    """``partial_stats`` of one score range gathered from every fragment (None: the range is empty)."""
+    pieces = [p for p in pieces if p[0].size]
+    if not pieces:
+        return None
+    s = np.concatenate([p[0] for p in pieces])
+    t = np.concatenate([p[1] for p in pieces]).astype(np.int64)
+    with plugin_errors(cal, "fit"):
+        return cal.partial_stats(s, t, np.ones(s.shape[0]), request)
+
+
+def fit_calibrator_gathered(cal, score_kind: str, *pieces):
+    """The in-memory fallback: every score of one problem on this worker, then ``fit``."""
+    s = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0)
+    t = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, dtype=np.int64)
+    with plugin_errors(cal, "fit"):
+        cal.fit(s, t, sample_weight=None, score_kind=score_kind)
+    return cal
+
+
+def block_column(block: ScoreBlock, cs_index: int, column: int):
+    """(scores, targets) of one calibration problem in one block."""
+    S, T = block.sets[cs_index]
+    return np.ascontiguousarray(S[:, column]), T[:, column].astype(np.int64)

@@ -1,0 +1,111 @@
+"""In-task code for Probing and bagging: fit one weighted (or costed, or bootstrapped) binary classifier
+and return it with its 0/1 votes on the training rows.  Pure, module-level, picklable; randomness only
+from the seed passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..methods import probing
+from ..model.calibrated import as_columns
+from .arrays import TrainingData, learner_errors, pin_native_threads, seeded
+
+log_name = "calengine.fit.probing"
+
+
+@dataclass
+class Voter:
+    """A fitted binary classifier, or a constant one when its sample held a single class."""
+
+    learner: Any | None = None
+    constant: int | None = None
+
+    def votes(self, X) -> np.ndarray:
+        if self.learner is None:
+            return np.full(X.shape[0], self.constant, dtype=np.int8)
+        return classifier_votes(self.learner, X)
+
+
+def classifier_votes(learner, X) -> np.ndarray:
+    """1 where the binary learner predicts the positive class (ties go to the negative class)."""
+    s = as_columns(learner.score(X))[:, 0]
+    threshold = 0.5 if learner.score_kind == "proba" else 0.0
+    return (s > threshold).astype(np.int8)
+
+
+def binary_target(data: TrainingData, column_class: int | None) -> np.ndarray:
+    """0/1 target of a reduction column: the positive class for two classes, else ``y == class``."""
+    if column_class is None:
+        return (data.y == 1).astype(np.int64)
+    return (data.y == column_class).astype(np.int64)
+
+
+def _fit_or_constant(X, y01, w, learner, seed: int) -> Voter:
+    only = probing.single_class_label(y01)
+    if only is not None:
+        import logging
+
+        logging.getLogger(log_name).info("sample holds only class %d: constant classifier", only)
+        return Voter(constant=int(only))
+    est = seeded(learner, seed)
+    pin_native_threads()
+    with learner_errors(est):
+        if w is None:
+            est.fit(X, y01)
+        else:
+            est.fit(X, y01, sample_weight=w)
+    return Voter(learner=est)
+
+
+def fit_probe(
+    data: TrainingData,
+    column_class: int | None,
+    p: float,
+    learner,
+    seed: int,
+    weighting: str,
+    bounded: bool,
+) -> tuple[Voter, np.ndarray]:
+    """One classifier of Probing at threshold ``p`` and its votes on all training rows.
+
+    ``weighting="weights"`` passes i_p(y) as sample weights; ``"costing"`` draws one rejection sample
+    with acceptance c/Z (Zadrozny, Langford & Abe) and fits unweighted.  User sample weights multiply in.
+    """
+    y01 = binary_target(data, column_class)
+    c = probing.importance_weights(y01, p, bounded=bounded)
+    if data.w is not None:
+        c = c * data.w
+    if weighting == "weights":
+        voter = _fit_or_constant(data.X, y01, c, learner, seed)
+    else:
+        rng = np.random.default_rng(seed)
+        keep = rng.random(len(y01)) < probing.acceptance_from_costs(c)
+        if not keep.any():
+            keep[np.argmax(c)] = True
+        idx = np.flatnonzero(keep)
+        voter = _fit_or_constant(data.X[idx], y01[idx], None, learner, seed)
+    pin_native_threads()
+    return voter, voter.votes(data.X)
+
+
+def fit_bootstrap(data: TrainingData, column_class: int | None, learner, seed: int) -> tuple[Voter, np.ndarray]:
+    """One bagging classifier on a bootstrap sample (n rows drawn with replacement) and its votes."""
+    y01 = binary_target(data, column_class)
+    rng = np.random.default_rng(seed)
+    idx = np.sort(rng.integers(0, len(y01), size=len(y01)))
+    w = None if data.w is None else data.w[idx]
+    voter = _fit_or_constant(data.X[idx], y01[idx], w, learner, seed)
+    pin_native_threads()
+    return voter, voter.votes(data.X)
+
+
+def learner_scores(voter: Voter, data: TrainingData) -> np.ndarray:
+    """Training scores of the first classifier, for the raw-learner baseline of evaluation."""
+    if voter.learner is None:
+        return np.full((data.X.shape[0], 1), float(voter.constant))
+    pin_native_threads()
+    return as_columns(voter.learner.score(data.X))[:, :1]
