@@ -66,6 +66,11 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
 
     def _accepts_sparse(self) -> bool:
         """Whether every base learner takes CSR input (so sparse ``X`` is refused up front otherwise)."""
+        return self._dense_only_learner() is None
+
+    def _dense_only_learner(self) -> str | None:
+        """The name of the first base learner that needs dense input ("" when the learners cannot be
+        resolved: an unknown name fails in fit with its own message), None when all take CSR."""
         from .fit.training import FitConfig, resolve_learner, split_learners
 
         try:
@@ -74,7 +79,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             plugins = get_plugins()
             learners = [resolve_learner(FitConfig(learner=lr), plugins) for lr in split_learners(self.learner)]
         except Exception:  # noqa: BLE001 - an unknown name fails in fit with its own message
-            return False
+            return ""
         for lr in learners:
             accepts = getattr(lr, "accepts_sparse", None)
             if accepts is None and isinstance(lr, EstimatorLearner):
@@ -83,8 +88,23 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                 except AttributeError:
                     accepts = False
             if accepts is False:
-                return False
-        return True
+                return str(getattr(lr, "name", type(lr).__name__))
+        return None
+
+    def _refuse_sparse(self, X) -> None:
+        """Sparse ``X`` for a dense-only learner: one line naming it and the fix (a ``ValueError`` with
+        "sparse" in it, as scikit-learn's checks expect), before scikit-learn's generic TypeError."""
+        import scipy.sparse as sp
+
+        if sp.issparse(X):
+            name = self._dense_only_learner()
+            if name:
+                raise DataError(
+                    f"learner '{name}' needs dense features but X is a sparse matrix; pass X.toarray(), or"
+                    " choose a learner with sparse support (e.g. logistic_regression, linear_svm,"
+                    " decision_tree; a plugin's author can declare accepts_sparse = True once fit and score"
+                    " take scipy CSR)"
+                )
 
     def _encode_fit(self, X, y):
         """(encoder or None, feature matrix, 1-D labels), every check scikit-learn's conventions ask for."""
@@ -103,6 +123,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                 if hasattr(self, attr):
                     delattr(self, attr)
             return encoder, encoder.transform(X), y
+        self._refuse_sparse(X)
         sparse = "csr" if self._accepts_sparse() else False
         try:
             Xm, y = validate_data(self, X, y, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True)
@@ -119,6 +140,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                 raise DataError("this model was fitted on a DataFrame; pass a DataFrame with the same columns")
             _check_unique_columns(X)
             return self.encoder_.transform(X)
+        self._refuse_sparse(X)
         sparse = "csr" if self._accepts_sparse() else False
         try:
             return validate_data(self, X, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True, reset=False)
