@@ -662,17 +662,18 @@ def format_metrics_table(rows: list[tuple[str, dict | None]], width: int | None 
     header = f"{'metric':<{width}}  " + "  ".join(f"{name:>{w}}" for (name, _), w in zip(rows, cols))
     lines = [header, "-" * len(header)]
     for k in keys:
-        cells = []
-        for (_, m), w in zip(rows, cols):
-            v = m.get(k)
-            if isinstance(v, int):
-                cells.append(f"{v:>{w}d}")
-            elif isinstance(v, float) and v == v:
-                cells.append(f"{v:>{w}.6f}")
-            else:
-                cells.append(f"{'n/a':>{w}}")
+        cells = [_metric_cell(m.get(k), w, 6) for (_, m), w in zip(rows, cols)]
         lines.append(f"{k:<{width}}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def _metric_cell(v, width: int, digits: int) -> str:
+    """One right-aligned metric value: integers as such, NaN and missing values as n/a."""
+    if isinstance(v, int):
+        return f"{v:>{width}d}"
+    if isinstance(v, float) and v == v:
+        return f"{v:>{width}.{digits}f}"
+    return f"{'n/a':>{width}}"
 
 
 #: column headers of the models-as-rows layout (the JSON keys, shortened where long)
@@ -706,15 +707,7 @@ def _metrics_by_model(rows, keys: list[str], limit: int) -> str:
         header = f"{'model':<{name_w}}  " + "  ".join(f"{head[k]:>{cell[k]}}" for k in b)
         lines += [header, "-" * len(header)]
         for name, (_, m) in zip(names, rows):
-            cells = []
-            for k in b:
-                v = m.get(k)
-                if isinstance(v, int):
-                    cells.append(f"{v:>{cell[k]}d}")
-                elif isinstance(v, float) and v == v:
-                    cells.append(f"{v:>{cell[k]}.4f}")
-                else:
-                    cells.append(f"{'n/a':>{cell[k]}}")
+            cells = [_metric_cell(m.get(k), cell[k], 4) for k in b]
             lines.append(f"{name:<{name_w}}  " + "  ".join(cells))
     return "\n".join(lines)
 
