@@ -384,7 +384,36 @@ def _plugin_requirements(objects) -> tuple[tuple[str, ...], tuple[str, ...]]:
                 continue
             if origin.distribution not in ("(in-process)", "unknown"):
                 dists.add(origin.distribution)
+    for dist in list(dists):
+        dists.update(_installed_requirements(dist))
     return tuple(sorted(dists - {"calengine"})), tuple(sorted(modules))
+
+
+def _installed_requirements(dist: str) -> set[str]:
+    """The distributions a plugin distribution requires that are installed here (its library, e.g.
+    ``xgboost-cpu``): workers must have the same versions of those too, not only of the plugin."""
+    from importlib import metadata
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = set()
+    try:
+        requires = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return out
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an optional extra, or not for this platform
+        try:
+            metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            continue
+        out.add(req.name)
+    return out
 
 
 def _model_plugin_objects(model) -> list:

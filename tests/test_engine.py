@@ -296,3 +296,17 @@ def test_concurrent_tasks_keep_one_blas_thread_throughout():
     clf = calengine.CalibratedClassifier(_ThreadProbe(), "sigmoid", cv=2, workers=2).fit(X, y)
     seen = [m.learners[0].threads_ for m in clf.model_.members]
     assert seen == [1, 1], seen
+
+
+def test_a_plugins_own_dependencies_are_version_checked_on_workers():
+    """Workers are compared on the plugin distribution and on what it requires (here scikit-learn and
+    scipy through calengine-builtins), so a worker with another copy of a plugin's library is caught."""
+    from calengine import registry
+    from calengine.cli import _installed_requirements, _plugin_requirements
+    from calengine.plugins import get_plugins
+
+    plugins = get_plugins()
+    dists, _ = _plugin_requirements([registry.make("learners", "gaussian_nb", {}, plugins)])
+    assert {"calengine-builtins", "scikit-learn", "scipy", "numpy"} <= set(dists)
+    assert "calengine" not in dists
+    assert _installed_requirements("no-such-distribution") == set()

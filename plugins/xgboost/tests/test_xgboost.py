@@ -317,3 +317,15 @@ def _wait_for_training(address, timeout=120):
                 return
             time.sleep(0.2)
     raise AssertionError("no XGBoost training task started")
+
+
+def test_workers_are_checked_for_the_xgboost_library_as_well_as_the_plugin():
+    """The per-worker version check covers the plugin's own dependencies: a worker with another
+    xgboost would otherwise train with it unnoticed."""
+    from calengine import registry
+    from calengine.cli import _plugin_requirements
+    from calengine.plugins import get_plugins
+
+    dists, modules = _plugin_requirements([registry.make("learners", "xgboost", {}, get_plugins())])
+    assert "calengine-xgboost" in dists and "xgboost-cpu" in dists
+    assert "calengine_xgboost" in modules
