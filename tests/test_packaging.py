@@ -57,7 +57,9 @@ def test_wheels_build_pass_twine_check_and_work_installed_alone(tmp_path):
     site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     with open(os.path.join(site, "outer-env.pth"), "w") as fh:
         fh.write(sysconfig.get_paths()["purelib"] + "\n")
-    _run([py, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-deps", "--no-index",
+    # --ignore-installed: the outer environment may hold calengine itself (a non-editable install, as in
+    # CI), which pip would otherwise call "already satisfied" and never install the wheels
+    _run([py, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
           *built.values()])
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CALENGINE_STRICT_PLUGINS")}
