@@ -54,6 +54,15 @@ CHECKED_PACKAGES = (
 #: table.  Remote workers keep their own ``distributed.worker.memory.target``.
 HELD_DATA_FRACTION = 1 / 64
 
+#: glibc's mmap threshold for the worker processes ``--cluster local`` starts.  Dask's nanny sets
+#: ``MALLOC_TRIM_THRESHOLD_``, which also freezes glibc's mmap threshold at 128 KiB: every NumPy
+#: temporary above that (a column of a fragment, a score vector) became a fresh mmap, page-faulted in
+#: and unmapped again, and a Newton round's pass over the held-out scores ran 3x slower in a worker
+#: than in the embedded scheduler.  Up to 32 MiB they now come from the heap (which the trim threshold
+#: still returns to the system from its top); fragment-sized arrays above it are still unmapped when
+#: freed.  Remote workers: set ``MALLOC_MMAP_THRESHOLD_=33554432`` in their environment for the same.
+WORKER_MMAP_THRESHOLD = 32 * 2**20
+
 
 @dataclass(frozen=True)
 class TLSConfig:
@@ -322,7 +331,10 @@ def _local_processes(LocalCluster, Client, workers, local_memory, requirements):
     """The ``--cluster local`` branch of :func:`dask_client` (a generator: yields the client)."""
     import dask
 
-    with dask.config.set({"distributed.worker.memory.target": HELD_DATA_FRACTION}):  # workers copy it at spawn
+    with dask.config.set({  # workers copy both at spawn
+        "distributed.worker.memory.target": HELD_DATA_FRACTION,
+        "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD,
+    }):
         lc = _start_local(
             LocalCluster,
             n_workers=workers or default_threads(),

@@ -310,3 +310,20 @@ def test_a_plugins_own_dependencies_are_version_checked_on_workers():
     assert {"calengine-builtins", "scikit-learn", "scipy", "numpy"} <= set(dists)
     assert "calengine" not in dists
     assert _installed_requirements("no-such-distribution") == set()
+
+
+@pytest.mark.cluster
+def test_workers_of_cluster_local_spill_held_results_early_and_keep_small_arrays_on_the_heap():
+    """What keeps --cluster local workers flat and fast (see calengine.cluster): the spill target and
+    the glibc mmap threshold must reach the spawned worker processes, not only the client."""
+    import os
+
+    from calengine.cluster import HELD_DATA_FRACTION, WORKER_MMAP_THRESHOLD, dask_client
+
+    def seen(dask_worker):
+        return dask_worker.memory_manager.memory_target_fraction, os.environ.get("MALLOC_MMAP_THRESHOLD_")
+
+    with dask_client("local", workers=1, memory_limit="1GiB") as client:
+        (got,) = client.run(seen).values()
+    assert got == (HELD_DATA_FRACTION, str(WORKER_MMAP_THRESHOLD))
+    assert "MALLOC_MMAP_THRESHOLD_" not in os.environ  # the client's own process is left alone
