@@ -56,12 +56,13 @@ HELD_DATA_FRACTION = 1 / 64
 
 #: glibc's mmap threshold for the worker processes ``--cluster local`` starts.  Dask's nanny sets
 #: ``MALLOC_TRIM_THRESHOLD_``, which also freezes glibc's mmap threshold at 128 KiB: every NumPy
-#: temporary above that (a column of a fragment, a score vector) became a fresh mmap, page-faulted in
-#: and unmapped again, and a Newton round's pass over the held-out scores ran 3x slower in a worker
-#: than in the embedded scheduler.  Up to 32 MiB they now come from the heap (which the trim threshold
-#: still returns to the system from its top); fragment-sized arrays above it are still unmapped when
-#: freed.  Remote workers: set ``MALLOC_MMAP_THRESHOLD_=33554432`` in their environment for the same.
-WORKER_MMAP_THRESHOLD = 32 * 2**20
+#: temporary above that (a score vector of a calibration problem, a column of a fragment) became a
+#: fresh mmap, page-faulted in and unmapped again, and a Newton round's pass over the held-out scores
+#: ran 3x slower in a worker than in the embedded scheduler.  Up to 4 MiB they now come from the heap
+#: (which the trim threshold still returns to the system from its top); larger arrays are still
+#: unmapped when freed, so a worker's peak stays flat from 10M to 100M rows (32 MiB was as fast but
+#: let the heap grow 21 %).  Remote workers: ``MALLOC_MMAP_THRESHOLD_=4194304`` in their environment.
+WORKER_MMAP_THRESHOLD = 4 * 2**20
 
 
 @dataclass(frozen=True)
