@@ -45,25 +45,6 @@ def assert_one_line_error(result: CLIResult, *fragments: str) -> None:
         assert frag in lines[0], (frag, lines[0])
 
 
-def stop_process_groups(procs) -> None:
-    """Stop processes started with ``start_new_session=True`` (and their children): TERM, then KILL."""
-    import signal
-
-    for p in reversed(procs):
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# one copy of the process helpers, the one plugin authors get (calengine.testing_cluster)
+from calengine.testing_cluster import free_port  # noqa: E402,F401 - re-exported for the tests
+from calengine.testing_cluster import stop_processes as stop_process_groups  # noqa: E402,F401
