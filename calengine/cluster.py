@@ -64,6 +64,14 @@ HELD_DATA_FRACTION = 1 / 64
 #: let the heap grow 21 %).  Remote workers: ``MALLOC_MMAP_THRESHOLD_=4194304`` in their environment.
 WORKER_MMAP_THRESHOLD = 4 * 2**20
 
+#: Dask pauses a worker whose process memory passes 80 % of its limit, until it falls again.  Most of a
+#: calengine worker's memory is not Dask's to release (the libraries it imports, the heap), so a
+#: paused worker can stay paused for ever and the fit waits without end: a CI machine saw a 512 MiB
+#: worker at ~375 MiB do that.  The workers ``--cluster local`` starts therefore never pause; they
+#: still spill held results (above) and are restarted by their nanny at 95 %, which Dask retries and,
+#: if it repeats, reports as a lost worker in one line naming ``--worker-memory``.
+WORKER_PAUSE_FRACTION = False
+
 
 @dataclass(frozen=True)
 class TLSConfig:
@@ -334,6 +342,7 @@ def _local_processes(LocalCluster, Client, workers, local_memory, requirements):
 
     with dask.config.set({  # workers copy both at spawn
         "distributed.worker.memory.target": HELD_DATA_FRACTION,
+        "distributed.worker.memory.pause": WORKER_PAUSE_FRACTION,
         "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": WORKER_MMAP_THRESHOLD,
     }):
         lc = _start_local(
@@ -407,6 +416,7 @@ def _connect(address: str, tls: TLSConfig | None):
                 f"'{address}' needs TLS credentials; pass --tls-ca-file, --tls-cert and --tls-key"
             )
         security = _security(tls)
+        _check_tls_handshake(address, tls)
     elif tls is not None:
         raise ClusterError(f"TLS credentials given but '{address}' is not a tls:// address; use tls://HOST:PORT")
     else:
@@ -415,7 +425,7 @@ def _connect(address: str, tls: TLSConfig | None):
         client = Client(address, security=security, timeout="10s", set_as_default=False)
     except TypeError as exc:  # distributed's error for a TLS client without a certificate
         raise ClusterError(f"TLS connection to {address} failed ({exc}); check --tls-cert and --tls-key") from exc
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, ValueError) as exc:  # ValueError: tornado's "IOStream is not idle"
         raise ClusterError(_unreachable(address, exc)) from exc
     if not client.scheduler_info().get("workers"):
         try:
@@ -450,6 +460,38 @@ def _security(tls: TLSConfig):
             " check that --tls-key is the unencrypted PEM private key of --tls-cert"
         ) from exc
     return Security(tls_ca_file=tls.ca_file, tls_client_cert=tls.cert, tls_client_key=tls.key, require_encryption=True)
+
+
+def _check_tls_handshake(address: str, tls: TLSConfig, timeout: float = 10.0) -> None:
+    """Shake hands with the scheduler before Dask does, and say in one line why it failed.
+
+    Dask's own attempt at a plain ``tcp://`` scheduler fails in one of several ways depending on timing
+    (tornado's "IOStream is not idle", a 20 s timeout, a traceback from the half-made client's
+    ``__del__``), so the TLS handshake is tried here first with the same settings as Dask's
+    ``Security`` (the CA verifies the scheduler's certificate; host names are not checked).
+    """
+    import socket
+    import ssl
+
+    host, _, port = address.partition("://")[2].rpartition(":")
+    host = host.strip("[]")
+    try:
+        raw = socket.create_connection((host, int(port)), timeout=timeout)
+    except (OSError, ValueError) as exc:
+        raise ClusterError(_unreachable(address, exc)) from exc
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.ca_file)
+    context.check_hostname = False
+    context.load_cert_chain(tls.cert, tls.key)
+    try:
+        with context.wrap_socket(raw, server_hostname=host):
+            pass
+    except OSError as exc:  # ssl.SSLError, a reset or a timeout in the middle of the handshake
+        raise ClusterError(
+            f"{address} accepts connections but the TLS handshake failed ({_ssl_reason(exc)}); the scheduler"
+            " may be a plain tcp:// one (use tcp://), or its certificate is not signed by --tls-ca-file"
+        ) from exc
+    finally:
+        raw.close()
 
 
 def _ssl_reason(exc: BaseException) -> str:

@@ -314,15 +314,17 @@ def test_a_plugins_own_dependencies_are_version_checked_on_workers():
 
 @pytest.mark.cluster
 def test_workers_of_cluster_local_spill_held_results_early_and_keep_small_arrays_on_the_heap():
-    """What keeps --cluster local workers flat and fast (see calengine.cluster): the spill target and
-    the glibc mmap threshold must reach the spawned worker processes, not only the client."""
+    """What keeps --cluster local workers flat, fast and never stuck (see calengine.cluster): the spill
+    target, the glibc mmap threshold and the disabled pause must reach the spawned worker processes,
+    not only the client."""
     import os
 
     from calengine.cluster import HELD_DATA_FRACTION, WORKER_MMAP_THRESHOLD, dask_client
 
     def seen(dask_worker):
-        return dask_worker.memory_manager.memory_target_fraction, os.environ.get("MALLOC_MMAP_THRESHOLD_")
+        mm = dask_worker.memory_manager
+        return mm.memory_target_fraction, mm.memory_pause_fraction, os.environ.get("MALLOC_MMAP_THRESHOLD_")
 
     with dask_client("local", workers=1, memory_limit="1GiB") as client:
         (got,) = client.run(seen).values()
-    assert got == (HELD_DATA_FRACTION, str(WORKER_MMAP_THRESHOLD))
+    assert got == (HELD_DATA_FRACTION, False, str(WORKER_MMAP_THRESHOLD))

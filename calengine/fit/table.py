@@ -104,11 +104,11 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     dataset = describe_files(files, root, feature_cols + [spec.target], fragment_rows)
     if not dataset.fragments:
         raise DataError("the training table has no rows")
-    futures = [
-        client.submit(pt.fragment_table_stats, fr, feature_cols, spec.target, spec.text_columns, pure=False)
-        for fr in dataset.fragments
-    ]
-    stats = tree_merge(client, futures, progress, "statistics")
+    stats = tree_merge(
+        client, lambda fr: client.submit(pt.fragment_table_stats, fr, feature_cols, spec.target, spec.text_columns,
+                                         pure=False),
+        dataset.fragments, progress, "statistics",
+    )
     labels = LabelSpace.from_values(stats.target.totals().keys(), spec.target, spec.positive)
     encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
     encoder.fit_stats(stats)
@@ -138,13 +138,33 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     return ctx
 
 
-def tree_merge(client, futures: list, progress: Progress | None, label: str, fan_in: int = 8):
+def tree_merge(client, submit_leaf, items: list, progress: Progress | None, label: str, fan_in: int = 8):
     """Merge per-fragment statistics on the workers, ``fan_in`` at a time in fragment order, so the
-    client receives one merged result however many fragments there are (a fixed tree: deterministic)."""
-    from ..progress import wait_with_progress
+    client receives one merged result however many fragments there are (a fixed tree: deterministic).
 
-    wait_with_progress(client, futures, progress, label)
-    level = list(futures)
+    Each group's merge is submitted right after its ``fan_in`` leaves, so Dask (which ranks tasks by
+    submission) merges a group as soon as its leaves are done, and the client keeps no leaf futures:
+    a leaf's statistics are released once merged.  Holding every leaf until the last one finished
+    cost a 512 MiB worker 90 MiB of statistics on a 70-fragment table and pushed it to Dask's pause
+    threshold, where a worker stops running tasks.
+    """
+    from distributed import as_completed
+
+    level = []
+    sizes = []
+    for i in range(0, len(items), fan_in):
+        group = [submit_leaf(item) for item in items[i : i + fan_in]]
+        level.append(client.submit(pt.merge_all, *group, pure=False) if len(group) > 1 else group[0])
+        sizes.append(len(group))
+        del group
+    if progress is not None:
+        progress.start(label, len(items))
+    size_of = {f.key: n for f, n in zip(level, sizes)}
+    for done in as_completed(level, loop=client.loop):
+        if progress is not None:
+            progress.advance(size_of[done.key])
+    if progress is not None:
+        progress.finish()
     while len(level) > 1:
         level = [client.submit(pt.merge_all, *level[i : i + fan_in], pure=False) for i in range(0, len(level), fan_in)]
     return level[0].result()

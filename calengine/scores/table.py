@@ -17,6 +17,7 @@ from pathlib import Path
 from ..parquet.data import staged_directory
 from ..errors import DataError
 from ..progress import Progress, gather_in_order
+from ..tasks.heap import trims_heap
 
 
 def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_000):
@@ -87,6 +88,7 @@ def share_model(client, model):
 
 
 
+@trims_heap
 def score_chunk(
     model, chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
 ) -> int:
@@ -149,6 +151,7 @@ def score_table(
 # ---------------------------------------------------------------------------------------------- evaluate
 
 
+@trims_heap
 def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool) -> dict:
     """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities."""
     from ..metrics.measures import MetricAccumulator

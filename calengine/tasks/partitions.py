@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
+from .heap import trims_heap
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ def unit_rows(part: Part, unit: Unit, plan: FoldPlan) -> tuple[np.ndarray, np.nd
 # ---------------------------------------------------------------------------------------------- statistics
 
 
+@trims_heap
 def fragment_table_stats(fragment, feature_columns, target, text_columns):
     """Column statistics and per-row-group label counts of one fragment (the encoding's reduction)."""
     from ..reductions.column_stats import partition_stats
@@ -140,6 +142,7 @@ def fragment_label_counts(fragment, target):
     return fragment_table_stats(fragment, [], target, ())
 
 
+@trims_heap
 def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, columns: tuple) -> dict:
     """A learner's statistics per (fold, column) of one fragment: fold None when there are no folds.
 
@@ -180,6 +183,7 @@ def fit_learner_from_stats(learner, stats, n_classes: int, seed: int):
 # ---------------------------------------------------------------------------------------------- learners
 
 
+@trims_heap
 def fit_unit_learner(
     fragments, enc: Encoding, plan: FoldPlan, unit: Unit, learner, seed: int,
     quotas: np.ndarray | None = None, rates: np.ndarray | None = None,
@@ -224,6 +228,7 @@ def fit_unit_learner(
     return fit_learner(TrainingData(X, t), None, learner, seed)
 
 
+@trims_heap
 def assemble_training(fragments, enc: Encoding):
     """Every labelled row, encoded, as one :class:`calengine.tasks.arrays.TrainingData` on this worker.
 
@@ -264,6 +269,7 @@ def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarra
     return (y[:, None] == np.arange(n_columns)[None, :]).astype(np.int8)
 
 
+@trims_heap
 def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet], learners: list) -> ScoreBlock:
     """The held-out scores of this fragment's rows for every calibration set."""
     from ..model.calibrated import as_columns
@@ -351,6 +357,7 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     return out
 
 
+@trims_heap
 def split_blocks(problems: list, *blocks: ScoreBlock) -> dict:
     """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order.
 
@@ -371,6 +378,7 @@ def take(mapping: dict, key):
     return mapping[key]
 
 
+@trims_heap
 def range_partial_stats(cal, request, *pieces):
     """``partial_stats`` of one score range gathered from every fragment (None: the range is empty)."""
     pieces = [p for p in pieces if p[0].size]
@@ -382,6 +390,7 @@ def range_partial_stats(cal, request, *pieces):
         return cal.partial_stats(s, t, np.ones(s.shape[0]), request)
 
 
+@trims_heap
 def fit_calibrator_gathered(cal, score_kind: str, *pieces):
     """The in-memory fallback: every score of one problem on this worker, then ``fit``."""
     s = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0)

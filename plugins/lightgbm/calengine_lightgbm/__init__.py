@@ -29,6 +29,8 @@ across workers, so models differ with the layout (see the README's measurements)
 
 from __future__ import annotations
 
+import re
+import time
 import warnings
 from typing import Any
 
@@ -250,6 +252,12 @@ def run_watching_workers(client, fn, name: str, poll: float = 0.5) -> None:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             box["error"] = exc
 
+    def lost_worker(lost):
+        return LearnerError(
+            f"learner '{name}' lost worker {sorted(lost)[0]} while training on the cluster; LightGBM cannot"
+            " resume a distributed training, so no model was written: run the fit again"
+        )
+
     thread = threading.Thread(target=target, name=f"{name}-train", daemon=True)
     thread.start()
     while thread.is_alive():
@@ -258,12 +266,24 @@ def run_watching_workers(client, fn, name: str, poll: float = 0.5) -> None:
             break
         lost = start - _workers(client)
         if lost:
-            raise LearnerError(
-                f"learner '{name}' lost worker {sorted(lost)[0]} while training on the cluster; LightGBM cannot"
-                " resume a distributed training, so no model was written: run the fit again"
-            )
+            raise lost_worker(lost)
     if "error" in box:
+        # A survivor's socket to the dead peer usually breaks before the scheduler has noticed the
+        # death (its heartbeat timeout): give the scheduler time to say which worker it was.
+        if _NETWORK_FAILURE.search(str(box["error"])):
+            deadline = time.monotonic() + LOST_WORKER_GRACE
+            while time.monotonic() < deadline:
+                lost = start - _workers(client)
+                if lost:
+                    raise lost_worker(lost) from box["error"]
+                time.sleep(poll)
         raise box["error"]
+
+
+#: LightGBM's messages when a peer's connection breaks (its network layer, e.g. "Socket recv error")
+_NETWORK_FAILURE = re.compile(r"socket|connection|network|timed? ?out", re.IGNORECASE)
+#: seconds to wait, after such a failure, for the scheduler to report the worker that died
+LOST_WORKER_GRACE = 15.0
 
 
 @calengine.hookimpl

@@ -161,3 +161,33 @@ def test_a_worker_killed_mid_training_fails_in_one_line_without_a_model(adult_pa
     assert fit.returncode == 2, err[-2000:]
     assert len(lines) == 1 and "lost worker" in lines[0] and "no model was written" in lines[0], err[-2000:]
     assert not out.exists()
+
+
+class _SchedulerView:
+    """A client whose scheduler reports a worker gone only after ``after`` asks (the heartbeat lag)."""
+
+    def __init__(self, after: int):
+        self.asks, self.after = 0, after
+
+    def run_on_scheduler(self, fn):
+        self.asks += 1
+        return ["tcp://a", "tcp://b"] if self.asks <= self.after else ["tcp://a"]
+
+
+def test_a_broken_peer_socket_is_reported_as_the_lost_worker_once_the_scheduler_sees_it():
+    """The survivor's socket error can reach us before the scheduler drops the dead worker: the message
+    must still name the lost worker (CI saw the bare LightGBMError once)."""
+    from calengine.errors import LearnerError
+    from calengine_lightgbm import run_watching_workers
+
+    def train():
+        raise RuntimeError("Socket recv error, Connection reset by peer (code: 104)")
+
+    with pytest.raises(LearnerError, match="lost worker tcp://b"):
+        run_watching_workers(_SchedulerView(after=3), train, "lightgbm_dask", poll=0.01)
+    # any other failure is passed on as it is, without waiting
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="bad"):
+        run_watching_workers(_SchedulerView(after=10**6), lambda: (_ for _ in ()).throw(ValueError("bad")),
+                             "lightgbm_dask", poll=0.01)
+    assert time.monotonic() - start < 5
