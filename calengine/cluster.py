@@ -134,24 +134,71 @@ class VersionChecked:
     A worker that joined after :func:`check_workers` ran (or was replaced by one from another image)
     is caught by the first task it runs: the task raises :class:`ClusterError` and the job fails in
     one line instead of silently mixing models built by different library versions.
+
+    The function and every argument that is not a Dask future travel pickled inside this object and
+    are unpickled only after the check.  Otherwise a worker without a plugin the client has would
+    fail to unpickle the task before any check ran, and Dask does not report that as a task error:
+    the worker's connection handler dies and the task waits for ever (measured with distributed
+    2025.x: a plain ``submit`` with an argument of a module the worker lacks never finishes).
     """
 
-    def __init__(self, fn, versions: dict[str, str], distributions: tuple[str, ...]):
-        self.fn = fn
+    def __init__(self, fn, versions: dict[str, str], distributions: tuple[str, ...], args=(), kwargs=None):
+        import cloudpickle
+
+        kwargs = kwargs or {}
+        self.dynamic = tuple(i for i, a in enumerate(args) if _holds_futures(a))
+        static_args = {i: a for i, a in enumerate(args) if i not in self.dynamic}
+        self.n_args = len(args)
+        self.payload = cloudpickle.dumps((fn, static_args, kwargs))
         self.versions = versions
         self.distributions = tuple(distributions)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)  # task keys keep the function's name
 
-    def __call__(self, *args, **kwargs):
-        problem = version_difference(self.versions, _versions_here(self.distributions), _worker_name())
+    def dask_args(self, args) -> tuple:
+        """The arguments Dask must resolve (the futures), in order."""
+        return tuple(args[i] for i in self.dynamic)
+
+    def __call__(self, *resolved, **dask_kwargs):
+        import pickle
+
+        where = _worker_name()
+        problem = version_difference(self.versions, _versions_here(self.distributions), where)
         if problem:
             raise ClusterError(problem)
-        return self.fn(*args, **kwargs)
+        try:
+            fn, static_args, kwargs = pickle.loads(self.payload)
+        except Exception as exc:  # noqa: BLE001 - a package or plugin missing on this worker
+            reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+            raise ClusterError(
+                f"{where} cannot load a task of this job ({type(exc).__name__}: {reason}); it lacks a package"
+                " or plugin the client has: install the same packages and plugins on every worker (one image"
+                " for all)"
+            ) from None
+        filled = dict(static_args)
+        filled.update(zip(self.dynamic, resolved))
+        return fn(*(filled[i] for i in range(self.n_args)), **kwargs, **dask_kwargs)
 
     def __dask_tokenize__(self):
-        from dask.base import tokenize
+        import hashlib
 
-        return ("VersionChecked", tokenize(self.fn), sorted(self.versions.items()))
+        return ("VersionChecked", hashlib.sha1(self.payload).hexdigest(), self.dynamic,
+                sorted(self.versions.items()))
+
+
+def _holds_futures(value, depth: int = 0) -> bool:
+    """Whether Dask must resolve something inside ``value`` (a future, or one in a list, tuple, set or
+    dict, which Dask looks into)."""
+    from distributed import Future
+
+    if isinstance(value, Future):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_holds_futures(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_futures(v, depth + 1) for v in value.values())
+    return False
 
 
 def _worker_name() -> str:
@@ -185,10 +232,21 @@ class CheckedClient:
         return self._client
 
     def submit(self, fn, *args, **kwargs):
-        return self._client.submit(VersionChecked(fn, self._versions, self._distributions), *args, **kwargs)
+        options = {k: kwargs.pop(k) for k in _SUBMIT_OPTIONS if k in kwargs}
+        if any(_holds_futures(v) for v in kwargs.values()):  # keyword futures: rare, left to Dask
+            checked = VersionChecked(fn, self._versions, self._distributions, args)
+            return self._client.submit(checked, *checked.dask_args(args), **kwargs, **options)
+        checked = VersionChecked(fn, self._versions, self._distributions, args, kwargs)
+        return self._client.submit(checked, *checked.dask_args(args), **options)
 
     def map(self, fn, *iterables, **kwargs):
-        return self._client.map(VersionChecked(fn, self._versions, self._distributions), *iterables, **kwargs)
+        options = {k: kwargs.pop(k) for k in _SUBMIT_OPTIONS if k in kwargs}
+        return [self.submit(fn, *args, **kwargs, **options) for args in zip(*iterables)]
+
+
+#: keyword arguments of ``Client.submit`` that are Dask's, not the task function's
+_SUBMIT_OPTIONS = ("key", "workers", "resources", "retries", "priority", "fifo_timeout", "allow_other_workers",
+                   "actor", "actors", "pure")
 
 
 def plain_client(client):

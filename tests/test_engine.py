@@ -213,6 +213,36 @@ def test_every_task_submitted_through_the_checked_client_checks_its_worker():
             c.gather(checked.map(abs, [-5, -6]))
 
 
+def test_the_checked_client_resolves_futures_and_checks_before_unpickling_the_task():
+    """Arguments other than futures travel pickled inside the task and are unpickled after the check:
+    futures (alone or in a list) still reach the function resolved, keywords too, and a task this
+    worker cannot unpickle is a ClusterError naming the cause, not a worker stuck for ever."""
+    from distributed import Client, LocalCluster
+
+    from calengine.cluster import CheckedClient
+    from calengine.errors import ClusterError
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+            Client(lc) as c:
+        checked = CheckedClient(c)
+        a = checked.submit(sum, [1, 2, 3], pure=False)
+        b = checked.submit(np.add, a, 10)
+        both = checked.submit(lambda xs, scale=1: [x * scale for x in xs], [a, b], scale=2)
+        assert both.result() == [12, 32]
+        assert checked.submit(max, a, b, key="the-max").key == "the-max"
+        with pytest.raises(ClusterError, match="cannot load a task of this job.*no_such_plugin_module.*every worker"):
+            checked.submit(len, _Unloadable()).result()
+
+
+class _Unloadable:
+    """Unpickles into an import of a module this worker lacks (what a missing plugin looks like)."""
+
+    def __reduce__(self):
+        import importlib
+
+        return importlib.import_module, ("no_such_plugin_module",)
+
+
 class _DataCopiesProbe(calengine.base.Learner):
     """Counts, while it is being fitted, the TrainingData objects held by the worker it runs on."""
 

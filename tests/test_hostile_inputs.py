@@ -628,6 +628,43 @@ def test_tls_address_at_a_plain_tcp_scheduler_names_the_protocol(tmp_path):
 
 @pytest.mark.cluster
 @pytest.mark.slow
+def test_a_worker_without_a_plugin_joining_mid_fit_fails_the_fit_in_one_line(tmp_path):
+    """A worker that cannot import a plugin module the job's tasks need (here calengine_builtins,
+    shadowed by a package that fails to import, while its distribution record still reads as the
+    client's version) joins after the start-of-job check.  Dask alone leaves a task such a worker
+    cannot unpickle waiting for ever; the per-task check unpickles the task itself and fails in one line."""
+    broken = tmp_path / "broken-plugin" / "calengine_builtins"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('calengine_builtins is not installed here')\n")
+    data = _write_many(tmp_path / "many", 60_000, 24)
+    address, scheduler = _scheduler(tmp_path)
+    good = _worker(address, tmp_path)
+    procs = [scheduler, good]
+    try:
+        vetted = _wait_workers(address, 1)
+        cmd = ["fit", data, "--target", "y", "--learner", "mlp", "--method", "sigmoid", "--cluster",
+               address, "--output", tmp_path / "m"]
+        proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while not _tasks_running(address):  # the submit-time check has passed
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.3)
+        procs.append(_worker(address, tmp_path, env={"PYTHONPATH": str(broken.parent)}))
+        joined = _wait_workers(address, 2) - vetted
+        assert proc.poll() is None, "the fit ended before the broken worker joined; make the table larger"
+        os.killpg(good.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        stop_process_groups(procs)
+    r = CLIResult(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
+    assert_one_error(r, 2, "cannot load a task of this job", "calengine_builtins is not installed here",
+                     next(iter(joined)))
+    assert_nothing_left(tmp_path / "m")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
 def test_every_worker_lost_mid_run_recovers_when_a_replacement_joins(tmp_path):
     """Item 6: tasks read their rows from Parquet and the scoring model is a task result, not scattered
     data, so when every worker dies (nanny included) the run waits and finishes on a new worker."""
