@@ -244,7 +244,14 @@ def entry() -> None:
     """The ``calengine`` console script: :func:`main`, and an exit code."""
     global _SILENCE_AFTER_ERROR
     _SILENCE_AFTER_ERROR = True
-    raise SystemExit(main())
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        # Ctrl-C.  Every staging area is gone and the cluster closed by now, but a thread of the embedded
+        # scheduler may still be inside a learner's fit, which nothing can interrupt, and the interpreter
+        # would wait for it before exiting (measured: up to 20 s after the error line).  Leave now.
+        sys.stdout.flush()
+        os._exit(code)
+    raise SystemExit(code)
 
 
 # ---------------------------------------------------------------------------------------------- commands
@@ -440,7 +447,10 @@ def cmd_fit(args) -> int:
     # Loading the plugins (importing scikit-learn: ~1 s) and starting a local cluster (spawning worker
     # processes: ~2 s) are independent, so the plugins load in a thread while the cluster starts.  A
     # misspelt name still fails before any data is read; the cluster started meanwhile is closed.
-    with ThreadPoolExecutor(1, thread_name_prefix="calengine-plugins") as pool:
+    # Not ``with``: its exit would wait for the loading thread, so a Ctrl-C during the imports would
+    # only take effect once they finish.
+    pool = ThreadPoolExecutor(1, thread_name_prefix="calengine-plugins")
+    try:
         prepared = pool.submit(_prepare_fit, args)
         if args.cluster != "local":
             prepared.result()  # embedded or remote: nothing slow to overlap, so fail fast on names
@@ -448,6 +458,8 @@ def cmd_fit(args) -> int:
         with _client(args, lambda: prepared.result()[3]) as client:
             config, spec, plugins, _ = prepared.result()
             model = fit_table(client, spec, config, progress=progress, plugins=plugins)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     save_model(model, out, plugins, overwrite=args.overwrite)
     training = model.info.get("x_training", {})
     if training.get("dropped_missing_target"):

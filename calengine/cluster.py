@@ -361,13 +361,20 @@ def dask_client(
                 **local_memory,
             )
             client = Client(lc, set_as_default=False)
+            interrupted = False
             try:
                 # tasks run as threads of this process: pin its native pools for the whole job
                 with pinned_native_threads():
                     yield client
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
             finally:
-                client.close()
-                lc.close()
+                if interrupted:
+                    _abandon(client, lc)
+                else:
+                    client.close()
+                    lc.close()
             return
         if cluster == "local":
             with _workers_stderr_quiet():
@@ -380,6 +387,21 @@ def dask_client(
             yield CheckedClient(client, dists)
         finally:
             client.close()
+
+
+def _abandon(client, lc, timeout: float = 1.0) -> None:
+    """Close an embedded cluster after Ctrl-C without waiting for its running tasks.
+
+    Its workers are threads of this process, and a closing worker waits for the task each thread is
+    running; a learner's fit cannot be interrupted, so a Ctrl-C took up to 30 s to end the command.
+    Nothing a task does outlives the process (its results were going to a staging area that is already
+    removed), so the close gets ``timeout`` seconds and the command exits without the stragglers.
+    """
+    for close in (client.close, lc.close):
+        try:
+            close(timeout=timeout)
+        except Exception:  # noqa: BLE001 - a timed-out close of threads the process is about to drop
+            pass
 
 
 def _start_local(factory, attempts: int = 3, **kwargs):

@@ -453,6 +453,29 @@ def test_ctrl_c_during_fit_and_during_local_cluster_start_prints_one_line(tmp_pa
     assert_nothing_left(tmp_path / "b")
 
 
+@pytest.mark.slow
+def test_ctrl_c_ends_the_command_without_waiting_for_running_fits(tmp_path):
+    """The embedded scheduler's tasks are threads of the command, and a learner's fit cannot be
+    interrupted: closing the cluster used to wait for them, 20-30 s after the error line with MLPs.
+    The command now leaves at once (the bound is ten times what it takes here, for loaded machines)."""
+    data = _write_many(tmp_path / "many", 60_000, 24)
+    t0 = time.monotonic()
+    sent: list[float] = []
+
+    def ready():
+        if time.monotonic() - t0 > 8:
+            sent.append(time.monotonic())
+            return True
+        return False
+
+    r = _interrupt_when(["fit", data, "--target", "y", "--learner", "mlp", "--learner-param", "max_iter=2000",
+                         "--method", "sigmoid", "--output", tmp_path / "a"], tmp_path, ready)
+    waited = time.monotonic() - sent[0]
+    assert_one_error(r, 130, "interrupted")
+    assert waited < 10, f"the command took {waited:.1f} s to end after Ctrl-C"
+    assert_nothing_left(tmp_path / "a")
+
+
 # ---------------------------------------------------------------------------------------------- real clusters
 
 
