@@ -588,24 +588,17 @@ def test_scheduler_killed_mid_fit_is_one_line_and_publishes_nothing(tmp_path):
     assert_nothing_left(tmp_path / "m")
 
 
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_a_worker_with_other_versions_joining_mid_fit_fails_the_fit_in_one_line(tmp_path):
-    """Item 5.  The joining worker really reports scikit-learn 1.8.0: a distribution record of that
-    version comes first on its sys.path, exactly what importlib.metadata (and so the check) reads.
-    Once it has joined, the vetted worker is killed, so the remaining tasks must run on it."""
-    fake = tmp_path / "old-sklearn"
-    (fake / "scikit_learn-1.8.0.dist-info").mkdir(parents=True)
-    (fake / "scikit_learn-1.8.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: scikit-learn\nVersion: 1.8.0\n"
-    )
+def _fit_while_a_worker_joins(tmp_path: Path, joiner_env: dict) -> tuple[CLIResult, str]:
+    """Start a fit on one vetted worker, let a worker with ``joiner_env`` join once tasks run (after
+    the start-of-job check), then kill the vetted one so the remaining tasks must run on the joiner.
+    Returns what the fit printed and the joiner's address."""
     data = _write_many(tmp_path / "many", 60_000, 24)
     address, scheduler = _scheduler(tmp_path)
     good = _worker(address, tmp_path)
     procs = [scheduler, good]
     try:
         vetted = _wait_workers(address, 1)
-        # an MLP per fold keeps learner tasks running until the mismatched worker has joined (decision
+        # an MLP per fold keeps learner tasks running until the other worker has joined (decision
         # trees on this table could finish every task before it joined; the fit then rightly succeeds)
         cmd = ["fit", data, "--target", "y", "--learner", "mlp", "--method", "sigmoid", "--cluster",
                address, "--output", tmp_path / "m"]
@@ -615,15 +608,28 @@ def test_a_worker_with_other_versions_joining_mid_fit_fails_the_fit_in_one_line(
         while not _tasks_running(address):  # the submit-time check has passed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.3)
-        procs.append(_worker(address, tmp_path, env={"PYTHONPATH": str(fake)}))
+        procs.append(_worker(address, tmp_path, env=joiner_env))
         joined = _wait_workers(address, 2) - vetted
-        assert proc.poll() is None, "the fit ended before the mismatched worker joined; make the table larger"
+        assert proc.poll() is None, "the fit ended before the other worker joined; make the table larger"
         os.killpg(good.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=180)
     finally:
         stop_process_groups(procs)
-    r = CLIResult(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
-    assert_one_error(r, 2, "scikit-learn differs", "1.9", "1.8.0", next(iter(joined)))
+    return CLIResult(subprocess.CompletedProcess(cmd, proc.returncode, out, err)), next(iter(joined))
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_worker_with_other_versions_joining_mid_fit_fails_the_fit_in_one_line(tmp_path):
+    """Item 5.  The joining worker really reports scikit-learn 1.8.0: a distribution record of that
+    version comes first on its sys.path, exactly what importlib.metadata (and so the check) reads."""
+    fake = tmp_path / "old-sklearn"
+    (fake / "scikit_learn-1.8.0.dist-info").mkdir(parents=True)
+    (fake / "scikit_learn-1.8.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: scikit-learn\nVersion: 1.8.0\n"
+    )
+    r, joined = _fit_while_a_worker_joins(tmp_path, {"PYTHONPATH": str(fake)})
+    assert_one_error(r, 2, "scikit-learn differs", "1.9", "1.8.0", joined)
     assert_nothing_left(tmp_path / "m")
 
 
@@ -659,30 +665,8 @@ def test_a_worker_without_a_plugin_joining_mid_fit_fails_the_fit_in_one_line(tmp
     broken = tmp_path / "broken-plugin" / "calengine_builtins"
     broken.mkdir(parents=True)
     (broken / "__init__.py").write_text("raise ImportError('calengine_builtins is not installed here')\n")
-    data = _write_many(tmp_path / "many", 60_000, 24)
-    address, scheduler = _scheduler(tmp_path)
-    good = _worker(address, tmp_path)
-    procs = [scheduler, good]
-    try:
-        vetted = _wait_workers(address, 1)
-        cmd = ["fit", data, "--target", "y", "--learner", "mlp", "--method", "sigmoid", "--cluster",
-               address, "--output", tmp_path / "m"]
-        proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 120
-        while not _tasks_running(address):  # the submit-time check has passed
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.3)
-        procs.append(_worker(address, tmp_path, env={"PYTHONPATH": str(broken.parent)}))
-        joined = _wait_workers(address, 2) - vetted
-        assert proc.poll() is None, "the fit ended before the broken worker joined; make the table larger"
-        os.killpg(good.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        stop_process_groups(procs)
-    r = CLIResult(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
-    assert_one_error(r, 2, "cannot load a task of this job", "calengine_builtins is not installed here",
-                     next(iter(joined)))
+    r, joined = _fit_while_a_worker_joins(tmp_path, {"PYTHONPATH": str(broken.parent)})
+    assert_one_error(r, 2, "cannot load a task of this job", "calengine_builtins is not installed here", joined)
     assert_nothing_left(tmp_path / "m")
 
 
