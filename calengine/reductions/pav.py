@@ -171,12 +171,15 @@ def pool_ties(scores, y, sample_weight=None):
     if s.size == 0:
         empty = np.empty(0, dtype=np.float64)
         return empty, empty.copy(), empty.copy()
-    if w is None and yv.dtype.kind in "biu" and _is_zero_one(yv):
+    binary = yv.dtype.kind in "biu" and _is_zero_one(yv)
+    if w is None and binary:
         pooled = _pool_unit_binary(s, yv)
         if pooled is not None:
             return pooled
     if w is None:
         w = np.ones_like(s)
+    if binary and yv.dtype.kind != "b":
+        yv = yv != 0  # the gather below moves 1 byte per example, not 8; w * True is w, w * False 0.0
     order, s_sorted, new_group = _stable_order(s)
     w = w[order]
     wy = w * yv[order]
@@ -286,7 +289,7 @@ def pav(scores, y, sample_weight=None) -> PAVBlocks:
     without requiring both classes (a single class yields one block).
     """
     s, yi, w = check_binary_data(scores, y, sample_weight, require_both_classes=False)
-    xs, wy, ws = pool_ties(s, yi, w)
+    xs, wy, ws = pool_ties(s, yi, None if sample_weight is None else w)
     if xs.size == 1:
         return PAVBlocks(xs.copy(), xs.copy(), wy / ws, ws)
     from scipy.optimize import isotonic_regression
