@@ -145,9 +145,11 @@ def main(argv=None) -> int:
                "stages_new": stages(new, s, y, w, args.repeats)}
         results.append(rec)
         rows.append([label, med["argsort_stable"], med["pav_old"], med["pav_new"], med.get("sklearn_fit"),
-                     rec["old_over_argsort"], rec["new_over_argsort"], rec["sklearn_over_argsort"], identical])
-        print(f"{label}: argsort {fmt(med['argsort_stable'], 3)} s, old {fmt(med['pav_old'], 3)} s "
-              f"({fmt(rec['old_over_argsort'])}x), new {fmt(med['pav_new'], 3)} s ({fmt(rec['new_over_argsort'])}x), "
+                     rec["old_over_argsort"], rec["new_over_argsort"], rec["sklearn_over_argsort"],
+                     identical])
+        print(f"{label}: argsort {fmt(med['argsort_stable'], 3)} s, "
+              f"old {fmt(med['pav_old'], 3)} s ({fmt(rec['old_over_argsort'])}x), "
+              f"new {fmt(med['pav_new'], 3)} s ({fmt(rec['new_over_argsort'])}x), "
               f"sklearn {fmt(med.get('sklearn_fit'), 3)} s, identical blocks: {identical}", flush=True)
 
     stage_names = ["validation", "tie pooling", "PAV pass", "blocks (rest)", "pav"]
