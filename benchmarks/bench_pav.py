@@ -170,7 +170,9 @@ def main(argv=None) -> int:
         "## Stages (median s, and as a multiple of a stable argsort timed in the same rounds)\n\n"
         "validation = `check_binary_data`; tie pooling = `pool_ties` (holds the sort); PAV pass = "
         "`scipy.optimize.isotonic_regression` over the tie groups; blocks = the rest of `pav` "
-        "(exact block sums, merging, building `PAVBlocks`), by difference.",
+        "(exact block sums, merging, building `PAVBlocks`), by difference.  The stages are timed in "
+        "rounds of their own, so on a loaded machine their sum need not match the first table, and the "
+        "by-difference column absorbs the noise (it can even show a spike that is not in `pav`).",
         markdown_table(["case", "implementation", "tie groups", *stage_names], stage_rows),
         f"Load before the run: {load}.  Machine: {machine_info()['platform']}, "
         f"{machine_info()['cpus_logical']} logical CPUs.  Versions: "
