@@ -16,8 +16,8 @@ The O(n) PAV pass runs in compiled code (``scipy.optimize.isotonic_regression``)
 scores only, after an O(n log n) sort, so a million examples take well under a second.  The sort
 is the whole cost, so :func:`pool_ties` avoids NumPy's stable argsort (a plain value sort for unit
 weights, the unstable argsort otherwise) while returning exactly what the stable sort defines.  At
-10M scores a fit took 0.15-0.3 of one stable argsort with unit weights and 0.6-1.0 with float
-weights, against 1.3-1.5 before (benchmarks/results/pav.md).
+10M scores a fit took 0.15-0.5 of one stable argsort with unit weights and 0.6-1.0 with float
+weights, against 1.3-2.1 before (two runs on a loaded 2-core machine; benchmarks/results/pav.md).
 
 This module also holds :func:`check_binary_data`, the input validation every binary calibrator and
 the ROC helpers share, so that all of them reject bad data with the same messages.
