@@ -137,3 +137,17 @@ def test_engine_overhead_driver(tmp_path):
     assert (tmp_path / "model" / "manifest.json").exists()
     imp = bench.importtime("calengine.cli")
     assert imp["n_modules"] > 0 and imp["cumulative_s"] > 0
+
+
+def test_bench_pav_tiny(tmp_path):
+    """bench_pav.py runs end to end on small inputs, finds the old and new pav bit-identical, and
+    writes its tables.  It loads the old pav from git history, so it needs that commit."""
+    bench = _load("bench_pav")
+    try:
+        bench.load_old_pav_module(bench.OLD_REV)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip(f"git history with {bench.OLD_REV} not available")
+    assert bench.main(["--n", "3000", "--repeats", "1", "--no-sklearn", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "pav.json").read_text())
+    assert len(data["results"]) == 6 and all(r["identical_blocks"] for r in data["results"])
+    assert "new / argsort" in (tmp_path / "pav.md").read_text()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
 
 from calengine.errors import DataError
 from calengine.reductions.pav import (
+    PAVBlocks,
     check_binary_data,
     linear_knots,
     pav,
@@ -183,3 +184,147 @@ def test_matches_reference_stack_pav(d):
     # PAV preserves total weight and the weighted mean of y.
     assert b.weight.sum() == pytest.approx(w.sum())
     assert np.dot(b.value, b.weight) == pytest.approx(np.dot(w, y), abs=1e-9)
+
+
+# --- Bit-identity with the implementation before issue 12 (target 3) ------------------------------
+#
+# pool_ties and pav now avoid the stable argsort (value sorts for unit weights and 0/1 labels, the
+# unstable argsort put back into stable order otherwise).  They must return exactly what the
+# straightforward stable-argsort version returned, bit for bit (same boundaries, same sign of a zero
+# score, same float sums), so that version is kept here verbatim as the oracle.
+
+
+def _reference_pool_ties(scores, y, sample_weight=None):
+    """pool_ties as it was before issue 12: stable argsort, three gathers, reduceat."""
+    s = np.asarray(scores, dtype=np.float64)
+    yv = np.asarray(y, dtype=np.float64)
+    w = np.ones_like(s) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    keep = w > 0
+    if not np.all(keep):
+        s, yv, w = s[keep], yv[keep], w[keep]
+    if s.size == 0:
+        empty = np.empty(0, dtype=np.float64)
+        return empty, empty.copy(), empty.copy()
+    order = np.argsort(s, kind="stable")
+    s, yv, w = s[order], yv[order], w[order]
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    return s[starts], np.add.reduceat(w * yv, starts), np.add.reduceat(w, starts)
+
+
+def _reference_pav(scores, y, sample_weight=None) -> PAVBlocks:
+    """pav as it was before issue 12, on top of :func:`_reference_pool_ties`."""
+    s, yi, w = check_binary_data(scores, y, sample_weight, require_both_classes=False)
+    xs, wy, ws = _reference_pool_ties(s, yi, w)
+    if xs.size == 1:
+        return PAVBlocks(xs.copy(), xs.copy(), wy / ws, ws)
+    from scipy.optimize import isotonic_regression
+
+    res = isotonic_regression(wy / ws, weights=ws, increasing=True)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    while True:
+        bw = np.add.reduceat(ws, starts)
+        bv = np.add.reduceat(wy, starts) / bw
+        bad = np.flatnonzero(bv[1:] <= bv[:-1])
+        if bad.size == 0:
+            break
+        starts = np.delete(starts, bad + 1)
+    ends = np.concatenate((starts[1:], [xs.size])) - 1
+    return PAVBlocks(xs[starts], xs[ends], np.clip(bv, 0.0, 1.0), bw)
+
+
+def _assert_same_bits(got, want):
+    """Same length, dtype and bytes for every array (so ``-0.0`` differs from ``0.0``)."""
+    assert len(got) == len(want)
+    for g, r in zip(got, want):
+        g, r = np.asarray(g), np.asarray(r)
+        assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
+        assert g.tobytes() == r.tobytes(), (g, r)
+
+
+_grid_scores = st.sampled_from([-1.5, -0.0, 0.0, 0.25, 0.5, 1.0, 3.0])
+_any_scores = st.floats(-1e6, 1e6, allow_nan=False, allow_subnormal=True)
+_weights = st.one_of(
+    st.sampled_from([0.0, 1.0]),
+    st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.0]),
+    st.floats(0.0, 10.0, allow_nan=False),
+)
+
+
+@st.composite
+def _binary_data(draw, min_size=0):
+    """Scores with many ties, none, or a mix (including both zeros), 0/1 labels, optional weights."""
+    n = draw(st.integers(min_size, 60))
+    kind = draw(st.sampled_from(["grid", "any", "mixed"]))
+    elem = {"grid": _grid_scores, "any": _any_scores, "mixed": st.one_of(_grid_scores, _any_scores)}[kind]
+    s = np.array(draw(st.lists(elem, min_size=n, max_size=n)), dtype=np.float64)
+    y = np.array(draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)), dtype=np.int64)
+    y = y.astype(draw(st.sampled_from([np.int64, np.int8, bool, np.float64])))
+    wkind = draw(st.sampled_from(["none", "ones", "zero_one", "any"]))
+    if wkind == "none":
+        w = None
+    elif wkind == "ones":
+        w = np.ones(n)
+    else:
+        el = st.sampled_from([0.0, 1.0]) if wkind == "zero_one" else _weights
+        w = np.array(draw(st.lists(el, min_size=n, max_size=n)), dtype=np.float64)
+    return s, y, w
+
+
+@settings(max_examples=400, deadline=None)
+@given(_binary_data())
+def test_pool_ties_bit_identical_to_reference(d):
+    s, y, w = d
+    _assert_same_bits(pool_ties(s, y, w), _reference_pool_ties(s, y, w))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_binary_data())
+def test_pav_bit_identical_to_reference(d):
+    s, y, w = d
+    try:
+        want = _reference_pav(s, y, w)
+    except DataError as exc:  # empty data, every weight zero: the same error as before
+        with pytest.raises(DataError, match=str(exc)[:40].replace("(", r"\(")):
+            pav(s, y, w)
+        return
+    _assert_same_bits(pav(s, y, w), want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.one_of(_grid_scores, st.just(float("nan"))), min_size=n, max_size=n),
+            st.lists(st.sampled_from([0, 1, 2, 0.5, -0.0]), min_size=n, max_size=n),
+            st.one_of(st.none(), st.lists(_weights, min_size=n, max_size=n)),
+        )
+    )
+)
+def test_pool_ties_bit_identical_on_real_targets_and_unvalidated_nan(d):
+    """pool_ties takes any real target and does not validate: those inputs keep their old result too."""
+    s, y, w = (None if v is None else np.asarray(v, dtype=np.float64) for v in d)
+    assume(w is None or np.any(w > 0))
+    _assert_same_bits(pool_ties(s, y, w), _reference_pool_ties(s, y, w))
+    if np.all(y == np.round(y)):
+        yi = y.astype(np.int64)
+        _assert_same_bits(pool_ties(s, yi, w), _reference_pool_ties(s, yi, w))
+
+
+@pytest.mark.parametrize("ties", ["none", "many", "few"])
+@pytest.mark.parametrize("weights", [None, "ones", "zero_one", "float"])
+def test_pav_bit_identical_to_reference_at_scale(ties, weights):
+    """Large inputs take the branches small ones rarely reach (group counting by bincount or by
+    cumulative counts, the minority being either class, the within-run reordering)."""
+    rng = np.random.default_rng(12)
+    n = 200_000
+    s = rng.normal(size=n)
+    if ties == "many":
+        s = np.round(s, 1)
+    elif ties == "few":
+        s[rng.random(n) < 0.05] = 0.5
+    y = (rng.random(n) < 1 / (1 + np.exp(-2 * s))).astype(np.int8)
+    w = {None: None, "ones": np.ones(n), "zero_one": (rng.random(n) < 0.9).astype(float),
+         "float": rng.uniform(0.0, 2.0, n)}[weights]
+    _assert_same_bits(pav(s, y, w), _reference_pav(s, y, w))
+    _assert_same_bits(pav(s, 1 - y, w), _reference_pav(s, 1 - y, w))
+    _assert_same_bits(pool_ties(s, y, w), _reference_pool_ties(s, y, w))

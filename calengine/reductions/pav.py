@@ -13,7 +13,11 @@ not, so a score never merges with a different one).  Zero-weight examples carry 
 are dropped before anything else.
 
 The O(n) PAV pass runs in compiled code (``scipy.optimize.isotonic_regression``) over the distinct
-scores only, after an O(n log n) sort, so a million examples take well under a second.
+scores only, after an O(n log n) sort, so a million examples take well under a second.  The sort
+is the whole cost, so :func:`pool_ties` avoids NumPy's stable argsort (a plain value sort for unit
+weights, the unstable argsort otherwise) while returning exactly what the stable sort defines.  At
+10M scores a fit took 0.15-0.5 of one stable argsort with unit weights and 0.6-1.0 with float
+weights, against 1.3-2.1 before (two runs on a loaded 2-core machine; benchmarks/results/pav.md).
 
 This module also holds :func:`check_binary_data`, the input validation every binary calibrator and
 the ROC helpers share, so that all of them reject bad data with the same messages.
@@ -144,20 +148,140 @@ def pool_ties(scores, y, sample_weight=None):
     Returns sums rather than means so that callers can re-pool without rounding drift; the mean of
     a group is ``weighted_sum_y / weight``.  Inputs are assumed validated (see
     :func:`check_binary_data`); lengths must match.
+
+    The result is defined by a stable sort: each group's score is its first example in input order
+    (which decides the sign of a zero score) and its sums add the examples in input order.  Two
+    routes compute exactly that result:
+
+    * 0/1 integer labels with unit weights (the common calibration case, and what :func:`pav` gets
+      without ``sample_weight``): every sum is an exact integer, so the order inside a group cannot
+      change it.  The groups come from two plain value sorts (all scores, and the scores of the
+      smaller class), with no permutation at all; a value sort is several times cheaper than the
+      stable argsort it replaces, which dominated the fit at 10M scores.
+    * anything else: float sums depend on the order of their terms, so the stable order is needed;
+      :func:`_stable_order` gets it from the cheaper unstable argsort.
     """
     s = np.asarray(scores, dtype=np.float64)
-    yv = np.asarray(y, dtype=np.float64)
-    w = np.ones_like(s) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    keep = w > 0
-    if not np.all(keep):
-        s, yv, w = s[keep], yv[keep], w[keep]
+    yv = np.asarray(y)
+    if yv.dtype.kind not in "biu":
+        yv = yv.astype(np.float64)
+    w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if w is not None:
+        keep = w > 0
+        if not np.all(keep):
+            s, yv, w = s[keep], yv[keep], w[keep]
+        if np.all(w == 1.0):
+            w = None
     if s.size == 0:
         empty = np.empty(0, dtype=np.float64)
         return empty, empty.copy(), empty.copy()
-    order = np.argsort(s, kind="stable")
-    s, yv, w = s[order], yv[order], w[order]
-    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
-    return s[starts], np.add.reduceat(w * yv, starts), np.add.reduceat(w, starts)
+    binary = yv.dtype.kind in "biu" and _is_zero_one(yv)
+    if w is None and binary:
+        pooled = _pool_unit_binary(s, yv)
+        if pooled is not None:
+            return pooled
+    if w is None:
+        w = np.ones_like(s)
+    if binary and yv.dtype.kind != "b":
+        yv = yv != 0  # the gather below moves 1 byte per example, not 8; w * True is w, w * False 0.0
+    order, s_sorted, new_group = _stable_order(s)
+    w = w[order]
+    wy = w * yv[order]
+    if new_group is None:  # no ties: every group is one example, its sums are the example's own
+        return s_sorted, wy, w
+    starts = np.flatnonzero(new_group)
+    return s_sorted[starts], np.add.reduceat(wy, starts), np.add.reduceat(w, starts)
+
+
+def _is_zero_one(y: np.ndarray) -> bool:
+    """Whether integer or bool labels are all 0 or 1 (one pass, no float copy)."""
+    if y.dtype.kind == "b":
+        return True
+    return bool(np.all((y == 0) | (y == 1)))
+
+
+def _group_starts_flags(s_sorted: np.ndarray) -> np.ndarray | None:
+    """``True`` where a sorted array starts a new run of equal values, or ``None`` if there are no ties.
+
+    Equality is float ``==``, so ``-0.0`` and ``0.0`` are one group, as in the stable-sort definition.
+    """
+    flags = np.empty(s_sorted.size, dtype=bool)
+    flags[0] = True
+    np.not_equal(s_sorted[1:], s_sorted[:-1], out=flags[1:])
+    return None if np.all(flags) else flags
+
+
+def _stable_order(s: np.ndarray):
+    """``(order, s[order], new_group_flags or None)`` with ``order`` equal to ``argsort(kind="stable")``.
+
+    NumPy's default argsort is about twice as fast as its stable one on float64 (measured 1.0 s
+    against 2.2 s at 10M normal scores), and its order can differ from the stable one only inside
+    runs of equal scores.  Those runs are put back in input order by sorting ``group * n + index``
+    (one int64 value sort, ~0.25 s at 10M): group numbers do not decrease along the sorted array, so
+    that sort moves indices only within their own run.  NaN (unvalidated input; every NaN is its own
+    group) falls back to the stable argsort, whose NaN order the cheap route does not reproduce.
+    """
+    n = s.size
+    order = np.argsort(s)
+    s_sorted = s[order]
+    if np.isnan(s_sorted[-1]):
+        order = np.argsort(s, kind="stable")
+        s_sorted = s[order]
+        return order, s_sorted, _group_starts_flags(s_sorted)
+    flags = _group_starts_flags(s_sorted)
+    if flags is not None:  # reordering within runs keeps the flags (and the values, but for the sign of zero)
+        base = np.cumsum(flags, dtype=np.int64)
+        base -= 1
+        base *= n
+        key = base + order
+        key.sort()
+        key -= base
+        order = key
+        # Equal scores differ in bits only as -0.0 and 0.0: re-read the zero run in its new order.
+        lo = int(np.searchsorted(s_sorted, 0.0, side="left"))
+        hi = int(np.searchsorted(s_sorted, 0.0, side="right"))
+        if hi - lo > 1:
+            s_sorted[lo:hi] = s[order[lo:hi]]
+    return order, s_sorted, flags
+
+
+def _pool_unit_binary(s: np.ndarray, y: np.ndarray):
+    """:func:`pool_ties` for unit weights and 0/1 labels, from value sorts only (see there for why).
+
+    Group sizes come from the sorted scores; the labels enter through the sorted scores of the
+    smaller class, counted per group either by locating each of them (``searchsorted`` of the class
+    into all scores, then ``bincount``) or, when there are fewer groups than class members, by
+    cumulative counts at the group ends.  The first-in-input-order rule only matters for the sign
+    of a zero score and is applied directly.  Returns ``None`` for NaN scores (unvalidated input:
+    each NaN is its own group, which counting by value cannot express).
+    """
+    n = s.size
+    a = np.sort(s)
+    if np.isnan(a[-1]):
+        return None
+    flags = _group_starts_flags(a)
+    if flags is None:
+        xs, starts = a, None
+        size = np.ones(n, dtype=np.int64)
+    else:
+        starts = np.flatnonzero(flags)
+        xs = a[starts]
+        size = np.diff(starts, append=n)
+    pos = y.astype(bool, copy=False) if y.dtype.kind == "b" else y != 0
+    n_pos = int(np.count_nonzero(pos))
+    minority_is_pos = n_pos <= n - n_pos
+    m = np.sort(s[pos if minority_is_pos else ~pos])
+    if xs.size <= m.size:
+        k = np.diff(np.searchsorted(m, xs, side="right"), prepend=0)
+    else:
+        k = np.bincount(np.searchsorted(a, m, side="left"), minlength=n)
+        if starts is not None:
+            k = k[starts]
+    wy = k if minority_is_pos else size - k
+    g = int(np.searchsorted(xs, 0.0, side="left"))
+    if g < xs.size and xs[g] == 0.0:
+        xs[g] = s[np.argmax(s == 0.0)]
+    return xs, wy.astype(np.float64), size.astype(np.float64)
 
 
 def pav(scores, y, sample_weight=None) -> PAVBlocks:
@@ -169,7 +293,7 @@ def pav(scores, y, sample_weight=None) -> PAVBlocks:
     without requiring both classes (a single class yields one block).
     """
     s, yi, w = check_binary_data(scores, y, sample_weight, require_both_classes=False)
-    xs, wy, ws = pool_ties(s, yi, w)
+    xs, wy, ws = pool_ties(s, yi, None if sample_weight is None else w)
     if xs.size == 1:
         return PAVBlocks(xs.copy(), xs.copy(), wy / ws, ws)
     from scipy.optimize import isotonic_regression
