@@ -494,3 +494,17 @@ def test_other_matrices_keep_the_sweeps(kind):
         C.Coupling().combine(R, M),
         C._to_simplex(C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, np.ones(M.shape[1]), 1e-10, 1000)),
     )
+
+
+def test_newton_coupling_blocks_rows_independently(monkeypatch):
+    """Rows are solved in blocks sharing work arrays; a short last block and a one-row call must
+    give each row what the whole batch gives it."""
+    rng = np.random.default_rng(8)
+    M, R = confident_pairs(rng, 23, 5, 3.0)
+    w = rng.integers(1, 100, M.shape[1]).astype(float)
+    whole = C.Coupling().combine(R, M, counts=w)
+    monkeypatch.setattr(C, "_BLOCK_ROWS", 7)
+    np.testing.assert_allclose(C.Coupling().combine(R, M, counts=w), whole, atol=1e-13)
+    for i in (0, 22):
+        np.testing.assert_allclose(C.Coupling().combine(R[i : i + 1], M, counts=w), whole[i : i + 1], atol=1e-13)
+    assert C.Coupling().combine(R[:0], M, counts=w).shape == (0, 5)

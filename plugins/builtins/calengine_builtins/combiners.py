@@ -401,13 +401,12 @@ def _couple_sweeps(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_
     return p.T
 
 
-
 def _couple(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_iter: int) -> np.ndarray:
     """The coupling fixed point for all rows at once, by the fastest solver that keeps it unchanged.
 
     Where every weighted column sets one class against one other and those columns link all classes
     (all-pairs, possibly with some columns weighted 0), the fixed point is the minimum of a convex
-    function of ``log p`` and Newton's method finds it in a few dozen steps (:func:`_couple_newton`).
+    function of ``log p`` and Newton's method finds it in about ten steps (:func:`_couple_newton`).
     Any other matrix runs the Gauss-Seidel sweeps themselves (:func:`_couple_sweeps`): there the
     columns' implied numerators and denominators need not balance (``sum_i num_i != sum_i den_i``), so
     the sweep's fixed point depends on the update order (one-vs-all r = (0.7, 0.4, 0.1) gives
@@ -440,13 +439,6 @@ def _pairwise_linked(M: np.ndarray, w: np.ndarray) -> bool:
     return len({root(c) for c in range(k)}) == 1
 
 
-def _numerators(R: np.ndarray, M: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``(n, k)``: sum over +1 columns of ``n_b r_b`` plus -1 columns of ``n_b (1 - r_b)``; they never
-    change during the iteration."""
-    pos, neg = (M == 1).astype(np.float64), (M == -1).astype(np.float64)
-    return (R * w) @ pos.T + ((1.0 - R) * w) @ neg.T
-
-
 def _couple_newton(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_iter: int) -> np.ndarray:
     """Hastie & Tibshirani's coupling by Newton's method on ``theta = log p``, every row at once.
 
@@ -459,75 +451,142 @@ def _couple_newton(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_
     nothing.  Steps are halved until ``f`` falls enough (Armijo), so the first steps from the uniform
     start, where a row's estimates may be 1e-7 and the quadratic model poor, cannot overshoot.
 
-    A row stops when one multiplicative update would move no ``p_i`` by ``tol`` or more -- the plain
-    iteration's own stopping rule -- but only after the Newton step taken from that point, which near
-    the optimum squares the error for almost nothing (on Pendigits the result matches 100,000 plain
-    sweeps to 1e-15).  Rows stop independently; ``max_iter`` caps the Newton steps (~10 suffice on
-    Pendigits, so the cap of 1000 sweeps is never near).
+    The block stops when one multiplicative update would move no ``p_i`` of any row by ``tol`` or
+    more -- the plain iteration's own stopping rule -- but only after the Newton step taken from that
+    point, which near the optimum squares the error for almost nothing (on Pendigits the result
+    matches 100,000 plain sweeps to 1e-15).  ``max_iter`` caps the Newton steps (~10 suffice on
+    Pendigits).  Rows that are done keep taking (vanishing) steps with the rest of their block:
+    dropping them would copy every array at every step.
     """
     used = w > 0
     Mu, wu, Ru = M[:, used], w[used], R[:, used]
-    k, l = Mu.shape
-    D = (Mu == 1).astype(np.float64) - (Mu == -1).astype(np.float64)  # (k, l): z = theta @ D
-    A, C = (Mu == 1).astype(np.float64).T, (Mu == -1).astype(np.float64).T  # (l, k)
-    num = _numerators(Ru, Mu, wu)
-    n = R.shape[0]
-    theta = np.full((n, k), -np.log(k))
-    todo = np.arange(n)
-    # (l, k*k): the outer product d_b d_b^T of each column, so the Hessians are one matrix product
-    outer = np.einsum("ib,jb->bij", D, D).reshape(l, k * k)
-    diag = np.arange(k)
-    for _ in range(max_iter):
-        if todo.size == 0:
-            break
-        th, nm, r = theta[todo], num[todo], Ru[todo]
-        z = th @ D
-        mu, nu = expit(z), expit(-z)  # rhat and 1 - rhat, both accurate in their tails
-        den = (mu * wu) @ A + (nu * wu) @ C
-        grad = den - nm
-        H = ((mu * nu * wu) @ outer).reshape(-1, k, k) + 1.0
-        # a class outweighed ~1e60 to 1 has a numerically zero Hessian row; the ridge keeps the solve
-        # defined and only slows classes far below any tolerance on p
-        H[:, diag, diag] += 1e-14 * H[:, diag, diag].max(axis=1, keepdims=True)
-        step = np.linalg.solve(H, -grad[:, :, None])[:, :, 0]
-        theta[todo] = _log_normalise(_armijo(th, step, grad, _bt_loss(z, r, wu), r, wu, D))
-        moves = np.exp(th) * (nm / np.maximum(den, _TINY) - 1.0)
-        todo = todo[np.abs(moves).max(axis=1) >= tol]
-    return np.exp(theta)
-
-
-def _bt_loss(z: np.ndarray, r: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Per-row weighted log loss of column probabilities ``sigmoid(z)`` against ``r``:
-    ``r softplus(-z) + (1 - r) softplus(z) = softplus(z) - r z``, one ``logaddexp`` instead of two
-    (it dominates the line search)."""
-    return ((np.logaddexp(0.0, z) - r * z) @ w)
-
-
-def _armijo(th, step, grad, f0, r, w, D, shrink: float = 0.5, tries: int = 60) -> np.ndarray:
-    """``th + t step`` with the largest ``t`` in 1, 1/2, 1/4, ... that lowers the loss by at least
-    ``1e-4 t |grad . step|`` (per row).  Round-off in ``f`` is allowed for, so a row already at its
-    optimum still takes its (tiny) full step instead of halving for ever."""
-    slope = (grad * step).sum(axis=1)  # < 0: step is a descent direction (H is positive definite)
-    slack = 1e-13 * (1.0 + np.abs(f0))
-    t = np.ones(th.shape[0])
-    out = th.copy()
-    todo = np.arange(th.shape[0])
-    for _ in range(tries):
-        trial = th[todo] + t[todo, None] * step[todo]
-        ok = _bt_loss(trial @ D, r[todo], w) <= f0[todo] + 1e-4 * t[todo] * slope[todo] + slack[todo]
-        out[todo[ok]] = trial[ok]
-        todo = todo[~ok]
-        if todo.size == 0:
-            break
-        t[todo] *= shrink
+    k = Mu.shape[0]
+    newton = _Newton(Mu, wu, min(R.shape[0], _BLOCK_ROWS))
+    out = np.empty((R.shape[0], k))
+    for start in range(0, R.shape[0], _BLOCK_ROWS):
+        rows = slice(start, start + _BLOCK_ROWS)
+        out[rows] = newton.solve(Ru[rows], tol, max_iter)
     return out
 
 
-def _log_normalise(theta: np.ndarray, axis: int = 1) -> np.ndarray:
-    """``theta - log(sum(exp(theta)))``: ``exp`` of the result sums to 1."""
-    top = theta.max(axis=axis, keepdims=True)
-    return theta - (top + np.log(np.exp(theta - top).sum(axis=axis, keepdims=True)))
+#: rows per block of :func:`_couple_newton`; bounds its work arrays (~100 doubles a row for k = 10)
+_BLOCK_ROWS = 4096
 
+
+class _Newton:
+    """Work arrays and steps of :func:`_couple_newton`, allocated once per call and reused.
+
+    Every array of a step is written in place (``out=``): a worker started with
+    ``MALLOC_TRIM_THRESHOLD_`` has glibc's mmap threshold pinned at 128 KiB, so each temporary of a
+    few thousand rows x 45 columns would be mapped, faulted in and unmapped again (measured: twice the
+    time of the same code in the client).  Only the batched solve still allocates.
+    """
+
+    def __init__(self, M: np.ndarray, w: np.ndarray, rows: int):
+        k, l = M.shape
+        self.w = w
+        self.D = (M == 1).astype(np.float64) - (M == -1).astype(np.float64)  # (k, l): z = theta @ D
+        self.A = (M == 1).astype(np.float64).T  # (l, k)
+        self.C = (M == -1).astype(np.float64).T
+        # (l, k*k): the outer product d_b d_b^T of each column, so the Hessians are one matrix product
+        self.outer = np.einsum("ib,jb->bij", self.D, self.D).reshape(l, k * k)
+        self.pos, self.neg = (M == 1).astype(np.float64).T, (M == -1).astype(np.float64).T
+        self.bufs = {
+            "z": (rows, l), "mu": (rows, l), "nu": (rows, l), "tmp": (rows, l), "tmp2": (rows, l),
+            "num": (rows, k), "den": (rows, k), "den2": (rows, k), "grad": (rows, k),
+            "trial": (rows, k), "best": (rows, k), "theta": (rows, k), "H": (rows, k * k),
+            "f0": (rows,), "f1": (rows,), "t": (rows,), "slope": (rows,),
+        }
+        self.bufs = {name: np.empty(shape) for name, shape in self.bufs.items()}
+
+    def solve(self, R: np.ndarray, tol: float, max_iter: int) -> np.ndarray:
+        n, k = R.shape[0], self.D.shape[0]
+        b = {name: a[:n] for name, a in self.bufs.items()}
+        z, mu, nu, tmp, den, den2, grad, theta, H = (
+            b["z"], b["mu"], b["nu"], b["tmp"], b["den"], b["den2"], b["grad"], b["theta"], b["H"])
+        num = b["num"]
+        np.matmul(R * self.w, self.pos, out=num)
+        np.matmul((1.0 - R) * self.w, self.neg, out=den)
+        num += den
+        theta.fill(-np.log(k))
+        diag = np.arange(k)
+        for _ in range(max_iter):
+            np.matmul(theta, self.D, out=z)
+            expit(z, out=mu)  # rhat, and below 1 - rhat: both accurate in their tails
+            np.negative(z, out=nu)
+            expit(nu, out=nu)
+            np.multiply(mu, self.w, out=tmp)
+            np.matmul(tmp, self.A, out=den)
+            np.multiply(nu, self.w, out=tmp)
+            np.matmul(tmp, self.C, out=den2)
+            den += den2
+            np.subtract(den, num, out=grad)
+            # how far one multiplicative update would move each p_i (the stopping rule)
+            np.maximum(den, _TINY, out=den2)
+            np.divide(num, den2, out=den2)
+            den2 -= 1.0
+            np.exp(theta, out=b["trial"])
+            den2 *= b["trial"]
+            np.abs(den2, out=den2)
+            done = den2.max() < tol
+            np.multiply(mu, nu, out=tmp)
+            tmp *= self.w
+            np.matmul(tmp, self.outer, out=H)
+            H += 1.0
+            H3 = H.reshape(n, k, k)
+            # a class outweighed ~1e60 to 1 has a numerically zero Hessian row; the ridge keeps the
+            # solve defined and only slows classes far below any tolerance on p
+            H3[:, diag, diag] += 1e-14 * H3[:, diag, diag].max(axis=1, keepdims=True)
+            np.negative(grad, out=den2)
+            step = np.linalg.solve(H3, den2[:, :, None])[:, :, 0]
+            self._loss(z, R, b["f0"], b)
+            self._armijo(step, R, b)
+            _log_normalise_into(b["best"], theta, b["trial"])
+            if done:
+                break
+        return np.exp(theta)
+
+    def _loss(self, z: np.ndarray, R: np.ndarray, out: np.ndarray, b: dict) -> None:
+        """Per-row weighted log loss of column probabilities ``sigmoid(z)`` against ``R``:
+        ``r softplus(-z) + (1 - r) softplus(z) = softplus(z) - r z``."""
+        tmp, tmp2 = b["tmp"], b["tmp2"]
+        np.logaddexp(0.0, z, out=tmp)
+        np.multiply(R, z, out=tmp2)
+        tmp -= tmp2
+        np.matmul(tmp, self.w, out=out)
+
+    def _armijo(self, step: np.ndarray, R: np.ndarray, b: dict, tries: int = 40) -> None:
+        """``best = theta + t step`` with, per row, the largest ``t`` in 1, 1/2, 1/4, ... that lowers
+        the loss by at least ``1e-4 t |grad . step|``; a row that never does keeps ``theta``.
+        Round-off in ``f`` is allowed for, so a row already at its optimum still takes its (tiny)
+        full step instead of halving for ever."""
+        theta, trial, best, z = b["theta"], b["trial"], b["best"], b["z"]
+        f0, f1, t, slope = b["f0"], b["f1"], b["t"], b["slope"]
+        np.einsum("ij,ij->i", b["grad"], step, out=slope)  # < 0: H is positive definite
+        slack = 1e-13 * (1.0 + np.abs(f0))
+        np.copyto(best, theta)
+        t.fill(1.0)
+        pending = np.ones(theta.shape[0], dtype=bool)
+        for _ in range(tries):
+            np.multiply(step, t[:, None], out=trial)
+            trial += theta
+            np.matmul(trial, self.D, out=z)
+            self._loss(z, R, f1, b)
+            ok = pending & (f1 <= f0 + 1e-4 * t * slope + slack)
+            np.copyto(best, trial, where=ok[:, None])
+            pending &= ~ok
+            if not pending.any():
+                break
+            t[pending] *= 0.5
+
+
+def _log_normalise_into(theta: np.ndarray, out: np.ndarray, work: np.ndarray) -> None:
+    """``out = theta - log(sum(exp(theta)))`` per row, through ``work``: ``exp(out)`` sums to 1."""
+    top = theta.max(axis=1, keepdims=True)
+    np.subtract(theta, top, out=work)
+    np.exp(work, out=work)
+    top += np.log(work.sum(axis=1, keepdims=True))
+    np.subtract(theta, top, out=out)
 
 
 class PairwiseCoupling(Coupling):
