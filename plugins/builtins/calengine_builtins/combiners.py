@@ -352,6 +352,13 @@ def _couple_sweeps(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_
     ``sum p``.  A column whose classes all have zero mass gets ``rhat = 0`` (``_TINY`` in the
     denominator) and a zero update denominator is raised to ``_TINY``; both only happen to classes
     whose probability has underflowed to 0, whose update is then 0.
+
+    Every sweep works in place, in arrays (:class:`_SweepArrays`) allocated only when a quarter of the
+    rows have finished and are dropped: computed as expressions, the class updates made about six temporaries of the rows'
+    width per class, and a worker started with ``MALLOC_TRIM_THRESHOLD_=65536`` (glibc's mmap
+    threshold then stays at 128 KiB) mapped and faulted in every one -- one-vs-all on 20,000 rows took
+    3.4 times as long there as in the client, sparse ECOC 5.4 times.  The iterates are those of the
+    expression form to round-off (1e-16).
     """
     k, l = M.shape
     pos = (M == 1).astype(np.float64)  # (k, l)
@@ -365,28 +372,43 @@ def _couple_sweeps(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_
     dense = bool((M != 0).all())
     cols = [np.flatnonzero(M[i]) for i in range(k)]
     plus = [np.flatnonzero(M[i] == 1) for i in range(k)]
+    coef_of = [coef[i, cols[i]] for i in range(k)]
+    width = max(c.size for c in cols)
     pos_t, used_t = np.ascontiguousarray(pos.T), np.ascontiguousarray((pos + neg).T)
     p = np.full((k, R.shape[0]), 1.0 / k)
     todo = np.arange(R.shape[0])
+    x, nm = p.copy(), num  # the unfinished rows' p and numerators, compacted when rows finish
+    live = np.ones(x.shape[1], dtype=bool)  # rows of x not yet finished (finished ones are in p)
+    work = _SweepArrays(k, x.shape[1], l, width)
     for _ in range(max_iter):
-        if todo.size == 0:
+        if not live.any():
             break
-        x, nm = p[:, todo], num[:, todo]
-        start = x.copy()
-        s_in = pos_t @ x  # (l, m)
+        np.copyto(work.start, x)
+        s_in, s_all, total = work.s_in, work.s_all, work.total
+        np.matmul(pos_t, x, out=s_in)  # (l, m), recomputed each sweep so round-off cannot build up
         if dense:
-            total = x.sum(axis=0)
+            np.sum(x, axis=0, out=total)
         else:
-            s_all = used_t @ x
+            np.matmul(used_t, x, out=s_all)
+        den, delta, part_in, part_all = work.den, work.delta, work.part_in, work.part_all
         for i in range(k):
             if dense:
-                den = (coef[i] @ s_in) / (total + _TINY) + base[i]
-            elif cols[i].size == l:
-                den = coef[i] @ (s_in / (s_all + _TINY)) + base[i]
+                np.matmul(coef[i], s_in, out=den)
+                np.add(total, _TINY, out=delta)
+                den /= delta
             else:
                 c = cols[i]
-                den = coef[i, c] @ (s_in[c] / (s_all[c] + _TINY)) + base[i]
-            delta = x[i] * (nm[i] / np.maximum(den, _TINY) - 1.0)
+                q_in, q_all = part_in[: c.size], part_all[: c.size]
+                np.take(s_in, c, axis=0, out=q_in, mode="clip")
+                np.take(s_all, c, axis=0, out=q_all, mode="clip")
+                q_all += _TINY
+                q_in /= q_all
+                np.matmul(coef_of[i], q_in, out=den)
+            den += base[i]
+            np.maximum(den, _TINY, out=den)
+            np.divide(nm[i], den, out=den)
+            den -= 1.0
+            np.multiply(x[i], den, out=delta)
             x[i] += delta
             for b in plus[i]:
                 s_in[b] += delta
@@ -395,10 +417,34 @@ def _couple_sweeps(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_
             else:
                 for b in cols[i]:
                     s_all[b] += delta
-        x /= x.sum(axis=0)
-        p[:, todo] = x
-        todo = todo[np.abs(x - start).max(axis=0) >= tol]
+        np.sum(x, axis=0, out=den)
+        x /= den
+        change = work.start
+        np.subtract(x, change, out=change)
+        np.abs(change, out=change)
+        np.max(change, axis=0, out=delta)
+        finished = live & (delta < tol)
+        if finished.any():
+            p[:, todo[finished]] = x[:, finished]
+            live &= ~finished
+            # finished rows ride along (their result is saved) until a quarter of the block has
+            # finished: compacting at every finish would reallocate everything nearly every sweep
+            if 4 * (live.size - np.count_nonzero(live)) >= live.size and live.any():
+                todo, x, nm = todo[live], x[:, live], nm[:, live]
+                live = np.ones(x.shape[1], dtype=bool)
+                work = _SweepArrays(k, x.shape[1], l, width)
+    p[:, todo[live]] = x[:, live]
     return p.T
+
+
+class _SweepArrays:
+    """The work arrays of one sweep over ``m`` unfinished rows (see :func:`_couple_sweeps`)."""
+
+    def __init__(self, k: int, m: int, l: int, width: int):
+        self.start = np.empty((k, m))  # p at the sweep's start, then how far it moved
+        self.s_in, self.s_all = np.empty((l, m)), np.empty((l, m))
+        self.total, self.den, self.delta = np.empty(m), np.empty(m), np.empty(m)
+        self.part_in, self.part_all = np.empty((width, m)), np.empty((width, m))
 
 
 def _couple(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_iter: int) -> np.ndarray:
