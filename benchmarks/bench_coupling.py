@@ -6,8 +6,9 @@ Fits ``CalibratedClassifier(LEARNER, METHOD, cv=CV, multiclass="all_pairs:coupli
 training file, computes each cross-validation member's 45 calibrated column estimates for the test
 rows once, then times the coupling of those estimates (every member, as ``predict_proba`` does):
 
-* old -- ``_couple_sweeps``, the solver before issue 12 (Gauss-Seidel multiplicative updates until
-  ``max |delta p| < tol`` or ``max_iter`` sweeps), still in the plugin for other matrices;
+* old -- ``couple_before_issue12``, the solver before issue 12, copied here verbatim (Gauss-Seidel
+  multiplicative updates until ``max |delta p| < tol`` or ``max_iter`` sweeps; the plugin's
+  ``_couple_sweeps`` runs the same iterates in place, for other matrices);
 * new -- ``Coupling().combine``, which on all-pairs runs ``_couple_newton``.
 
 Reported: median seconds of each and their ratio, the whole ``predict_proba`` with the new solver,
@@ -58,6 +59,61 @@ print(json.dumps(times))
 """
 
 
+#: the old solver's guard for zero denominators
+_TINY = 1e-300
+
+
+def couple_before_issue12(R: np.ndarray, M: np.ndarray, w: np.ndarray, tol: float, max_iter: int) -> np.ndarray:
+    """``calengine_builtins.combiners._couple`` as of commit b2c32cd (before issue 12), verbatim but
+    for this docstring and ``_TINY``: the plain Gauss-Seidel sweeps, written as expressions."""
+    k, l = M.shape
+    pos = (M == 1).astype(np.float64)  # (k, l)
+    neg = (M == -1).astype(np.float64)
+    Rt = R.T  # (l, n)
+    # numerators never change: sum over +1 columns of n_b r_b plus -1 columns of n_b (1 - r_b)
+    num = pos @ (w[:, None] * Rt) + neg @ (w[:, None] * (1.0 - Rt))
+    # den_i = sum_{b: M_ib=+1} n_b rhat_b + sum_{b: M_ib=-1} n_b (1 - rhat_b) = coef_i . rhat + base_i
+    coef = w * (pos - neg)
+    base = neg @ w
+    dense = bool((M != 0).all())
+    cols = [np.flatnonzero(M[i]) for i in range(k)]
+    plus = [np.flatnonzero(M[i] == 1) for i in range(k)]
+    pos_t, used_t = np.ascontiguousarray(pos.T), np.ascontiguousarray((pos + neg).T)
+    p = np.full((k, R.shape[0]), 1.0 / k)
+    todo = np.arange(R.shape[0])
+    for _ in range(max_iter):
+        if todo.size == 0:
+            break
+        x, nm = p[:, todo], num[:, todo]
+        start = x.copy()
+        s_in = pos_t @ x  # (l, m)
+        if dense:
+            total = x.sum(axis=0)
+        else:
+            s_all = used_t @ x
+        for i in range(k):
+            if dense:
+                den = (coef[i] @ s_in) / (total + _TINY) + base[i]
+            elif cols[i].size == l:
+                den = coef[i] @ (s_in / (s_all + _TINY)) + base[i]
+            else:
+                c = cols[i]
+                den = coef[i, c] @ (s_in[c] / (s_all[c] + _TINY)) + base[i]
+            delta = x[i] * (nm[i] / np.maximum(den, _TINY) - 1.0)
+            x[i] += delta
+            for b in plus[i]:
+                s_in[b] += delta
+            if dense:
+                total += delta
+            else:
+                for b in cols[i]:
+                    s_all[b] += delta
+        x /= x.sum(axis=0)
+        p[:, todo] = x
+        todo = todo[np.abs(x - start).max(axis=0) >= tol]
+    return p.T
+
+
 def _seconds(fn, repeats: int) -> tuple[list[float], object]:
     """Wall seconds of each of ``repeats`` calls, and the last call's result."""
     out, result = [], None
@@ -94,7 +150,7 @@ def run(args) -> dict:
     import pandas as pd
 
     from calengine.estimator import CalibratedClassifier
-    from calengine_builtins.combiners import R_CLIP, Coupling, _couple_sweeps, _to_simplex
+    from calengine_builtins.combiners import R_CLIP, Coupling, _to_simplex
 
     data = Path(args.data_dir) / "pendigits"
     train, test = pd.read_parquet(data / "train.parquet"), pd.read_parquet(data / "test.parquet")
@@ -114,7 +170,7 @@ def run(args) -> dict:
     Rs = [m.column_probabilities(Xt) for m in model.members]
 
     def old(Rm, iters=max_iter):
-        return _to_simplex(_couple_sweeps(np.clip(Rm, R_CLIP, 1 - R_CLIP), M, w, tol, iters))
+        return _to_simplex(couple_before_issue12(np.clip(Rm, R_CLIP, 1 - R_CLIP), M, w, tol, iters))
 
     new_s, P_new = _seconds(lambda: [Coupling(tol=tol, max_iter=max_iter).combine(Rm, M, w) for Rm in Rs],
                             args.repeats)
@@ -169,7 +225,7 @@ def run(args) -> dict:
 def markdown(res: dict) -> str:
     s, m, a = res["setup"], res["medians"], res["agreement"]
     rows = [
-        ("old: plain sweeps (`_couple_sweeps`)", m["old"], len(res["seconds"]["old"])),
+        ("old: plain sweeps (`couple_before_issue12`)", m["old"], len(res["seconds"]["old"])),
         ("new: `Coupling().combine` (Newton on all-pairs)", m["new"], len(res["seconds"]["new"])),
         ("new: whole `predict_proba` (scores + calibration + coupling)", m["new_predict_proba"],
          len(res["seconds"]["new_predict_proba"])),
@@ -196,6 +252,10 @@ def markdown(res: dict) -> str:
         "",
         f"Old / new: **{_common.fmt(res['ratio_old_over_new'], 1)}x**.  Worker allocator setting / plain "
         f"subprocess: {_common.fmt(res['ratio_trim_over_plain'], 2)}x.",
+        "",
+        "This process runs BLAS with its default thread count, the subprocesses with one thread as",
+        "calengine's workers do; on a loaded 2-CPU machine the second BLAS thread mostly waits, which is",
+        "the gap between the in-process and subprocess rows (same code, same estimates).",
         "",
         "Agreement and convergence (one value per member and row):",
         "",
