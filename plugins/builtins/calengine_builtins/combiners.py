@@ -308,8 +308,8 @@ class Coupling(Combiner):
     class against one other and link all classes) the same fixed point is found by Newton's method
     instead, every row at once: ``tol`` then means "one more multiplicative update would move no
     ``p_i`` by ``tol``", ``max_iter`` caps Newton steps, and ~10 steps reach it even where the sweeps
-    need tens of thousands (Pendigits' 3,498 test rows: 0.2-0.6 s per model on a loaded 2-CPU machine,
-    was 10-27 s, and 97 % of the rows never met ``tol`` within 1000 sweeps;
+    need tens of thousands (Pendigits' 3,498 test rows: 0.13 s per model, was 1.7 s, on a quiet 2-CPU
+    machine; 97 % of the rows never met ``tol`` within the 1000 sweeps and stopped up to 4e-3 short;
     ``benchmarks/bench_coupling.py``).  Other matrices run the sweeps, whose
     convergence is linear, and slow for a class whose probability is small -- its update moves it by
     a fraction proportional to itself -- especially on one-vs-all and k-1 matrices, where most
