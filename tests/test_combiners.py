@@ -393,3 +393,118 @@ def test_libsvm_solver_reproduces_sklearn_svc(k):
     R = 1.0 / (1.0 + np.exp(A * f + B))
     got = C.WuLinWeng(solver="libsvm").combine(R, cm.all_pairs(k))
     np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------
+# coupling on all-pairs: Newton's method against the plain sweeps (issue 12)
+
+
+def confident_pairs(rng, n, k, spread, noise=1.0):
+    """All-pairs estimates from noisy Bradley-Terry strengths ``N(0, spread)``: partly inconsistent,
+    and with a large ``spread`` as confident as a well-separated dataset such as Pendigits gives
+    (spread 6: classes down to 1e-12, where 1000 plain sweeps stop ~1e-3 short)."""
+    M = cm.all_pairs(k)
+    s = rng.normal(0, spread, (n, k))
+    z = s @ ((M == 1).astype(float) - (M == -1)) + rng.normal(0, noise, (n, M.shape[1]))
+    return M, 1 / (1 + np.exp(-z))
+
+
+def fixed_point_moves(P, R, M, w):
+    """How far one multiplicative update (all classes at once) would move each ``p_i``."""
+    Rc = np.clip(R, C.R_CLIP, 1 - C.R_CLIP)
+    rhat = implied(P, M)
+    pos, neg = (M == 1).astype(float), (M == -1).astype(float)
+    num = (Rc * w) @ pos.T + ((1 - Rc) * w) @ neg.T
+    den = (rhat * w) @ pos.T + ((1 - rhat) * w) @ neg.T
+    return P * (num / den - 1)
+
+
+@pytest.mark.parametrize("k,spread", [(2, 1.0), (3, 1.0), (5, 1.5)])
+def test_newton_coupling_equals_converged_sweeps(k, spread):
+    rng = np.random.default_rng(k)
+    M, R = confident_pairs(rng, 30, k, spread)
+    w = rng.integers(1, 2000, M.shape[1]).astype(float)
+    assert C._pairwise_linked(M, w)
+    ref = C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, w, 1e-15, 5000)
+    np.testing.assert_allclose(C.Coupling().combine(R, M, counts=w), ref, atol=1e-12)
+
+
+def test_newton_coupling_reaches_the_fixed_point_the_sweeps_crawl_to():
+    """Pendigits-like rows: 1000 sweeps stop far short, more sweeps head for Newton's answer, and
+    Newton's answer is a fixed point of the update to round-off."""
+    rng = np.random.default_rng(10)
+    M, R = confident_pairs(rng, 4, 10, 6.0)
+    w = rng.integers(1400, 1600, M.shape[1]).astype(float)
+    P = C.Coupling().combine(R, M, counts=w)
+    assert P.min() < 1e-8
+    assert np.abs(fixed_point_moves(P, R, M, w)).max() < 1e-14
+    Rc = np.clip(R, C.R_CLIP, 1 - C.R_CLIP)
+    short = np.abs(C._couple_sweeps(Rc, M, w, 1e-10, 1000) - P).max(axis=1)
+    longer = np.abs(C._couple_sweeps(Rc, M, w, 1e-10, 4000) - P).max(axis=1)
+    assert short.max() > 1e-4 and (longer <= short).all()
+    # a row the sweeps finish (tol 1e-10 met) agrees to what their stopping rule leaves
+    finished = longer == short
+    assert finished.any() and longer[finished].max() < 1e-8
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    k=st.integers(2, 7),
+    data=st.data(),
+)
+def test_newton_coupling_is_a_fixed_point(k, data):
+    """Any estimates (0 and 1 included) and counts: a distribution no update moves by tol."""
+    M = cm.all_pairs(k)
+    R = data.draw(_estimates(data.draw(st.integers(1, 5)), M.shape[1]))
+    w = data.draw(hnp.arrays(np.float64, M.shape[1], elements=st.floats(1.0, 1e4)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        P = C.Coupling().combine(R, M, counts=w)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
+    assert (P > 0).all()
+    assert np.abs(fixed_point_moves(P, R, M, w)).max() < 1e-10
+
+
+def test_unlinking_zero_counts_fall_back_to_the_sweeps():
+    """Zero counts that leave a class without a weighted column (or split the classes) make the
+    fixed point depend on the start; the plain sweeps then decide, as before (that class gets 0)."""
+    M, R = cm.all_pairs(3), PAIRS_R
+    counts = np.array([1.0, 0.0, 0.0])  # class 2 is in columns 1 and 2 only
+    assert not C._pairwise_linked(M, counts)
+    P = C.Coupling().combine(R, M, counts=counts)
+    np.testing.assert_allclose(P, C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, counts, 1e-10, 1000))
+    assert P[0, 2] == 0.0
+    # one zero column that still leaves the classes linked: Newton, same answer as the sweeps
+    M4 = cm.all_pairs(4)
+    R4 = np.random.default_rng(5).random((6, M4.shape[1]))
+    counts4 = np.array([3.0, 0.0, 5.0, 2.0, 7.0, 1.0])
+    assert C._pairwise_linked(M4, counts4)
+    ref = C._couple_sweeps(np.clip(R4, C.R_CLIP, 1 - C.R_CLIP), M4, counts4, 1e-15, 20_000)
+    np.testing.assert_allclose(C.Coupling().combine(R4, M4, counts=counts4), ref, atol=1e-11)
+
+
+@pytest.mark.parametrize("kind", ["one_vs_all", "dense_ecoc", "sparse_ecoc", "k_minus_one"])
+def test_other_matrices_keep_the_sweeps(kind):
+    """Off all-pairs the sweep's fixed point depends on the update order (see ``_couple``), so those
+    matrices must not reach Newton."""
+    M = matrix_of(kind, 4, seed=1)
+    assert not C._pairwise_linked(M, np.ones(M.shape[1]))
+    R = np.random.default_rng(6).random((5, M.shape[1]))
+    np.testing.assert_array_equal(
+        C.Coupling().combine(R, M),
+        C._to_simplex(C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, np.ones(M.shape[1]), 1e-10, 1000)),
+    )
+
+
+def test_newton_coupling_blocks_rows_independently(monkeypatch):
+    """Rows are solved in blocks sharing work arrays; a short last block and a one-row call must
+    give each row what the whole batch gives it."""
+    rng = np.random.default_rng(8)
+    M, R = confident_pairs(rng, 23, 5, 3.0)
+    w = rng.integers(1, 100, M.shape[1]).astype(float)
+    whole = C.Coupling().combine(R, M, counts=w)
+    monkeypatch.setattr(C, "_BLOCK_ROWS", 7)
+    np.testing.assert_allclose(C.Coupling().combine(R, M, counts=w), whole, atol=1e-13)
+    for i in (0, 22):
+        np.testing.assert_allclose(C.Coupling().combine(R[i : i + 1], M, counts=w), whole[i : i + 1], atol=1e-13)
+    assert C.Coupling().combine(R[:0], M, counts=w).shape == (0, 5)
