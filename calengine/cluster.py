@@ -149,7 +149,11 @@ class VersionChecked:
         self.dynamic = tuple(i for i, a in enumerate(args) if _holds_futures(a))
         static_args = {i: a for i, a in enumerate(args) if i not in self.dynamic}
         self.n_args = len(args)
-        self.payload = cloudpickle.dumps((fn, static_args, kwargs))
+        # Protocol 5 with the array buffers kept apart: Dask pickles those out of band too, so a large
+        # model sent to the workers is not copied into one more bytes object on the way.
+        buffers: list = []
+        self.payload = cloudpickle.dumps((fn, static_args, kwargs), protocol=5, buffer_callback=buffers.append)
+        self.buffers = buffers
         self.versions = versions
         self.distributions = tuple(distributions)
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)  # task keys keep the function's name
@@ -166,7 +170,7 @@ class VersionChecked:
         if problem:
             raise ClusterError(problem)
         try:
-            fn, static_args, kwargs = pickle.loads(self.payload)
+            fn, static_args, kwargs = pickle.loads(self.payload, buffers=self.buffers)
         except Exception as exc:  # noqa: BLE001 - a package or plugin missing on this worker
             reason = " ".join(str(exc).split())[:200] or type(exc).__name__
             raise ClusterError(
@@ -181,8 +185,10 @@ class VersionChecked:
     def __dask_tokenize__(self):
         import hashlib
 
-        return ("VersionChecked", hashlib.sha1(self.payload).hexdigest(), self.dynamic,
-                sorted(self.versions.items()))
+        digest = hashlib.sha1(self.payload)
+        for b in self.buffers:
+            digest.update(b.raw())
+        return ("VersionChecked", digest.hexdigest(), self.dynamic, sorted(self.versions.items()))
 
 
 def _holds_futures(value, depth: int = 0) -> bool:
@@ -240,8 +246,15 @@ class CheckedClient:
         return self._client.submit(checked, *checked.dask_args(args), **options)
 
     def map(self, fn, *iterables, **kwargs):
+        """``Client.map`` as one checked ``submit`` per item; ``key`` may be a list of keys or a prefix."""
         options = {k: kwargs.pop(k) for k in _SUBMIT_OPTIONS if k in kwargs}
-        return [self.submit(fn, *args, **kwargs, **options) for args in zip(*iterables)]
+        items = list(zip(*iterables))
+        keys = options.pop("key", None)
+        if isinstance(keys, str):
+            keys = [f"{keys}-{i}" for i in range(len(items))]
+        keys = keys if keys is not None else [None] * len(items)
+        return [self.submit(fn, *args, **kwargs, **options, **({"key": k} if k is not None else {}))
+                for args, k in zip(items, keys)]
 
 
 #: keyword arguments of ``Client.submit`` that are Dask's, not the task function's

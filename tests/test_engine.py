@@ -230,6 +230,10 @@ def test_the_checked_client_resolves_futures_and_checks_before_unpickling_the_ta
         both = checked.submit(lambda xs, scale=1: [x * scale for x in xs], [a, b], scale=2)
         assert both.result() == [12, 32]
         assert checked.submit(max, a, b, key="the-max").key == "the-max"
+        assert [f.key for f in checked.map(abs, [-1, -2], key="abs")] == ["abs-0", "abs-1"]
+        # arrays travel as out-of-band buffers, and distinct arrays are distinct tasks
+        ones, twos = np.ones(100_000), np.full(100_000, 2.0)
+        assert c.gather([checked.submit(np.sum, ones), checked.submit(np.sum, twos)]) == [100_000.0, 200_000.0]
         with pytest.raises(ClusterError, match="cannot load a task of this job.*no_such_plugin_module.*every worker"):
             checked.submit(len, _Unloadable()).result()
 
