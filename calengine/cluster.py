@@ -66,8 +66,8 @@ WORKER_MMAP_THRESHOLD = 4 * 2**20
 
 #: Dask pauses a worker whose process memory passes 80 % of its limit, until it falls again.  Most of a
 #: calengine worker's memory is not Dask's to release (the libraries it imports, the heap), so a
-#: paused worker can stay paused for ever and the fit waits without end: a CI machine saw a 512 MiB
-#: worker at ~375 MiB do that.  The workers ``--cluster local`` starts therefore never pause; they
+#: paused worker can stay paused for ever and the fit waits without end: a CI run hung 600 s on two
+#: 512 MiB workers whose peaks, measured here, came within 15 MiB of that threshold.  The workers ``--cluster local`` starts therefore never pause; they
 #: still spill held results (above) and are restarted by their nanny at 95 %, which Dask retries and,
 #: if it repeats, reports as a lost worker in one line naming ``--worker-memory``.
 WORKER_PAUSE_FRACTION = False
@@ -138,8 +138,8 @@ class VersionChecked:
     The function and every argument that is not a Dask future travel pickled inside this object and
     are unpickled only after the check.  Otherwise a worker without a plugin the client has would
     fail to unpickle the task before any check ran, and Dask does not report that as a task error:
-    the worker's connection handler dies and the task waits for ever (measured with distributed
-    2025.x: a plain ``submit`` with an argument of a module the worker lacks never finishes).
+    the worker's connection handler dies and the task waits for ever (seen with distributed 2026.8:
+    a plain ``submit`` with an argument of a module the worker lacks never finishes).
     """
 
     def __init__(self, fn, versions: dict[str, str], distributions: tuple[str, ...], args=(), kwargs=None):
