@@ -151,3 +151,18 @@ def test_bench_pav_tiny(tmp_path):
     data = json.loads((tmp_path / "pav.json").read_text())
     assert len(data["results"]) == 6 and all(r["identical_blocks"] for r in data["results"])
     assert "new / argsort" in (tmp_path / "pav.md").read_text()
+
+
+def test_bench_scoring_tiny(tmp_path):
+    """bench_scoring.py fits both models, scores with the engine and the plain loop, and both write
+    every row (the figures are the script's business; here only that it runs and compares like with like)."""
+    bench = _load("bench_scoring")
+    assert bench.main(["--rows", "20000", "--files", "2", "--repeats", "1", "--work-dir", str(tmp_path / "w"),
+                       "--results-dir", str(tmp_path / "r")]) == 0
+    data = json.loads((tmp_path / "r" / "scoring.json").read_text())
+    assert [d["rows"] for d in data["results"]] == [20000, 20000]
+    assert all(d["engine_s"] > 0 and d["loop_s"] > 0 for d in data["results"])
+    import pyarrow.parquet as pq
+
+    for kind in ("engine", "loop"):
+        assert pq.read_table(tmp_path / "w" / f"scored-{kind}").num_rows == 20000
