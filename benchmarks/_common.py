@@ -208,6 +208,8 @@ class TreeSampler:
                     ppid = p.ppid()
                 except psutil.Error:
                     cmdline, created, ppid = [], time.time(), None
+                if p.pid != self.root_pid and ppid == self.root_pid and cmdline == self._root_cmdline():
+                    continue  # forked but not yet exec'd: its role shows once it runs its own command
                 info = {"pid": p.pid, "ppid": ppid, "cmdline": cmdline, "created": created,
                         "peak_rss": 0, "peak_hwm": 0}
                 info["role"] = self.role_of(info, self.root_pid)
@@ -218,6 +220,17 @@ class TreeSampler:
             total += rss
         self.tree_peak = max(self.tree_peak, total)
         self.samples += 1
+
+    def _root_cmdline(self) -> list:
+        """The launched process's command line (a child showing it has not exec'd yet)."""
+        if not hasattr(self, "_root_cmd"):
+            import psutil
+
+            try:
+                self._root_cmd = psutil.Process(self.root_pid).cmdline()
+            except psutil.Error:
+                self._root_cmd = None
+        return self._root_cmd
 
     def _run(self):
         while not self._stop.is_set():
