@@ -166,3 +166,15 @@ def test_bench_scoring_tiny(tmp_path):
 
     for kind in ("engine", "loop"):
         assert pq.read_table(tmp_path / "w" / f"scored-{kind}").num_rows == 20000
+
+
+def test_bench_model_size_tiny(tmp_path):
+    """bench_model_size.py fits a small text model, re-saves it in the old skops format, and finds the
+    two directories predict the same while the array-state one is far smaller."""
+    bench = _load("bench_model_size")
+    sample = str(ROOT / "data" / "newsgroups_sample.parquet")
+    assert bench.main(["--cases", "20ng", "--ng-train", sample, "--ng-test", sample, "--repeats", "1",
+                       "--results-dir", str(tmp_path / "r")]) == 0
+    (row,) = json.loads((tmp_path / "r" / "model_size.json").read_text())["rows"]
+    assert row["same_predictions"] is True
+    assert row["arrays"]["bytes"] * 20 < row["skops"]["bytes"]
