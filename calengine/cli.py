@@ -520,6 +520,7 @@ def cmd_score(args) -> int:
         raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
     if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")
+    parsed_costs = _parse_cost_matrix(args)
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     if args.intervals and not model.has_intervals:
         raise ParameterError(
@@ -531,7 +532,7 @@ def cmd_score(args) -> int:
     clash = [k for k in keep if k == "prediction" or k.startswith("p_")]
     if clash:
         raise ParameterError(f"--keep {clash[0]} would collide with an output column; rename it first")
-    cost_matrix = _load_cost_matrix(args, model, files)
+    cost_matrix = _load_cost_matrix(parsed_costs, model, files)
     if cost_matrix is not None:
         taken = [k for k in keep if k in ("decision", "expected_cost")]
         if taken:
@@ -550,15 +551,24 @@ def cmd_decide(args) -> int:
     return cmd_score(args)
 
 
-def _load_cost_matrix(args, model, files):
-    """The ``--cost-matrix`` of ``args`` in ``model``'s class order, its columns checked against the
-    table (before any cluster starts), or None."""
+def _parse_cost_matrix(args):
+    """The ``--cost-matrix`` of ``args`` parsed and validated (before the model loads: a typo fails at
+    once), or None."""
     if getattr(args, "cost_matrix", None) is None:
         return None
     from .decisions.costs import load_cost_matrix
+
+    return load_cost_matrix(args.cost_matrix)
+
+
+def _load_cost_matrix(parsed, model, files):
+    """``parsed`` in ``model``'s class order, its columns checked against the table (before any cluster
+    starts), or None."""
+    if parsed is None:
+        return None
     from .parquet.data import check_columns
 
-    cm = load_cost_matrix(args.cost_matrix).for_classes(list(model.labels.classes))
+    cm = parsed.for_classes(list(model.labels.classes))
     check_columns(files, cm.columns)
     return cm
 
@@ -578,11 +588,12 @@ def cmd_evaluate(args) -> int:
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
     model_dirs, data = args.paths[:-1], args.paths[-1]
+    parsed_costs = _parse_cost_matrix(args)
     models = [load_model(m, trust=tuple(args.trust_type or ())) for m in model_dirs]
     files = resolve_parquet_files(data)
     if args.report:
         _check_report_dir(args.report)
-    cost_matrices = [_load_cost_matrix(args, m, files) for m in models]
+    cost_matrices = [_load_cost_matrix(parsed_costs, m, files) for m in models]
     objects = [o for m in models for o in _model_plugin_objects(m)]
     dists, modules = _plugin_requirements(objects)
     with _client(args, dists, modules) as client:
