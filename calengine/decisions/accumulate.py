@@ -99,7 +99,7 @@ class DecisionAccumulator:
         above = self.delta[key][::-1].cumsum()[::-1]  # above[c] = sum of cells >= c
         cost = self.base + above[1:]
         share = self.count[key][::-1].cumsum()[::-1][1:] / max(self.n, 1)
-        return {"threshold": GRID.copy(), "cost": self.sign * cost, "share": share}
+        return {"threshold": GRID.copy(), "cost": self.sign * cost + 0.0, "share": share}  # + 0.0: no -0.0
 
     @property
     def sign(self) -> float:
