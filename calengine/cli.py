@@ -98,7 +98,8 @@ def _add_cost_matrix_option(p: argparse.ArgumentParser, required: bool = False, 
     """``--cost-matrix``: shared by ``decide``, ``score`` and ``evaluate`` (see calengine.decisions.costs)."""
     what = ("report the total and mean cost (or profit) of the calibrated model's minimum-expected-cost decisions"
             " against the raw learner's, the best constant decision and the oracle" if evaluate
-            else "add columns decision (class of least expected cost) and expected_cost")
+            else "add columns decision (class of least expected cost) and expected_cost (minus the expected"
+            " benefit for a benefit matrix)")
     p.add_argument(
         "--cost-matrix", required=required, metavar="FILE|JSON",
         help=f"{what}.  A JSON (or YAML) file or inline JSON: {{\"classes\": [0, 1], \"costs\": [[0, 1], [5, 0]]}},"

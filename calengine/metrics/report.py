@@ -765,7 +765,8 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
                 "threshold p*, when the costs are constant; with per-row costs the decisions use a threshold per row"
                 " and the curve is only a comparison).</p>"
             )
-        parts.append('<div class="figs">' + "".join(_img(f) for f in figs.get("decisions", [])) + "</div>")
+        if figs.get("decisions"):
+            parts.append('<div class="figs">' + "".join(_img(f) for f in figs["decisions"]) + "</div>")
     parts.append("</section>")
     return "\n".join(parts)
 
