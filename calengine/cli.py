@@ -94,6 +94,21 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
                    help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
 
 
+def _add_cost_matrix_option(p: argparse.ArgumentParser, required: bool = False, evaluate: bool = False) -> None:
+    """``--cost-matrix``: shared by ``decide``, ``score`` and ``evaluate`` (see calengine.decisions.costs)."""
+    what = ("report the total and mean cost (or profit) of the calibrated model's minimum-expected-cost decisions"
+            " against the raw learner's, the best constant decision and the oracle" if evaluate
+            else "add columns decision (class of least expected cost) and expected_cost (minus the expected"
+            " benefit for a benefit matrix)")
+    p.add_argument(
+        "--cost-matrix", required=required, metavar="FILE|JSON",
+        help=f"{what}.  A JSON (or YAML) file or inline JSON: {{\"classes\": [0, 1], \"costs\": [[0, 1], [5, 0]]}},"
+        " rows = decided class, columns = true class; \"benefits\" instead of \"costs\" for gains; an entry may"
+        " be a linear expression of numeric columns, e.g. \"amount - 5\" (the columns are read, not written"
+        " unless --keep)",
+    )
+
+
 def _add_global_options(p: argparse.ArgumentParser, default) -> None:
     """--version, --strict-plugins, --progress/--quiet: accepted before or after the subcommand."""
     p.add_argument("--version", action="store_true", default=default, help="print the version and exit")
@@ -160,8 +175,28 @@ def build_parser() -> argparse.ArgumentParser:
                        help="abstain (empty prediction) where the chosen class's probability is below CONF")
     score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
     score.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cost_matrix_option(score)
     _add_cluster_options(score)
     run_log.add_option(score)
+
+    decide = sub.add_parser(
+        "decide", help="write minimum-expected-cost decisions (and probabilities) for a Parquet table",
+        description="Score DATA with MODEL_DIR and decide, per row, the class of least expected cost under a cost"
+        " (or benefit) matrix: columns p_<class>, prediction, decision and expected_cost (minus the expected"
+        " benefit for a benefit matrix).  Example: calengine decide model/ test.parquet --cost-matrix"
+        ' \'{"classes": [0, 1], "benefits": [[0, 0], [-5, "amount - 5"]]}\' --output decisions/'
+        " mails (decides 1) where p * amount > 5.",
+    )
+    decide.add_argument("model", metavar="MODEL_DIR")
+    decide.add_argument("data", metavar="DATA")
+    decide.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
+    decide.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
+    decide.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
+    decide.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cost_matrix_option(decide, required=True)
+    decide.set_defaults(intervals=False, reject_below=None)
+    _add_cluster_options(decide)
+    run_log.add_option(decide)
 
     ev = sub.add_parser("evaluate", help="metrics of one or more models on a labelled Parquet table")
     ev.add_argument("paths", nargs="+", metavar="MODEL_DIR... DATA",
@@ -170,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cost_matrix_option(ev, evaluate=True)
     _add_cluster_options(ev)
 
     cv = sub.add_parser("cv", help="cross-validated metrics of a configuration on one labelled table")
@@ -485,6 +521,7 @@ def cmd_score(args) -> int:
         raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
     if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")
+    parsed_costs = _parse_cost_matrix(args)
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     if args.intervals and not model.has_intervals:
         raise ParameterError(
@@ -496,12 +533,45 @@ def cmd_score(args) -> int:
     clash = [k for k in keep if k == "prediction" or k.startswith("p_")]
     if clash:
         raise ParameterError(f"--keep {clash[0]} would collide with an output column; rename it first")
+    cost_matrix = _load_cost_matrix(parsed_costs, model, files)
+    if cost_matrix is not None:
+        taken = [k for k in keep if k in ("decision", "expected_cost")]
+        if taken:
+            raise ParameterError(f"--keep {taken[0]} would collide with an output column of --cost-matrix; rename it first")
     dists, modules = _plugin_requirements(_model_plugin_objects(model))
     with _client(args, dists, modules) as client:
         n = score_table(client, model, files, args.output, keep=keep, batch_rows=args.batch_rows,
-                        extra_outputs=args.intervals, reject_below=args.reject_below, progress=_progress(args))
-    sys.stderr.write(f"scored {n} rows -> {args.output}\n")
+                        extra_outputs=args.intervals, reject_below=args.reject_below, progress=_progress(args),
+                        cost_matrix=cost_matrix)
+    sys.stderr.write(f"{'decided' if cost_matrix is not None else 'scored'} {n} rows -> {args.output}\n")
     return 0
+
+
+def cmd_decide(args) -> int:
+    """``calengine decide``: ``score`` with a required ``--cost-matrix`` (the same code path)."""
+    return cmd_score(args)
+
+
+def _parse_cost_matrix(args):
+    """The ``--cost-matrix`` of ``args`` parsed and validated (before the model loads: a typo fails at
+    once), or None."""
+    if getattr(args, "cost_matrix", None) is None:
+        return None
+    from .decisions.costs import load_cost_matrix
+
+    return load_cost_matrix(args.cost_matrix)
+
+
+def _load_cost_matrix(parsed, model, files):
+    """``parsed`` in ``model``'s class order, its columns checked against the table (before any cluster
+    starts), or None."""
+    if parsed is None:
+        return None
+    from .parquet.data import check_columns
+
+    cm = parsed.for_classes(list(model.labels.classes))
+    check_columns(files, cm.columns)
+    return cm
 
 
 METRIC_ORDER = (
@@ -519,14 +589,17 @@ def cmd_evaluate(args) -> int:
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
     model_dirs, data = args.paths[:-1], args.paths[-1]
+    parsed_costs = _parse_cost_matrix(args)
     models = [load_model(m, trust=tuple(args.trust_type or ())) for m in model_dirs]
     files = resolve_parquet_files(data)
     if args.report:
         _check_report_dir(args.report)
+    cost_matrices = [_load_cost_matrix(parsed_costs, m, files) for m in models]
     objects = [o for m in models for o in _model_plugin_objects(m)]
     dists, modules = _plugin_requirements(objects)
     with _client(args, dists, modules) as client:
-        accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args)) for m in models]
+        accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args),
+                               cost_matrix=cm) for m, cm in zip(models, cost_matrices)]
     labels = _model_labels(models, model_dirs)
     results = [{k: acc.result() for k, acc in a.items()} for a in accs]
     if args.report:
@@ -538,6 +611,8 @@ def cmd_evaluate(args) -> int:
             payload["raw"] = res.get("raw")
             payload["error_reject"] = _curve_points(a["calibrated"].error_reject_curve())
             payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
+            if "decisions" in res:
+                payload["decisions"] = res["decisions"]
             payloads.append(payload)
         out = payloads[0] if len(payloads) == 1 else {"models": [{"label": lb, **p} for lb, p in zip(labels, payloads)]}
         print(json.dumps(_finite(out), sort_keys=False))
@@ -553,9 +628,35 @@ def cmd_evaluate(args) -> int:
     # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models here
     ids = [f"[{i}]" for i in range(2, 2 * len(models) + 1, 2)] if table.startswith("[1] ") else None
     print(format_error_reject(labels, [a["calibrated"] for a in accs], ids=ids))
+    for lb, res in zip(labels, results):
+        if "decisions" in res:
+            print()
+            print(format_decisions(lb, res["decisions"]))
     if args.report:
         print(f"\nreport: {os.path.join(args.report, 'index.html')}")
     return 0
+
+
+def format_decisions(label: str, d: dict) -> str:
+    """The ``--cost-matrix`` block of ``evaluate``: each policy's total and mean per row."""
+    what = d["objective"]
+    rows = [("calibrated model", d["calibrated"]), ("raw learner", d["raw"]),
+            (f"best constant (always {d['best_constant']['class']})", d["best_constant"]),
+            ("oracle (knows the class)", d["oracle"])]
+    name = max(len(r[0]) for r in rows)
+    lines = [f"decisions of {label} under the cost matrix ({what}, {'higher' if what == 'profit' else 'lower'} is better;"
+             f" {d['n']} rows)",
+             f"{'policy':<{name}}  {'total ' + what:>16}  {'per row':>12}"]
+    for nm, r in rows:
+        if r is not None:
+            lines.append(f"{nm:<{name}}  {r['total']:>16.6g}  {r['mean']:>12.6g}")
+    if d.get("best_threshold"):
+        p_star = d.get("bayes_threshold")
+        bits = [f"Bayes threshold p* = {p_star:.4g}" if p_star is not None else "per-row thresholds (column costs)"]
+        for key, b in d["best_threshold"].items():
+            bits.append(f"best threshold in hindsight, {key}: {b['threshold']:.3f} ({what} {b['total']:.6g})")
+        lines.append("; ".join(bits))
+    return "\n".join(lines)
 
 
 def _model_labels(models, dirs) -> list[str]:
@@ -653,6 +754,7 @@ def _write_report(out: str, models, accs, labels, files) -> None:
                 raw=a.get("raw"),
                 class_names=[str(c) for c in m.labels.classes],
                 calibration_map=_calibration_map(m, files, read_table),
+                decisions=a.get("decisions"),
             )
         )
     write_report(out, entries)
@@ -826,6 +928,7 @@ def cmd_cv(args) -> int:
 
 
 COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "cv": cmd_cv, "plugins": cmd_plugins}
+COMMANDS["decide"] = cmd_decide
 
 
 if __name__ == "__main__":  # pragma: no cover

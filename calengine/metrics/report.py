@@ -103,6 +103,9 @@ class ReportEntry:
     raw: MetricAccumulator | None
     class_names: list[str]
     calibration_map: dict | None = None
+    #: a :class:`calengine.decisions.DecisionAccumulator` (``evaluate --cost-matrix``): adds a
+    #: "Decisions" block, with the profit-vs-threshold curve for two classes
+    decisions: Any = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -466,6 +469,55 @@ def _plot_error_reject(ax, acc: MetricAccumulator, label: str, colour: str, lw: 
     ax.plot(x[keep], y[keep], color=colour, lw=lw, label=f"{label} (error {y[0]:.4g} at no reject)")
 
 
+def _decisions_figure(prep: _Prepared):
+    """Two classes: total cost (or profit) of "decide class 1 when p > t" against t, calibrated and raw,
+    with the Bayes threshold p* (constant costs) and each curve's best threshold marked."""
+    d = prep.entry.decisions
+    res = d.result(curve_points=None)
+    what = res["objective"]
+    fig = _new_figure(6.0, 4.4)
+    fig.subplots_adjust(**_margins(fig, left=0.85, top=0.45))
+    ax = fig.add_subplot()
+    t = np.asarray(res["threshold_curve"]["threshold"])
+    for key, label, colour in (("raw", "raw learner", _RAW), ("calibrated", "calibrated", _CAL)):
+        if key not in res["threshold_curve"]:
+            continue
+        y = np.asarray(res["threshold_curve"][key])
+        best = res["best_threshold"][key]
+        ax.plot(t, y, color=colour, lw=1.4, label=f"{label} (best t = {best['threshold']:.3f}: {best['total']:.4g})")
+        ax.plot([best["threshold"]], [best["total"]], marker="o", color=colour, ms=5)
+        if res.get("bayes_threshold") is not None and res.get(key):
+            # the decisions actually made: the minimum-expected-cost rule is the threshold p*
+            ax.plot([res["bayes_threshold"]], [res[key]["total"]], marker="x", color=colour, ms=9, mew=2,
+                    label=f"{label} decisions at p*: {res[key]['total']:.4g}")
+    if res.get("bayes_threshold") is not None:
+        ax.axvline(res["bayes_threshold"], color="#444", ls="--", lw=1,
+                   label=f"Bayes threshold p* = {res['bayes_threshold']:.3g}")
+    const = res["best_constant"]
+    ax.axhline(const["total"], color="#888", ls=":", lw=1, label=f"best constant (always {const['class']})")
+    ax.set_xlim(-0.01, 1.01)
+    ax.set_xlabel(f"threshold t: decide {prep.names[1]} when p({prep.names[1]}) > t")
+    ax.set_ylabel(f"total {what}")
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(f"{what.capitalize()} against decision threshold", fontsize=11)
+    return fig
+
+
+def _decisions_table(prep: _Prepared) -> str:
+    res = prep.entry.decisions.result()
+    what = res["objective"]
+    rows = [("calibrated model", res["calibrated"]), ("raw learner", res["raw"]),
+            (f"best constant (always {res['best_constant']['class']})", res["best_constant"]),
+            ("oracle (knows the class)", res["oracle"])]
+    body = "".join(
+        f"<tr><td>{_esc(name)}</td><td class=\"num\">{_esc(format_metric(r['total']))}</td>"
+        f"<td class=\"num\">{_esc(format_metric(r['mean']))}</td></tr>"
+        for name, r in rows if r is not None
+    )
+    return (f'<div class="scroll"><table><tr><th>policy</th><th>total {_esc(what)}</th><th>{_esc(what)} per row</th></tr>'
+            f"{body}</table></div>")
+
+
 def _map_figure(prep: _Prepared):
     """Learned score-to-probability map per calibrator column, with the held-out score histogram."""
     scores, probs, names = prep.map_scores, prep.map_probs, prep.map_names
@@ -693,6 +745,28 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
         "error among the accepted ones fall steadily.</p>"
     )
     parts.append('<div class="figs">' + "".join(_img(f) for f in figs["error_reject"]) + "</div>")
+    if e.decisions is not None:
+        import json
+
+        res = e.decisions.result()
+        parts.append("<h3>Decisions</h3>")
+        parts.append(
+            '<p class="note">Each row gets the class of least expected cost (greatest expected profit for a'
+            " benefit matrix) under the matrix "
+            f"<code>{_esc(json.dumps(res['cost_matrix']))}</code> (rows: decided class, columns: true"
+            " class). The raw learner's probabilities decide by the same rule; the best constant policy and the"
+            " oracle bracket what any model can reach.</p>"
+        )
+        parts.append(_decisions_table(prep))
+        if e.decisions.cost_matrix.n_classes == 2:
+            parts.append(
+                '<p class="note">The curve: the same table decided by one threshold t on the probability of '
+                f"{_esc(prep.names[1])} (dots: best t in hindsight; crosses: the decisions made, at the Bayes "
+                "threshold p*, when the costs are constant; with per-row costs the decisions use a threshold per row"
+                " and the curve is only a comparison).</p>"
+            )
+        if figs.get("decisions"):
+            parts.append('<div class="figs">' + "".join(_img(f) for f in figs["decisions"]) + "</div>")
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -779,7 +853,14 @@ def _entry_figures(prep: _Prepared) -> dict[str, list[_Figure]]:
         _Figure(f"{stem}-error-reject.png", _render(_error_reject_figure, prep),
                 f"Error-reject curve of {label}", "Error among accepted examples against reject rate.")
     ]
-    return {"reliability": reliability, "map": maps, "roc": roc, "error_reject": er}
+    out = {"reliability": reliability, "map": maps, "roc": roc, "error_reject": er}
+    if prep.entry.decisions is not None and prep.entry.decisions.cost_matrix.n_classes == 2:
+        out["decisions"] = [
+            _Figure(f"{stem}-decisions-threshold.png", _render(_decisions_figure, prep),
+                    f"Decision threshold curve of {label}",
+                    "Total cost or profit of deciding the positive class above each threshold, calibrated and raw.")
+        ]
+    return out
 
 
 def write_report(out_dir: str | Path, entries: list[ReportEntry], title: str = "calengine evaluation") -> Path:
