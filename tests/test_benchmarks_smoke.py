@@ -179,6 +179,7 @@ def test_bench_model_size_tiny(tmp_path):
     assert row["same_predictions"] is True
     assert row["arrays"]["bytes"] * 20 < row["skops"]["bytes"]
 
+
 def test_bench_decisions_tiny(tmp_path, capsys):
     """bench_decisions.py on the shipped COIL 2000 copy with a 1,500-row training subset: every method
     gets a profit under both cost structures, and the printed table says which structure it used."""
