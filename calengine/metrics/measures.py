@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, ParameterError
+from .corp import corp_sum
+from .drift import calibration_drift
 
 __all__ = [
     "LOG_LOSS_CLIP",
@@ -385,6 +387,12 @@ class MetricAccumulator:
         * ``confidence_q``: Duin & Tax ``mean (C - p_sel)²``, ``p_sel`` the top-label confidence and
           ``C = 1`` if the row is classified correctly; ``confidence_rho = q/ε - 1/2`` with
           ``ε = error_rate`` (NaN when ε = 0).
+
+        and two dicts, the CORP decomposition (:mod:`calengine.metrics.corp`) of the Brier score and
+        of the log loss by isotonic recalibration, meaningful for continuous scores where
+        ``calibration_loss`` is not: ``corp_brier`` and ``corp_log_loss``, each
+        ``{"score", "mcb", "dsc", "unc"}`` with ``score = mcb - dsc + unc``; binary: column 1;
+        multiclass: sums over the one-vs-rest columns plus ``per_class``.
         """
         self._require_rows()
         k, n = self.n_classes, self.n
@@ -435,7 +443,13 @@ class MetricAccumulator:
             "refinement_loss": ref / n,
             "confidence_q": q,
             "confidence_rho": rho,
+            **corp_sum(self._cls, clip=LOG_LOSS_CLIP),
         }
+
+    def drift_check(self, alpha: float = 0.01) -> dict:
+        """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`."""
+        self._require_rows()
+        return calibration_drift(self._cls, alpha=alpha)
 
     # ---- report curves ----------------------------------------------------------------------------
 
