@@ -23,9 +23,11 @@ does not depend on the partitioning.  Block values are recomputed here from the 
 
 Log loss at 0 and 1: a PAV block with no positives has value 0 (no negatives: 1).  Its loss terms
 are ``0 * log 0``, taken as the limit 0 (``scipy.special.xlogy``), so ``S(x_recal)`` and
-``S(climatology)`` are always finite.  ``S(x)`` clips the forecast to ``[clip, 1 - clip]`` inside
+``S(climatology)`` are always finite.  ``S(x)`` clips ``p`` and ``1 - p`` to ``[clip, 1]`` inside
 the logarithm (``clip`` = the evaluator's ``LOG_LOSS_CLIP`` = 1e-15), as the reported ``log_loss``
-does; a clipped forecast is still a non-decreasing map, so ``mcb >= 0`` still holds.
+clips ``P[:, 1]`` and ``P[:, 0]``, so for a binary task ``corp_log_loss["score"]`` equals ``log_loss``
+up to the rounding of ``1 - P[:, 1]`` against ``P[:, 0]``; clipping is a non-decreasing map of the
+forecast, so ``mcb >= 0`` still holds.
 
 Binary and multiclass: the decomposition is of one binary column, the event ``y == c`` against the
 probability ``P[:, c]`` (one-vs-rest).  A binary task uses column 1 only.  For ``k > 2`` classes every
@@ -92,11 +94,12 @@ def corp_column(v, pos, neg, clip: float = 1e-15) -> dict:
     r = ba / (ba + bb)
     base = np.array([a.sum() / n])
     tot_a, tot_b = np.array([a.sum()]), np.array([b.sum()])
-    vc = np.clip(v, clip, 1.0 - clip)
+    # clip p and 1 - p separately, as the reported log_loss clips P[:, 1] and P[:, 0]
+    log_p, log_q = np.log(np.clip(v, clip, 1.0)), np.log(np.clip(1.0 - v, clip, 1.0))
     out = {}
     for name, s_x, s_sum in (
         ("brier", _brier_sum(a, b, v), _brier_sum),
-        ("log_loss", float(-np.sum(a * np.log(vc) + b * np.log1p(-vc))), _log_sum),
+        ("log_loss", float(-np.sum(a * log_p + b * log_q)), _log_sum),
     ):
         s_r = s_sum(ba, bb, r)
         s_c = s_sum(tot_a, tot_b, base)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, ParameterError
-from .corp import corp_sum
+from .corp import corp_sum, isotonic_recalibration
 from .drift import calibration_drift
 
 __all__ = [
@@ -564,6 +564,19 @@ class MetricAccumulator:
             tpr = tp / tp[-1] if tp[-1] else np.full(tp.shape, np.nan)
             fpr = fp / fp[-1] if fp[-1] else np.full(fp.shape, np.nan)
         return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], v[::-1]))}
+
+    def corp_curve(self, cls: int | None = None) -> dict:
+        """The CORP reliability curve of column ``cls`` (default: class 1 of two): the isotonic (PAV)
+        recalibration of ``P[:, cls]`` as blocks, arrays ``lo``/``hi`` (lowest and highest forecast in the
+        block), ``value`` (the block's observed frequency) and ``count`` (rows).  Dimitriadis, Gneiting &
+        Jordan draw this step function instead of binned points: no bin choice, and its distance from the
+        diagonal is exactly what ``corp_brier["mcb"]`` measures."""
+        self._require_rows()
+        v, pos, neg = self._cls[self._class_arg(cls, default_binary=True)]
+        starts, bpos, bneg = isotonic_recalibration(v, pos, neg)
+        ends = np.concatenate((starts[1:], [v.size])) - 1
+        cnt = bpos + bneg
+        return {"lo": v[starts], "hi": v[ends], "value": bpos / cnt, "count": cnt.astype(np.int64)}
 
     def __repr__(self) -> str:
         return f"MetricAccumulator(n_classes={self.n_classes}, n={self.n})"
