@@ -139,3 +139,65 @@ def test_merged_accumulators_give_the_same_tests():
 def test_bad_alpha(alpha):
     with pytest.raises(ParameterError, match="alpha must be"):
         calibration_drift([_table(P4, np.ones(4))] * 2, alpha=alpha)
+
+
+# --------------------------------------------------------------------------------------------------
+# the report and the CLI
+
+
+def test_report_shows_the_verdict_and_every_tested_column(tmp_path):
+    from calengine.metrics.report import ReportEntry, write_report
+
+    rng = np.random.default_rng(2)
+    p = rng.uniform(size=2000)
+    y = (rng.uniform(size=p.size) < np.minimum(1.0, p + 0.2)).astype(np.int64)
+    acc = MetricAccumulator(2).add(y, p)
+    index = write_report(tmp_path / "r", [ReportEntry("m", acc, None, ["no", "yes"], drift=acc.drift_check())])
+    page = index.read_text(encoding="utf-8")
+    assert '<p class="drift-verdict"><strong>recalibrate</strong>: calibration drift: z = ' in page
+    assert "<tr><td>yes</td><td class=\"num\">" in page  # the tested column, by class name
+    assert "<tr><th>corp_brier.mcb</th>" in page
+
+
+@pytest.fixture(scope="module")
+def pima_nb(tmp_path_factory):
+    from cli_helpers import run_cli
+
+    out = tmp_path_factory.mktemp("drift") / "nb"
+    r = run_cli("--quiet", "fit", "data/pima.parquet", "--target", "class", "--cv", "3", "--output", out)
+    assert r.returncode == 0, r
+    return out
+
+
+def test_cli_evaluate_json_and_table_carry_corp_and_drift(pima_nb, tmp_path):
+    import pyarrow.parquet as pq
+    from cli_helpers import run_cli
+
+    m = run_cli("evaluate", pima_nb, "data/pima.parquet", "--target", "class", "--json").json()
+    for r in (m, m["raw"]):
+        for name in ("corp_brier", "corp_log_loss"):
+            c = r[name]
+            assert c["score"] == pytest.approx(c["mcb"] - c["dsc"] + c["unc"], abs=1e-12)
+        assert r["corp_brier"]["score"] == pytest.approx(r["brier"], abs=1e-12)
+    assert m["raw"]["corp_brier"]["mcb"] > m["corp_brier"]["mcb"]  # isotonic removes most miscalibration
+    assert m["drift"]["verdict"] == "ok" and m["drift"]["alpha"] == 0.01 and m["drift"]["n_tests"] == 2
+    # prior shift: every positive kept, 40% of the negatives (seeded); the model's base rate is now wrong
+    table = pq.read_table("data/pima.parquet")
+    y = table.column("class").to_numpy()
+    keep = (y == 1) | (np.random.default_rng(0).uniform(size=y.size) < 0.4)
+    pq.write_table(table.filter(keep), tmp_path / "shifted.parquet")
+    r = run_cli("evaluate", pima_nb, tmp_path / "shifted.parquet", "--target", "class", "--alpha", "0.001",
+                env={"COLUMNS": "100"})
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    assert [line.split()[0] for line in lines if line.startswith("brier_")] == ["brier_mcb", "brier_dsc", "brier_unc"]
+    drift = next(i for i, line in enumerate(lines) if line.startswith("calibration drift: z = "))
+    text = " ".join(line.strip() for line in lines[drift:drift + 3])
+    assert "alpha = 0.001 -> recalibrate" in text and max(map(len, lines)) <= 100
+
+
+def test_cli_alpha_out_of_range_is_one_line(pima_nb):
+    from cli_helpers import assert_one_line_error, run_cli
+
+    assert_one_line_error(run_cli("evaluate", pima_nb, "data/pima.parquet", "--target", "class", "--alpha", "1"),
+                          "--alpha must be strictly between 0 and 1, got 1")

@@ -669,8 +669,9 @@ def _drift_html(drift: dict, names: list[str]) -> str:
     rows = []
     for col in drift["columns"]:
         sz, hl = col["spiegelhalter"], col["reliability_chi2"]
-        cells = (names[col["class"]], sz["z"], sz["p_value"], hl["chi2"], hl["df"], hl["p_value"])
-        rows.append("<tr>" + "".join(f'<td class="num">{_esc(format_metric(v))}</td>' for v in cells) + "</tr>")
+        cells = (sz["z"], sz["p_value"], hl["chi2"], hl["df"], hl["p_value"])
+        rows.append(f"<tr><td>{_esc(names[col['class']])}</td>"
+                    + "".join(f'<td class="num">{_esc(format_metric(v))}</td>' for v in cells) + "</tr>")
     verdict = "recalibrate" if drift["verdict"] == "recalibrate" else "no significant drift"
     return (
         f'<h3>Calibration drift</h3><p class="drift-verdict"><strong>{_esc(verdict)}</strong>: '
