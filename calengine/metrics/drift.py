@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import chi2 as _chi2
-from scipy.stats import norm as _norm
 
 from ..errors import ParameterError
 
@@ -74,8 +72,10 @@ def spiegelhalter(v, pos, neg) -> dict:
     var = float(np.sum(m * (1.0 - 2.0 * p) ** 2 * p * (1.0 - p)))
     if var <= 0.0:
         return {"z": math.nan, "p_value": math.nan}
+    from scipy.stats import norm  # lazily: scipy.stats costs ~0.5 s to import, every task imports this module
+
     z = num / math.sqrt(var)
-    return {"z": z, "p_value": float(2.0 * _norm.sf(abs(z)))}
+    return {"z": z, "p_value": float(2.0 * norm.sf(abs(z)))}
 
 
 def reliability_chi2(v, pos, neg, bins: int = HL_BINS) -> dict:
@@ -95,8 +95,10 @@ def reliability_chi2(v, pos, neg, bins: int = HL_BINS) -> dict:
     df = int(np.count_nonzero(live))
     if df == 0:
         return {"chi2": math.nan, "df": 0, "p_value": math.nan}
+    from scipy.stats import chi2
+
     stat = float(np.sum((obs[live] - exp[live]) ** 2 / var[live]))
-    return {"chi2": stat, "df": df, "p_value": float(_chi2.sf(stat, df))}
+    return {"chi2": stat, "df": df, "p_value": float(chi2.sf(stat, df))}
 
 
 def calibration_drift(tables, alpha: float = DRIFT_ALPHA) -> dict:
