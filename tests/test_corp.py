@@ -179,3 +179,14 @@ def test_merge_of_any_partitioning_equals_one_piece(case, data):
 def test_corp_column_needs_no_accumulator():
     c = corp_column([0.2, 0.4, 0.6, 0.8], [1, 1, 0, 1], [1, 0, 1, 0])
     assert c["brier"]["mcb"] == pytest.approx(0.088, abs=1e-15)
+
+
+def test_corp_curve_is_the_pav_step_function():
+    acc = MetricAccumulator(2).add(HAND_Y, HAND_P)
+    c = acc.corp_curve()
+    assert c["lo"].tolist() == [0.2, 0.8] and c["hi"].tolist() == [0.6, 0.8]
+    assert c["value"].tolist() == [0.5, 1.0] and c["count"].tolist() == [4, 1]
+    # class 0 (the values 1 - p): blocks {0.2} -> 0 and {0.4, 0.6, 0.8} -> 2/4
+    c0 = acc.corp_curve(0)
+    assert c0["lo"] == pytest.approx([0.2, 0.4], abs=1e-15) and c0["value"].tolist() == [0.0, 0.5]
+    assert c0["count"].tolist() == [1, 4]

@@ -569,8 +569,8 @@ class MetricAccumulator:
         """The CORP reliability curve of column ``cls`` (default: class 1 of two): the isotonic (PAV)
         recalibration of ``P[:, cls]`` as blocks, arrays ``lo``/``hi`` (lowest and highest forecast in the
         block), ``value`` (the block's observed frequency) and ``count`` (rows).  Dimitriadis, Gneiting &
-        Jordan draw this step function instead of binned points: no bin choice, and its distance from the
-        diagonal is exactly what ``corp_brier["mcb"]`` measures."""
+        Jordan draw this step function instead of binned points: no bin choice, and the score the
+        forecasts lose against it is ``corp_brier["mcb"]`` (``corp_log_loss["mcb"]``)."""
         self._require_rows()
         v, pos, neg = self._cls[self._class_arg(cls, default_binary=True)]
         starts, bpos, bneg = isotonic_recalibration(v, pos, neg)

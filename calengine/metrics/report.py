@@ -698,7 +698,7 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
         "dotted diagonal are perfectly calibrated. Left: equal-width bins; right: equal-frequency bins. "
         "The bars below count the examples in each bin (filled: calibrated, outlined: raw learner). "
         "Per class, the green steps are the CORP curve: the isotonic recalibration of the calibrated "
-        "probabilities, which needs no bins; its gap to the diagonal is what corp_brier.mcb measures.</p>",
+        "probabilities, which needs no bins; the Brier score lost to its gap from the diagonal is corp_brier.mcb.</p>",
     ]
     if e.drift is not None:
         parts[2:2] = [_drift_html(e.drift, prep.names)]
