@@ -204,6 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--target", required=True, metavar="COL")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
+    ev.add_argument("--alpha", type=float, default=0.01, metavar="A",
+                    help="significance level of the calibration drift check on the calibrated probabilities "
+                         "(Spiegelhalter's z and a 10-bin reliability chi-square, Bonferroni over the tests and "
+                         "one-vs-rest columns); 'recalibrate' when the adjusted p-value is below A (default: 0.01)")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cost_matrix_option(ev, evaluate=True)
     _add_cluster_options(ev)
@@ -576,7 +580,7 @@ def _load_cost_matrix(parsed, model, files):
 
 METRIC_ORDER = (
     "n", "brier", "log_loss", "log_loss_bits", "auc", "error_rate", "ece", "mce",
-    "calibration_loss", "refinement_loss", "confidence_q", "confidence_rho",
+    "calibration_loss", "refinement_loss", "brier_mcb", "brier_dsc", "brier_unc", "confidence_q", "confidence_rho",
 )
 
 
@@ -588,6 +592,12 @@ def cmd_evaluate(args) -> int:
 
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
+    from .metrics.drift import check_alpha
+
+    try:
+        check_alpha(args.alpha)
+    except ParameterError:
+        raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
     model_dirs, data = args.paths[:-1], args.paths[-1]
     parsed_costs = _parse_cost_matrix(args)
     models = [load_model(m, trust=tuple(args.trust_type or ())) for m in model_dirs]
@@ -602,13 +612,15 @@ def cmd_evaluate(args) -> int:
                                cost_matrix=cm) for m, cm in zip(models, cost_matrices)]
     labels = _model_labels(models, model_dirs)
     results = [{k: acc.result() for k, acc in a.items()} for a in accs]
+    drifts = [a["calibrated"].drift_check(alpha=args.alpha) for a in accs]
     if args.report:
-        _write_report(args.report, models, accs, labels, files)
+        _write_report(args.report, models, accs, labels, files, drifts=drifts)
     if args.json:
         payloads = []
-        for m, a, res in zip(models, accs, results):
+        for m, a, res, drift in zip(models, accs, results, drifts):
             payload = dict(res["calibrated"])
             payload["raw"] = res.get("raw")
+            payload["drift"] = drift
             payload["error_reject"] = _curve_points(a["calibrated"].error_reject_curve())
             payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
             if "decisions" in res:
@@ -620,13 +632,15 @@ def cmd_evaluate(args) -> int:
     rows = []
     for lb, res, m, d in zip(labels, results, models, model_dirs):
         raw = f"raw {m.info.get('learner')} ({os.path.basename(os.path.normpath(d))})" if len(models) > 1 else "raw learner"
-        rows.append((raw, res.get("raw")))
-        rows.append((lb, res["calibrated"]))
+        rows.append((raw, _with_corp_rows(res.get("raw"))))
+        rows.append((lb, _with_corp_rows(res["calibrated"])))
     table = format_metrics_table(rows)
     print(table)
     print()
     # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models here
     ids = [f"[{i}]" for i in range(2, 2 * len(models) + 1, 2)] if table.startswith("[1] ") else None
+    print(format_drift(labels, drifts, [[str(c) for c in m.labels.classes] for m in models], ids=ids))
+    print()
     print(format_error_reject(labels, [a["calibrated"] for a in accs], ids=ids))
     for lb, res in zip(labels, results):
         if "decisions" in res:
@@ -657,6 +671,33 @@ def format_decisions(label: str, d: dict) -> str:
             bits.append(f"best threshold in hindsight, {key}: {b['threshold']:.3f} ({what} {b['total']:.6g})")
         lines.append("; ".join(bits))
     return "\n".join(lines)
+
+
+def _with_corp_rows(m: dict | None) -> dict | None:
+    """The metrics with the CORP Brier terms as flat rows (``brier_mcb``, ``brier_dsc``, ``brier_unc``)
+    for the text table; the JSON keeps them nested under ``corp_brier`` with the log-loss terms."""
+    if m is None or "corp_brier" not in m:
+        return m
+    corp = m["corp_brier"]
+    return {**m, "brier_mcb": corp["mcb"], "brier_dsc": corp["dsc"], "brier_unc": corp["unc"]}
+
+
+def format_drift(labels: list[str], drifts: list[dict], class_names: list[list[str]], width: int | None = None,
+                 ids: list[str] | None = None) -> str:
+    """One ``calibration drift: ... -> verdict`` line per model, wrapped to ``width`` (the terminal's);
+    several models are named by ``ids`` (the metrics table's numbers) or their labels."""
+    import textwrap
+
+    from .metrics.drift import drift_line
+
+    limit = _terminal_width(width)
+    out = []
+    for i, (lb, d, names) in enumerate(zip(labels, drifts, class_names)):
+        line = drift_line(d, names)
+        if len(drifts) > 1:
+            line = f"{ids[i] if ids else lb} {line}"
+        out.append(textwrap.fill(line, width=limit, subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(out)
 
 
 def _model_labels(models, dirs) -> list[str]:
@@ -741,12 +782,12 @@ def _terminal_width(width: int | None = None) -> int:
     return width or shutil.get_terminal_size((100, 24)).columns
 
 
-def _write_report(out: str, models, accs, labels, files) -> None:
+def _write_report(out: str, models, accs, labels, files, drifts=None) -> None:
     from .parquet.data import read_table
     from .metrics.report import ReportEntry, write_report
 
     entries = []
-    for m, a, lb in zip(models, accs, labels):
+    for i, (m, a, lb) in enumerate(zip(models, accs, labels)):
         entries.append(
             ReportEntry(
                 label=lb,
@@ -755,6 +796,7 @@ def _write_report(out: str, models, accs, labels, files) -> None:
                 class_names=[str(c) for c in m.labels.classes],
                 calibration_map=_calibration_map(m, files, read_table),
                 decisions=a.get("decisions"),
+                drift=drifts[i] if drifts else None,
             )
         )
     write_report(out, entries)
@@ -821,7 +863,8 @@ def _metric_cell(v, width: int, digits: int) -> str:
 
 #: column headers of the models-as-rows layout (the JSON keys, shortened where long)
 SHORT_METRIC = {"log_loss_bits": "ll_bits", "error_rate": "error", "calibration_loss": "cal_loss",
-                "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho"}
+                "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho",
+                "brier_mcb": "mcb", "brier_dsc": "dsc", "brier_unc": "unc"}
 
 
 def _metrics_by_model(rows, keys: list[str], limit: int) -> str:

@@ -61,6 +61,7 @@ CURVE_MAX_POINTS = 4000
 _CAL = "#1f77b4"
 _RAW = "#ff7f0e"
 _DIAG = "#7f7f7f"
+_CORP = "#2ca02c"
 _ENTRY_COLOURS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
@@ -82,6 +83,12 @@ _METRIC_HELP = (
     ("refinement_loss", "part of the Brier score due to limited separation; the two add up to brier"),
     ("confidence_q", "Duin & Tax: mean squared gap between confidence and correctness"),
     ("confidence_rho", "confidence_q / error_rate - 1/2 (n/a without errors)"),
+    ("corp_brier.mcb", "CORP miscalibration: Brier score minus that of the isotonic (PAV) recalibration of the "
+     "forecasts; meaningful for continuous scores, unlike calibration_loss"),
+    ("corp_brier.dsc", "CORP discrimination: Brier score of the base rate minus that of the recalibration"),
+    ("corp_brier.unc", "CORP uncertainty: Brier score of the base rate; brier = mcb - dsc + unc"),
+    ("corp_log_loss.*", "the same for the log loss (binary: the reported log_loss; multiclass: sums of "
+     "one-vs-rest binary log losses, as corp_brier sums one-vs-rest Brier scores)"),
 )
 
 
@@ -106,6 +113,9 @@ class ReportEntry:
     #: a :class:`calengine.decisions.DecisionAccumulator` (``evaluate --cost-matrix``): adds a
     #: "Decisions" block, with the profit-vs-threshold curve for two classes
     decisions: Any = None
+    #: the drift check of the calibrated probabilities (:meth:`MetricAccumulator.drift_check`), shown
+    #: with its verdict when given
+    drift: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -381,6 +391,10 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
                 axc.bar(edges[:-1], d["count"], width=widths, align="edge", fill=False, edgecolor=colour,
                         lw=1.0, label=label)
             max_count = max(max_count, int(d["count"].max()))
+        if cls is not None:  # the CORP curve: PAV recalibration of the calibrated column, no bins
+            c = cal.corp_curve(cls)
+            ax.plot(np.concatenate((c["lo"], c["hi"][-1:])), np.concatenate((c["value"], c["value"][-1:])),
+                    drawstyle="steps-post", color=_CORP, lw=1.0, label="calibrated, CORP (isotonic)")
         edges, widths, counts = cal_bins
         last_x = -1.0
         for lo, w, c in zip(edges[:-1], widths, counts):
@@ -644,10 +658,23 @@ def _img(fig: _Figure) -> str:
     )
 
 
+def _flat_result(r: dict | None) -> dict | None:
+    """Nested metrics (the CORP terms) as ``corp_brier.mcb``-style rows; per-class lists left out."""
+    if r is None:
+        return None
+    out: dict = {}
+    for key, value in r.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items() if not isinstance(v, (list, dict))})
+        else:
+            out[key] = value
+    return out
+
+
 def _metrics_table(preps: list[_Prepared]) -> str:
     keys: list[str] = []
     for prep in preps:
-        for r in (prep.result, prep.raw_result):
+        for r in (_flat_result(prep.result), _flat_result(prep.raw_result)):
             for key in r or {}:
                 if key not in keys:
                     keys.append(key)
@@ -658,10 +685,10 @@ def _metrics_table(preps: list[_Prepared]) -> str:
         span = 2 if prep.raw_result is not None else 1
         top.append(f'<th class="model" colspan="{span}">#{prep.index} {_esc(prep.entry.label)}</th>')
         sub.append("<th>calibrated</th>")
-        columns.append(prep.result)
+        columns.append(_flat_result(prep.result))
         if prep.raw_result is not None:
             sub.append("<th>raw learner</th>")
-            columns.append(prep.raw_result)
+            columns.append(_flat_result(prep.raw_result))
     rows = []
     for key in keys:
         cells = "".join(f'<td class="num">{_esc(format_metric(col.get(key)))}</td>' for col in columns)
@@ -687,6 +714,28 @@ def _bin_table(acc: MetricAccumulator, cls: int | None, strategy: str, heading: 
     )
 
 
+def _drift_html(drift: dict, names: list[str]) -> str:
+    """The drift check's verdict, its summary line and one row per tested column."""
+    from .drift import drift_line
+
+    rows = []
+    for col in drift["columns"]:
+        sz, hl = col["spiegelhalter"], col["reliability_chi2"]
+        cells = (sz["z"], sz["p_value"], hl["chi2"], hl["df"], hl["p_value"])
+        rows.append(f"<tr><td>{_esc(names[col['class']])}</td>"
+                    + "".join(f'<td class="num">{_esc(format_metric(v))}</td>' for v in cells) + "</tr>")
+    verdict = "recalibrate" if drift["verdict"] == "recalibrate" else "no significant drift"
+    return (
+        f'<h3>Calibration drift</h3><p class="drift-verdict"><strong>{_esc(verdict)}</strong>: '
+        f"{_esc(drift_line(drift, names))}</p>"
+        '<p class="note">Null hypothesis: the calibrated probabilities are right on this table. Spiegelhalter\'s z '
+        "and a chi-square over 10 equal-count bins with the exact variance sum p(1-p) per bin; the smallest "
+        "p-value times the number of tests (Bonferroni) is compared with alpha.</p>"
+        "<table><thead><tr><th>class (vs rest)</th><th>z</th><th>p</th><th>chi2</th><th>df</th><th>p</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
     e = prep.entry
     k = e.calibrated.n_classes
@@ -699,8 +748,12 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
         "<h3>Reliability diagrams</h3>",
         '<p class="note">Observed frequency against mean predicted probability per bin; points on the '
         "dotted diagonal are perfectly calibrated. Left: equal-width bins; right: equal-frequency bins. "
-        "The bars below count the examples in each bin (filled: calibrated, outlined: raw learner).</p>",
+        "The bars below count the examples in each bin (filled: calibrated, outlined: raw learner). "
+        "Per class, the green steps are the CORP curve: the isotonic recalibration of the calibrated "
+        "probabilities, which needs no bins; the Brier score lost to its gap from the diagonal is corp_brier.mcb.</p>",
     ]
+    if e.drift is not None:
+        parts[2:2] = [_drift_html(e.drift, prep.names)]
     if prep.class_note:
         parts.append(f'<p class="note">{_esc(prep.class_note)}</p>')
     parts.append('<div class="figs">' + "".join(_img(f) for f in figs["reliability"]) + "</div>")
