@@ -155,7 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
     score.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
     score.add_argument("--intervals", action="store_true",
-                       help="also write p_low/p_high (Probing models: the interval the votes select)")
+                       help="also write p_low/p_high for two-class Probing models (the interval the votes select)"
+                            " and Venn-ABERS models (--method venn_abers: p0/p1, or their CVAP combination"
+                            " in ensemble mode)")
     score.add_argument("--reject-below", type=float, default=None, metavar="CONF",
                        help="abstain (empty prediction) where the chosen class's probability is below CONF")
     score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
@@ -488,8 +490,9 @@ def cmd_score(args) -> int:
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     if args.intervals and not model.has_intervals:
         raise ParameterError(
-            f"--intervals applies to two-class Probing models; '{args.model}' ({model.info.get('learner')} +"
-            f" {model.info.get('method')}) has no intervals; drop --intervals"
+            f"--intervals applies to two-class Probing models and Venn-ABERS models; '{args.model}'"
+            f" ({model.info.get('learner')} + {model.info.get('method')}) has no intervals; drop --intervals"
+            " or refit with --method venn_abers"
         )
     files = resolve_parquet_files(args.data)
     keep = tuple(args.keep or ())
