@@ -171,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--target", required=True, metavar="COL")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
+    ev.add_argument("--bootstrap", type=int, default=0, metavar="B",
+                    help="with --report: draw a 90%% pointwise band on each two-class model's calibration map from B"
+                         " refits of its calibrator on bootstrap resamples of the evaluated data (parallel tasks;"
+                         " default 0 = no band; 200 is a sensible choice)")
+    ev.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(ev)
 
@@ -526,14 +532,19 @@ def cmd_evaluate(args) -> int:
     files = resolve_parquet_files(data)
     if args.report:
         _check_report_dir(args.report)
+    bands = None
+    if args.bootstrap:
+        _check_bootstrap(args, models)
     objects = [o for m in models for o in _model_plugin_objects(m)]
     dists, modules = _plugin_requirements(objects)
     with _client(args, dists, modules) as client:
         accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args)) for m in models]
+        if args.bootstrap:
+            bands = _bootstrap_bands(args, models, files, client)
     labels = _model_labels(models, model_dirs)
     results = [{k: acc.result() for k, acc in a.items()} for a in accs]
     if args.report:
-        _write_report(args.report, models, accs, labels, files)
+        _write_report(args.report, models, accs, labels, files, bands=bands)
     if args.json:
         payloads = []
         for m, a, res in zip(models, accs, results):
@@ -643,19 +654,50 @@ def _terminal_width(width: int | None = None) -> int:
     return width or shutil.get_terminal_size((100, 24)).columns
 
 
-def _write_report(out: str, models, accs, labels, files) -> None:
+def _check_bootstrap(args, models) -> None:
+    """``--bootstrap`` needs ``--report`` (the band is drawn there) and two-class calibrator models."""
+    from .errors import ParameterError
+
+    if args.bootstrap < 2:
+        raise ParameterError(f"--bootstrap needs at least 2 replicates, got {args.bootstrap}; e.g. --bootstrap 200")
+    if not args.report:
+        raise ParameterError("--bootstrap draws its band in the report; add --report DIR")
+    for m in models:
+        if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
+            raise ParameterError(
+                f"--bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
+                f" {m.info.get('method')} is not one); drop --bootstrap"
+            )
+
+
+def _bootstrap_bands(args, models, files, client) -> list:
+    """One :func:`calengine.metrics.bootstrap.calibration_map_band` per model, on the evaluated rows."""
+    from .parquet.data import read_table
+    from .metrics.bootstrap import calibration_map_band
+
+    bands = []
+    for m in models:
+        df = read_table(files, list(dict.fromkeys([*m.encoder.input_columns, args.target])))
+        bands.append(calibration_map_band(m, df, args.target, args.bootstrap, seed=args.seed, client=client))
+    return bands
+
+
+def _write_report(out: str, models, accs, labels, files, bands=None) -> None:
     from .parquet.data import read_table
     from .metrics.report import ReportEntry, write_report
 
     entries = []
-    for m, a, lb in zip(models, accs, labels):
+    for i, (m, a, lb) in enumerate(zip(models, accs, labels)):
+        cmap = _calibration_map(m, files, read_table)
+        if bands is not None:
+            cmap["band"] = bands[i]
         entries.append(
             ReportEntry(
                 label=lb,
                 calibrated=a["calibrated"],
                 raw=a.get("raw"),
                 class_names=[str(c) for c in m.labels.classes],
-                calibration_map=_calibration_map(m, files, read_table),
+                calibration_map=cmap,
             )
         )
     write_report(out, entries)
