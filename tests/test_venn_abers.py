@@ -216,3 +216,16 @@ def test_cli_plugins_shows_venn_abers():
     r = run_cli("plugins", "venn_abers")
     assert r.returncode == 0, r
     assert "Venn" in r.stdout
+
+
+def test_inconsistent_state_is_a_model_format_error():
+    from calengine.errors import ModelFormatError
+
+    state = VennAbersCalibrator().fit([0.1, 0.5, 0.9], [0, 1, 1]).to_state()
+    restored = VennAbersCalibrator().from_state(dict(state))
+    np.testing.assert_array_equal(restored.predict([0.3, 0.7]), VennAbersCalibrator().fit(
+        [0.1, 0.5, 0.9], [0, 1, 1]).predict([0.3, 0.7]))
+    for key, value in (("gap_p0_", state["gap_p0_"][:-1]), ("xs_", state["xs_"][::-1]),
+                       ("tie_p1_", state["tie_p1_"] + 2.0)):
+        with pytest.raises(ModelFormatError, match="venn_abers"):
+            VennAbersCalibrator().from_state({**state, key: value})

@@ -1442,6 +1442,23 @@ class VennAbersCalibrator(_BinaryCalibrator):
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
         return self._fit_protocol(scores, y, sample_weight, score_kind)
 
+    def from_state(self, state: dict[str, Any]) -> "VennAbersCalibrator":
+        """Restore the tables, refusing ones that do not fit together (a damaged or tampered model)."""
+        super().from_state(state)
+        k = self.xs_.size
+        ok = (
+            k > 0 and self.tie_p0_.size == k and self.tie_p1_.size == k
+            and self.gap_p0_.size == k + 1 and self.gap_p1_.size == k + 1
+            and bool(np.all(np.diff(self.xs_) > 0))
+            and all(np.all((a >= 0.0) & (a <= 1.0)) for a in (self.tie_p0_, self.tie_p1_, self.gap_p0_, self.gap_p1_))
+        )
+        if not ok:
+            raise ModelFormatError(
+                "calibrator 'venn_abers' state is inconsistent (table lengths, score order or values outside"
+                " [0, 1]); the model is damaged, refit it"
+            )
+        return self
+
     def predict_interval(self, scores) -> tuple[np.ndarray, np.ndarray]:
         """``(p0, p1)`` per score: the two isotonic fits with the score labelled 0 and 1 (``p0 <= p1``)."""
         from calengine.methods.venn_abers import venn_abers_pairs
