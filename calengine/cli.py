@@ -170,7 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
     score.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
     score.add_argument("--intervals", action="store_true",
-                       help="also write p_low/p_high (Probing models: the interval the votes select)")
+                       help="also write p_low/p_high for two-class Probing models (the interval the votes select)"
+                            " and Venn-ABERS models (--method venn_abers: p0/p1, or their CVAP combination"
+                            " in ensemble mode)")
     score.add_argument("--reject-below", type=float, default=None, metavar="CONF",
                        help="abstain (empty prediction) where the chosen class's probability is below CONF")
     score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
@@ -208,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="significance level of the calibration drift check on the calibrated probabilities "
                          "(Spiegelhalter's z and a 10-bin reliability chi-square, Bonferroni over the tests and "
                          "one-vs-rest columns); 'recalibrate' when the adjusted p-value is below A (default: 0.01)")
+    ev.add_argument("--bootstrap", type=int, default=0, metavar="B",
+                    help="with --report: draw a 90%% pointwise band on each two-class model's calibration map from B"
+                         " refits of its calibrator on bootstrap resamples of the evaluated data (parallel tasks;"
+                         " default 0 = no band; 200 is a sensible choice)")
+    ev.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cost_matrix_option(ev, evaluate=True)
     _add_cluster_options(ev)
@@ -529,8 +537,9 @@ def cmd_score(args) -> int:
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     if args.intervals and not model.has_intervals:
         raise ParameterError(
-            f"--intervals applies to two-class Probing models; '{args.model}' ({model.info.get('learner')} +"
-            f" {model.info.get('method')}) has no intervals; drop --intervals"
+            f"--intervals applies to two-class Probing models and Venn-ABERS models; '{args.model}'"
+            f" ({model.info.get('learner')} + {model.info.get('method')}) has no intervals; drop --intervals"
+            " or refit with --method venn_abers"
         )
     files = resolve_parquet_files(args.data)
     keep = tuple(args.keep or ())
@@ -605,16 +614,21 @@ def cmd_evaluate(args) -> int:
     if args.report:
         _check_report_dir(args.report)
     cost_matrices = [_load_cost_matrix(parsed_costs, m, files) for m in models]
+    bands = None
+    if args.bootstrap:
+        _check_bootstrap(args, models)
     objects = [o for m in models for o in _model_plugin_objects(m)]
     dists, modules = _plugin_requirements(objects)
     with _client(args, dists, modules) as client:
         accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args),
                                cost_matrix=cm) for m, cm in zip(models, cost_matrices)]
+        if args.bootstrap:
+            bands = _bootstrap_bands(args, models, files, client)
     labels = _model_labels(models, model_dirs)
     results = [{k: acc.result() for k, acc in a.items()} for a in accs]
     drifts = [a["calibrated"].drift_check(alpha=args.alpha) for a in accs]
     if args.report:
-        _write_report(args.report, models, accs, labels, files, drifts=drifts)
+        _write_report(args.report, models, accs, labels, files, drifts=drifts, bands=bands)
     if args.json:
         payloads = []
         for m, a, res, drift in zip(models, accs, results, drifts):
@@ -782,19 +796,50 @@ def _terminal_width(width: int | None = None) -> int:
     return width or shutil.get_terminal_size((100, 24)).columns
 
 
-def _write_report(out: str, models, accs, labels, files, drifts=None) -> None:
+def _check_bootstrap(args, models) -> None:
+    """``--bootstrap`` needs ``--report`` (the band is drawn there) and two-class calibrator models."""
+    from .errors import ParameterError
+
+    if args.bootstrap < 2:
+        raise ParameterError(f"--bootstrap needs at least 2 replicates, got {args.bootstrap}; e.g. --bootstrap 200")
+    if not args.report:
+        raise ParameterError("--bootstrap draws its band in the report; add --report DIR")
+    for m in models:
+        if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
+            raise ParameterError(
+                f"--bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
+                f" {m.info.get('method')} is not one); drop --bootstrap"
+            )
+
+
+def _bootstrap_bands(args, models, files, client) -> list:
+    """One :func:`calengine.metrics.bootstrap.calibration_map_band` per model, on the evaluated rows."""
+    from .parquet.data import read_table
+    from .metrics.bootstrap import calibration_map_band
+
+    bands = []
+    for m in models:
+        df = read_table(files, list(dict.fromkeys([*m.encoder.input_columns, args.target])))
+        bands.append(calibration_map_band(m, df, args.target, args.bootstrap, seed=args.seed, client=client))
+    return bands
+
+
+def _write_report(out: str, models, accs, labels, files, drifts=None, bands=None) -> None:
     from .parquet.data import read_table
     from .metrics.report import ReportEntry, write_report
 
     entries = []
     for i, (m, a, lb) in enumerate(zip(models, accs, labels)):
+        cmap = _calibration_map(m, files, read_table)
+        if bands is not None:
+            cmap["band"] = bands[i]
         entries.append(
             ReportEntry(
                 label=lb,
                 calibrated=a["calibrated"],
                 raw=a.get("raw"),
                 class_names=[str(c) for c in m.labels.classes],
-                calibration_map=_calibration_map(m, files, read_table),
+                calibration_map=cmap,
                 decisions=a.get("decisions"),
                 drift=drifts[i] if drifts else None,
             )

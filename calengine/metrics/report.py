@@ -137,6 +137,7 @@ class _Prepared:
     map_probs: np.ndarray | None = None
     map_names: list[str] = field(default_factory=list)
     map_note: str = ""
+    map_band: dict | None = None  # bootstrap band of column 0 (see calengine.metrics.bootstrap)
 
 
 def format_metric(value: Any) -> str:
@@ -224,6 +225,30 @@ def _prepare_map(prep: _Prepared, cmap: Any) -> None:
         scores, probs, names = scores[:, :MAX_CLASSES], probs[:, :MAX_CLASSES], names[:MAX_CLASSES]
     prep.map_scores, prep.map_probs, prep.map_names = scores, probs, names
     prep.map_note = " ".join(notes)
+    if cmap.get("band") is not None:
+        prep.map_band = _checked_band(prep, cmap["band"])
+        band = prep.map_band
+        prep.map_note = " ".join(filter(None, [prep.map_note, (
+            f"Shaded: {band['level']:.0%} pointwise bootstrap band of the calibrator refitted on {band['B']}"
+            f" resamples of the {band['n']} evaluated rows (seed {band['seed']}); where the model's map leaves"
+            " it, the evaluated data disagree with the map.")]))
+
+
+def _checked_band(prep: _Prepared, band: Any) -> dict:
+    """A calibration-map band (``grid``, ``low``, ``high`` arrays of one length; ``B``, ``level``, ``n``)."""
+    where = f"entry {prep.index} ('{prep.entry.label}')"
+    try:
+        arrays = {k: np.asarray(band[k], dtype=np.float64) for k in ("grid", "low", "high")}
+        meta = {"B": int(band["B"]), "level": float(band["level"]), "n": int(band["n"]),
+                "seed": int(band.get("seed", 0))}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParameterError(
+            f"{where}: calibration_map['band'] must hold grid, low, high, B, level and n ({exc})"
+        ) from None
+    g = arrays["grid"]
+    if g.ndim != 1 or any(a.shape != g.shape for a in arrays.values()) or g.size == 0:
+        raise ParameterError(f"{where}: calibration_map['band'] grid, low and high must be 1-D of one length")
+    return {**arrays, **meta}
 
 
 def _prepare(entries: Any) -> list[_Prepared]:
@@ -565,6 +590,11 @@ def _map_figure(prep: _Prepared):
             # otherwise the points alone are the honest picture
             ax.plot(s_sorted, p_sorted, color=_CAL, lw=1.0, drawstyle="steps-post", alpha=0.9)
         ax.scatter(s, p, s=5, color=_CAL, alpha=0.35, linewidths=0)
+        band = prep.map_band if j == 0 else None
+        if band is not None:
+            ax.fill_between(band["grid"], band["low"], band["high"], color=_RAW, alpha=0.25,
+                            linewidth=0, label=f"{band['level']:.0%} bootstrap band (B = {band['B']})")
+            ax.legend(loc="upper left", fontsize=7)
     fig.suptitle("Calibration map: held-out learner score → calibrated probability", fontsize=11)
     return fig
 
