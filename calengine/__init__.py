@@ -10,7 +10,9 @@ from .hookspecs import hookimpl
 
 from .version import MODEL_FORMAT_VERSION, __version__
 
-__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model"]
+__all__ = [
+    "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model", "table_splits",
+]
 
 
 def __getattr__(name: str):
@@ -26,6 +28,10 @@ def __getattr__(name: str):
         from .fit.cross_validation import cross_validate_parquet
 
         return cross_validate_parquet
+    if name == "table_splits":
+        from .plan.folds import table_splits
+
+        return table_splits
     if name == "load_model":
         from .model.artifact import load_model
 

@@ -159,8 +159,10 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         is a ``ValueError`` naming it so; a ``(n, 1)`` column is accepted with scikit-learn's
         ``DataConversionWarning``.
 
-        ``cv``: a number of folds (calengine's seeded, stratified folds, the same rows as ``calengine
-        fit --cv``), a scikit-learn splitter, or an iterable of (train, test) index pairs.  Splits
+        ``cv``: a number of folds (calengine's seeded, stratified folds of the rows as given; ``calengine
+        fit --cv`` ties a row's fold to the file it was read from, so to reproduce a CLI model pass
+        ``cv=calengine.table_splits(path, target)``), a scikit-learn splitter, or an iterable of
+        (train, test) index pairs.  Splits
         that partition the rows work in both modes; others (``ShuffleSplit``) only in ``"ensemble"``
         mode, one member per split.  ``probing`` and ``bagging`` fit every classifier on all rows
         (they calibrate from votes, not held-out scores), so they ignore ``cv``.

@@ -213,3 +213,25 @@ def test_separate_calibration_table(binary):
     np.testing.assert_allclose(P.sum(axis=1), 1.0, atol=1e-12)
     with pytest.raises(DataError, match="both X_cal and y_cal"):
         calengine.CalibratedClassifier("linear_svm", "sigmoid").fit(X, y, X_cal=X)
+
+
+@pytest.mark.parametrize("mode", ["ensemble", "refit"])
+def test_table_splits_reproduce_calengine_fit_bit_for_bit(tmp_path, mode):
+    """``cv=5`` deals folds over the rows as given, ``calengine fit --cv 5`` by file and row group;
+    ``calengine.table_splits`` hands the CLI's folds to the estimator, and then the two models are the
+    same (and with ``cv=5`` they are not: the test would pass vacuously if the folds happened to agree)."""
+    from calengine.cli import main
+
+    data = DATA / "pima.parquet"
+    out = tmp_path / "cli"
+    assert main(["fit", str(data), "--target", "class", "--method", "isotonic", "--mode", mode, "--cv", "5",
+                 "--output", str(out), "--quiet"]) == 0
+    df = pd.read_parquet(data)
+    X, y = df.drop(columns=["class"]), df["class"]
+    splits = calengine.table_splits(data, "class", cv=5, seed=0)
+    assert sorted(np.concatenate([test for _, test in splits]).tolist()) == list(range(len(df)))
+    cli = load_model(out).predict_proba(X)
+    same = calengine.CalibratedClassifier(method="isotonic", mode=mode, cv=splits, seed=0).fit(X, y)
+    assert np.array_equal(same.predict_proba(X), cli)
+    other = calengine.CalibratedClassifier(method="isotonic", mode=mode, cv=5, seed=0).fit(X, y)
+    assert not np.array_equal(other.predict_proba(X), cli)

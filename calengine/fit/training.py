@@ -77,7 +77,7 @@ def explicit_splits(cv, X, y: np.ndarray, groups=None) -> list[tuple[np.ndarray,
     """``cv`` as a list of (train rows, held-out rows), or None when it is a number of folds.
 
     Accepts what scikit-learn's ``cv`` parameters accept: an int (calengine's own seeded, stratified
-    folds, identical to ``calengine fit --cv``), a splitter object with ``split(X, y, groups)``
+    folds of the rows as given; ``calengine.table_splits`` gives ``calengine fit --cv``'s), a splitter object with ``split(X, y, groups)``
     (``StratifiedKFold``, ``GroupKFold``, ``ShuffleSplit``, ...), or an iterable of (train, test)
     index arrays.  Every pair must hold valid row indices and non-empty train and held-out parts.
     """

@@ -131,3 +131,17 @@ def table_folds(data, target: str, cv: int = 5, seed: int = 0, positive=None) ->
         y[present] = labels.encode(series[present])
         parts.append(fragment_folds(y, fragment, labels.n_classes, cv, seed))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
+
+
+def table_splits(data, target: str, cv: int = 5, seed: int = 0, positive=None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``calengine fit --cv``'s folds of the table at ``data`` as (train rows, held-out rows) pairs, for
+    ``CalibratedClassifier(cv=...)`` or scikit-learn's ``cv=``.
+
+    A row's fold depends on the file and row group it was read from (see the module docstring), which
+    an in-memory array does not have; so ``CalibratedClassifier(cv=5)`` deals its own seeded
+    stratified folds, and passing these splits (rows in the order ``pyarrow`` reads the table) is how
+    a notebook fit reproduces ``calengine fit`` bit for bit.  Rows with a missing label are in no split.
+    """
+    folds = table_folds(data, target, cv, seed, positive)
+    every = np.arange(folds.size)
+    return [(every[(folds != f) & (folds >= 0)], every[folds == f]) for f in range(int(cv))]
