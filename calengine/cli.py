@@ -813,15 +813,11 @@ def _check_bootstrap(args, models) -> None:
 
 
 def _bootstrap_bands(args, models, files, client) -> list:
-    """One :func:`calengine.metrics.bootstrap.calibration_map_band` per model, on the evaluated rows."""
-    from .parquet.data import read_table
-    from .metrics.bootstrap import calibration_map_band
+    """One :func:`calengine.metrics.bootstrap.table_calibration_map_band` per model: a seeded sample of
+    the evaluated rows scored where they are read, never the whole table in this process."""
+    from .metrics.bootstrap import table_calibration_map_band
 
-    bands = []
-    for m in models:
-        df = read_table(files, list(dict.fromkeys([*m.encoder.input_columns, args.target])))
-        bands.append(calibration_map_band(m, df, args.target, args.bootstrap, seed=args.seed, client=client))
-    return bands
+    return [table_calibration_map_band(client, m, files, args.target, args.bootstrap, seed=args.seed) for m in models]
 
 
 def _write_report(out: str, models, accs, labels, files, drifts=None, bands=None) -> None:

@@ -104,3 +104,46 @@ def test_cli_report_draws_the_band(pima_model, tmp_path):
     page = (out / "index.html").read_text()
     assert "90% pointwise bootstrap band" in page and "30 resamples of the 768 evaluated rows (seed 4)" in page
     assert (out / "model01-calibration-map.png").stat().st_size > 0
+
+
+def _split_table(tmp_path):
+    """Pima as two files of several row groups (several chunks, several batches)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(PIMA)
+    d = tmp_path / "split"
+    d.mkdir()
+    pq.write_table(t.slice(0, 500), d / "a.parquet", row_group_size=120)
+    pq.write_table(t.slice(500), d / "b.parquet", row_group_size=100)
+    return d, t.to_pandas()
+
+
+def test_table_sample_is_bounded_seeded_and_the_same_on_any_number_of_workers(pima_model, tmp_path):
+    """The sample of a partitioned table: every labelled row when k >= n (the same multiset of scores
+    as scoring the whole table), exactly k distinct rows otherwise, and the same arrays whether one
+    or two workers compute and merge the pieces (they finish in different orders)."""
+    from distributed import Client, LocalCluster
+
+    from calengine.metrics.bootstrap import sample_table_scores, table_calibration_map_band
+    from calengine.model.artifact import load_model
+    from calengine.parquet.data import resolve_parquet_files
+
+    d, df = _split_table(tmp_path)
+    files = resolve_parquet_files(str(d))
+    model = load_model(pima_model)
+    whole = model.members[0].scores(model.encoder.transform(df))[:, 0]
+    results = []
+    for workers in (1, 2):
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+                Client(lc) as client:
+            all_rows = sample_table_scores(client, model, files, "class", 10_000, seed=1, chunk_rows=200, batch_rows=50)
+            some = sample_table_scores(client, model, files, "class", 300, seed=1, chunk_rows=200, batch_rows=50)
+            band = table_calibration_map_band(client, model, files, "class", 20, seed=1, max_rows=300)
+            results.append((some, band))
+        assert np.array_equal(np.sort(all_rows[0]), np.sort(whole))
+        assert all_rows[1].sum() == int((df["class"] == model.labels.classes[1]).sum())
+        assert some[0].size == 300 and np.isin(some[0], whole).all()
+    (s1, b1), (s2, b2) = results
+    assert np.array_equal(s1[0], s2[0]) and np.array_equal(s1[1], s2[1])
+    assert np.array_equal(b1["low"], b2["low"]) and np.array_equal(b1["high"], b2["high"]) and b1["n"] == 300

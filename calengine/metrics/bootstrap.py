@@ -33,7 +33,10 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["bootstrap_band", "calibration_map_band", "REPLICATES_PER_TASK", "BOOTSTRAP_MAX_ROWS", "GRID_POINTS"]
+__all__ = [
+    "bootstrap_band", "calibration_map_band", "table_calibration_map_band", "sample_table_scores",
+    "REPLICATES_PER_TASK", "BOOTSTRAP_MAX_ROWS", "GRID_POINTS",
+]
 
 #: replicates computed by one task (a fit takes milliseconds, so single-replicate tasks would be
 #: dominated by scheduling overhead).
@@ -58,7 +61,7 @@ def _check(B, level) -> None:
 
 
 def _replicates(template, scores, y, grid, seeds, score_kind) -> np.ndarray:
-    """Refit a fresh copy of ``template`` on one stratified bootstrap resample per seed; maps on ``grid``."""
+    """Refit a fresh copy of ``template`` on one bootstrap resample of the rows per seed; maps on ``grid``."""
     from sklearn.base import clone
 
     n = y.size
@@ -122,14 +125,9 @@ def bootstrap_band(
             "seed": int(seed), "n": int(s.size)}
 
 
-def calibration_map_band(model, df, target: str, B: int, *, seed: int = 0, level: float = 0.9,
-                         client=None) -> dict[str, Any]:
-    """:func:`bootstrap_band` for the map the report draws: the first member's calibrator on its scores.
-
-    ``df``: the evaluated table (pandas, with the model's input columns and ``target``).  Two-class
-    models only (one calibrator column, labelled by the positive class).  Rows with a missing target
-    are dropped; beyond :data:`BOOTSTRAP_MAX_ROWS` rows a seeded subsample is used.
-    """
+def _band_calibrator(model):
+    """The calibrator whose map the report draws (the first member's); ParameterError for models
+    without one two-class calibrator."""
     if model.n_classes != 2:
         raise ParameterError(
             f"--bootstrap draws bands for two-class models; this model has {model.n_classes} classes; drop --bootstrap"
@@ -140,15 +138,109 @@ def calibration_map_band(model, df, target: str, B: int, *, seed: int = 0, level
         raise ParameterError(
             "--bootstrap needs a model with one calibrator per member (not Probing or bagging); drop --bootstrap"
         )
+    return member, cals[0], getattr(cals[0], "score_kind_", member.raw.score_kind)
+
+
+def _band_of(model, S, y, B, seed, level, client) -> dict[str, Any]:
+    _, cal, kind = _band_calibrator(model)
+    band = bootstrap_band(cal, S, y, B, seed=seed, level=level, score_kind=kind, client=client)
+    band["model_map"] = np.clip(np.asarray(cal.predict(band["grid"]), dtype=np.float64), 0.0, 1.0)
+    return band
+
+
+def calibration_map_band(model, df, target: str, B: int, *, seed: int = 0, level: float = 0.9,
+                         client=None) -> dict[str, Any]:
+    """:func:`bootstrap_band` for the map the report draws: the first member's calibrator on its scores.
+
+    ``df``: the evaluated table (pandas, with the model's input columns and ``target``).  Two-class
+    models only (one calibrator column, labelled by the positive class).  Rows with a missing target
+    are dropped; beyond :data:`BOOTSTRAP_MAX_ROWS` rows a seeded subsample is used.  For a Parquet
+    table of any size use :func:`table_calibration_map_band`, which never holds the table.
+    """
+    member, _, _ = _band_calibrator(model)
     if target not in df.columns:
         raise DataError(f"target column '{target}' is not in the evaluated table; pass the class column as --target")
     df = df[df[target].notna()]
     if len(df) > BOOTSTRAP_MAX_ROWS:
         df = df.sample(BOOTSTRAP_MAX_ROWS, random_state=seed)
     y = (model.labels.encode(df[target]) == 1).astype(np.int64)
-    X = model.encoder.transform(df)
-    S = member.scores(X)[:, 0]
-    kind = getattr(cals[0], "score_kind_", member.raw.score_kind)
-    band = bootstrap_band(cals[0], S, y, B, seed=seed, level=level, score_kind=kind, client=client)
-    band["model_map"] = np.clip(np.asarray(cals[0].predict(band["grid"]), dtype=np.float64), 0.0, 1.0)
-    return band
+    S = member.scores(model.encoder.transform(df))[:, 0]
+    return _band_of(model, S, y, B, seed, level, client)
+
+
+# ------------------------------------------------------------------------------ partition-native sample
+
+#: stream of the per-row sampling keys (apart from the folds' and the replicates' streams).
+_SAMPLE_STREAM = 0x42535450  # "BSTP"
+
+
+def _bottom_k(keys: np.ndarray, S: np.ndarray, y: np.ndarray, k: int):
+    """The ``k`` rows with the smallest keys, in key order (ties by score, then label: any arrival
+    order of the pieces gives the same arrays)."""
+    order = np.lexsort((y, S, keys))[:k]
+    return keys[order], S[order], y[order]
+
+
+def chunk_score_sample(model, chunk, target: str, k: int, seed: int, batch_rows: int = 65536):
+    """Task: ``(keys, scores, labels)`` of the chunk's labelled rows with the ``k`` smallest seeded keys.
+
+    A row's key is a uniform number from a stream seeded by ``seed``, the file's identity, the
+    chunk's first row group and the batch, so the sample depends on the table and the seed only,
+    not on workers or the order tasks finish.  Scores are the first member's calibrator inputs.
+    """
+    from ..parquet.dataset import file_key_hash
+    from ..scores.table import _batches
+
+    member, _, _ = _band_calibrator(model)
+    lo, hi = file_key_hash(chunk.file_key)
+    first = int(chunk.row_groups[0]) if chunk.row_groups else 0
+    keys, S, Y = np.empty(0), np.empty(0), np.empty(0, dtype=np.int8)
+    columns = list(dict.fromkeys([*model.encoder.input_columns, target]))
+    for b, df in enumerate(_batches(chunk, columns, batch_rows)):
+        ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, _SAMPLE_STREAM, lo, hi, first, b])
+        u = np.random.default_rng(ss).random(len(df))
+        present = df[target].notna().to_numpy()
+        if not present.any():
+            continue
+        df, u = df[present], u[present]
+        y = (model.labels.encode(df[target]) == 1).astype(np.int8)
+        s = member.scores(model.encoder.transform(df))[:, 0]
+        keys, S, Y = _bottom_k(np.concatenate([keys, u]), np.concatenate([S, s]), np.concatenate([Y, y]), k)
+    return keys, S, Y
+
+
+def sample_table_scores(client, model, files: list[str], target: str, k: int = BOOTSTRAP_MAX_ROWS, *,
+                        seed: int = 0, chunk_rows: int = 1_000_000, batch_rows: int = 65536):
+    """A seeded uniform sample of at most ``k`` labelled rows of a Parquet table of any size, as
+    ``(scores, labels)`` of the first member's calibrator: one task per chunk keeps its ``k`` smallest
+    keys, and the client merges the pieces as they arrive, holding at most ``2k`` rows."""
+    from distributed import as_completed
+
+    from ..parquet.data import check_columns
+    from ..scores.table import plan_chunks, share_model
+
+    columns = list(dict.fromkeys([*model.encoder.input_columns, target]))
+    check_columns(files, columns)
+    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
+    model_f = share_model(client, model)
+    futures = [client.submit(chunk_score_sample, model_f, c, target, k, seed, batch_rows, pure=False) for c in chunks]
+    pending = as_completed(futures, loop=client.loop)
+    del futures  # only the pieces not merged yet stay referenced (and held by the workers)
+    keys, S, Y = np.empty(0), np.empty(0), np.empty(0, dtype=np.int8)
+    for future in pending:
+        kk, ss, yy = future.result()
+        del future
+        keys, S, Y = _bottom_k(np.concatenate([keys, kk]), np.concatenate([S, ss]), np.concatenate([Y, yy]), k)
+    return S, Y.astype(np.int64)
+
+
+def table_calibration_map_band(client, model, files: list[str], target: str, B: int, *, seed: int = 0,
+                               level: float = 0.9, max_rows: int = BOOTSTRAP_MAX_ROWS) -> dict[str, Any]:
+    """:func:`calibration_map_band` for a Parquet table of any size (``evaluate --bootstrap``): the
+    scores of a seeded sample of at most ``max_rows`` rows (:func:`sample_table_scores`), computed
+    where the data are, then ``B`` refits as parallel tasks."""
+    _band_calibrator(model)
+    S, y = sample_table_scores(client, model, files, target, max_rows, seed=seed)
+    if S.size == 0:
+        raise DataError("the evaluated table has no labelled rows to resample; check --target")
+    return _band_of(model, S, y, B, seed, level, client)
