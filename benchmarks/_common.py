@@ -11,6 +11,7 @@ and the largest RSS of any waited-for process of the tree.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import platform
 import resource
@@ -131,6 +132,12 @@ def environment(repo: str | os.PathLike, packages: Iterable[str] = ()) -> dict:
     }
 
 
+def is_environment(env: Any) -> bool:
+    """Whether ``env`` is an ``environment()`` record: a result JSON written before the scripts shared
+    it has another shape, and a report rebuilt from such a file keeps its old environment lines."""
+    return isinstance(env, dict) and isinstance(env.get("machine"), dict) and "load" in env and "git" in env
+
+
 def environment_markdown(env: dict) -> list[str]:
     """Markdown bullet lines of an ``environment()`` record, the same on every result page."""
     m, load = env["machine"], env["load"]
@@ -205,6 +212,10 @@ def fmt(v: Any, digits: int = 2, *, fixed: bool = False, missing: str = "n/a") -
     for booleans, ``inf``/``-inf`` as such, floats with ``digits`` decimals.  By default very small or
     very large floats switch to scientific notation; ``fixed=True`` keeps fixed point (and formats ints
     alike), for tables set beside a paper's printed figures."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        v = int(v)  # numpy integers print as Python's
+    elif isinstance(v, numbers.Real) and not isinstance(v, bool):
+        v = float(v)  # numpy floats (float32 included) print as Python's
     if v is None or (isinstance(v, float) and v != v):
         return missing
     if isinstance(v, bool):
