@@ -445,6 +445,23 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | None = N
                      rss=sampler.report(), rusage=rusage, load_before=load, timed_out=timed_out)
 
 
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all threads), its live descendants and the children it
+    reaped: what a run cost the machine, which other jobs disturb less than its wall time."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
+
+
 def children_maxrss() -> int:
     """``getrusage(RUSAGE_CHILDREN).ru_maxrss`` in bytes: the largest RSS of any reaped descendant so far."""
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
@@ -453,8 +470,11 @@ def children_maxrss() -> int:
 # ---------------------------------------------------------------------------------------------- output
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> str:
+    """A Markdown table; cells that are not strings go through ``fmt``.  ``align`` gives each column
+    ``"<"`` (left, the default) or ``">"`` (right: figures line up by their last digit)."""
+    align = align or ["<"] * len(headers)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "".join("---:|" if a == ">" else "---|" for a in align)]
     for row in rows:
         lines.append("| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in row) + " |")
     return "\n".join(lines)
