@@ -825,7 +825,7 @@ def main(argv: list[str] | None = None) -> int:
 def _write(out_dir: Path, results: list[dict], args, runtime: float, environment: dict | None = None):
     environment = environment or _common.environment(REPO_ROOT)
     report, summary = build_report(results, args, runtime, environment.get("source_revision", "unknown"))
-    if "machine" in environment:  # a run's JSON written before the shared environment record has none
+    if _common.is_environment(environment):  # a run's JSON written before the shared environment record has none
         report += "\n## Environment\n\n" + "\n".join(_common.environment_markdown(environment)) + "\n"
     _common.write_text(out_dir / "probing_paper.md", report + "\n")
     payload = {
