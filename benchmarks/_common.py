@@ -11,6 +11,7 @@ and the largest RSS of any waited-for process of the tree.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import platform
 import resource
@@ -26,6 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 MiB = 2**20
 GiB = 2**30
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 # ---------------------------------------------------------------------------------------------- machine
@@ -71,9 +73,85 @@ def machine_info() -> dict:
         "memory_total_gib": round(vm.total / GiB, 2),
         "memory_available_gib": round(vm.available / GiB, 2),
         "loadavg": list(os.getloadavg()),
-        "threads_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-                        if k in os.environ},
+        "threads_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
+        "cpu_model": _cpu_model(),
+        "thread_pools": _thread_pools(),
     }
+
+
+def _cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (``platform.processor()`` elsewhere): figures from two
+    machines are only comparable when this says they are alike."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _thread_pools() -> list[dict]:
+    """The BLAS/OpenMP pools threadpoolctl sees (a BLAS using every core inside every worker skews timings)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version")} for p in threadpool_info()]
+
+
+#: what every result page records of the software, beside the packages a script names itself
+BASE_PACKAGES = ("calengine", "calengine-builtins", "numpy", "scipy", "pandas", "pyarrow", "scikit-learn",
+                 "dask", "distributed")
+
+
+def source_revision(repo: str | os.PathLike) -> str:
+    """``git_commit`` as one string: the commit, with ``+dirty`` when tracked files differ from it."""
+    git = git_commit(repo)
+    if git["commit"] is None:
+        return "unknown"
+    return git["commit"] + ("+dirty" if git["dirty"] else "")
+
+
+def environment(repo: str | os.PathLike, packages: Iterable[str] = ()) -> dict:
+    """What every result page records, in one shape: the command, the commit, the machine, the load
+    when the run started and the versions of ``BASE_PACKAGES`` plus ``packages``.
+
+    Call it when the run starts (the load then is what the figures met); a script that wants the load
+    at the end as well takes another ``load_snapshot()``.
+    """
+    names = list(dict.fromkeys([*BASE_PACKAGES, *packages]))
+    return {
+        "command": command_line(),
+        "git": git_commit(repo),
+        "source_revision": source_revision(repo),
+        "machine": machine_info(),
+        "load": load_snapshot(),
+        "packages": package_versions(names),
+    }
+
+
+def is_environment(env: Any) -> bool:
+    """Whether ``env`` is an ``environment()`` record: a result JSON written before the scripts shared
+    it has another shape, and a report rebuilt from such a file keeps its old environment lines."""
+    return isinstance(env, dict) and isinstance(env.get("machine"), dict) and "load" in env and "git" in env
+
+
+def environment_markdown(env: dict) -> list[str]:
+    """Markdown bullet lines of an ``environment()`` record, the same on every result page."""
+    m, load = env["machine"], env["load"]
+    pools = ", ".join(f"{p['internal_api']} ({p['num_threads']} threads)" for p in m.get("thread_pools", []))
+    return [
+        f"* command: `{env['command']}`",
+        f"* commit: {env['source_revision']}",
+        (f"* machine: {m['cpus_logical']} logical CPUs ({m['cpu_affinity']} usable), {m.get('cpu_model', 'unknown')},"
+         f" {m['memory_total_gib']} GiB; {m['platform']}"),
+        (f"* load when the run started: {load['load1']:.2f} / {load['load5']:.2f} / {load['load15']:.2f}"
+         f" (1/5/15 min), {load['available_gib']} GiB available; thread pools: {pools or 'none seen'};"
+         f" thread env: {m['threads_env'] or 'unset'}"),
+        "* " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()),
+    ]
 
 
 def load_snapshot() -> dict:
@@ -105,19 +183,48 @@ def median(values: Sequence[float | None]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
+def median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """Median wall seconds of ``repeats`` calls of ``fn`` (the median, because other jobs on a shared
+    machine only ever add time, and the middle run is the least disturbed one that is still typical)."""
+    times = []
+    for _ in range(max(1, repeats)):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def timed(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, float]:
+    """``fn(*args, **kwargs)`` and the wall seconds it took."""
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b
 
 
-def fmt(v: Any, digits: int = 2) -> str:
-    if v is None:
-        return "n/a"
+def fmt(v: Any, digits: int = 2, *, fixed: bool = False, missing: str = "n/a") -> str:
+    """One figure as table text: ``missing`` for None and NaN (a figure that does not exist), yes/no
+    for booleans, ``inf``/``-inf`` as such, floats with ``digits`` decimals.  By default very small or
+    very large floats switch to scientific notation; ``fixed=True`` keeps fixed point (and formats ints
+    alike), for tables set beside a paper's printed figures."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        v = int(v)  # numpy integers print as Python's
+    elif isinstance(v, numbers.Real) and not isinstance(v, bool):
+        v = float(v)  # numpy floats (float32 included) print as Python's
+    if v is None or (isinstance(v, float) and v != v):
+        return missing
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, float):
-        if v != 0 and (abs(v) < 10 ** -digits or abs(v) >= 1e6):
+    if isinstance(v, float) or (fixed and isinstance(v, int)):
+        v = float(v)
+        if v in (float("inf"), float("-inf")):
+            return "inf" if v > 0 else "-inf"
+        if not fixed and v != 0 and (abs(v) < 10 ** -digits or abs(v) >= 1e6):
             return f"{v:.2e}"
         return f"{v:.{digits}f}"
     return str(v)
@@ -338,6 +445,23 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | None = N
                      rss=sampler.report(), rusage=rusage, load_before=load, timed_out=timed_out)
 
 
+def tree_cpu_seconds() -> float:
+    """User + system CPU seconds of this process (all threads), its live descendants and the children it
+    reaped: what a run cost the machine, which other jobs disturb less than its wall time."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
+
+
 def children_maxrss() -> int:
     """``getrusage(RUSAGE_CHILDREN).ru_maxrss`` in bytes: the largest RSS of any reaped descendant so far."""
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
@@ -346,42 +470,83 @@ def children_maxrss() -> int:
 # ---------------------------------------------------------------------------------------------- output
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: Sequence[str] | None = None) -> str:
+    """A Markdown table; cells that are not strings go through ``fmt``.  ``align`` gives each column
+    ``"<"`` (left, the default) or ``">"`` (right: figures line up by their last digit)."""
+    align = align or ["<"] * len(headers)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "".join("---:|" if a == ">" else "---|" for a in align)]
     for row in rows:
         lines.append("| " + " | ".join(fmt(c) if not isinstance(c, str) else c for c in row) + " |")
     return "\n".join(lines)
 
 
-def _jsonable(obj):
+def jsonable(obj):
+    """``obj`` with only strict-JSON types: numpy scalars and arrays as Python numbers and lists, paths
+    as strings, keys as strings, NaN as null and +-infinity as the strings ``"inf"``/``"-inf"`` (strict
+    JSON has neither; a log loss of a probability 0 is a real infinity worth keeping).  ``from_jsonable``
+    reads such a file back."""
     import numpy as np
 
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
+        return [jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
     if isinstance(obj, Path):
         return str(obj)
-    if isinstance(obj, float) and obj != obj:
-        return None
+    if isinstance(obj, float):
+        if obj != obj:
+            return None
+        if obj in (float("inf"), float("-inf")):
+            return "inf" if obj > 0 else "-inf"
     return obj
+
+
+def from_jsonable(obj, null: Any = None):
+    """Inverse of ``jsonable`` for numbers: ``"inf"``/``"-inf"`` back to floats and null to ``null``
+    (``math.nan`` where a table of figures stored NaN as null)."""
+    if obj is None:
+        return null
+    if isinstance(obj, dict):
+        return {k: from_jsonable(v, null) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_jsonable(v, null) for v in obj]
+    if obj == "inf":
+        return float("inf")
+    if obj == "-inf":
+        return float("-inf")
+    return obj
+
+
+def dumps(data: Any, indent: int | None = 2) -> str:
+    """Strict JSON text of ``data`` through ``jsonable`` (no NaN or Infinity tokens)."""
+    return json.dumps(jsonable(data), indent=indent, allow_nan=False)
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``path`` whole, then rename it into place, so a crash never leaves half a result page."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
 
 
 def write_results(results_dir: str | os.PathLike, name: str, data: dict, markdown: str) -> tuple[Path, Path]:
     """Write ``name.json`` and ``name.md`` under ``results_dir`` (written whole, then renamed)."""
     d = Path(results_dir)
-    d.mkdir(parents=True, exist_ok=True)
     paths = (d / f"{name}.json", d / f"{name}.md")
-    for path, text in zip(paths, (json.dumps(_jsonable(data), indent=2) + "\n", markdown.rstrip() + "\n")):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    for path, text in zip(paths, (dumps(data) + "\n", markdown.rstrip() + "\n")):
+        write_text(path, text)
     return paths
 
 
 def command_line() -> str:
-    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
+    """The command as typed, script name without its folder, arguments quoted for a shell."""
+    import shlex
+
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])

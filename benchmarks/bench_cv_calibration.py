@@ -54,12 +54,10 @@ Results are printed as one table and written to ``benchmarks/results/cv_calibrat
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import platform
-import shlex
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,6 +66,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 LEARNERS = ("gaussian_nb", "logistic_regression")
 METHODS = ("isotonic", "sigmoid")
@@ -87,22 +88,8 @@ VARIANTS = {
 STOCK_ONLY_FOR = ("logistic_regression",)
 REFERENCE = "sklearn-1"
 
-PACKAGES = (
-    "calengine",
-    "calengine-builtins",
-    "scikit-learn",
-    "numpy",
-    "scipy",
-    "pandas",
-    "pyarrow",
-    "dask",
-    "distributed",
-    "joblib",
-    "threadpoolctl",
-    "psutil",
-)
-
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: versions recorded beside _common.BASE_PACKAGES (scikit-learn's side runs on joblib and threadpoolctl)
+PACKAGES = ("joblib", "threadpoolctl", "psutil")
 
 
 # ---------------------------------------------------------------------------------------- estimators
@@ -290,22 +277,6 @@ class TreeMemorySampler:
         self.peak = max(self.peak, self._sample())
 
 
-def tree_cpu_seconds() -> float:
-    """User + system CPU seconds of this process (all threads), its live descendants and reaped children."""
-    import psutil
-
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in me.children(recursive=True):
-        try:
-            c = child.cpu_times()
-            total += c.user + c.system
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return total
-
-
 def run_child(spec: dict) -> None:
     """One timed fit + predict; writes the probabilities and a JSON record to the given paths."""
     import importlib
@@ -320,7 +291,7 @@ def run_child(spec: dict) -> None:
 
     model = build_model(spec["learner"], spec["method"], spec["variant"])
     with TreeMemorySampler() as sampler:
-        cpu0 = tree_cpu_seconds()
+        cpu0 = _common.tree_cpu_seconds()
         t0 = time.perf_counter()
         X, y = read_parquet(spec["train"])
         t1 = time.perf_counter()
@@ -330,7 +301,7 @@ def run_child(spec: dict) -> None:
         Xh, yh = read_parquet(spec["holdout"])
         P = model.predict_proba(Xh)
         t3 = time.perf_counter()
-        cpu = tree_cpu_seconds() - cpu0
+        cpu = _common.tree_cpu_seconds() - cpu0
     p1 = P[:, 1]
     eps = 1e-15
     record = {
@@ -390,65 +361,11 @@ def plan(learners, methods, variants) -> list[tuple[str, str, str]]:
     return out
 
 
-def machine_info(repo: Path) -> dict:
-    from importlib import metadata
-
-    import psutil
-    from threadpoolctl import threadpool_info
-
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    git = {}
-    try:
-        git["commit"] = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        status = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--", "calengine", "plugins"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.splitlines()
-        git["uncommitted_engine_files"] = status
-    except (OSError, subprocess.CalledProcessError):
-        git["commit"] = "unknown"
-    return {
-        "cpu_count": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "cpu_model": cpu,
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "packages": versions,
-        "thread_pools": [
-            {k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version")} for p in threadpool_info()
-        ],
-        "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
-        "git": git,
-    }
-
-
-def _median(values):
-    return statistics.median(values) if values else None
-
-
 def summarise(runs: dict, probas: dict, combos) -> list[dict]:
     rows = []
     for learner, method, variant in combos:
         recs = runs[(learner, method, variant)]
-        med = {k: _median([r[k] for r in recs]) for k in ("total_s", "read_s", "fit_s", "predict_s", "cpu_s")}
+        med = {k: _common.median([r[k] for r in recs]) for k in ("total_s", "read_s", "fit_s", "predict_s", "cpu_s")}
         rows.append(
             {
                 "learner": learner,
@@ -462,7 +379,7 @@ def summarise(runs: dict, probas: dict, combos) -> list[dict]:
                 "tree_pss_peak_mb": max(r["tree_pss_peak_mb"] for r in recs),
                 "holdout_brier": recs[0]["holdout_brier"],
                 "holdout_log_loss": recs[0]["holdout_log_loss"],
-                "process_wall_s_median": _median([r["process_wall_s"] for r in recs]),
+                "process_wall_s_median": _common.median([r["process_wall_s"] for r in recs]),
             }
         )
     by_key = {(r["learner"], r["method"], r["variant"]): r for r in rows}
@@ -481,8 +398,8 @@ def summarise(runs: dict, probas: dict, combos) -> list[dict]:
     return rows
 
 
-def _fmt(x, spec):
-    return "-" if x is None else format(x, spec)
+#: a table cell: fixed point with the given decimals, "-" where there is no figure
+_cell = functools.partial(_common.fmt, fixed=True, missing="-")
 
 
 def _dp(x):
@@ -511,13 +428,13 @@ def table_cells(r: dict) -> list[str]:
         r["learner"],
         r["method"],
         r["config"],
-        _fmt(r["median_s"]["total_s"], ".2f"),
-        _fmt(r["median_s"]["fit_s"], ".2f"),
-        _fmt(r["median_s"]["cpu_s"], ".1f"),
-        _fmt(r["ratio_vs_sklearn_1"], ".2f"),
-        _fmt(r["ratio_vs_sklearn_2"], ".2f"),
-        _fmt(r["peak_rss_mb"], ".0f"),
-        _fmt(r["tree_pss_peak_mb"], ".0f"),
+        _cell(r["median_s"]["total_s"], 2),
+        _cell(r["median_s"]["fit_s"], 2),
+        _cell(r["median_s"]["cpu_s"], 1),
+        _cell(r["ratio_vs_sklearn_1"], 2),
+        _cell(r["ratio_vs_sklearn_2"], 2),
+        _cell(r["peak_rss_mb"], 0),
+        _cell(r["tree_pss_peak_mb"], 0),
         _dp(r["max_abs_dp_vs_sklearn_1"]),
     ]
 
@@ -537,7 +454,7 @@ def text_table(rows: list[dict]) -> str:
 def markdown(report: dict) -> str:
     rows = report["results"]
     s = report["settings"]
-    m = report["machine"]
+    env = report["environment"]
     out = [
         "# calengine vs scikit-learn `CalibratedClassifierCV`: 5-fold ensemble calibration",
         "",
@@ -570,27 +487,25 @@ def markdown(report: dict) -> str:
         " hides `decision_function`, i.e. what a user gets by default: scikit-learn then calibrates the"
         " logit, calengine the probability."),
         "",
-        "| " + " | ".join(name.replace("|", "\\|") for name, _ in TABLE_COLUMNS) + " | Brier |",
-        "|" + "|".join("---" if spec.startswith("<") else "---:" for _, spec in TABLE_COLUMNS) + "|---:|",
-    ]
-    for r in rows:
-        cells = table_cells(r) + [f"{r['holdout_brier']:.5f}"]
-        out.append("| " + " | ".join(cells) + " |")
-    out += [
+        _common.markdown_table(
+            [name.replace("|", "\\|") for name, _ in TABLE_COLUMNS] + ["Brier"],
+            [table_cells(r) + [f"{r['holdout_brier']:.5f}"] for r in rows],
+            align=[spec[0] for _, spec in TABLE_COLUMNS] + [">"],
+        ),
         "",
         "Per-phase medians (seconds) and run-to-run agreement:",
         "",
-        "| learner | method | config | read | fit | predict | all totals | max\\|dp\\| between repeats |",
-        "|---|---|---|---:|---:|---:|---|---:|",
+        _common.markdown_table(
+            ["learner", "method", "config", "read", "fit", "predict", "all totals", "max\\|dp\\| between repeats"],
+            [
+                [r["learner"], r["method"], r["config"], _cell(r["median_s"]["read_s"], 2), _cell(r["median_s"]["fit_s"], 2),
+                 _cell(r["median_s"]["predict_s"], 2), ", ".join(f"{t:.2f}" for t in r["all_total_s"]),
+                 _dp(r["max_abs_dp_between_repeats"])]
+                for r in rows
+            ],
+            align="<<<>>><>",
+        ),
     ]
-    for r in rows:
-        med = r["median_s"]
-        totals = ", ".join(f"{t:.2f}" for t in r["all_total_s"])
-        out.append(
-            f"| {r['learner']} | {r['method']} | {r['config']} | {med['read_s']:.2f} | {med['fit_s']:.2f}"
-            f" | {med['predict_s']:.2f} | {totals} | {_dp(r['max_abs_dp_between_repeats'])} |"
-        )
-    pools = ", ".join(f"{p['internal_api']} ({p['num_threads']} threads)" for p in m["thread_pools"])
     out += [
         "",
         "Learner check (calengine's registered learner vs the scikit-learn side): "
@@ -598,14 +513,9 @@ def markdown(report: dict) -> str:
         "",
         "## Machine",
         "",
-        f"* {m['cpu_count']} logical cores ({m['usable_cores']} usable), {m['cpu_model']}, {m['memory_gb']} GiB",
-        f"* {m['platform']}, Python {m['python']}",
-        "* " + ", ".join(f"{k} {v}" for k, v in m["packages"].items()),
-        f"* thread pools: {pools}; thread env: {m['thread_env']}",
-        (f"* load average before/after: {report['load_before']} / {report['load_after']}"
-        " (the machine was shared with other jobs; expect noise)"),
-        (f"* calengine commit {m['git'].get('commit')}; uncommitted engine files: "
-        f"{len(m['git'].get('uncommitted_engine_files', []))}"),
+        *_common.environment_markdown(env),
+        (f"* load at the end: {report['load_after']['load1']:.2f} / {report['load_after']['load5']:.2f} /"
+         f" {report['load_after']['load15']:.2f} (the machine was shared with other jobs; expect noise)"),
         f"* total benchmark time: {report['benchmark_seconds'] / 60:.1f} min",
         "",
     ]
@@ -683,15 +593,14 @@ def main(argv=None) -> int:
         return 0
 
     bench_start = time.perf_counter()
-    command = shlex.join([sys.executable, *sys.argv])
     repo = Path(__file__).resolve().parent.parent
+    environment = _common.environment(repo, PACKAGES)
     own_tmp = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="calengine-bench-")) if own_tmp else Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     if args.blas_threads is not None:
-        env.update({k: str(args.blas_threads) for k in THREAD_ENV})
-    load_before = [round(x, 2) for x in os.getloadavg()]
+        env.update({k: str(args.blas_threads) for k in _common.THREAD_ENV})
     try:
         print(f"work directory: {workdir}", flush=True)
         data = generate(workdir, args.rows, args.holdout, args.features)
@@ -750,11 +659,11 @@ def main(argv=None) -> int:
                 )
 
         rows = summarise(runs, probas, combos)
-        load_after = [round(x, 2) for x in os.getloadavg()]
+        load_after = _common.load_snapshot()
         report = {
             "benchmark": "cv_calibration",
             "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-            "command": command,
+            "command": environment["command"],
             "cwd": os.getcwd(),
             "settings": {
                 "rows": args.rows,
@@ -768,8 +677,8 @@ def main(argv=None) -> int:
             },
             "data": data,
             "learner_check": learner_check,
-            "machine": machine_info(repo),
-            "load_before": load_before,
+            "environment": environment,
+            "load_before": environment["load"],
             "load_after": load_after,
             "benchmark_seconds": time.perf_counter() - bench_start,
             "failed_attempts": failures,
@@ -787,11 +696,8 @@ def main(argv=None) -> int:
         print("/sk1, /sk2 = wall time relative to sklearn")
         print("n_jobs=1 / n_jobs=2; RSS = ru_maxrss of the run's process; tree = peak PSS incl. joblib workers;")
         print("max|dp| = largest |p difference| on the held-out rows vs the identically configured sklearn n_jobs=1.")
-        results_dir = Path(args.results_dir)
-        results_dir.mkdir(parents=True, exist_ok=True)
-        (results_dir / "cv_calibration.json").write_text(json.dumps(report, indent=2) + "\n")
-        (results_dir / "cv_calibration.md").write_text(markdown(report))
-        print(f"\nwrote {results_dir / 'cv_calibration.json'} and {results_dir / 'cv_calibration.md'}")
+        paths = _common.write_results(args.results_dir, "cv_calibration", report, markdown(report))
+        print(f"\nwrote {paths[0]} and {paths[1]}")
     finally:
         if own_tmp and not args.keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -99,10 +99,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
 import traceback
@@ -115,6 +111,8 @@ from typing import Any
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # Table 1 of the paper, transcribed from the paper's text: classification error eps, confidence
@@ -484,7 +482,8 @@ def summarise(runs: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def f3(x, nd=3) -> str:
-    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
+    """A table cell: ``nd`` decimals, fixed point, a dash where the figure is undefined (NaN)."""
+    return _common.fmt(x, nd, fixed=True, missing="–")
 
 
 def paper_rho_check() -> list[dict[str, Any]]:
@@ -719,33 +718,6 @@ def plot_knn(path: Path, sweep: dict, ks: list[int], n: int, repeats: int, title
 # ------------------------------------------------------------------------------------------------
 
 
-def environment() -> dict[str, Any]:
-    from importlib import metadata
-
-    env = {"python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
-           "cpus": os.cpu_count(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
-    for pkg in ("calengine", "calengine-builtins", "scikit-learn", "numpy", "scipy", "pandas", "dask",
-                "distributed", "matplotlib"):
-        try:
-            env[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            env[pkg] = "not installed"
-    try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                                           text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        env["git_commit"] = "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    env["cpu_model"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return env
-
-
 def table1_md(ds: Dataset, s20: dict, paper_col: str) -> list[str]:
     lines = [
         f"#### {ds.title} — 20 objects per class (paper column: {paper_col})",
@@ -868,6 +840,17 @@ def agreement_stats(summary20: dict, paper_col: str) -> dict[str, Any]:
     }
 
 
+def _environment_lines_before_common(env: dict) -> list[str]:
+    """The environment of a JSON written before ``_common.environment`` (``--from-json`` on an old run)."""
+    return [
+        (f"Machine: {env.get('cpu_model', '?')}, {env['cpus']} CPUs (shared; load average at the end "
+         f"{env['load_average_at_end']}), {env['platform']}.  "),
+        (f"Packages: Python {env['python']}, calengine {env['calengine']} (git {env['git_commit'][:12]}), "
+         f"calengine-builtins {env['calengine-builtins']}, scikit-learn {env['scikit-learn']}, numpy {env['numpy']}, "
+         f"scipy {env['scipy']}, dask {env['dask']}, matplotlib {env['matplotlib']}."),
+    ]
+
+
 def build_report(payload: dict, datasets: list[Dataset]) -> str:
     args = payload["settings"]
     sizes = args["sizes"]
@@ -876,17 +859,14 @@ def build_report(payload: dict, datasets: list[Dataset]) -> str:
     L += [
         "# Duin & Tax, \"Classifier conditional posterior probabilities\" — Table 1 with calengine",
         "",
-        f"Command: `{payload['command']}`  ",
+        *([] if _common.is_environment(env) else [f"Command: `{payload['command']}`  "]),  # else in the environment bullets
         *([f"Report text and PNGs rebuilt from this run's JSON (same numbers) by `{payload['rebuilt_by']}`  "]
           if payload.get("rebuilt_by") else []),
         (f"Run time: {payload['runtime_seconds'] / 60:.1f} min; {args['repeats']} repetitions per training size; "
         f"training sizes {', '.join(map(str, sizes))} objects per class; artificial test sets "
         f"{args['test_per_class']} objects per class.  "),
-        (f"Machine: {env.get('cpu_model', '?')}, {env['cpus']} CPUs (shared; load average at the end "
-        f"{env['load_average_at_end']}), {env['platform']}.  "),
-        (f"Packages: Python {env['python']}, calengine {env['calengine']} (git {env['git_commit'][:12]}), "
-        f"calengine-builtins {env['calengine-builtins']}, scikit-learn {env['scikit-learn']}, numpy {env['numpy']}, "
-        f"scipy {env['scipy']}, dask {env['dask']}, matplotlib {env['matplotlib']}."),
+        *(["", *_common.environment_markdown(env)] if _common.is_environment(env)
+          else _environment_lines_before_common(env)),
         "",
     ]
     if args["quick"]:
@@ -1157,6 +1137,7 @@ def main(argv=None) -> int:
     if args.from_json:
         return rebuild_from_json(Path(args.from_json), Path(args.out))
     t_start = time.perf_counter()
+    env = _common.environment(REPO_ROOT, ["matplotlib"])
     from sklearn.exceptions import ConvergenceWarning
 
     from calengine.cluster import dask_client
@@ -1241,9 +1222,9 @@ def main(argv=None) -> int:
     payload = {
         "benchmark": "bench_duin_tax",
         "paper": "R.P.W. Duin, D.M.J. Tax, Classifier conditional posterior probabilities (Table 1, Fig. 2-4)",
-        "command": " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]),
+        "command": env["command"],
         "settings": {k: v for k, v in vars(args).items()},
-        "environment": environment(),
+        "environment": env,
         "runtime_seconds": round(runtime, 1),
         "classifiers": {name: SPECS[name].describe() for name in INDIVIDUAL + EXTRA},
         "combiners": COMBINERS,
@@ -1278,9 +1259,9 @@ def main(argv=None) -> int:
     runs_compact = {key: {n: {m: {f: [round(r[f], 6) for r in v] for f in ("eps", "q", "rho")}
                               for m, v in per.items() if v} for n, per in by_n.items()}
                     for key, by_n in payload.pop("runs").items()}
-    text = json.dumps(_json_safe(payload), indent=1, allow_nan=False)
-    runs_text = json.dumps(_json_safe(runs_compact), separators=(",", ":"), allow_nan=False)
-    (out_dir / "duin_tax.json").write_text(text[:-2] + ',\n "runs": ' + runs_text + "\n}\n")
+    text = _common.dumps(payload, indent=1)
+    runs_text = json.dumps(_common.jsonable(runs_compact), separators=(",", ":"), allow_nan=False)
+    _common.write_text(out_dir / "duin_tax.json", text[:-2] + ',\n "runs": ' + runs_text + "\n}\n")
     report = write_report(payload, datasets, out_dir)
     print(report)
     print(f"\nwrote {out_dir / 'duin_tax.md'}, {out_dir / 'duin_tax.json'} and the PNGs in {runtime / 60:.1f} min")
@@ -1298,7 +1279,7 @@ def write_report(payload: dict, datasets: list[Dataset], out_dir: Path) -> str:
         plot_knn(out_dir / "duin_tax_knn_estimators.png", payload["knn_sweep"], args["knn_ks"], args["knn_n"],
                  args["repeats"], {d.key: d.title for d in datasets if d.synthetic})
     report = build_report(payload, datasets)
-    (out_dir / "duin_tax.md").write_text(report + "\n")
+    _common.write_text(out_dir / "duin_tax.md", report + "\n")
     return report
 
 
@@ -1306,43 +1287,18 @@ def rebuild_from_json(path: Path, out_dir: Path) -> int:
     """Rebuild the Markdown and PNGs from a run's JSON (no refitting; the numbers are the run's)."""
     payload = json.loads(Path(path).read_text())
     for key in ("summary", "pool_protocol", "knn_sweep", "agreement"):
-        payload[key] = _nan_back(payload.get(key))
+        if payload.get(key) is not None:  # a part not run (--no-extras) stays absent, not NaN
+            payload[key] = _common.from_jsonable(payload[key], null=math.nan)
     datasets = []
     for key, d in payload["datasets"].items():
         generator = {"gauss2d": highleyman, "gauss10d": difficult10}.get(key)
         datasets.append(Dataset(key, d["title"], d["paper_column"], generator is not None, generator=generator,
                                 note=d["note"]))
-    payload["rebuilt_by"] = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+    payload["rebuilt_by"] = _common.command_line()
     out_dir.mkdir(parents=True, exist_ok=True)
     write_report(payload, datasets, out_dir)
     print(f"rebuilt {out_dir / 'duin_tax.md'} and the PNGs from {path}")
     return 0
-
-
-def _nan_back(o):
-    """JSON null (how NaN is stored) back to NaN, inside the numeric summaries."""
-    if o is None:
-        return math.nan
-    if isinstance(o, dict):
-        return {k: _nan_back(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_nan_back(v) for v in o]
-    return o
-
-
-def _json_safe(o):
-    if isinstance(o, dict):
-        return {str(k): _json_safe(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_json_safe(v) for v in o]
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (float, np.floating)):
-        f = float(o)
-        return f if math.isfinite(f) else None
-    if isinstance(o, Path):
-        return str(o)
-    return o
 
 
 if __name__ == "__main__":

@@ -11,19 +11,13 @@ asserted by tests/test_pav.py, tests/test_metrics.py and tests/test_combiners.py
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
-
-def _median_seconds(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -51,7 +45,7 @@ def main(argv=None) -> None:
     ]
     print(f"{'workload':<50} {'median s':>10}")
     for name, fn in rows:
-        print(f"{name:<50} {_median_seconds(fn, args.repeats):>10.3f}")
+        print(f"{name:<50} {_common.median_seconds(fn, args.repeats):>10.3f}")
 
 
 if __name__ == "__main__":

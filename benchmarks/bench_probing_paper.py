@@ -38,10 +38,10 @@ Usage (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
-import platform
 import sys
 import time
 import traceback
@@ -53,6 +53,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # The paper's numbers (Langford & Zadrozny, Tables 1, 2, 3 and 4), transcribed from the paper text.
@@ -515,12 +517,8 @@ def run_dataset(spec: DatasetSpec, args, runs: list[Run]) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
-def _fmt(v: float | None, digits: int = 3) -> str:
-    if v is None:
-        return "n/a"
-    if math.isinf(v):
-        return "inf"
-    return f"{v:.{digits}f}"
+#: table cells as the paper prints them: three decimals, fixed point, ``inf`` for an infinite cross entropy
+_fmt = functools.partial(_common.fmt, digits=3, fixed=True)
 
 
 def _rounded(v: float) -> float:
@@ -740,23 +738,6 @@ def _samples(rounds: int) -> str:
     return "one rejection sample" if rounds == 1 else f"{rounds} rejection samples combined by majority vote"
 
 
-def source_revision() -> str:
-    """The repository commit the benchmark ran on, with "+dirty" if calengine or its plugins had local edits."""
-    import subprocess
-
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--", "calengine", "plugins"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
 def _t4_agrees(printed: str, from_tables: list[str]) -> bool:
     """Whether Table 4's printed entry names the same winners as Tables 1-3 (loosely parsed)."""
     if printed.startswith("Prob(") and printed.endswith(")"):
@@ -842,20 +823,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(out_dir: Path, results: list[dict], args, runtime: float, environment: dict | None = None):
-    import sklearn
-
-    import calengine
-
-    environment = environment or {
-        "python": platform.python_version(),
-        "calengine": getattr(calengine, "__version__", "unknown"),
-        "source_revision": source_revision(),
-        "scikit-learn": sklearn.__version__,
-        "cpus": os.cpu_count(),
-        "load_average": list(os.getloadavg()),
-    }
+    environment = environment or _common.environment(REPO_ROOT)
     report, summary = build_report(results, args, runtime, environment.get("source_revision", "unknown"))
-    (out_dir / "probing_paper.md").write_text(report + "\n")
+    if _common.is_environment(environment):  # a run's JSON written before the shared environment record has none
+        report += "\n## Environment\n\n" + "\n".join(_common.environment_markdown(environment)) + "\n"
+    _common.write_text(out_dir / "probing_paper.md", report + "\n")
     payload = {
         "benchmark": "bench_probing_paper",
         "paper": "Langford & Zadrozny, Estimating Class Membership Probabilities using Classifier Learners",
@@ -866,15 +838,14 @@ def _write(out_dir: Path, results: list[dict], args, runtime: float, environment
         "results": results,
         "summary": summary,
     }
-    text = json.dumps(_finite_json(payload), indent=1, default=_json_default, allow_nan=False)
-    (out_dir / "probing_paper.json").write_text(text + "\n")
+    _common.write_text(out_dir / "probing_paper.json", _common.dumps(payload, indent=1) + "\n")
     return report, summary
 
 
 def rebuild_report(path: Path, out_dir: Path) -> int:
     """Re-render probing_paper.{md,json} from a saved run (its settings, results, environment)."""
     saved = json.loads(path.read_text())
-    results = _from_json_numbers(saved["results"])
+    results = _common.from_jsonable(saved["results"])
     args = argparse.Namespace(**saved["settings"])
     out_dir.mkdir(parents=True, exist_ok=True)
     print_console_tables(results)
@@ -883,40 +854,6 @@ def rebuild_report(path: Path, out_dir: Path) -> int:
     print(report.split("## Table 4", 1)[1].split("## Setup", 1)[0].join(["## Table 4", ""]))
     print(f"rebuilt {out_dir / 'probing_paper.md'} and {out_dir / 'probing_paper.json'} from {path}")
     return 0
-
-
-def _from_json_numbers(o):
-    """Inverse of :func:`_finite_json`: the strings "inf"/"-inf" back to floats."""
-    if isinstance(o, dict):
-        return {k: _from_json_numbers(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_from_json_numbers(v) for v in o]
-    if o == "inf":
-        return math.inf
-    if o == "-inf":
-        return -math.inf
-    return o
-
-
-def _finite_json(o):
-    """The payload with infinite floats written as the string "inf" (strict JSON has no infinity)."""
-    if isinstance(o, dict):
-        return {str(k): _finite_json(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite_json(v) for v in o]
-    if isinstance(o, float) and math.isinf(o):
-        return "inf" if o > 0 else "-inf"
-    return o
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"cannot serialise {type(o).__name__}")
 
 
 if __name__ == "__main__":

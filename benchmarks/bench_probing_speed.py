@@ -34,10 +34,7 @@ Output: ``probing_speed.{md,json}`` under ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
 import sys
 import time
 import warnings
@@ -49,13 +46,13 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_probing_paper import (
+import _common  # noqa: E402
+from bench_probing_paper import (  # noqa: E402
     DATASETS,
     auc,
     cross_entropy_bits,
     load_split,
     rms,
-    source_revision,
     tree_params,
 )
 
@@ -155,7 +152,7 @@ def parallel_capacity(size: int = 800, reps: int = 12, trials: int = 3) -> float
             start = time.perf_counter()
             list(ex.map(work, range(2)))
             ratios.append(one / (time.perf_counter() - start))
-    return statistics.median(ratios)
+    return _common.median(ratios)
 
 
 def wait_for_capacity(minimum: float, max_wait: float) -> tuple[float, float]:
@@ -221,14 +218,14 @@ def measure_batch(batch: int, repeats: int, with_loop: bool, data, args, learner
             print(f"  batch={batch:2d} rep {rep + 1}: loop      {seconds:7.1f}s", flush=True)
         capacity_after.append(parallel_capacity())
         print(f"  batch={batch:2d} rep {rep + 1}: machine ceiling before {cap:.2f}x, after {capacity_after[-1]:.2f}x", flush=True)
-    med = {k: statistics.median(v) for k, v in times.items() if v}
+    med = {k: _common.median(v) for k, v in times.items() if v}
     out = {
         "batch": batch,
         "repeats": repeats,
         "seconds": times,
         "median_seconds": med,
         "cpu_seconds": cpu_times,
-        "median_cpu_seconds": {k: statistics.median(v) for k, v in cpu_times.items() if v},
+        "median_cpu_seconds": {k: _common.median(v) for k, v in cpu_times.items() if v},
         "speedup_2_vs_1": med["workers=1"] / med["workers=2"],
         "load_average_1min_during": loads,
         "parallel_capacity": capacity,
@@ -332,7 +329,7 @@ def report(result: dict, args) -> str:
         mm = s["median_seconds"]
         lines.append(
             f"| {s['batch']} | {s['n_rounds']} | {mm['workers=1']:.1f} | {mm['workers=2']:.1f} | {s['speedup_2_vs_1']:.2f}x |"
-            f" {statistics.median(s['parallel_capacity']):.2f}x / {statistics.median(s['parallel_capacity_after']):.2f}x |"
+            f" {_common.median(s['parallel_capacity']):.2f}x / {_common.median(s['parallel_capacity_after']):.2f}x |"
             f" {s['test']['cxe_bits']:.4f} | {s['test']['rms']:.4f} | {s['test']['auc']:.4f} | {s['same_predictions_1_vs_2_workers']} |"
         )
     lines.append("")
@@ -342,7 +339,7 @@ def report(result: dict, args) -> str:
         " intervals contain training examples). The paper's own numbers"
         " for Adult with J48 Probing (t=100, rejection sampling): CE 0.436 bits, RMS 0.310, AUC 0.912."
     )
-    lines.append("")
+    lines += ["", "## Environment", "", *_common.environment_markdown(result["environment"]), ""]
     return "\n".join(lines)
 
 
@@ -367,11 +364,12 @@ def main(argv=None) -> int:
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     warnings.filterwarnings("ignore", category=UserWarning)
 
+    environment = _common.environment(REPO_ROOT, ["threadpoolctl"])
     data = encode_adult(Path(args.data_dir), args.seed)
     X, y, X_test, _ = data
     learner_params = tree_params(len(y), args.j48_bits)
     print(f"Adult: train {X.shape}, test {X_test.shape}; tree {learner_params}", flush=True)
-    overhead = {f"workers={w}": statistics.median(cluster_overhead(w) for _ in range(3)) for w in (1, 2)}
+    overhead = {f"workers={w}": _common.median([cluster_overhead(w) for _ in range(3)]) for w in (1, 2)}
     start = time.perf_counter()
     default = measure_batch(args.batch, args.repeats, True, data, args, learner_params)
     sweep = []
@@ -388,22 +386,15 @@ def main(argv=None) -> int:
         "n_train": int(X.shape[0]),
         "n_features": int(X.shape[1]),
         "n_test": int(X_test.shape[0]),
-        "environment": {
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "source_revision": source_revision(),
-        },
+        "environment": environment,
         "cluster_overhead_s": overhead,
         "default_batch": default,
         "sweep": sweep,
         "all_loads": loads,
         "runtime_seconds": round(time.perf_counter() - start, 1),
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     text = report(result, args)
-    (out / "probing_speed.md").write_text(text + "\n")
-    (out / "probing_speed.json").write_text(json.dumps(result, indent=1, default=float) + "\n")
+    _common.write_results(args.out, "probing_speed", result, text)
     print()
     print(text)
     return 0

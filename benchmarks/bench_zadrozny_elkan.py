@@ -59,12 +59,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
-import os
-import platform
-import shlex
-import subprocess
+import functools
 import sys
 import time
 import warnings
@@ -74,6 +69,9 @@ import numpy as np
 import pandas as pd
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+from _common import timed  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # The paper's numbers, transcribed from the paper's text (Zadrozny & Elkan, KDD 2002).
@@ -266,12 +264,6 @@ def paper_mse_and_error(y_idx: np.ndarray, P: np.ndarray) -> tuple[float, float]
     k = P.shape[1]
     mse = 2.0 * m["brier"] if k == 2 else m["brier"] / k
     return float(mse), float(m["error_rate"])
-
-
-def timed(fn, *args, **kwargs):
-    t = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t
 
 
 # ------------------------------------------------------------------------------------------------
@@ -544,22 +536,9 @@ def table5(runner: Runner, args) -> dict:
 # ------------------------------------------------------------------------------------------------
 
 
-def f5(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:.5f}"
-
-
-def f4(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    return f"{v:.4f}"
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
+#: table cells as the paper prints them (fixed point; a dash where there is no figure)
+f5 = functools.partial(_common.fmt, digits=5, fixed=True, missing="–")
+f4 = functools.partial(_common.fmt, digits=4, fixed=True, missing="–")
 
 
 def render_t2(t: dict) -> str:
@@ -571,7 +550,7 @@ def render_t2(t: dict) -> str:
         rows.append([name, r["learner"], f5(r["refit_mse_train"]), f5(r["refit_mse_test"]),
                      f5(r["same_mse_train"]), f5(r["same_mse_test"]), f5(r["paper_mse_train"]),
                      f5(r["paper_mse_test"])])
-    return md_table(head, rows)
+    return _common.markdown_table(head, rows)
 
 
 def render_t3(t: dict) -> str:
@@ -585,7 +564,7 @@ def render_t3(t: dict) -> str:
             cells.append(" / ".join([f5(r[f"refit_{what}_{part}"]), f5(r[f"same_{what}_{part}"]),
                                      f5(r[f"paper_{what}_{part}"])]))
         rows.append(cells)
-    return md_table(head, rows)
+    return _common.markdown_table(head, rows)
 
 
 def render_t4(t: dict) -> str:
@@ -596,7 +575,7 @@ def render_t4(t: dict) -> str:
         pr, pp = r["paper_raw"] or (None, None), r["paper_pav"] or (None, None)
         rows.append([r["learner"], r["matrix"], r["combiner"], f4(r["raw_mse"]), f4(pr[0]), f4(r["raw_err"]),
                      f4(pr[1]), f4(r["pav_mse"]), f4(pp[0]), f4(r["pav_err"]), f4(pp[1])])
-    return md_table(head, rows)
+    return _common.markdown_table(head, rows)
 
 
 def render_t5(t: dict) -> str:
@@ -611,54 +590,18 @@ def render_t5(t: dict) -> str:
             f"{f5(r['err_mean'])} ± {f5(r['err_sd'])}",
             f"{f5(p[2])} ± {p[3]:.4f}" if p else "–",
         ])
-    return md_table(head, rows)
-
-
-def environment() -> dict:
-    from importlib import metadata
-
-    pkgs = {}
-    for name in ("calengine", "calengine-builtins", "scikit-learn", "numpy", "scipy", "pandas", "pyarrow",
-                 "dask", "distributed"):
-        try:
-            pkgs[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pkgs[name] = "not installed"
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
-        if names:
-            cpu = names[0]
-    except OSError:
-        pass
-    return {
-        "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-        "cpu_count": os.cpu_count(), "load_average_at_start": list(os.getloadavg()),
-        "packages": pkgs, "git_commit": commit,
-    }
+    return _common.markdown_table(head, rows)
 
 
 def write_report(results: dict, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "zadrozny_elkan.json").write_text(json.dumps(results, indent=2, default=_json_default) + "\n")
-    env = results["environment"]
+    _common.write_text(out_dir / "zadrozny_elkan.json", _common.dumps(results) + "\n")
     lines = [
         "# Zadrozny & Elkan (KDD 2002) reproduced with calengine",
         "",
-        f"Command: `{results['command']}`  ",
         f"Run: {results['started']}, {results['total_seconds'] / 60:.1f} min wall time"
         f"{' (QUICK: subsets only, not comparable with the paper)' if results['config']['quick'] else ''}.  ",
-        f"Machine: {env['cpu']}, {env['cpu_count']} CPUs (shared; load average at start "
-        f"{', '.join(f'{x:.1f}' for x in env['load_average_at_start'])}), {env['platform']}, "
-        f"Python {env['python']}.  ",
-        "Packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items())
-        + f"; repository commit {env['git_commit'][:12]}.",
+        "",
+        *_common.environment_markdown(results["environment"]),
         "",
         "Settings: " + ", ".join(f"{k}={v}" for k, v in results["config"].items()) + ".",
         "",
@@ -711,7 +654,7 @@ def write_report(results: dict, out_dir: Path) -> None:
                       "of its PAV estimate, mean PAV blocks per column, share of rows whose raw column estimates "
                       "are all < 1e-7 (the coupling combiner clips estimates to [1e-7, 1 − 1e-7]; such rows "
                       "tie), share of rows whose true class has a raw estimate < 1e-7.", "",
-                      md_table(["NB columns", "AUC raw", "AUC PAV", "PAV blocks", "all raw < 1e-7",
+                      _common.markdown_table(["NB columns", "AUC raw", "AUC PAV", "PAV blocks", "all raw < 1e-7",
                                 "true-class raw < 1e-7"],
                                [[T5_NAMES[v], f4(d["mean_auc_raw_column"]), f4(d["mean_auc_pav_column"]),
                                  f"{d['mean_pav_blocks']:.1f}", f4(d["rows_all_raw_estimates_below_1e-7"]),
@@ -725,23 +668,11 @@ def write_report(results: dict, out_dir: Path) -> None:
                          "SVM MSE.  ")
     if any("margin_max_abs" in r for key in ("2", "3") for r in tabs.get(key, {}).get("rows", [])):
         lines.append("")
-    lines += ["## Timing", "", md_table(["part", "seconds"],
+    lines += ["## Timing", "", _common.markdown_table(["part", "seconds"],
                                         [[k, f"{v:.1f}"] for k, v in results["seconds"].items()]), ""]
     if results.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in results["notes"]] + [""]
-    (out_dir / "zadrozny_elkan.md").write_text("\n".join(lines))
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(type(o).__name__)
+    _common.write_text(out_dir / "zadrozny_elkan.md", "\n".join(lines))
 
 
 def check_estimator_agrees(runner: Runner, args) -> float:
@@ -790,8 +721,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=ConvergenceWarning)
 
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    env = environment()
-    command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+    env = _common.environment(REPO_ROOT)
+    command = env["command"]
     results: dict = {
         "paper": "Zadrozny & Elkan, Transforming Classifier Scores into Accurate Multiclass Probability "
                  "Estimates, KDD 2002",

@@ -195,3 +195,65 @@ def test_bench_decisions_tiny(tmp_path, capsys):
             assert r[name]["profit"] <= r[name]["oracle"]
     assert data["rows"][0]["constant"]["bayes_threshold"] == 0.1
     assert "10*MKOOPKLA - 5" in capsys.readouterr().out
+# ---------------------------------------------------------------------------------------------- _common
+
+
+def _common_public_helpers() -> set[str]:
+    """The functions and classes ``benchmarks/_common.py`` defines at module level for the scripts."""
+    import ast
+
+    tree = ast.parse((BENCH / "_common.py").read_text())
+    return {node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")}
+
+
+def test_every_benchmark_script_imports_common_and_keeps_no_copy_of_its_helpers():
+    """Issue 12 target 7: the scripts share one set of helpers.  Fails when a script stops importing
+    ``_common`` or defines (at module level) a function named like one of its public helpers again."""
+    import ast
+
+    public = _common_public_helpers()
+    assert {"median", "fmt", "environment", "jsonable", "write_results", "markdown_table"} <= public
+    scripts = sorted(BENCH.glob("bench_*.py"))
+    assert len(scripts) >= 14
+    problems = []
+    for path in scripts:
+        tree = ast.parse(path.read_text())
+        imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        if "_common" not in imported:
+            problems.append(f"{path.name} does not import _common")
+        copies = sorted(node.name for node in tree.body
+                        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in public)
+        if copies:
+            problems.append(f"{path.name} defines its own {', '.join(copies)}")
+    assert problems == []
+
+
+def test_common_json_round_trip_keeps_nan_and_infinity():
+    """NaN is stored as null and infinity as "inf" (strict JSON has neither); both come back."""
+    import math
+
+    C = _load("_common")
+    data = {1: np.float32(0.5), "a": [math.inf, -math.inf, np.int64(3)], "b": np.array([1.5, np.nan]),
+            "p": Path("x/y")}
+    text = C.dumps(data, indent=None)
+    assert text == '{"1": 0.5, "a": ["inf", "-inf", 3], "b": [1.5, null], "p": "x/y"}'
+    back = C.from_jsonable(json.loads(text), null=math.nan)
+    assert back["a"] == [math.inf, -math.inf, 3] and back["b"][0] == 1.5 and math.isnan(back["b"][1])
+    assert C.fmt(math.nan) == "n/a" and C.fmt(None, missing="–") == "–" and C.fmt(math.inf, 3, fixed=True) == "inf"
+    assert C.fmt(0.0004, 3) == "4.00e-04" and C.fmt(0.0004, 3, fixed=True) == "0.000" and C.fmt(np.int64(7), 2, fixed=True) == "7.00"
+    table = C.markdown_table(["a", "b"], [["x", 1.25]], align="<>")
+    assert table == "| a | b |\n|---|---:|\n| x | 1.25 |"
+
+
+def test_bench_hot_paths_tiny(capsys):
+    """bench_hot_paths.py at 2,000 rows and one repeat prints one positive median per hot path."""
+    bench = _load("bench_hot_paths")
+    bench.main(["--repeats", "1", "--n", "2000"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split() == ["workload", "median", "s"]
+    names = [line.rsplit(None, 1)[0].strip() for line in lines[1:]]
+    assert names == ["pav, 2,000 scores", "evaluate_predictions, 2,000 binary rows",
+                     "least_squares combiner, 10,000 x all_pairs(10)"]
+    assert all(float(line.rsplit(None, 1)[1]) >= 0 for line in lines[1:])
