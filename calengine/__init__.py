@@ -10,7 +10,7 @@ from .hookspecs import hookimpl
 
 from .version import MODEL_FORMAT_VERSION, __version__
 
-__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model"]
+__all__ = ["hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model", "recalibrate"]
 
 
 def __getattr__(name: str):
@@ -26,6 +26,10 @@ def __getattr__(name: str):
         from .fit.cross_validation import cross_validate_parquet
 
         return cross_validate_parquet
+    if name == "recalibrate":
+        from .fit.recalibrate import recalibrate
+
+        return recalibrate
     if name == "load_model":
         from .model.artifact import load_model
 

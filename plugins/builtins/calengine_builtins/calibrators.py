@@ -1064,8 +1064,36 @@ class BinningCalibrator(_BinaryCalibrator):
             n_bins_=int(self.n_bins), lo_=lo, hi_=hi, values_=stats["wy"] / stats["w"],
             boundaries_=0.5 * (hi[:-1] + lo[1:]), boundary_=self.boundary,
             cv_grid_=np.empty(0), cv_brier_=np.empty(0),
+            bin_weights_=np.asarray(stats["w"], dtype=np.float64),
+            bin_positives_=np.asarray(stats["wy"], dtype=np.float64),
         )
         return None
+
+    # Stored statistics for ``calengine recalibrate --update``: each bin's total weight and positive
+    # weight, so new data's counts can be added to the old ones exactly.  Optional in the state, so
+    # models saved before they existed still load (they cannot be updated, only recalibrated).
+    _stat_fields: ClassVar[tuple[str, ...]] = ("bin_weights_", "bin_positives_")
+
+    def to_state(self) -> dict[str, Any]:
+        out = super().to_state()
+        for key in self._stat_fields:
+            if getattr(self, key, None) is not None:
+                out[key] = np.array(getattr(self, key), dtype=np.float64)
+        return out
+
+    def from_state(self, state: dict[str, Any]) -> "BinningCalibrator":
+        super().from_state(state)
+        for key in self._stat_fields:
+            self.__dict__.pop(key, None)
+            if key in state:
+                val = np.array(state[key], dtype=np.float64).reshape(-1)
+                if val.shape != self.values_.shape:
+                    raise ModelFormatError(
+                        f"calibrator 'binning' state '{key}' has {val.size} entries for {self.values_.size}"
+                        " bins; the model is damaged, refit it"
+                    )
+                setattr(self, key, val)
+        return self
 
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
         if self.n_bins != "auto":
@@ -1082,6 +1110,10 @@ class BinningCalibrator(_BinaryCalibrator):
         self.lo_, self.hi_, self.values_ = self._bins(self._pooled(s, yi, w), self.n_bins_)
         self.boundaries_ = 0.5 * (self.hi_[:-1] + self.lo_[1:])
         self.boundary_ = self.boundary
+        # the bins' sums (bin k: hi_[k-1] < s <= hi_[k]), stored for recalibrate --update
+        idx = np.searchsorted(self.hi_[:-1], s, side="left")
+        self.bin_weights_ = np.bincount(idx, weights=w, minlength=self.values_.size).astype(np.float64)
+        self.bin_positives_ = np.bincount(idx, weights=w * yi, minlength=self.values_.size).astype(np.float64)
         return self
 
     def predict(self, scores) -> np.ndarray:
