@@ -836,7 +836,7 @@ def cmd_recalibrate(args) -> int:
     """A thin shell over :func:`calengine.fit.recalibrate.recalibrate`."""
     from .fit.recalibrate import check_recalibratable, parent_record, recalibrate_with_lineage
     from .model.artifact import load_model, save_model
-    from .parquet.data import resolve_parquet_files
+    from .parquet.data import check_columns, resolve_parquet_files
     from .errors import ParameterError
 
     out = args.output
@@ -845,6 +845,8 @@ def cmd_recalibrate(args) -> int:
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     check_recalibratable(model, args.update, args.forget)
     files = resolve_parquet_files(args.data)
+    # a misspelt --target fails from the Parquet footers, before a cluster starts
+    check_columns(files, list(dict.fromkeys(list(model.encoder.input_columns) + [args.target])))
     dists, modules = _plugin_requirements(_model_plugin_objects(model))
     with _client(args, dists, modules) as client:
         new_model, info = recalibrate_with_lineage(

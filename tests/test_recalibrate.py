@@ -310,14 +310,22 @@ def test_cli_recalibrate_then_evaluate(work, cli, tmp_path):
     assert r.returncode == 0, r
     assert "recalibrated on 1500 rows" in r.stderr
     assert read_manifest(out)["lineage"]["command"][:2] == ["calengine", "recalibrate"]
-    ev = cli("evaluate", out, root / "shift_b.parquet", "--target", "class", "--json")
+    ev = cli("evaluate", models["isotonic"], out, root / "shift_b.parquet", "--target", "class", "--json")
     assert ev.returncode == 0, ev
-    ev_old = cli("evaluate", models["isotonic"], root / "shift_b.parquet", "--target", "class", "--json")
-    assert ev.json()["brier"] < ev_old.json()["brier"]
-    assert ev.json()["raw"]["brier"] == ev_old.json()["raw"]["brier"]  # proba learner: raw map unchanged
+    before, after = ev.json()["models"]
+    assert after["brier"] < before["brier"] - 0.01
+    assert after["raw"]["brier"] == before["raw"]["brier"]  # proba learner: raw map unchanged
 
 
-def test_cli_errors_are_one_line(work, cli, tmp_path):
+def _main(capsys, *argv) -> tuple[int, str]:
+    """The CLI's own entry point in this process (the subprocess runs below cover the same path)."""
+    from calengine.cli import main
+
+    code = main([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+def test_cli_errors_are_one_line(work, cli, tmp_path, capsys):
     root, models = work
     new = root / "shift_a.parquet"
     # a binning model saved before the statistics were stored
@@ -329,18 +337,22 @@ def test_cli_errors_are_one_line(work, cli, tmp_path):
     other = _table(200, 7)
     other.loc[:5, "class"] = "maybe"
     other.to_parquet(tmp_path / "other.parquet", index=False)
-    (tmp_path / "exists").mkdir()
-    (tmp_path / "exists" / "f").write_text("x")
     cases = [
-        (["--target", "label"], new, models["isotonic"], ["column 'label'"]),
         (["--target", "class"], tmp_path / "other.parquet", models["isotonic"], ["maybe"]),
         (["--target", "class", "--update"], new, tmp_path / "old_binning", ["without --update first"]),
         (["--target", "class", "--update"], new, models["sigmoid"], ["'sigmoid'", "isotonic, binning", "without --update"]),
+        (["--target", "class", "--forget", "0.3"], new, models["isotonic"], ["needs --update"]),
     ]
     for extra, data, model, frags in cases:
-        r = cli("recalibrate", model, data, "--output", tmp_path / "out", *extra)
-        assert_one_line_error(r, *frags)
+        code, err = _main(capsys, "recalibrate", model, data, "--output", tmp_path / "out", *extra)
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+        assert all(f in err for f in frags), (frags, err)
         assert not (tmp_path / "out").exists()
+    # and as a user runs it
+    r = cli("recalibrate", models["isotonic"], new, "--target", "label", "--output", tmp_path / "out")
+    assert_one_line_error(r, "column 'label'")
+    (tmp_path / "exists").mkdir()
+    (tmp_path / "exists" / "f").write_text("x")
     r = cli("recalibrate", models["isotonic"], new, "--target", "class", "--output", tmp_path / "exists")
     assert_one_line_error(r, "already exists", "--overwrite")
     assert (tmp_path / "exists" / "f").read_text() == "x"
