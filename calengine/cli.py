@@ -210,7 +210,8 @@ def _add_recalibrate_parser(sub) -> None:
                     help="merge the new data's statistics with the stored ones instead of refitting (isotonic, binning)")
     rc.add_argument("--forget", type=float, default=1.0, metavar="LAMBDA",
                     help="with --update: multiply the stored statistics' weights by LAMBDA in [0, 1] first"
-                    " (1: keep all, the default; 0: forget them, the same as a plain recalibration)")
+                    " (1: keep all, the default; 0: for isotonic the same as a plain recalibration, for binning the"
+                    " old bins with only the new counts)")
     rc.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cluster_options(rc)
 
