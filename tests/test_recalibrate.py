@@ -127,6 +127,51 @@ def test_a_real_local_cluster_gives_the_embedded_result(work):
         np.testing.assert_allclose(a.calibrators[0].weights_, b.calibrators[0].weights_, rtol=1e-12)
 
 
+def _three_classes(n: int, seed: int, shift: float) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    c = rng.choice(3, size=n, p=[0.5 - shift, 0.3, 0.2 + shift])
+    x = rng.normal(size=(n, 2)) + np.array([[0, 0], [1.5, 0], [0, 1.5]])[c]
+    return pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "class": np.array(["u", "v", "w"])[c]})
+
+
+@pytest.mark.parametrize("multiclass", [None, "all_pairs:coupling"])
+def test_multiclass_columns_are_recalibrated_on_their_own_rows(tmp_path, multiclass):
+    _three_classes(600, 0, 0.0).to_parquet(tmp_path / "old.parquet", index=False)
+    new_df = _three_classes(700, 1, 0.2)
+    kw = {"multiclass": multiclass} if multiclass else {}
+    old = calengine.fit_table(str(tmp_path / "old.parquet"), "class", learner="gaussian_nb", method="binning",
+                              method_params={"n_bins": "auto"}, **kw)
+    new = calengine.recalibrate(old, new_df, "class")
+    counts = new_df["class"].value_counts().reindex(["u", "v", "w"]).to_numpy()
+    M = new.code_matrix
+    for member in new.members:
+        for b, cal in enumerate(member.calibrators):
+            used = counts[M[:, b] != 0].sum()  # a column is calibrated on the rows of the classes it uses
+            assert cal.bin_weights_.sum() == used
+            assert cal.bin_positives_.sum() == counts[M[:, b] == 1].sum()
+    P = new.predict_proba(new_df)
+    np.testing.assert_allclose(P.sum(axis=1), 1.0)
+    # the shifted prevalence of class w is picked up
+    w = list(new.classes_).index("w")
+    assert P[:, w].mean() > old.predict_proba(new_df)[:, w].mean() + 0.05
+    # and update works on the auto-binned model (its bins' counts are stored by the in-memory fit too)
+    upd = calengine.recalibrate(old, new_df, "class", update=True)
+    for m_old, m_upd in zip(old.members, upd.members):
+        for b, (c_old, c_upd) in enumerate(zip(m_old.calibrators, m_upd.calibrators)):
+            assert c_upd.bin_weights_.sum() == pytest.approx(c_old.bin_weights_.sum() + counts[M[:, b] != 0].sum())
+            np.testing.assert_array_equal(c_upd.hi_[:-1], c_old.hi_[:-1])  # the old cuts
+
+
+def test_models_without_calibrators_are_refused():
+    from types import SimpleNamespace
+
+    from calengine.fit.recalibrate import check_recalibratable
+
+    fake = SimpleNamespace(members=[SimpleNamespace()], info={"method": "probing"})
+    with pytest.raises(ParameterError, match="no separate calibrators"):
+        check_recalibratable(fake, False, 1.0)
+
+
 # ---------------------------------------------------------------------------------------------- update oracles
 
 
