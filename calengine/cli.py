@@ -858,7 +858,8 @@ def cmd_recalibrate(args) -> int:
     ex = info["exact"]
     how = (f"updated ({ex['exact']} exact, {ex['approximate']} approximate merges, forget {args.forget:g})"
            if args.update else "refitted")
-    sys.stderr.write(f"recalibrated on {info['rows']} rows: calibrators {how} -> {out}\n")
+    skipped = f" ({info['missing']} rows without a label skipped)" if info["missing"] else ""
+    sys.stderr.write(f"recalibrated on {info['rows']} rows{skipped}: calibrators {how} -> {out}\n")
     return 0
 
 

@@ -320,6 +320,39 @@ def test_lineage_is_recorded_and_validated(work, tmp_path):
     load_model(out)
 
 
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=70),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+_GOOD = {
+    "mode": "refit", "parent": {"path": "/m", "content_hash": "0" * 64},
+    "data": {"paths": ["/d.parquet"], "rows": 3, "fingerprint": "f"}, "target": "class", "forget": 1.0,
+    "time": "2026-01-01T00:00:00+00:00", "command": ["calengine"], "exact_updates": None,
+}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([("mode",), ("parent",), ("parent", "path"), ("parent", "content_hash"), ("data",),
+                        ("data", "paths"), ("data", "rows"), ("data", "fingerprint"), ("time",), ("forget",),
+                        ("command",), ("previous",), ()]), _json)
+def test_malformed_lineage_is_one_line_never_a_crash(path, value):
+    from calengine.model.checks import check_lineage
+
+    doc = json.loads(json.dumps(_GOOD))
+    if not path:
+        doc = value
+    else:
+        node = doc
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    try:
+        check_lineage(doc)
+    except ModelFormatError as exc:
+        assert "\n" not in str(exc) and "lineage" in str(exc)
+
+
 def test_the_data_fingerprint_follows_the_content(tmp_path):
     from calengine.fit.recalibrate import data_fingerprint
 

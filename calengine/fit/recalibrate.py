@@ -261,16 +261,20 @@ def data_fingerprint(files: list[str]) -> str:
 def lineage_record(parent: dict[str, Any], files: list[str], rows: int, update: bool, forget: float,
                    target: str, command: list[str] | None, exact: dict[str, int]) -> dict[str, Any]:
     import datetime
+    import os
 
+    from ..parquet.storage import is_url
+
+    paths = [str(f) if is_url(str(f)) else os.path.abspath(str(f)) for f in files]
     return {
         "mode": "update" if update else "refit",
         "parent": parent,
-        "data": {"paths": [str(f) for f in files], "rows": int(rows), "fingerprint": data_fingerprint(files)},
+        "data": {"paths": paths, "rows": int(rows), "fingerprint": data_fingerprint(files)},
         "target": target,
         "forget": float(forget),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": list(command) if command else None,
-        "exact_updates": exact,
+        "exact_updates": exact if update else None,
     }
 
 

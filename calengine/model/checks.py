@@ -155,6 +155,9 @@ def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:
         raise _damaged(f"the data rows of {where} are negative")
     _need(data, "fingerprint", str, f"the data of {where}")
     _need(lineage, "time", str, where)
+    command = lineage.get("command")
+    if command is not None and not (isinstance(command, list) and all(isinstance(c, str) for c in command)):
+        raise _damaged(f"'command' of {where} is not a list of strings")
     forget = _need(lineage, "forget", (int, float), where)
     if not 0.0 <= forget <= 1.0:
         raise _damaged(f"'forget' of {where} is {json_preview(forget)}, not in [0, 1]")
