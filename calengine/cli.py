@@ -94,6 +94,21 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
                    help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
 
 
+def _add_cost_matrix_option(p: argparse.ArgumentParser, required: bool = False, evaluate: bool = False) -> None:
+    """``--cost-matrix``: shared by ``decide``, ``score`` and ``evaluate`` (see calengine.decisions.costs)."""
+    what = ("report the total and mean cost (or profit) of the calibrated model's minimum-expected-cost decisions"
+            " against the raw learner's, the best constant decision and the oracle" if evaluate
+            else "add columns decision (class of least expected cost) and expected_cost (minus the expected"
+            " benefit for a benefit matrix)")
+    p.add_argument(
+        "--cost-matrix", required=required, metavar="FILE|JSON",
+        help=f"{what}.  A JSON (or YAML) file or inline JSON: {{\"classes\": [0, 1], \"costs\": [[0, 1], [5, 0]]}},"
+        " rows = decided class, columns = true class; \"benefits\" instead of \"costs\" for gains; an entry may"
+        " be a linear expression of numeric columns, e.g. \"amount - 5\" (the columns are read, not written"
+        " unless --keep)",
+    )
+
+
 def _add_global_options(p: argparse.ArgumentParser, default) -> None:
     """--version, --strict-plugins, --progress/--quiet: accepted before or after the subcommand."""
     p.add_argument("--version", action="store_true", default=default, help="print the version and exit")
@@ -155,13 +170,35 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
     score.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
     score.add_argument("--intervals", action="store_true",
-                       help="also write p_low/p_high (Probing models: the interval the votes select)")
+                       help="also write p_low/p_high for two-class Probing models (the interval the votes select)"
+                            " and Venn-ABERS models (--method venn_abers: p0/p1, or their CVAP combination"
+                            " in ensemble mode)")
     score.add_argument("--reject-below", type=float, default=None, metavar="CONF",
                        help="abstain (empty prediction) where the chosen class's probability is below CONF")
     score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
     score.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cost_matrix_option(score)
     _add_cluster_options(score)
     run_log.add_option(score)
+
+    decide = sub.add_parser(
+        "decide", help="write minimum-expected-cost decisions (and probabilities) for a Parquet table",
+        description="Score DATA with MODEL_DIR and decide, per row, the class of least expected cost under a cost"
+        " (or benefit) matrix: columns p_<class>, prediction, decision and expected_cost (minus the expected"
+        " benefit for a benefit matrix).  Example: calengine decide model/ test.parquet --cost-matrix"
+        ' \'{"classes": [0, 1], "benefits": [[0, 0], [-5, "amount - 5"]]}\' --output decisions/'
+        " mails (decides 1) where p * amount > 5.",
+    )
+    decide.add_argument("model", metavar="MODEL_DIR")
+    decide.add_argument("data", metavar="DATA")
+    decide.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
+    decide.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
+    decide.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
+    decide.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cost_matrix_option(decide, required=True)
+    decide.set_defaults(intervals=False, reject_below=None)
+    _add_cluster_options(decide)
+    run_log.add_option(decide)
 
     ev = sub.add_parser("evaluate", help="metrics of one or more models on a labelled Parquet table")
     ev.add_argument("paths", nargs="+", metavar="MODEL_DIR... DATA",
@@ -169,7 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--target", required=True, metavar="COL")
     ev.add_argument("--json", action="store_true", help="one JSON object on stdout")
     ev.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
+    ev.add_argument("--alpha", type=float, default=0.01, metavar="A",
+                    help="significance level of the calibration drift check on the calibrated probabilities "
+                         "(Spiegelhalter's z and a 10-bin reliability chi-square, Bonferroni over the tests and "
+                         "one-vs-rest columns); 'recalibrate' when the adjusted p-value is below A (default: 0.01)")
+    ev.add_argument("--bootstrap", type=int, default=0, metavar="B",
+                    help="with --report: draw a 90%% pointwise band on each two-class model's calibration map from B"
+                         " refits of its calibrator on bootstrap resamples of the evaluated data (parallel tasks;"
+                         " default 0 = no band; 200 is a sensible choice)")
+    ev.add_argument("--seed", type=int, default=0, metavar="N",
+                    help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cost_matrix_option(ev, evaluate=True)
     _add_cluster_options(ev)
 
     cv = sub.add_parser("cv", help="cross-validated metrics of a configuration on one labelled table")
@@ -513,28 +561,63 @@ def cmd_score(args) -> int:
         raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
     if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")
+    parsed_costs = _parse_cost_matrix(args)
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     if args.intervals and not model.has_intervals:
         raise ParameterError(
-            f"--intervals applies to two-class Probing models; '{args.model}' ({model.info.get('learner')} +"
-            f" {model.info.get('method')}) has no intervals; drop --intervals"
+            f"--intervals applies to two-class Probing models and Venn-ABERS models; '{args.model}'"
+            f" ({model.info.get('learner')} + {model.info.get('method')}) has no intervals; drop --intervals"
+            " or refit with --method venn_abers"
         )
     files = resolve_parquet_files(args.data)
     keep = tuple(args.keep or ())
     clash = [k for k in keep if k == "prediction" or k.startswith("p_")]
     if clash:
         raise ParameterError(f"--keep {clash[0]} would collide with an output column; rename it first")
+    cost_matrix = _load_cost_matrix(parsed_costs, model, files)
+    if cost_matrix is not None:
+        taken = [k for k in keep if k in ("decision", "expected_cost")]
+        if taken:
+            raise ParameterError(f"--keep {taken[0]} would collide with an output column of --cost-matrix; rename it first")
     dists, modules = _plugin_requirements(_model_plugin_objects(model))
     with _client(args, dists, modules) as client:
         n = score_table(client, model, files, args.output, keep=keep, batch_rows=args.batch_rows,
-                        extra_outputs=args.intervals, reject_below=args.reject_below, progress=_progress(args))
-    sys.stderr.write(f"scored {n} rows -> {args.output}\n")
+                        extra_outputs=args.intervals, reject_below=args.reject_below, progress=_progress(args),
+                        cost_matrix=cost_matrix)
+    sys.stderr.write(f"{'decided' if cost_matrix is not None else 'scored'} {n} rows -> {args.output}\n")
     return 0
+
+
+def cmd_decide(args) -> int:
+    """``calengine decide``: ``score`` with a required ``--cost-matrix`` (the same code path)."""
+    return cmd_score(args)
+
+
+def _parse_cost_matrix(args):
+    """The ``--cost-matrix`` of ``args`` parsed and validated (before the model loads: a typo fails at
+    once), or None."""
+    if getattr(args, "cost_matrix", None) is None:
+        return None
+    from .decisions.costs import load_cost_matrix
+
+    return load_cost_matrix(args.cost_matrix)
+
+
+def _load_cost_matrix(parsed, model, files):
+    """``parsed`` in ``model``'s class order, its columns checked against the table (before any cluster
+    starts), or None."""
+    if parsed is None:
+        return None
+    from .parquet.data import check_columns
+
+    cm = parsed.for_classes(list(model.labels.classes))
+    check_columns(files, cm.columns)
+    return cm
 
 
 METRIC_ORDER = (
     "n", "brier", "log_loss", "log_loss_bits", "auc", "error_rate", "ece", "mce",
-    "calibration_loss", "refinement_loss", "confidence_q", "confidence_rho",
+    "calibration_loss", "refinement_loss", "brier_mcb", "brier_dsc", "brier_unc", "confidence_q", "confidence_rho",
 )
 
 
@@ -546,26 +629,44 @@ def cmd_evaluate(args) -> int:
 
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
+    from .metrics.drift import check_alpha
+
+    try:
+        check_alpha(args.alpha)
+    except ParameterError:
+        raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
     model_dirs, data = args.paths[:-1], args.paths[-1]
+    parsed_costs = _parse_cost_matrix(args)
     models = [load_model(m, trust=tuple(args.trust_type or ())) for m in model_dirs]
     files = resolve_parquet_files(data)
     if args.report:
         _check_report_dir(args.report)
+    cost_matrices = [_load_cost_matrix(parsed_costs, m, files) for m in models]
+    bands = None
+    if args.bootstrap:
+        _check_bootstrap(args, models)
     objects = [o for m in models for o in _model_plugin_objects(m)]
     dists, modules = _plugin_requirements(objects)
     with _client(args, dists, modules) as client:
-        accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args)) for m in models]
+        accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args),
+                               cost_matrix=cm) for m, cm in zip(models, cost_matrices)]
+        if args.bootstrap:
+            bands = _bootstrap_bands(args, models, files, client)
     labels = _model_labels(models, model_dirs)
     results = [{k: acc.result() for k, acc in a.items()} for a in accs]
+    drifts = [a["calibrated"].drift_check(alpha=args.alpha) for a in accs]
     if args.report:
-        _write_report(args.report, models, accs, labels, files)
+        _write_report(args.report, models, accs, labels, files, drifts=drifts, bands=bands)
     if args.json:
         payloads = []
-        for m, a, res in zip(models, accs, results):
+        for m, a, res, drift in zip(models, accs, results, drifts):
             payload = dict(res["calibrated"])
             payload["raw"] = res.get("raw")
+            payload["drift"] = drift
             payload["error_reject"] = _curve_points(a["calibrated"].error_reject_curve())
             payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
+            if "decisions" in res:
+                payload["decisions"] = res["decisions"]
             payloads.append(payload)
         out = payloads[0] if len(payloads) == 1 else {"models": [{"label": lb, **p} for lb, p in zip(labels, payloads)]}
         print(json.dumps(_finite(out), sort_keys=False))
@@ -573,17 +674,72 @@ def cmd_evaluate(args) -> int:
     rows = []
     for lb, res, m, d in zip(labels, results, models, model_dirs):
         raw = f"raw {m.info.get('learner')} ({os.path.basename(os.path.normpath(d))})" if len(models) > 1 else "raw learner"
-        rows.append((raw, res.get("raw")))
-        rows.append((lb, res["calibrated"]))
+        rows.append((raw, _with_corp_rows(res.get("raw"))))
+        rows.append((lb, _with_corp_rows(res["calibrated"])))
     table = format_metrics_table(rows)
     print(table)
     print()
     # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models here
     ids = [f"[{i}]" for i in range(2, 2 * len(models) + 1, 2)] if table.startswith("[1] ") else None
+    print(format_drift(labels, drifts, [[str(c) for c in m.labels.classes] for m in models], ids=ids))
+    print()
     print(format_error_reject(labels, [a["calibrated"] for a in accs], ids=ids))
+    for lb, res in zip(labels, results):
+        if "decisions" in res:
+            print()
+            print(format_decisions(lb, res["decisions"]))
     if args.report:
         print(f"\nreport: {os.path.join(args.report, 'index.html')}")
     return 0
+
+
+def format_decisions(label: str, d: dict) -> str:
+    """The ``--cost-matrix`` block of ``evaluate``: each policy's total and mean per row."""
+    what = d["objective"]
+    rows = [("calibrated model", d["calibrated"]), ("raw learner", d["raw"]),
+            (f"best constant (always {d['best_constant']['class']})", d["best_constant"]),
+            ("oracle (knows the class)", d["oracle"])]
+    name = max(len(r[0]) for r in rows)
+    lines = [f"decisions of {label} under the cost matrix ({what}, {'higher' if what == 'profit' else 'lower'} is better;"
+             f" {d['n']} rows)",
+             f"{'policy':<{name}}  {'total ' + what:>16}  {'per row':>12}"]
+    for nm, r in rows:
+        if r is not None:
+            lines.append(f"{nm:<{name}}  {r['total']:>16.6g}  {r['mean']:>12.6g}")
+    if d.get("best_threshold"):
+        p_star = d.get("bayes_threshold")
+        bits = [f"Bayes threshold p* = {p_star:.4g}" if p_star is not None else "per-row thresholds (column costs)"]
+        for key, b in d["best_threshold"].items():
+            bits.append(f"best threshold in hindsight, {key}: {b['threshold']:.3f} ({what} {b['total']:.6g})")
+        lines.append("; ".join(bits))
+    return "\n".join(lines)
+
+
+def _with_corp_rows(m: dict | None) -> dict | None:
+    """The metrics with the CORP Brier terms as flat rows (``brier_mcb``, ``brier_dsc``, ``brier_unc``)
+    for the text table; the JSON keeps them nested under ``corp_brier`` with the log-loss terms."""
+    if m is None or "corp_brier" not in m:
+        return m
+    corp = m["corp_brier"]
+    return {**m, "brier_mcb": corp["mcb"], "brier_dsc": corp["dsc"], "brier_unc": corp["unc"]}
+
+
+def format_drift(labels: list[str], drifts: list[dict], class_names: list[list[str]], width: int | None = None,
+                 ids: list[str] | None = None) -> str:
+    """One ``calibration drift: ... -> verdict`` line per model, wrapped to ``width`` (the terminal's);
+    several models are named by ``ids`` (the metrics table's numbers) or their labels."""
+    import textwrap
+
+    from .metrics.drift import drift_line
+
+    limit = _terminal_width(width)
+    out = []
+    for i, (lb, d, names) in enumerate(zip(labels, drifts, class_names)):
+        line = drift_line(d, names)
+        if len(drifts) > 1:
+            line = f"{ids[i] if ids else lb} {line}"
+        out.append(textwrap.fill(line, width=limit, subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(out)
 
 
 def _model_labels(models, dirs) -> list[str]:
@@ -668,19 +824,52 @@ def _terminal_width(width: int | None = None) -> int:
     return width or shutil.get_terminal_size((100, 24)).columns
 
 
-def _write_report(out: str, models, accs, labels, files) -> None:
+def _check_bootstrap(args, models) -> None:
+    """``--bootstrap`` needs ``--report`` (the band is drawn there) and two-class calibrator models."""
+    from .errors import ParameterError
+
+    if args.bootstrap < 2:
+        raise ParameterError(f"--bootstrap needs at least 2 replicates, got {args.bootstrap}; e.g. --bootstrap 200")
+    if not args.report:
+        raise ParameterError("--bootstrap draws its band in the report; add --report DIR")
+    for m in models:
+        if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
+            raise ParameterError(
+                f"--bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
+                f" {m.info.get('method')} is not one); drop --bootstrap"
+            )
+
+
+def _bootstrap_bands(args, models, files, client) -> list:
+    """One :func:`calengine.metrics.bootstrap.calibration_map_band` per model, on the evaluated rows."""
+    from .parquet.data import read_table
+    from .metrics.bootstrap import calibration_map_band
+
+    bands = []
+    for m in models:
+        df = read_table(files, list(dict.fromkeys([*m.encoder.input_columns, args.target])))
+        bands.append(calibration_map_band(m, df, args.target, args.bootstrap, seed=args.seed, client=client))
+    return bands
+
+
+def _write_report(out: str, models, accs, labels, files, drifts=None, bands=None) -> None:
     from .parquet.data import read_table
     from .metrics.report import ReportEntry, write_report
 
     entries = []
-    for m, a, lb in zip(models, accs, labels):
+    for i, (m, a, lb) in enumerate(zip(models, accs, labels)):
+        cmap = _calibration_map(m, files, read_table)
+        if bands is not None:
+            cmap["band"] = bands[i]
         entries.append(
             ReportEntry(
                 label=lb,
                 calibrated=a["calibrated"],
                 raw=a.get("raw"),
                 class_names=[str(c) for c in m.labels.classes],
-                calibration_map=_calibration_map(m, files, read_table),
+                calibration_map=cmap,
+                decisions=a.get("decisions"),
+                drift=drifts[i] if drifts else None,
             )
         )
     write_report(out, entries)
@@ -747,7 +936,8 @@ def _metric_cell(v, width: int, digits: int) -> str:
 
 #: column headers of the models-as-rows layout (the JSON keys, shortened where long)
 SHORT_METRIC = {"log_loss_bits": "ll_bits", "error_rate": "error", "calibration_loss": "cal_loss",
-                "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho"}
+                "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho",
+                "brier_mcb": "mcb", "brier_dsc": "dsc", "brier_unc": "unc"}
 
 
 def _metrics_by_model(rows, keys: list[str], limit: int) -> str:
@@ -895,6 +1085,7 @@ def cmd_cv(args) -> int:
 
 
 COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "cv": cmd_cv, "plugins": cmd_plugins}
+COMMANDS["decide"] = cmd_decide
 COMMANDS["recalibrate"] = cmd_recalibrate
 
 

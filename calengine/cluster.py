@@ -566,8 +566,7 @@ def _check_tls_handshake(address: str, tls: TLSConfig, timeout: float = 10.0) ->
     import socket
     import ssl
 
-    host, _, port = address.partition("://")[2].rpartition(":")
-    host = host.strip("[]")
+    _, host, port = _split_address(address)
     try:
         raw = socket.create_connection((host, int(port)), timeout=timeout)
     except (OSError, ValueError) as exc:
@@ -579,12 +578,23 @@ def _check_tls_handshake(address: str, tls: TLSConfig, timeout: float = 10.0) ->
         with context.wrap_socket(raw, server_hostname=host):
             pass
     except OSError as exc:  # ssl.SSLError, a reset or a timeout in the middle of the handshake
-        raise ClusterError(
-            f"{address} accepts connections but the TLS handshake failed ({_ssl_reason(exc)}); the scheduler"
-            " may be a plain tcp:// one (use tcp://), or its certificate is not signed by --tls-ca-file"
-        ) from exc
+        raise ClusterError(_tls_failed(address, _ssl_reason(exc))) from exc
     finally:
         raw.close()
+
+
+def _split_address(address: str) -> tuple[str, str, str]:
+    """``tls://[::1]:8786`` -> ``("tls", "::1", "8786")``: scheme, host without brackets, port text."""
+    scheme, _, rest = address.partition("://")
+    host, _, port = rest.rpartition(":")
+    return scheme, host.strip("[]"), port
+
+
+def _tls_failed(address: str, reason: str) -> str:
+    return (
+        f"{address} accepts connections but the TLS handshake failed ({reason}); the scheduler may be a"
+        " plain tcp:// one (use tcp://), or its certificate is not signed by --tls-ca-file"
+    )
 
 
 def _ssl_reason(exc: BaseException) -> str:
@@ -593,15 +603,11 @@ def _ssl_reason(exc: BaseException) -> str:
 
 def _unreachable(address: str, exc: BaseException) -> str:
     """Why a connection failed: nothing listening, or a listener that speaks the other protocol."""
-    scheme, _, rest = address.partition("://")
-    host, _, port = rest.rpartition(":")
-    listening = _port_open(host.strip("[]"), port)
+    scheme, host, port = _split_address(address)
+    listening = _port_open(host, port)
     reason = " ".join(str(exc).split())[:200] or type(exc).__name__
     if listening and scheme == "tls":
-        return (
-            f"{address} accepts connections but the TLS handshake failed ({reason}); the scheduler may be a"
-            " plain tcp:// one (use tcp://), or its certificate is not signed by --tls-ca-file"
-        )
+        return _tls_failed(address, reason)
     if listening and scheme == "tcp":
         return (
             f"{address} accepts connections but does not answer as a tcp:// Dask scheduler ({reason});"

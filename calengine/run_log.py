@@ -179,7 +179,7 @@ def _rows_and_output(args) -> tuple[int | None, str | None]:
         if args.command == "fit":
             with open(os.path.join(output, "manifest.json")) as fh:
                 return json.load(fh)["extra"]["x_training"]["rows"], output
-        if args.command == "score":
+        if args.command in ("score", "decide"):  # decide writes what score writes
             import pyarrow.dataset as ds
 
             return ds.dataset(output, format="parquet").count_rows(), output

@@ -166,3 +166,32 @@ def test_bench_scoring_tiny(tmp_path):
 
     for kind in ("engine", "loop"):
         assert pq.read_table(tmp_path / "w" / f"scored-{kind}").num_rows == 20000
+
+
+def test_bench_model_size_tiny(tmp_path):
+    """bench_model_size.py fits a small text model, re-saves it in the old skops format, and finds the
+    two directories predict the same while the array-state one is far smaller."""
+    bench = _load("bench_model_size")
+    sample = str(ROOT / "data" / "newsgroups_sample.parquet")
+    assert bench.main(["--cases", "20ng", "--ng-train", sample, "--ng-test", sample, "--repeats", "1",
+                       "--results-dir", str(tmp_path / "r")]) == 0
+    (row,) = json.loads((tmp_path / "r" / "model_size.json").read_text())["rows"]
+    assert row["same_predictions"] is True
+    assert row["arrays"]["bytes"] * 20 < row["skops"]["bytes"]
+
+
+def test_bench_decisions_tiny(tmp_path, capsys):
+    """bench_decisions.py on the shipped COIL 2000 copy with a 1,500-row training subset: every method
+    gets a profit under both cost structures, and the printed table says which structure it used."""
+    bench = _load("bench_decisions")
+    out = tmp_path / "decisions.json"
+    assert bench.main(["--max-train-rows", "1500", "--cv", "3", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [r["method"] for r in data["rows"]] == ["raw NB", "sigmoid", "isotonic (PAV)", "binning"]
+    assert data["n_train"] == 1500 and data["n_test"] == 4000
+    for r in data["rows"]:
+        for name in ("constant", "per customer"):
+            assert 0 <= r[name]["mailed"] <= 4000
+            assert r[name]["profit"] <= r[name]["oracle"]
+    assert data["rows"][0]["constant"]["bayes_threshold"] == 0.1
+    assert "10*MKOOPKLA - 5" in capsys.readouterr().out

@@ -35,6 +35,7 @@ VARIANTS = {
     "beta": ("beta", {}, "newton_loose"),
     "temperature": ("temperature", {}, "newton"),
     "sigmoid_nobias": ("sigmoid_nobias", {}, "newton"),
+    "venn_abers": ("venn_abers", {}, "exact"),
 }
 
 
@@ -303,7 +304,7 @@ def _rounds(variant, kind, n=10_000, seed=0):
 
 
 ROUND_LIMITS = {"none": 1, "isotonic": 1, "rocch": 1, "binning": 3, "sigmoid": 40, "beta": 60,
-                "temperature": 40, "sigmoid_nobias": 40}
+                "temperature": 40, "sigmoid_nobias": 40, "venn_abers": 1}
 
 
 @pytest.mark.parametrize("variant", ALL)

@@ -33,10 +33,10 @@ from calengine_builtins.calibrators import (
     TemperatureCalibrator,
 )
 
-NAMES = ["none", "sigmoid", "isotonic", "binning", "rocch", "beta", "temperature", "sigmoid_nobias"]
+NAMES = ["none", "sigmoid", "isotonic", "binning", "rocch", "beta", "temperature", "sigmoid_nobias", "venn_abers"]
 BY_NAME = {cls.name: cls for cls in cal_mod.CALIBRATORS}
 #: calibrators whose predictions must be non-decreasing in the score (with default parameters).
-MONOTONE = ["none", "sigmoid", "isotonic", "rocch", "beta", "temperature", "sigmoid_nobias"]
+MONOTONE = ["none", "sigmoid", "isotonic", "rocch", "beta", "temperature", "sigmoid_nobias", "venn_abers"]
 
 
 def make(name, **params):

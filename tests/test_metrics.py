@@ -37,6 +37,9 @@ RESULT_KEYS = {
     "confidence_rho",
 }
 
+#: the CORP decomposition (dicts of floats; tested in tests/test_corp.py)
+CORP_KEYS = {"corp_brier", "corp_log_loss"}
+
 
 def _binary(p) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
@@ -73,7 +76,13 @@ def _close(a: dict, b: dict, tol: float = 1e-12) -> None:
     assert a.keys() == b.keys()
     for key in a:
         x, y = a[key], b[key]
-        if isinstance(x, float) and math.isnan(x):
+        if isinstance(x, dict):  # the CORP terms (per_class: a list of such dicts)
+            _close(x, y, tol)
+        elif isinstance(x, list):
+            assert len(x) == len(y), key
+            for u, w in zip(x, y):
+                _close(u, w, tol)
+        elif isinstance(x, float) and math.isnan(x):
             assert math.isnan(y), key
         else:
             assert x == pytest.approx(y, abs=tol, rel=0), key
@@ -206,7 +215,7 @@ def test_rho_is_nan_without_errors():
 
 def test_result_keys_and_types():
     r = evaluate_predictions(np.array([0, 1, 2, 1]), np.full((4, 3), 1 / 3))
-    assert set(r) == RESULT_KEYS
+    assert set(r) == RESULT_KEYS | CORP_KEYS
     assert isinstance(r["n"], int) and isinstance(r["n_classes"], int)
     assert all(isinstance(r[key], float) for key in RESULT_KEYS - {"n", "n_classes"})
     assert r["n"] == 4 and r["n_classes"] == 3

@@ -174,9 +174,16 @@ def test_metrics_table_has_every_value_of_both_models_and_raw_learners(report):
     results = []
     for e in entries:
         results += [e.calibrated.result(), e.raw.result()]
-    assert list(rows) == list(results[0])  # every result() key, in result() order
+    scalar = [k for k, v in results[0].items() if not isinstance(v, dict)]
+    assert list(rows) == scalar  # every scalar result() key, in result() order
     for key, cells in rows.items():
         assert cells == [_expected(r[key]) for r in results], key
+    # the CORP terms (dicts in result()) get one row per term, named corp_brier.mcb and so on
+    corp = dict(re.findall(r"<tr><th>(corp_[a-z_]+\.[a-z]+)</th>(.*?)</tr>", index.read_text(encoding="utf-8"), re.S))
+    assert list(corp) == [f"corp_{s}.{t}" for s in ("brier", "log_loss") for t in ("score", "mcb", "dsc", "unc")]
+    for key, cells in corp.items():
+        name, term = key.split(".")
+        assert re.findall(r'<td class="num">([^<]*)</td>', cells) == [_expected(r[name][term]) for r in results], key
     assert rows["n_classes"] == ["2", "2", "3", "3"]
 
 

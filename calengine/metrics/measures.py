@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, ParameterError
+from .corp import corp_sum, isotonic_recalibration
+from .drift import calibration_drift
 
 __all__ = [
     "LOG_LOSS_CLIP",
@@ -385,6 +387,12 @@ class MetricAccumulator:
         * ``confidence_q``: Duin & Tax ``mean (C - p_sel)²``, ``p_sel`` the top-label confidence and
           ``C = 1`` if the row is classified correctly; ``confidence_rho = q/ε - 1/2`` with
           ``ε = error_rate`` (NaN when ε = 0).
+
+        and two dicts, the CORP decomposition (:mod:`calengine.metrics.corp`) of the Brier score and
+        of the log loss by isotonic recalibration, meaningful for continuous scores where
+        ``calibration_loss`` is not: ``corp_brier`` and ``corp_log_loss``, each
+        ``{"score", "mcb", "dsc", "unc"}`` with ``score = mcb - dsc + unc``; binary: column 1;
+        multiclass: sums over the one-vs-rest columns plus ``per_class``.
         """
         self._require_rows()
         k, n = self.n_classes, self.n
@@ -435,7 +443,13 @@ class MetricAccumulator:
             "refinement_loss": ref / n,
             "confidence_q": q,
             "confidence_rho": rho,
+            **corp_sum(self._cls, clip=LOG_LOSS_CLIP),
         }
+
+    def drift_check(self, alpha: float = 0.01) -> dict:
+        """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`."""
+        self._require_rows()
+        return calibration_drift(self._cls, alpha=alpha)
 
     # ---- report curves ----------------------------------------------------------------------------
 
@@ -550,6 +564,19 @@ class MetricAccumulator:
             tpr = tp / tp[-1] if tp[-1] else np.full(tp.shape, np.nan)
             fpr = fp / fp[-1] if fp[-1] else np.full(fp.shape, np.nan)
         return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], v[::-1]))}
+
+    def corp_curve(self, cls: int | None = None) -> dict:
+        """The CORP reliability curve of column ``cls`` (default: class 1 of two): the isotonic (PAV)
+        recalibration of ``P[:, cls]`` as blocks, arrays ``lo``/``hi`` (lowest and highest forecast in the
+        block), ``value`` (the block's observed frequency) and ``count`` (rows).  Dimitriadis, Gneiting &
+        Jordan draw this step function instead of binned points: no bin choice, and the score the
+        forecasts lose against it is ``corp_brier["mcb"]`` (``corp_log_loss["mcb"]``)."""
+        self._require_rows()
+        v, pos, neg = self._cls[self._class_arg(cls, default_binary=True)]
+        starts, bpos, bneg = isotonic_recalibration(v, pos, neg)
+        ends = np.concatenate((starts[1:], [v.size])) - 1
+        cnt = bpos + bneg
+        return {"lo": v[starts], "hi": v[ends], "value": bpos / cnt, "count": cnt.astype(np.int64)}
 
     def __repr__(self) -> str:
         return f"MetricAccumulator(n_classes={self.n_classes}, n={self.n})"

@@ -61,6 +61,7 @@ CURVE_MAX_POINTS = 4000
 _CAL = "#1f77b4"
 _RAW = "#ff7f0e"
 _DIAG = "#7f7f7f"
+_CORP = "#2ca02c"
 _ENTRY_COLOURS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
@@ -82,6 +83,12 @@ _METRIC_HELP = (
     ("refinement_loss", "part of the Brier score due to limited separation; the two add up to brier"),
     ("confidence_q", "Duin & Tax: mean squared gap between confidence and correctness"),
     ("confidence_rho", "confidence_q / error_rate - 1/2 (n/a without errors)"),
+    ("corp_brier.mcb", "CORP miscalibration: Brier score minus that of the isotonic (PAV) recalibration of the "
+     "forecasts; meaningful for continuous scores, unlike calibration_loss"),
+    ("corp_brier.dsc", "CORP discrimination: Brier score of the base rate minus that of the recalibration"),
+    ("corp_brier.unc", "CORP uncertainty: Brier score of the base rate; brier = mcb - dsc + unc"),
+    ("corp_log_loss.*", "the same for the log loss (binary: the reported log_loss; multiclass: sums of "
+     "one-vs-rest binary log losses, as corp_brier sums one-vs-rest Brier scores)"),
 )
 
 
@@ -103,6 +110,12 @@ class ReportEntry:
     raw: MetricAccumulator | None
     class_names: list[str]
     calibration_map: dict | None = None
+    #: a :class:`calengine.decisions.DecisionAccumulator` (``evaluate --cost-matrix``): adds a
+    #: "Decisions" block, with the profit-vs-threshold curve for two classes
+    decisions: Any = None
+    #: the drift check of the calibrated probabilities (:meth:`MetricAccumulator.drift_check`), shown
+    #: with its verdict when given
+    drift: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -124,6 +137,7 @@ class _Prepared:
     map_probs: np.ndarray | None = None
     map_names: list[str] = field(default_factory=list)
     map_note: str = ""
+    map_band: dict | None = None  # bootstrap band of column 0 (see calengine.metrics.bootstrap)
 
 
 def format_metric(value: Any) -> str:
@@ -211,6 +225,30 @@ def _prepare_map(prep: _Prepared, cmap: Any) -> None:
         scores, probs, names = scores[:, :MAX_CLASSES], probs[:, :MAX_CLASSES], names[:MAX_CLASSES]
     prep.map_scores, prep.map_probs, prep.map_names = scores, probs, names
     prep.map_note = " ".join(notes)
+    if cmap.get("band") is not None:
+        prep.map_band = _checked_band(prep, cmap["band"])
+        band = prep.map_band
+        prep.map_note = " ".join(filter(None, [prep.map_note, (
+            f"Shaded: {band['level']:.0%} pointwise bootstrap band of the calibrator refitted on {band['B']}"
+            f" resamples of the {band['n']} evaluated rows (seed {band['seed']}); where the model's map leaves"
+            " it, the evaluated data disagree with the map.")]))
+
+
+def _checked_band(prep: _Prepared, band: Any) -> dict:
+    """A calibration-map band (``grid``, ``low``, ``high`` arrays of one length; ``B``, ``level``, ``n``)."""
+    where = f"entry {prep.index} ('{prep.entry.label}')"
+    try:
+        arrays = {k: np.asarray(band[k], dtype=np.float64) for k in ("grid", "low", "high")}
+        meta = {"B": int(band["B"]), "level": float(band["level"]), "n": int(band["n"]),
+                "seed": int(band.get("seed", 0))}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ParameterError(
+            f"{where}: calibration_map['band'] must hold grid, low, high, B, level and n ({exc})"
+        ) from None
+    g = arrays["grid"]
+    if g.ndim != 1 or any(a.shape != g.shape for a in arrays.values()) or g.size == 0:
+        raise ParameterError(f"{where}: calibration_map['band'] grid, low and high must be 1-D of one length")
+    return {**arrays, **meta}
 
 
 def _prepare(entries: Any) -> list[_Prepared]:
@@ -378,6 +416,10 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
                 axc.bar(edges[:-1], d["count"], width=widths, align="edge", fill=False, edgecolor=colour,
                         lw=1.0, label=label)
             max_count = max(max_count, int(d["count"].max()))
+        if cls is not None:  # the CORP curve: PAV recalibration of the calibrated column, no bins
+            c = cal.corp_curve(cls)
+            ax.plot(np.concatenate((c["lo"], c["hi"][-1:])), np.concatenate((c["value"], c["value"][-1:])),
+                    drawstyle="steps-post", color=_CORP, lw=1.0, label="calibrated, CORP (isotonic)")
         edges, widths, counts = cal_bins
         last_x = -1.0
         for lo, w, c in zip(edges[:-1], widths, counts):
@@ -466,6 +508,55 @@ def _plot_error_reject(ax, acc: MetricAccumulator, label: str, colour: str, lw: 
     ax.plot(x[keep], y[keep], color=colour, lw=lw, label=f"{label} (error {y[0]:.4g} at no reject)")
 
 
+def _decisions_figure(prep: _Prepared):
+    """Two classes: total cost (or profit) of "decide class 1 when p > t" against t, calibrated and raw,
+    with the Bayes threshold p* (constant costs) and each curve's best threshold marked."""
+    d = prep.entry.decisions
+    res = d.result(curve_points=None)
+    what = res["objective"]
+    fig = _new_figure(6.0, 4.4)
+    fig.subplots_adjust(**_margins(fig, left=0.85, top=0.45))
+    ax = fig.add_subplot()
+    t = np.asarray(res["threshold_curve"]["threshold"])
+    for key, label, colour in (("raw", "raw learner", _RAW), ("calibrated", "calibrated", _CAL)):
+        if key not in res["threshold_curve"]:
+            continue
+        y = np.asarray(res["threshold_curve"][key])
+        best = res["best_threshold"][key]
+        ax.plot(t, y, color=colour, lw=1.4, label=f"{label} (best t = {best['threshold']:.3f}: {best['total']:.4g})")
+        ax.plot([best["threshold"]], [best["total"]], marker="o", color=colour, ms=5)
+        if res.get("bayes_threshold") is not None and res.get(key):
+            # the decisions actually made: the minimum-expected-cost rule is the threshold p*
+            ax.plot([res["bayes_threshold"]], [res[key]["total"]], marker="x", color=colour, ms=9, mew=2,
+                    label=f"{label} decisions at p*: {res[key]['total']:.4g}")
+    if res.get("bayes_threshold") is not None:
+        ax.axvline(res["bayes_threshold"], color="#444", ls="--", lw=1,
+                   label=f"Bayes threshold p* = {res['bayes_threshold']:.3g}")
+    const = res["best_constant"]
+    ax.axhline(const["total"], color="#888", ls=":", lw=1, label=f"best constant (always {const['class']})")
+    ax.set_xlim(-0.01, 1.01)
+    ax.set_xlabel(f"threshold t: decide {prep.names[1]} when p({prep.names[1]}) > t")
+    ax.set_ylabel(f"total {what}")
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(f"{what.capitalize()} against decision threshold", fontsize=11)
+    return fig
+
+
+def _decisions_table(prep: _Prepared) -> str:
+    res = prep.entry.decisions.result()
+    what = res["objective"]
+    rows = [("calibrated model", res["calibrated"]), ("raw learner", res["raw"]),
+            (f"best constant (always {res['best_constant']['class']})", res["best_constant"]),
+            ("oracle (knows the class)", res["oracle"])]
+    body = "".join(
+        f"<tr><td>{_esc(name)}</td><td class=\"num\">{_esc(format_metric(r['total']))}</td>"
+        f"<td class=\"num\">{_esc(format_metric(r['mean']))}</td></tr>"
+        for name, r in rows if r is not None
+    )
+    return (f'<div class="scroll"><table><tr><th>policy</th><th>total {_esc(what)}</th><th>{_esc(what)} per row</th></tr>'
+            f"{body}</table></div>")
+
+
 def _map_figure(prep: _Prepared):
     """Learned score-to-probability map per calibrator column, with the held-out score histogram."""
     scores, probs, names = prep.map_scores, prep.map_probs, prep.map_names
@@ -499,6 +590,11 @@ def _map_figure(prep: _Prepared):
             # otherwise the points alone are the honest picture
             ax.plot(s_sorted, p_sorted, color=_CAL, lw=1.0, drawstyle="steps-post", alpha=0.9)
         ax.scatter(s, p, s=5, color=_CAL, alpha=0.35, linewidths=0)
+        band = prep.map_band if j == 0 else None
+        if band is not None:
+            ax.fill_between(band["grid"], band["low"], band["high"], color=_RAW, alpha=0.25,
+                            linewidth=0, label=f"{band['level']:.0%} bootstrap band (B = {band['B']})")
+            ax.legend(loc="upper left", fontsize=7)
     fig.suptitle("Calibration map: held-out learner score → calibrated probability", fontsize=11)
     return fig
 
@@ -592,10 +688,23 @@ def _img(fig: _Figure) -> str:
     )
 
 
+def _flat_result(r: dict | None) -> dict | None:
+    """Nested metrics (the CORP terms) as ``corp_brier.mcb``-style rows; per-class lists left out."""
+    if r is None:
+        return None
+    out: dict = {}
+    for key, value in r.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items() if not isinstance(v, (list, dict))})
+        else:
+            out[key] = value
+    return out
+
+
 def _metrics_table(preps: list[_Prepared]) -> str:
     keys: list[str] = []
     for prep in preps:
-        for r in (prep.result, prep.raw_result):
+        for r in (_flat_result(prep.result), _flat_result(prep.raw_result)):
             for key in r or {}:
                 if key not in keys:
                     keys.append(key)
@@ -606,10 +715,10 @@ def _metrics_table(preps: list[_Prepared]) -> str:
         span = 2 if prep.raw_result is not None else 1
         top.append(f'<th class="model" colspan="{span}">#{prep.index} {_esc(prep.entry.label)}</th>')
         sub.append("<th>calibrated</th>")
-        columns.append(prep.result)
+        columns.append(_flat_result(prep.result))
         if prep.raw_result is not None:
             sub.append("<th>raw learner</th>")
-            columns.append(prep.raw_result)
+            columns.append(_flat_result(prep.raw_result))
     rows = []
     for key in keys:
         cells = "".join(f'<td class="num">{_esc(format_metric(col.get(key)))}</td>' for col in columns)
@@ -635,6 +744,28 @@ def _bin_table(acc: MetricAccumulator, cls: int | None, strategy: str, heading: 
     )
 
 
+def _drift_html(drift: dict, names: list[str]) -> str:
+    """The drift check's verdict, its summary line and one row per tested column."""
+    from .drift import drift_line
+
+    rows = []
+    for col in drift["columns"]:
+        sz, hl = col["spiegelhalter"], col["reliability_chi2"]
+        cells = (sz["z"], sz["p_value"], hl["chi2"], hl["df"], hl["p_value"])
+        rows.append(f"<tr><td>{_esc(names[col['class']])}</td>"
+                    + "".join(f'<td class="num">{_esc(format_metric(v))}</td>' for v in cells) + "</tr>")
+    verdict = "recalibrate" if drift["verdict"] == "recalibrate" else "no significant drift"
+    return (
+        f'<h3>Calibration drift</h3><p class="drift-verdict"><strong>{_esc(verdict)}</strong>: '
+        f"{_esc(drift_line(drift, names))}</p>"
+        '<p class="note">Null hypothesis: the calibrated probabilities are right on this table. Spiegelhalter\'s z '
+        "and a chi-square over 10 equal-count bins with the exact variance sum p(1-p) per bin; the smallest "
+        "p-value times the number of tests (Bonferroni) is compared with alpha.</p>"
+        "<table><thead><tr><th>class (vs rest)</th><th>z</th><th>p</th><th>chi2</th><th>df</th><th>p</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
     e = prep.entry
     k = e.calibrated.n_classes
@@ -647,8 +778,12 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
         "<h3>Reliability diagrams</h3>",
         '<p class="note">Observed frequency against mean predicted probability per bin; points on the '
         "dotted diagonal are perfectly calibrated. Left: equal-width bins; right: equal-frequency bins. "
-        "The bars below count the examples in each bin (filled: calibrated, outlined: raw learner).</p>",
+        "The bars below count the examples in each bin (filled: calibrated, outlined: raw learner). "
+        "Per class, the green steps are the CORP curve: the isotonic recalibration of the calibrated "
+        "probabilities, which needs no bins; the Brier score lost to its gap from the diagonal is corp_brier.mcb.</p>",
     ]
+    if e.drift is not None:
+        parts[2:2] = [_drift_html(e.drift, prep.names)]
     if prep.class_note:
         parts.append(f'<p class="note">{_esc(prep.class_note)}</p>')
     parts.append('<div class="figs">' + "".join(_img(f) for f in figs["reliability"]) + "</div>")
@@ -693,6 +828,28 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
         "error among the accepted ones fall steadily.</p>"
     )
     parts.append('<div class="figs">' + "".join(_img(f) for f in figs["error_reject"]) + "</div>")
+    if e.decisions is not None:
+        import json
+
+        res = e.decisions.result()
+        parts.append("<h3>Decisions</h3>")
+        parts.append(
+            '<p class="note">Each row gets the class of least expected cost (greatest expected profit for a'
+            " benefit matrix) under the matrix "
+            f"<code>{_esc(json.dumps(res['cost_matrix']))}</code> (rows: decided class, columns: true"
+            " class). The raw learner's probabilities decide by the same rule; the best constant policy and the"
+            " oracle bracket what any model can reach.</p>"
+        )
+        parts.append(_decisions_table(prep))
+        if e.decisions.cost_matrix.n_classes == 2:
+            parts.append(
+                '<p class="note">The curve: the same table decided by one threshold t on the probability of '
+                f"{_esc(prep.names[1])} (dots: best t in hindsight; crosses: the decisions made, at the Bayes "
+                "threshold p*, when the costs are constant; with per-row costs the decisions use a threshold per row"
+                " and the curve is only a comparison).</p>"
+            )
+        if figs.get("decisions"):
+            parts.append('<div class="figs">' + "".join(_img(f) for f in figs["decisions"]) + "</div>")
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -779,7 +936,14 @@ def _entry_figures(prep: _Prepared) -> dict[str, list[_Figure]]:
         _Figure(f"{stem}-error-reject.png", _render(_error_reject_figure, prep),
                 f"Error-reject curve of {label}", "Error among accepted examples against reject rate.")
     ]
-    return {"reliability": reliability, "map": maps, "roc": roc, "error_reject": er}
+    out = {"reliability": reliability, "map": maps, "roc": roc, "error_reject": er}
+    if prep.entry.decisions is not None and prep.entry.decisions.cost_matrix.n_classes == 2:
+        out["decisions"] = [
+            _Figure(f"{stem}-decisions-threshold.png", _render(_decisions_figure, prep),
+                    f"Decision threshold curve of {label}",
+                    "Total cost or profit of deciding the positive class above each threshold, calibrated and raw.")
+        ]
+    return out
 
 
 def write_report(out_dir: str | Path, entries: list[ReportEntry], title: str = "calengine evaluation") -> Path:

@@ -206,7 +206,48 @@ class CalibratedModel:
 
     def predict_proba_features(self, X) -> np.ndarray:
         """Class probabilities, shape (n, k), rows summing to 1."""
+        if self.is_venn_abers:
+            p = self.venn_abers_features(X)[2]
+            return np.column_stack([1.0 - p, p])
         return self._aggregate([self._combine(m.column_probabilities(X)) for m in self.members])
+
+    @property
+    def is_venn_abers(self) -> bool:
+        """A two-class model whose every member calibrates its one column with Venn–ABERS (one learner).
+
+        Such a model is an inductive Venn–ABERS predictor (IVAP) with one member (``refit`` mode,
+        ``--calibration-data``) and a cross Venn–ABERS predictor (CVAP) with the k members of
+        ``ensemble`` mode: each member's calibrator was fitted on its own held-out fold, which is the
+        paper's construction, so the members' pairs are combined by CVAP's formula
+        (:func:`calengine.methods.venn_abers.cvap_pairs`) instead of averaging merged probabilities.
+        """
+        if self.n_classes != 2 or len(set(self.member_groups)) > 1 or not self.members:
+            return False
+        return all(
+            getattr(m, "kind", None) == "calibrated" and len(m.calibrators) == 1
+            and callable(getattr(m.calibrators[0], "predict_interval", None))
+            for m in self.members
+        )
+
+    def venn_abers_features(self, X, S_list: list | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(p_low, p_high, p)`` of the positive class for a Venn–ABERS model (see :attr:`is_venn_abers`).
+
+        One member: its pair ``(p0, p1)`` and ``p1 / (1 - p0 + p1)``.  Several: the CVAP combination.
+        ``S_list`` optionally gives each member's already computed score block.
+        """
+        from ..methods.venn_abers import cvap_pairs, merge_pair
+
+        p0s, p1s = [], []
+        for i, m in enumerate(self.members):
+            S = m.scores(X) if S_list is None else S_list[i]
+            cal = m.calibrators[0]
+            with plugin_errors(cal, "predict"):
+                p0, p1 = cal.predict_interval(S[:, 0])
+            p0s.append(np.clip(p0, 0.0, 1.0))
+            p1s.append(np.clip(p1, 0.0, 1.0))
+        if len(p0s) == 1:
+            return p0s[0], p1s[0], merge_pair(p0s[0], p1s[0])
+        return cvap_pairs(p0s, p1s)
 
     def raw_proba_features(self, X) -> np.ndarray:
         """The uncalibrated learners' probabilities (see :class:`RawMap`), aggregated the same way."""
@@ -214,17 +255,22 @@ class CalibratedModel:
 
     def both_proba_features(self, X) -> tuple[np.ndarray, np.ndarray]:
         """(calibrated, raw) probabilities computing each member's scores once."""
-        P, Q = [], []
+        P, Q, scores = [], [], []
         for m in self.members:
             S = m.scores(X)
+            scores.append(S)
             P.append(self._combine(m.column_probabilities(X, S)))
             Q.append(self._combine(m.raw_column_probabilities(X, S)))
+        if self.is_venn_abers:
+            p = self.venn_abers_features(X, scores)[2]
+            return np.column_stack([1.0 - p, p]), self._aggregate(Q)
         return self._aggregate(P), self._aggregate(Q)
 
     @property
     def has_intervals(self) -> bool:
-        """Whether ``predict_frame(extra_outputs=True)`` writes ``p_low``/``p_high`` (two-class Probing)."""
-        return any(getattr(m, "method", None) == "probing" and len(getattr(m, "voters", ())) == 1 for m in self.members)
+        """Whether ``predict_frame(extra_outputs=True)`` writes ``p_low``/``p_high`` (two-class Probing
+        or Venn–ABERS)."""
+        return self.is_venn_abers or any(getattr(m, "method", None) == "probing" and len(getattr(m, "voters", ())) == 1 for m in self.members)
 
     def predict_frame(
         self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None
@@ -239,7 +285,12 @@ class CalibratedModel:
         # Fortran order: the encoder's own buffer, without a transposing copy (a third of the encoding
         # time), and the order in which the fit scored held-out rows (see tasks.partitions.load_part)
         X = self.encoder.transform(df, order="F")
-        P = self.predict_proba_features(X)
+        interval = None
+        if extra_outputs and self.is_venn_abers:
+            interval = self.venn_abers_features(X)
+            P = np.column_stack([1.0 - interval[2], interval[2]])
+        else:
+            P = self.predict_proba_features(X)
         out = {col: df[col].to_numpy() for col in keep}
         for i, c in enumerate(self.labels.classes):
             out[f"p_{c}"] = P[:, i]
@@ -250,7 +301,9 @@ class CalibratedModel:
             out["prediction"] = pd.array(out["prediction"]).astype(_nullable(out["prediction"]))
             out["prediction"][rejected] = pd.NA
             out["rejected"] = rejected
-        if extra_outputs:
+        if interval is not None:
+            out["p_low"], out["p_high"] = interval[0], interval[1]
+        elif extra_outputs:
             for m in self.members:
                 extra = getattr(m, "extra_outputs", None)
                 if extra is not None:

@@ -90,18 +90,26 @@ def share_model(client, model):
 
 @trims_heap
 def score_chunk(
-    model, chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None
+    model, chunk, out_path: str, keep: tuple[str, ...], batch_rows: int, extra: bool, reject_below: float | None,
+    cost_matrix=None,
 ) -> int:
-    """Score one chunk into ``out_path`` (one Parquet file); returns the number of rows written."""
+    """Score one chunk into ``out_path`` (one Parquet file); returns the number of rows written.
+
+    With ``cost_matrix`` (a :class:`~calengine.decisions.CostMatrix` in the model's class order), the
+    columns it reads are read too (written only when kept) and ``decision``/``expected_cost`` added."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = sorted(set(model.encoder.input_columns) | set(keep))
+    cost_columns = set(cost_matrix.columns) if cost_matrix is not None else set()
+    columns = sorted(set(model.encoder.input_columns) | set(keep) | cost_columns)
     writer = None
     written = 0
     try:
         for df in _batches(chunk, columns, batch_rows):
-            table = pa.Table.from_pandas(model.predict_frame(df, keep=list(keep), extra_outputs=extra, reject_below=reject_below), preserve_index=False)
+            frame = model.predict_frame(df, keep=list(keep), extra_outputs=extra, reject_below=reject_below)
+            if cost_matrix is not None:
+                _add_decisions(frame, df, model, cost_matrix)
+            table = pa.Table.from_pandas(frame, preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(out_path, table.schema, compression="zstd")
             writer.write_table(table)
@@ -110,6 +118,21 @@ def score_chunk(
         if writer is not None:
             writer.close()
     return written
+
+
+def _add_decisions(frame, df, model, cost_matrix) -> None:
+    """Add ``decision`` (the class of least expected cost, typed like ``prediction``) and
+    ``expected_cost`` to a scored frame, from its ``p_<class>`` columns and ``df``'s cost columns."""
+    import numpy as np
+
+    from ..decisions.decide import decide_indices
+    from ..model.calibrated import _typed_labels
+
+    P = np.column_stack([frame[f"p_{c}"].to_numpy(dtype=np.float64) for c in model.labels.classes])
+    index, cost = decide_indices(P, cost_matrix, df)
+    classes = model.labels.classes
+    frame["decision"] = _typed_labels(np.asarray(classes, dtype=object)[index], classes)
+    frame["expected_cost"] = cost
 
 
 def score_table(
@@ -123,11 +146,18 @@ def score_table(
     extra_outputs: bool = False,
     reject_below: float | None = None,
     progress: Progress | None = None,
+    cost_matrix=None,
 ) -> int:
-    """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written."""
+    """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written.
+
+    ``cost_matrix`` (a :class:`~calengine.decisions.CostMatrix`, its classes those of the model) adds
+    the minimum-expected-cost ``decision`` and its ``expected_cost``; None keeps the plain fast path."""
     from ..parquet.data import check_columns
 
-    columns = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep)))
+    if cost_matrix is not None:
+        cost_matrix = cost_matrix.for_classes(list(model.labels.classes))
+    cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep) + cost_columns))
     check_columns(files, columns)
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     expected = sum(c.n_rows for c in chunks)
@@ -136,7 +166,7 @@ def score_table(
         futures = [
             client.submit(
                 score_chunk, model_f, chunk, str(Path(staging) / f"part-{i:05d}.parquet"), tuple(keep),
-                batch_rows, extra_outputs, reject_below, pure=False,
+                batch_rows, extra_outputs, reject_below, cost_matrix, pure=False,
             )
             for i, chunk in enumerate(chunks)
         ]
@@ -152,14 +182,22 @@ def score_table(
 
 
 @trims_heap
-def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool) -> dict:
-    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities."""
+def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix=None) -> dict:
+    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities; with
+    ``cost_matrix``, also a :class:`~calengine.decisions.DecisionAccumulator` of both's decisions."""
     from ..metrics.measures import MetricAccumulator
 
     k = model.n_classes
     cal = MetricAccumulator(k)
     raw = MetricAccumulator(k) if with_raw else None
-    columns = sorted(set(model.encoder.input_columns) | {target})
+    decisions = None
+    cost_columns = set()
+    if cost_matrix is not None:
+        from ..decisions.accumulate import DecisionAccumulator
+
+        decisions = DecisionAccumulator(cost_matrix)
+        cost_columns = set(cost_matrix.columns)
+    columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns)
     for df in _batches(chunk, columns, batch_rows):
         y = model.labels.encode(df[target])
         X = model.encoder.transform(df)
@@ -169,7 +207,12 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool) -
         else:
             P = model.predict_proba_features(X)
         cal.add(y, P)
-    return {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
+        if decisions is not None:
+            decisions.add(y, P, Q if with_raw else None, df)
+    out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
+    if decisions is not None:
+        out["decisions"] = decisions
+    return out
 
 
 def evaluate_table(
@@ -181,19 +224,26 @@ def evaluate_table(
     batch_rows: int = 65536,
     chunk_rows: int = 1_000_000,
     progress: Progress | None = None,
+    cost_matrix=None,
 ) -> dict[str, dict]:
-    """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks."""
+    """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks.
+
+    With ``cost_matrix`` also ``"decisions"``: the merged :class:`~calengine.decisions.DecisionAccumulator`."""
     from ..parquet.data import check_columns
     from ..metrics.measures import MetricAccumulator
 
-    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target]))
+    if cost_matrix is not None:
+        cost_matrix = cost_matrix.for_classes(list(model.labels.classes))
+    cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns))
     check_columns(files, columns)
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the evaluation table has no rows")
     model_f = share_model(client, model)
     futures = [
-        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, pure=False) for chunk in chunks
+        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, cost_matrix, pure=False)
+        for chunk in chunks
     ]
     parts = gather_in_order(client, futures, progress, "evaluate")
     out = {}
@@ -204,4 +254,9 @@ def evaluate_table(
         for p in parts[1:]:
             acc.merge(MetricAccumulator.from_arrays(p[key]))
         out[key] = acc
+    if cost_matrix is not None:
+        merged = parts[0]["decisions"]
+        for p in parts[1:]:
+            merged.merge(p["decisions"])
+        out["decisions"] = merged
     return out

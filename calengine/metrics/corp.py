@@ -1,0 +1,129 @@
+"""CORP decomposition of the Brier score and log loss (Dimitriadis, Gneiting & Jordan 2021, PNAS).
+
+Why: the Flach–Matsubara ``calibration_loss`` groups rows by *equal* predicted value, so for a model
+with continuous outputs every row is its own segment and ``calibration_loss == brier``: the split says
+nothing exactly where it matters.  CORP ("consistent, optimally binned, reproducible") instead
+recalibrates the forecasts by isotonic regression of the outcome on the forecast (PAV, the project's
+:func:`calengine.reductions.pav.pav`) and measures, for a proper score ``S`` averaged over the rows,
+
+* ``mcb = S(x) - S(x_recal)``: miscalibration, what isotonic recalibration would gain (>= 0);
+* ``dsc = S(climatology) - S(x_recal)``: discrimination, what the recalibrated forecast gains over
+  always forecasting the base rate (>= 0);
+* ``unc = S(climatology)``: uncertainty of the outcomes alone;
+
+so that ``S(x) = mcb - dsc + unc`` (up to float rounding).  Both terms are >= 0 because PAV minimises
+every Bregman score (Brier and log loss among them) over all non-decreasing maps of the forecast, and
+both the forecast itself and a constant are such maps.
+
+Exact and mergeable: PAV only needs the distinct forecast values with their positive and negative
+counts, which is exactly the grouped table :class:`~calengine.metrics.measures.MetricAccumulator`
+keeps per class column and merges exactly; the decomposition is computed from the merged table, so it
+does not depend on the partitioning.  Block values are recomputed here from the integer counts
+(``A_j / M_j``), so an already isotonic-calibrated forecast has ``mcb == 0`` exactly.
+
+Log loss at 0 and 1: a PAV block with no positives has value 0 (no negatives: 1).  Its loss terms
+are ``0 * log 0``, taken as the limit 0 (as ``scipy.special.xlogy``), so ``S(x_recal)`` and
+``S(climatology)`` are always finite.  ``S(x)`` clips ``p`` and ``1 - p`` to ``[clip, 1]`` inside
+the logarithm (``clip`` = the evaluator's ``LOG_LOSS_CLIP`` = 1e-15), as the reported ``log_loss``
+clips ``P[:, 1]`` and ``P[:, 0]``, so for a binary task ``corp_log_loss["score"]`` equals ``log_loss``
+up to the rounding of ``1 - P[:, 1]`` against ``P[:, 0]``; clipping is a non-decreasing map of the
+forecast, so ``mcb >= 0`` still holds.
+
+Binary and multiclass: the decomposition is of one binary column, the event ``y == c`` against the
+probability ``P[:, c]`` (one-vs-rest).  A binary task uses column 1 only.  For ``k > 2`` classes every
+column is decomposed and the reported terms are the **sums** over the columns; for Brier that sum is
+the project's multiclass Brier score (``mean Σ_c (1[y=c] - P[:, c])²``), so ``score`` equals ``brier``;
+for log loss it is the sum of the one-vs-rest binary log losses, which is *not* the multiclass
+``log_loss`` (that scores only the true class's probability).  The per-column terms are kept under
+``per_class``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..reductions.pav import pav
+
+__all__ = ["corp_column", "corp_sum", "isotonic_recalibration"]
+
+
+def isotonic_recalibration(v: np.ndarray, pos: np.ndarray, neg: np.ndarray):
+    """PAV of the outcome on a grouped table: ``(starts, block_pos, block_neg)``.
+
+    ``v`` sorted distinct forecast values, ``pos``/``neg`` the counts of rows at each value with the
+    event and without it.  ``starts`` indexes the first value of each block into ``v`` (so value ``i``
+    belongs to block ``searchsorted(starts, i, 'right') - 1``); the block counts are integer sums.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    a = np.asarray(pos, dtype=np.int64)
+    b = np.asarray(neg, dtype=np.int64)
+    if v.size == 1:
+        return np.zeros(1, np.intp), a.copy(), b.copy()
+    # one "row" per (value, outcome) with the count as its weight: the project's PAV pools the two
+    # rows of each value back into one group, then fits exactly the isotonic regression of the table
+    scores = np.concatenate((v, v))
+    y = np.concatenate((np.ones(v.size, np.int64), np.zeros(v.size, np.int64)))
+    w = np.concatenate((a, b)).astype(np.float64)
+    blocks = pav(scores, y, w)
+    starts = np.searchsorted(v, blocks.lo, side="left").astype(np.intp)
+    return starts, np.add.reduceat(a, starts), np.add.reduceat(b, starts)
+
+
+def _brier_sum(pos, neg, p) -> float:
+    return float(np.sum(pos * (1.0 - p) ** 2 + neg * p**2))
+
+
+def _xlogy(x, p):
+    """``x · log p`` with ``0 · log 0 = 0`` (scipy.special.xlogy, without importing scipy.special into
+    every evaluation task: it costs most of a second)."""
+    return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, p)))
+
+
+def _log_sum(pos, neg, p) -> float:
+    """Σ -[pos log p + neg log(1-p)], with 0 log 0 = 0."""
+    return float(-np.sum(_xlogy(pos, p) + _xlogy(neg, 1.0 - p)))
+
+
+def corp_column(v, pos, neg, clip: float = 1e-15) -> dict:
+    """CORP terms of one binary column from its grouped table; see the module docstring.
+
+    Returns ``{"brier": {...}, "log_loss": {...}}``, each ``{"score", "mcb", "dsc", "unc"}`` (means
+    over the rows).  Needs at least one row.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    a = np.asarray(pos, dtype=np.int64).astype(np.float64)
+    b = np.asarray(neg, dtype=np.int64).astype(np.float64)
+    n = float(a.sum() + b.sum())
+    starts, ba, bb = isotonic_recalibration(v, pos, neg)
+    ba, bb = ba.astype(np.float64), bb.astype(np.float64)
+    r = ba / (ba + bb)
+    base = np.array([a.sum() / n])
+    tot_a, tot_b = np.array([a.sum()]), np.array([b.sum()])
+    # clip p and 1 - p separately, as the reported log_loss clips P[:, 1] and P[:, 0]
+    log_p, log_q = np.log(np.clip(v, clip, 1.0)), np.log(np.clip(1.0 - v, clip, 1.0))
+    out = {}
+    for name, s_x, s_sum in (
+        ("brier", _brier_sum(a, b, v), _brier_sum),
+        ("log_loss", float(-np.sum(a * log_p + b * log_q)), _log_sum),
+    ):
+        s_r = s_sum(ba, bb, r)
+        s_c = s_sum(tot_a, tot_b, base)
+        out[name] = {"score": s_x / n, "mcb": (s_x - s_r) / n, "dsc": (s_c - s_r) / n, "unc": s_c / n}
+    return out
+
+
+def corp_sum(tables, clip: float = 1e-15) -> dict:
+    """CORP of a task from its per-class grouped tables ``[(v, pos, neg), ...]``.
+
+    Two classes: column 1 alone.  More: the sum over all columns, with ``per_class`` holding each
+    column's own terms.  Returns ``{"corp_brier": {...}, "corp_log_loss": {...}}``.
+    """
+    cols = [1] if len(tables) == 2 else list(range(len(tables)))
+    parts = [corp_column(*tables[c], clip=clip) for c in cols]
+    out = {}
+    for score in ("brier", "log_loss"):
+        total = {key: float(sum(p[score][key] for p in parts)) for key in ("score", "mcb", "dsc", "unc")}
+        if len(cols) > 1:
+            total["per_class"] = [p[score] for p in parts]
+        out[f"corp_{score}"] = total
+    return out
