@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, ModelFormatError, ParameterError
+from ..errors import DataError, ParameterError
 from ..tasks.heap import trims_heap
 from ..tasks.partitions import ScoreBlock
 
@@ -246,8 +245,9 @@ def merge_binning(old, stats: dict[str, Any], forget: float = 1.0):
 
 
 def data_fingerprint(files: list[str]) -> str:
-    """SHA-256 of every file's name, size and Parquet footer (row groups, statistics, schema): it
-    changes when the data change, and not when the files are merely copied (no mtimes)."""
+    """SHA-256 of every file's base name and Parquet footer (row groups with their row counts, byte
+    sizes and column statistics; the schema): it changes when the data change, and not when the files
+    are merely copied or touched (no mtimes).  Reads footers only, never the rows."""
     from ..parquet.storage import parquet_file
 
     h = hashlib.sha256()
