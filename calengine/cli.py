@@ -246,7 +246,8 @@ def _add_recalibrate_parser(sub) -> None:
         " manifest records its lineage (parent model and hash, data fingerprint, time, options)."
         " With --update, merge the new data's statistics into those stored in the model instead"
         " (isotonic: exact when the old and new PAV blocks do not interleave, else an approximation;"
-        " binning: exact counts in the old bins); sigmoid, temperature, beta, ... cannot update.",
+        " binning: exact counts in the old bins; sigmoid, temperature: an approximate fit from a stored score"
+        " summary); beta, rocch, venn_abers, ... cannot update.",
     )
     rc.add_argument("model", metavar="MODEL_DIR", help="the model to recalibrate (left unchanged)")
     rc.add_argument("data", metavar="NEW_DATA", help="labelled Parquet file, directory of Parquet files, or glob")
@@ -255,7 +256,8 @@ def _add_recalibrate_parser(sub) -> None:
     rc.add_argument("--overwrite", action="store_true",
                     help="replace an existing model directory at --output (only once the new model is complete)")
     rc.add_argument("--update", action="store_true",
-                    help="merge the new data's statistics with the stored ones instead of refitting (isotonic, binning)")
+                    help="merge the new data's statistics with the stored ones instead of refitting (isotonic, binning;"
+                    " sigmoid and temperature approximately, from a stored score summary)")
     rc.add_argument("--forget", type=float, default=1.0, metavar="LAMBDA",
                     help="with --update: multiply the stored statistics' weights by LAMBDA in [0, 1] first"
                     " (1: keep all, the default; 0: for isotonic the same as a plain recalibration, for binning the"

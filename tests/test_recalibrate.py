@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import calengine
 from calengine.errors import DataError, ModelFormatError, ParameterError
-from calengine.fit.recalibrate import binning_request, merge_binning, merge_isotonic
+from calengine.fit.recalibrate import binning_request, merge_binning, merge_isotonic, merge_summary_fit
 from calengine.model.artifact import content_hash, load_model, read_manifest, save_model
 from calengine_builtins.calibrators import BinningCalibrator, IsotonicCalibrator
 from cli_helpers import assert_one_line_error
@@ -41,6 +41,7 @@ def work(tmp_path_factory):
         "sigmoid": dict(learner="logistic_regression", method="sigmoid", mode="refit"),
         "isotonic": dict(learner="gaussian_nb", method="isotonic"),
         "binning": dict(learner="gaussian_nb", method="binning", method_params={"n_bins": 5}),
+        "beta": dict(learner="gaussian_nb", method="beta", mode="refit"),
     }.items():
         m = calengine.fit_table(str(root / "old.parquet"), "class", **kw)
         save_model(m, root / name)
@@ -304,6 +305,46 @@ def test_binning_stores_its_counts_for_both_fits_and_round_trips():
         assert not hasattr(BinningCalibrator(n_bins=n_bins).from_state(state), "bin_weights_")
 
 
+@pytest.mark.parametrize("cls", ["sigmoid", "temperature"])
+@pytest.mark.parametrize("kind", ["decision", "proba"])
+def test_summary_update_is_close_to_the_refit_on_the_union(cls, kind):
+    """Not exact (the docs say so): bounded against the oracle, the refit on the union of rows."""
+    from calengine_builtins.calibrators import SigmoidCalibrator, TemperatureCalibrator
+
+    C = {"sigmoid": SigmoidCalibrator, "temperature": TemperatureCalibrator}[cls]
+    rng = np.random.default_rng(11)
+
+    def draw(n, shift):
+        f = rng.normal(size=n) * 2
+        y = (rng.random(n) < 1 / (1 + np.exp(-(1.5 * f + shift)))).astype(int)
+        return (1 / (1 + np.exp(-f)) if kind == "proba" else f), y
+
+    (so, yo), (sn, yn) = draw(3000, 0.0), draw(2000, 1.0)
+    old, new = C().fit(so, yo, score_kind=kind), C().fit(sn, yn, score_kind=kind)
+    grid = np.quantile(np.concatenate((so, sn)), np.linspace(0.001, 0.999, 41))
+    for forget, ref_rows in [(1.0, (np.concatenate((so, sn)), np.concatenate((yo, yn)), None)),
+                             (0.0, (sn, yn, None)),
+                             (0.5, (np.concatenate((so, sn)), np.concatenate((yo, yn)),
+                                    np.concatenate((np.full(3000, 0.5), np.ones(2000)))))]:
+        merged = merge_summary_fit(old, new, forget)
+        ref = C().fit(ref_rows[0], ref_rows[1], sample_weight=ref_rows[2], score_kind=kind)
+        assert np.max(np.abs(merged.predict(grid) - ref.predict(grid))) < 2e-3, forget
+        # the stored sums themselves merge exactly
+        np.testing.assert_allclose(merged.hist_wpos_.sum() + merged.hist_wneg_.sum(), forget * 3000 + 2000)
+
+
+def test_sigmoid_update_through_the_engine(work):
+    root, models = work
+    old = load_model(models["sigmoid"])
+    held = pd.read_parquet(root / "shift_b.parquet")
+    upd = calengine.recalibrate(models["sigmoid"], str(root / "shift_a.parquet"), "class", update=True, forget=0.0)
+    ref = calengine.recalibrate(models["sigmoid"], str(root / "shift_a.parquet"), "class")
+    # forget=0: only the new data's summary counts -- close to the plain recalibration
+    assert np.max(np.abs(upd.predict_proba(held) - ref.predict_proba(held))) < 2e-3
+    assert _brier(upd, held) < _brier(old, held) - 0.01
+    assert upd.info["lineage"]["exact_updates"] == {"exact": 0, "approximate": 1}
+
+
 # ---------------------------------------------------------------------------------------------- lineage
 
 
@@ -386,8 +427,8 @@ def test_the_data_fingerprint_follows_the_content(tmp_path):
 def test_python_errors(work, tmp_path):
     root, models = work
     new = str(root / "shift_a.parquet")
-    with pytest.raises(ParameterError, match="can for isotonic, binning"):
-        calengine.recalibrate(models["sigmoid"], new, "class", update=True)
+    with pytest.raises(ParameterError, match="can for isotonic, binning, sigmoid, temperature"):
+        calengine.recalibrate(models["beta"], new, "class", update=True)
     with pytest.raises(ParameterError, match="needs --update"):
         calengine.recalibrate(models["sigmoid"], new, "class", forget=0.5)
     with pytest.raises(ParameterError, match=r"in \[0, 1\]"):
@@ -435,7 +476,7 @@ def test_cli_errors_are_one_line(work, cli, tmp_path, capsys):
     cases = [
         (["--target", "class"], tmp_path / "other.parquet", models["isotonic"], ["maybe"]),
         (["--target", "class", "--update"], new, tmp_path / "old_binning", ["without --update first"]),
-        (["--target", "class", "--update"], new, models["sigmoid"], ["'sigmoid'", "isotonic, binning", "without --update"]),
+        (["--target", "class", "--update"], new, models["beta"], ["'beta'", "isotonic, binning", "without --update"]),
         (["--target", "class", "--forget", "0.3"], new, models["isotonic"], ["needs --update"]),
     ]
     for extra, data, model, frags in cases:

@@ -13,7 +13,8 @@ calibrators again:
 * **update** (``update=True``): the new data's statistics are merged with statistics stored in the
   model, old ones weighted by ``forget`` first (exponential forgetting).  Only methods whose
   statistics are mergeable can do this: see :data:`UPDATABLE` and :func:`merge_isotonic` /
-  :func:`merge_binning` for what is exact.
+  :func:`merge_binning` (exact, in the senses they state) and :func:`merge_summary_fit` (sigmoid,
+  temperature: an approximation from a stored score summary).
 
 Ensembles (``--mode ensemble``, k members differing only in their learners): each member's
 calibrators are refitted on *all* the new data, scored by that member's own learner; the members'
@@ -40,7 +41,9 @@ from ..tasks.heap import trims_heap
 from ..tasks.partitions import ScoreBlock
 
 #: calibrators whose ``--update`` is implemented, and what the merge is
-UPDATABLE = ("isotonic", "binning")
+UPDATABLE = ("isotonic", "binning", "sigmoid", "temperature")
+#: those whose update fits from a stored score summary (see :func:`merge_summary_fit`)
+SUMMARY_FITTED = ("sigmoid", "temperature")
 
 
 # ---------------------------------------------------------------------------------------------- tasks
@@ -145,7 +148,39 @@ def has_update_stats(cal) -> bool:
         return all(hasattr(cal, a) for a in ("lo_", "hi_", "values_", "weights_"))
     if cal.name == "binning":
         return getattr(cal, "bin_weights_", None) is not None and getattr(cal, "bin_positives_", None) is not None
+    if cal.name in SUMMARY_FITTED:
+        return getattr(cal, "hist_wpos_", None) is not None
     return False
+
+
+def merge_summary_fit(old, new, forget: float = 1.0):
+    """Sigmoid or temperature fitted on the merged score summaries of ``old`` (weights times
+    ``forget``) and ``new`` -- an approximation, stated as such.
+
+    Platt's and temperature's Newton iterations need every score at the current parameters: no
+    finite statistic merges exactly.  The models store instead a summary on a fixed grid (bins of
+    width 1/8 in asinh of the score, or of its logit for probabilities): per bin and class the total
+    weight and the weighted sum of scores.  These *sums* merge exactly; the fit then treats each bin's
+    rows of one class as sitting at their mean score (a weighted pseudo-row), which is exact for the
+    class weights (Platt's smoothed targets) and off only by the spread of scores within a bin (the
+    loss is smooth, so the error is second order in that spread).  The tests bound it against the
+    refit on the union.
+    """
+    from sklearn.base import clone
+
+    sums = {k: forget * getattr(old, k) + getattr(new, k) for k in ("hist_wpos_", "hist_wneg_", "hist_spos_", "hist_sneg_")}
+    rows_s, rows_y, rows_w = [], [], []
+    for wk, sk, label in (("hist_wpos_", "hist_spos_", 1), ("hist_wneg_", "hist_sneg_", 0)):
+        live = sums[wk] > 0
+        rows_s.append(sums[sk][live] / sums[wk][live])
+        rows_y.append(np.full(int(live.sum()), label))
+        rows_w.append(sums[wk][live])
+    out = clone(old)
+    out.fit(np.concatenate(rows_s), np.concatenate(rows_y), sample_weight=np.concatenate(rows_w),
+            score_kind=old.score_kind_)
+    for key, value in sums.items():
+        setattr(out, key, value)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- merges
@@ -334,7 +369,8 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     new_cals: dict[int, Any] = {}
     exact = {"exact": 0, "approximate": 0}
     if update:
-        fit_now = [i for i, (m, b) in enumerate(problems) if model.members[m].calibrators[b].name == "isotonic"]
+        fit_now = [i for i, (m, b) in enumerate(problems)
+                   if model.members[m].calibrators[b].name in ("isotonic", *SUMMARY_FITTED)]
         bins = [i for i in range(len(problems)) if i not in fit_now]
     else:
         fit_now, bins = list(range(len(problems))), []
@@ -356,7 +392,12 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     if update:
         for i in fit_now:
             m, b = problems[i]
-            new_cals[i], ok = merge_isotonic(model.members[m].calibrators[b], new_cals[i], forget)
+            old_cal = model.members[m].calibrators[b]
+            if old_cal.name == "isotonic":
+                new_cals[i], ok = merge_isotonic(old_cal, new_cals[i], forget)
+            else:
+                with plugin_errors(old_cal, "fit"):
+                    new_cals[i], ok = merge_summary_fit(old_cal, new_cals[i], forget), False
             exact["exact" if ok else "approximate"] += 1
     if bins:
         if holder[0] is None:
