@@ -328,7 +328,7 @@ def test_summary_update_is_close_to_the_refit_on_the_union(cls, kind):
                                     np.concatenate((np.full(3000, 0.5), np.ones(2000)))))]:
         merged = merge_summary_fit(old, new, forget)
         ref = C().fit(ref_rows[0], ref_rows[1], sample_weight=ref_rows[2], score_kind=kind)
-        assert np.max(np.abs(merged.predict(grid) - ref.predict(grid))) < 2e-3, forget
+        assert np.max(np.abs(merged.predict(grid) - ref.predict(grid))) < 1e-3, forget  # measured: 2e-4 to 4e-4
         # the stored sums themselves merge exactly
         np.testing.assert_allclose(merged.hist_wpos_.sum() + merged.hist_wneg_.sum(), forget * 3000 + 2000)
 
