@@ -11,7 +11,8 @@ from .hookspecs import hookimpl
 from .version import MODEL_FORMAT_VERSION, __version__
 
 __all__ = [
-    "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model", "table_splits",
+    "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model", "recalibrate",
+    "table_splits",
 ]
 
 
@@ -32,6 +33,10 @@ def __getattr__(name: str):
         from .plan.folds import table_splits
 
         return table_splits
+    if name == "recalibrate":
+        from .fit.recalibrate import recalibrate
+
+        return recalibrate
     if name == "load_model":
         from .model.artifact import load_model
 

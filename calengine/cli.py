@@ -229,11 +229,41 @@ def build_parser() -> argparse.ArgumentParser:
     cv.set_defaults(calibration_data=None, max_train_rows=None, route="auto")
     _add_cluster_options(cv)
 
+    _add_recalibrate_parser(sub)
+
     pl = sub.add_parser("plugins", help="list loaded plugins and failures, or one learner/method/combiner's parameters")
     pl.add_argument("name", nargs="?", metavar="NAME",
                     help="a learner, calibrator (--method) or combiner name: list its parameters and defaults")
     pl.add_argument("--json", action="store_true", help="one JSON object on stdout")
     return parser
+
+
+def _add_recalibrate_parser(sub) -> None:
+    rc = sub.add_parser(
+        "recalibrate", help="refit a model's calibrators on new labelled data, keeping its learners",
+        description="Keep every learner of MODEL_DIR as it is, score NEW_DATA with them and fit only the"
+        " calibrators again (same method and parameters as stored), writing a new model directory whose"
+        " manifest records its lineage (parent model and hash, data fingerprint, time, options)."
+        " With --update, merge the new data's statistics into those stored in the model instead"
+        " (isotonic: exact when the old and new PAV blocks do not interleave, else an approximation;"
+        " binning: exact counts in the old bins; sigmoid, temperature: an approximate fit from a stored score"
+        " summary); beta, rocch, venn_abers, ... cannot update.",
+    )
+    rc.add_argument("model", metavar="MODEL_DIR", help="the model to recalibrate (left unchanged)")
+    rc.add_argument("data", metavar="NEW_DATA", help="labelled Parquet file, directory of Parquet files, or glob")
+    rc.add_argument("--target", required=True, metavar="COL", help="the label column of NEW_DATA")
+    rc.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
+    rc.add_argument("--overwrite", action="store_true",
+                    help="replace an existing model directory at --output (only once the new model is complete)")
+    rc.add_argument("--update", action="store_true",
+                    help="merge the new data's statistics with the stored ones instead of refitting (isotonic, binning;"
+                    " sigmoid and temperature approximately, from a stored score summary)")
+    rc.add_argument("--forget", type=float, default=1.0, metavar="LAMBDA",
+                    help="with --update: multiply the stored statistics' weights by LAMBDA in [0, 1] first"
+                    " (1: keep all, the default; 0: for isotonic the same as a plain recalibration, for binning the"
+                    " old bins with only the new counts)")
+    rc.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
+    _add_cluster_options(rc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -991,6 +1021,47 @@ def _describe_plugin(plugins, name: str, as_json: bool) -> int:
     return 0
 
 
+def cmd_recalibrate(args) -> int:
+    """A thin shell over :func:`calengine.fit.recalibrate.recalibrate`."""
+    from .fit.recalibrate import check_recalibratable, parent_record, recalibrate_with_lineage
+    from .model.artifact import load_model, save_model
+    from .parquet.data import check_columns, resolve_parquet_files
+    from .errors import ParameterError
+
+    out = args.output
+    if not args.overwrite and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ParameterError(f"output '{out}' already exists; choose a new path or pass --overwrite")
+    model = load_model(args.model, trust=tuple(args.trust_type or ()))
+    check_recalibratable(model, args.update, args.forget)
+    files = resolve_parquet_files(args.data)
+    # a misspelt --target fails from the Parquet footers, before a cluster starts
+    check_columns(files, list(dict.fromkeys(list(model.encoder.input_columns) + [args.target])))
+    dists, modules = _plugin_requirements(_model_plugin_objects(model))
+    with _client(args, dists, modules) as client:
+        new_model, info = recalibrate_with_lineage(
+            client, model, parent_record(args.model), files, args.target, update=args.update, forget=args.forget,
+            command=["calengine", "recalibrate", *_recalibrate_argv(args)], progress=_progress(args),
+        )
+    save_model(new_model, out, overwrite=args.overwrite)
+    ex = info["exact"]
+    how = (f"updated ({ex['exact']} exact, {ex['approximate']} approximate merges, forget {args.forget:g})"
+           if args.update else "refitted")
+    skipped = f" ({info['missing']} rows without a label skipped)" if info["missing"] else ""
+    sys.stderr.write(f"recalibrated on {info['rows']} rows{skipped}: calibrators {how} -> {out}\n")
+    return 0
+
+
+def _recalibrate_argv(args) -> list[str]:
+    argv = [args.model, args.data, "--target", args.target, "--output", args.output]
+    if args.update:
+        argv += ["--update", "--forget", repr(args.forget)]
+    if args.overwrite:
+        argv.append("--overwrite")
+    if args.cluster is not None:
+        argv += ["--cluster", str(args.cluster)]
+    return argv
+
+
 def cmd_cv(args) -> int:
     """``calengine cv``: a thin shell over :func:`calengine.fit.cross_validation.cross_validate`."""
     from .fit.cross_validation import cross_validate, format_cv
@@ -1013,6 +1084,7 @@ def cmd_cv(args) -> int:
 
 COMMANDS = {"fit": cmd_fit, "score": cmd_score, "evaluate": cmd_evaluate, "cv": cmd_cv, "plugins": cmd_plugins}
 COMMANDS["decide"] = cmd_decide
+COMMANDS["recalibrate"] = cmd_recalibrate
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -288,6 +288,9 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             "members": members,
             "files": dict(sorted(writer.files.items())),
         }
+        if info.get("lineage") is not None:
+            # only recalibrated models carry it, so every other model stays byte-identical to before
+            manifest["lineage"] = _jsonable(info["lineage"], "model lineage")
         manifest["content_hash"] = content_hash(manifest)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=False))
     return Path(path)
@@ -480,6 +483,8 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         "calibration_data": manifest.get("calibration_data", False),
         **(manifest.get("extra") or {}),
     }
+    if manifest.get("lineage") is not None:
+        info["lineage"] = manifest["lineage"]
     return CalibratedModel(
         encoder=encoder,
         labels=LabelSpace.from_json(manifest["labels"]),

@@ -105,6 +105,8 @@ def check_manifest(manifest: Any) -> None:
     if manifest.get("combine") is not None and not isinstance(manifest["combine"], str):
         raise _damaged("'combine' in the manifest is not a string")
     _check_features(manifest.get("features"))
+    if "lineage" in manifest:
+        check_lineage(manifest["lineage"])
     members = _need(manifest, "members", list, "the manifest")
     if not members:
         raise _damaged("the manifest lists no members")
@@ -124,6 +126,43 @@ def check_manifest(manifest: Any) -> None:
     for rel, entry in files.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int):
             raise _damaged(f"the files table entry for {json_preview(rel)} is not {{sha256, bytes}}")
+
+
+def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:
+    """A recalibrated model's record of where it came from (see :mod:`calengine.fit.recalibrate`):
+    mode, parent model (path and content hash), new data (paths, rows, fingerprint), time, forget."""
+    import re
+
+    if depth > 100:
+        raise _damaged("'lineage' nests more than 100 recalibrations")
+    if not isinstance(lineage, dict):
+        raise _damaged(f"'{where}' in the manifest is not an object")
+    mode = _need(lineage, "mode", str, where)
+    if mode not in ("refit", "update"):
+        raise _damaged(f"'mode' of {where} is {json_preview(mode)}, not 'refit' or 'update'")
+    parent = _need(lineage, "parent", dict, where)
+    if parent.get("path") is not None and not isinstance(parent["path"], str):
+        raise _damaged(f"'path' of the parent in {where} is not a string")
+    h = parent.get("content_hash")
+    if h is not None and not (isinstance(h, str) and re.fullmatch(r"[0-9a-f]{64}", h)):
+        raise _damaged(f"the parent's content_hash in {where} is not a SHA-256 hex digest")
+    data = _need(lineage, "data", dict, where)
+    paths = _need(data, "paths", list, f"the data of {where}")
+    if not all(isinstance(p, str) for p in paths):
+        raise _damaged(f"the data paths of {where} are not all strings")
+    rows = _need(data, "rows", int, f"the data of {where}")
+    if rows < 0:
+        raise _damaged(f"the data rows of {where} are negative")
+    _need(data, "fingerprint", str, f"the data of {where}")
+    _need(lineage, "time", str, where)
+    command = lineage.get("command")
+    if command is not None and not (isinstance(command, list) and all(isinstance(c, str) for c in command)):
+        raise _damaged(f"'command' of {where} is not a list of strings")
+    forget = _need(lineage, "forget", (int, float), where)
+    if not 0.0 <= forget <= 1.0:
+        raise _damaged(f"'forget' of {where} is {json_preview(forget)}, not in [0, 1]")
+    if lineage.get("previous") is not None:
+        check_lineage(lineage["previous"], f"{where}.previous", depth + 1)
 
 
 def _check_features(features: Any) -> None:

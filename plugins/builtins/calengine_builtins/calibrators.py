@@ -616,6 +616,85 @@ def _add_ends(mid: np.ndarray, first: float, last: float, head: bool, tail: bool
 # calibrators
 
 
+# ---------------------------------------------------------------------------------------------------
+# score summaries stored for ``calengine recalibrate --update``
+
+#: the summary's grid: ``u = asinh(score)`` (decision) or ``asinh(logit(p))`` (proba) cut into bins of
+#: width 1/8 over [-40, 40] (scores beyond go to the end bins); data-independent, so summaries of any
+#: pieces add up exactly.
+_HIST_BINS = 640
+_HIST_SPAN = 40.0
+_HIST_KEYS = ("hist_wpos", "hist_wneg", "hist_spos", "hist_sneg")
+
+
+def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """Per grid bin and class: total weight and weighted sum of the raw scores (so the mean score of
+    each class in each bin is known exactly)."""
+    u = np.arcsinh(_logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s)
+    idx = np.clip(((u + _HIST_SPAN) * (_HIST_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _HIST_BINS - 1)
+    pos = yi == 1
+    out = {}
+    for key, mask, weights in (("hist_wpos", pos, w), ("hist_wneg", ~pos, w),
+                               ("hist_spos", pos, w * s), ("hist_sneg", ~pos, w * s)):
+        out[key] = np.bincount(idx[mask], weights=weights[mask], minlength=_HIST_BINS).astype(np.float64)
+    return out
+
+
+class _SummaryStored:
+    """Mixin for calibrators whose first round also collects :func:`_score_hist`; the fitted
+    calibrator keeps it (``hist_*_``, stored sparse: only non-empty bins) so ``recalibrate --update``
+    can merge new data into it.  Optional in the state: older models load without it."""
+
+    # (hooks on the generic protocol methods, which the subclasses do not override)
+    def _ps_summary(self, scores, y, sample_weight, request):
+        stats = super()._ps_summary(scores, y, sample_weight, request)
+        s, yi, w = _live(*_check_piece(scores, y, sample_weight))
+        return {**stats, **_score_hist(s, yi, w, request["kind"])}
+
+    def reduction_step(self, stats, request):
+        if request.get("op") == "summary":
+            self._red["hist"] = {key + "_": np.asarray(stats[key], dtype=np.float64) for key in _HIST_KEYS}
+        return super().reduction_step(stats, request)
+
+    def _finish(self, **fitted) -> None:
+        fitted.update(self._red.get("hist", {}))
+        super()._finish(**fitted)
+
+    def reduction_start(self, score_kind: str = "decision"):
+        for key in _HIST_KEYS:
+            self.__dict__.pop(key + "_", None)
+        return super().reduction_start(score_kind)
+
+    def to_state(self) -> dict[str, Any]:
+        out = super().to_state()
+        if getattr(self, "hist_wpos_", None) is not None:
+            wsum = self.hist_wpos_ + self.hist_wneg_
+            nz = np.flatnonzero(wsum > 0)
+            out["hist_index_"] = nz.astype(np.float64)
+            for key in _HIST_KEYS:
+                out[key + "_"] = np.asarray(getattr(self, key + "_"))[nz]
+        return out
+
+    def from_state(self, state: dict[str, Any]):
+        super().from_state(state)
+        for key in _HIST_KEYS:
+            self.__dict__.pop(key + "_", None)
+        if "hist_index_" not in state:
+            return self
+        idx = np.asarray(state["hist_index_"], dtype=np.float64).reshape(-1)
+        if not (np.all(idx == np.round(idx)) and np.all((idx >= 0) & (idx < _HIST_BINS))
+                and np.all(np.diff(idx) > 0)):
+            raise ModelFormatError(f"calibrator '{self.name}' state 'hist_index_' is not a set of bin numbers; the model is damaged, refit it")
+        for key in _HIST_KEYS:
+            val = np.asarray(state.get(key + "_", np.empty(0)), dtype=np.float64).reshape(-1)
+            if val.shape != idx.shape:
+                raise ModelFormatError(f"calibrator '{self.name}' state '{key}_' does not match 'hist_index_'; the model is damaged, refit it")
+            dense = np.zeros(_HIST_BINS)
+            dense[idx.astype(np.intp)] = val
+            setattr(self, key + "_", dense)
+        return self
+
+
 class NoCalibration(_BinaryCalibrator):
     """The uncalibrated baseline: the learner's own probability, or a rescaled decision value.
 
@@ -676,7 +755,7 @@ class NoCalibration(_BinaryCalibrator):
         return np.clip((s - self.lo_) / (self.hi_ - self.lo_), 0.0, 1.0)
 
 
-class SigmoidCalibrator(_BinaryCalibrator):
+class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
     """Platt scaling: ``P(y=1 | f) = 1 / (1 + exp(A f + B))``.
 
     Fitted by cross-entropy against Platt's smoothed targets ``t₊ = (N₊+1)/(N₊+2)`` and
@@ -1066,8 +1145,36 @@ class BinningCalibrator(_BinaryCalibrator):
             n_bins_=int(self.n_bins), lo_=lo, hi_=hi, values_=stats["wy"] / stats["w"],
             boundaries_=0.5 * (hi[:-1] + lo[1:]), boundary_=self.boundary,
             cv_grid_=np.empty(0), cv_brier_=np.empty(0),
+            bin_weights_=np.asarray(stats["w"], dtype=np.float64),
+            bin_positives_=np.asarray(stats["wy"], dtype=np.float64),
         )
         return None
+
+    # Stored statistics for ``calengine recalibrate --update``: each bin's total weight and positive
+    # weight, so new data's counts can be added to the old ones exactly.  Optional in the state, so
+    # models saved before they existed still load (they cannot be updated, only recalibrated).
+    _stat_fields: ClassVar[tuple[str, ...]] = ("bin_weights_", "bin_positives_")
+
+    def to_state(self) -> dict[str, Any]:
+        out = super().to_state()
+        for key in self._stat_fields:
+            if getattr(self, key, None) is not None:
+                out[key] = np.array(getattr(self, key), dtype=np.float64)
+        return out
+
+    def from_state(self, state: dict[str, Any]) -> "BinningCalibrator":
+        super().from_state(state)
+        for key in self._stat_fields:
+            self.__dict__.pop(key, None)
+            if key in state:
+                val = np.array(state[key], dtype=np.float64).reshape(-1)
+                if val.shape != self.values_.shape:
+                    raise ModelFormatError(
+                        f"calibrator 'binning' state '{key}' has {val.size} entries for {self.values_.size}"
+                        " bins; the model is damaged, refit it"
+                    )
+                setattr(self, key, val)
+        return self
 
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
         if self.n_bins != "auto":
@@ -1084,6 +1191,10 @@ class BinningCalibrator(_BinaryCalibrator):
         self.lo_, self.hi_, self.values_ = self._bins(self._pooled(s, yi, w), self.n_bins_)
         self.boundaries_ = 0.5 * (self.hi_[:-1] + self.lo_[1:])
         self.boundary_ = self.boundary
+        # the bins' sums (bin k: hi_[k-1] < s <= hi_[k]), stored for recalibrate --update
+        idx = np.searchsorted(self.hi_[:-1], s, side="left")
+        self.bin_weights_ = np.bincount(idx, weights=w, minlength=self.values_.size).astype(np.float64)
+        self.bin_positives_ = np.bincount(idx, weights=w * yi, minlength=self.values_.size).astype(np.float64)
         return self
 
     def predict(self, scores) -> np.ndarray:
@@ -1262,7 +1373,7 @@ class BetaCalibrator(_BinaryCalibrator):
         return expit(self.a_ * F[:, 0] + self.b_ * F[:, 1] + self.c_)
 
 
-class TemperatureCalibrator(_BinaryCalibrator):
+class TemperatureCalibrator(_SummaryStored, _BinaryCalibrator):
     """Temperature scaling (Guo et al. 2017) of one column: ``P = σ(z / T)`` with ``T > 0``.
 
     ``z`` is the logit of the (clipped) probability for ``score_kind="proba"`` and the raw score for
