@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, ParameterError
+from ..reductions.pav import pav_sums
 from ..tasks.heap import trims_heap
 from ..tasks.partitions import ScoreBlock
 
@@ -186,27 +187,6 @@ def merge_summary_fit(old, new, forget: float = 1.0):
 # ---------------------------------------------------------------------------------------------- merges
 
 
-def _pav_sums(lo, hi, wy, w):
-    """PAV over weighted atoms given by exact sums ``(wy, w)`` in increasing order: ``(lo, hi, wy, w)``
-    of the maximal blocks (the built-in isotonic calibrator's rule; kept here so the core does not
-    import a plugin)."""
-    if lo.size <= 1:
-        return lo, hi, wy, w
-    from scipy.optimize import isotonic_regression
-
-    res = isotonic_regression(wy / w, weights=w, increasing=True)
-    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
-    while True:
-        bw = np.add.reduceat(w, starts)
-        bwy = np.add.reduceat(wy, starts)
-        bad = np.flatnonzero(bwy[1:] / bw[1:] <= bwy[:-1] / bw[:-1])
-        if bad.size == 0:
-            break
-        starts = np.delete(starts, bad + 1)
-    ends = np.concatenate((starts[1:], [lo.size])) - 1
-    return lo[starts], hi[ends], bwy, bw
-
-
 def merge_isotonic(old, new, forget: float = 1.0):
     """An isotonic calibrator fitted on the stored blocks of ``old`` (weights times ``forget``) and
     the blocks of ``new`` (fitted on the new data), pooled again by PAV.  Returns ``(calibrator, exact)``.
@@ -238,7 +218,7 @@ def merge_isotonic(old, new, forget: float = 1.0):
         lo, hi = lo[starts], hi[starts]
         w, wy = np.add.reduceat(w, starts), np.add.reduceat(wy, starts)
     exact = bool(np.all(hi[:-1] < lo[1:]))
-    lo, hi, wy, w = _pav_sums(lo, hi, wy, w)
+    lo, hi, wy, w = pav_sums(lo, hi, wy, w)
     out = clone(old)
     out.lo_, out.hi_, out.values_, out.weights_ = lo, hi, np.clip(wy / w, 0.0, 1.0), w
     out.interpolation_ = old.interpolation_

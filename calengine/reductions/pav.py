@@ -37,6 +37,7 @@ __all__ = [
     "check_scores",
     "pool_ties",
     "pav",
+    "pav_sums",
     "predict_step",
     "predict_linear",
 ]
@@ -354,3 +355,32 @@ def predict_linear(lo, hi, value, scores) -> np.ndarray:
     x, yv = linear_knots(lo, hi, value)
     s = check_scores(scores)
     return np.interp(s, x, yv)
+
+
+def pav_sums(lo, hi, wy, w):
+    """PAV over weighted points given by exact sums ``(wy, w)`` (increasing order), like :func:`pav`.
+
+    Shared by the isotonic calibrator's reduction (merging per-range blocks) and ``recalibrate
+    --update`` (re-pooling stored blocks with new ones).
+
+    Block means are recomputed from the exact sums and neighbours that are not strictly increasing
+    are merged, so the result is the unique maximal-block isotonic fit.  Returns ``(lo, hi, wy, w)``
+    of the blocks.  Points may be tie groups or blocks of an earlier PAV over a score range: PAV over
+    the blocks of disjoint score ranges equals PAV over their points.
+    """
+    if lo.size <= 1:
+        return lo, hi, wy, w
+    from scipy.optimize import isotonic_regression
+
+    res = isotonic_regression(wy / w, weights=w, increasing=True)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    while True:
+        bw = np.add.reduceat(w, starts)
+        bwy = np.add.reduceat(wy, starts)
+        bv = bwy / bw
+        bad = np.flatnonzero(bv[1:] <= bv[:-1])
+        if bad.size == 0:
+            break
+        starts = np.delete(starts, bad + 1)
+    ends = np.concatenate((starts[1:], [lo.size])) - 1
+    return lo[starts], hi[ends], bwy, bw

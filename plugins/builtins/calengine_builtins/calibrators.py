@@ -38,7 +38,7 @@ from sklearn.utils.validation import check_is_fitted
 from calengine import hookimpl
 from calengine.base import SCORE_KINDS, Calibrator
 from calengine.errors import DataError, ModelFormatError, ParameterError
-from calengine.reductions.pav import check_binary_data, check_scores, pool_ties, predict_linear, predict_step
+from calengine.reductions.pav import check_binary_data, check_scores, pav_sums, pool_ties, predict_linear, predict_step
 from calengine.metrics.roc import convex_hull_vertices, edge_probability
 
 __all__ = [
@@ -347,32 +347,6 @@ def _sorted_piece(scores, y, sample_weight, kind, validate: bool):
         s = np.clip(s, 0.0, 1.0)
     s, yi, w = _live(s, yi, w)
     return s, yi, w, summ
-
-
-def _pav_sums(lo, hi, wy, w):
-    """PAV over weighted points given by exact sums ``(wy, w)`` (increasing order), like :func:`pav`.
-
-    Block means are recomputed from the exact sums and neighbours that are not strictly increasing
-    are merged, so the result is the unique maximal-block isotonic fit.  Returns ``(lo, hi, wy, w)``
-    of the blocks.  Points may be tie groups or blocks of an earlier PAV over a score range: PAV over
-    the blocks of disjoint score ranges equals PAV over their points.
-    """
-    if lo.size <= 1:
-        return lo, hi, wy, w
-    from scipy.optimize import isotonic_regression
-
-    res = isotonic_regression(wy / w, weights=w, increasing=True)
-    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
-    while True:
-        bw = np.add.reduceat(w, starts)
-        bwy = np.add.reduceat(wy, starts)
-        bv = bwy / bw
-        bad = np.flatnonzero(bv[1:] <= bv[:-1])
-        if bad.size == 0:
-            break
-        starts = np.delete(starts, bad + 1)
-    ends = np.concatenate((starts[1:], [lo.size])) - 1
-    return lo[starts], hi[ends], bwy, bw
 
 
 def _hull_sums(lo, hi, pos, neg):
@@ -876,13 +850,13 @@ class IsotonicCalibrator(_BinaryCalibrator):
         s, yi, w, summ = _sorted_piece(scores, y, sample_weight, request["kind"], validate=True)
         s, yi, w, e0, e1 = _edges(s, yi, w, request["kind"])
         xs, wy, ws = pool_ties(s, yi, w)
-        lo, hi, bwy, bw = _pav_sums(xs, xs, wy, ws)
+        lo, hi, bwy, bw = pav_sums(xs, xs, wy, ws)
         return {"op": "pav", **summ, "e0": e0, "e1": e1, "lo": lo, "hi": hi, "wy": bwy, "w": bw}
 
     def _merge_pav(self, a, b):
         out = _merge_dicts({k: v for k, v in a.items() if k not in ("lo", "hi", "wy", "w")},
                            {k: v for k, v in b.items() if k not in ("lo", "hi", "wy", "w")})
-        lo, hi, wy, w = _pav_sums(*(np.concatenate((a[k], b[k])) for k in ("lo", "hi", "wy", "w")))
+        lo, hi, wy, w = pav_sums(*(np.concatenate((a[k], b[k])) for k in ("lo", "hi", "wy", "w")))
         out.update(lo=lo, hi=hi, wy=wy, w=w)
         return out
 
@@ -896,7 +870,7 @@ class IsotonicCalibrator(_BinaryCalibrator):
             hi = _add_ends(hi, 0.0, 1.0, head, tail)
             wy = _add_ends(wy, e0[0], e1[0], head, tail)
             w = _add_ends(w, e0[1], e1[1], head, tail)
-            lo, hi, wy, w = _pav_sums(lo, hi, wy, w)
+            lo, hi, wy, w = pav_sums(lo, hi, wy, w)
         self._finish(lo_=lo, hi_=hi, values_=np.clip(wy / w, 0.0, 1.0), weights_=w,
                      interpolation_=self.interpolation)
         return None
