@@ -294,8 +294,9 @@ class CalibratedModel:
         out = {col: df[col].to_numpy() for col in keep}
         for i, c in enumerate(self.labels.classes):
             out[f"p_{c}"] = P[:, i]
-        prediction = np.asarray(self.labels.classes, dtype=object)[np.argmax(P, axis=1)]
-        out["prediction"] = _typed_labels(prediction, self.labels.classes)
+        # index the k typed labels, rather than building an object array of n labels and converting it
+        typed = _typed_labels(np.asarray(self.labels.classes, dtype=object), self.labels.classes)
+        out["prediction"] = typed[np.argmax(P, axis=1)]
         if reject_below is not None:
             rejected = P.max(axis=1) < reject_below
             out["prediction"] = pd.array(out["prediction"]).astype(_nullable(out["prediction"]))
