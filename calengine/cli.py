@@ -667,6 +667,8 @@ def cmd_evaluate(args) -> int:
             payload["drift"] = drift
             payload["error_reject"] = _curve_points(a["calibrated"].error_reject_curve())
             payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
+            if m.info.get("lineage"):
+                payload["model"]["lineage"] = m.info["lineage"]
             if "decisions" in res:
                 payload["decisions"] = res["decisions"]
             payloads.append(payload)
@@ -685,6 +687,13 @@ def cmd_evaluate(args) -> int:
     ids = [f"[{i}]" for i in range(2, 2 * len(models) + 1, 2)] if table.startswith("[1] ") else None
     print(format_drift(labels, drifts, [[str(c) for c in m.labels.classes] for m in models], ids=ids))
     print()
+    lineages = [(lb, m.info.get("lineage")) for lb, m in zip(labels, models) if m.info.get("lineage")]
+    if lineages:
+        from .metrics.report import lineage_text
+
+        for lb, lineage in lineages:
+            print(f"{lb}: {lineage_text(lineage)}" if len(models) > 1 else lineage_text(lineage))
+        print()
     print(format_error_reject(labels, [a["calibrated"] for a in accs], ids=ids))
     for lb, res in zip(labels, results):
         if "decisions" in res:
@@ -868,6 +877,7 @@ def _write_report(out: str, models, accs, labels, files, drifts=None, bands=None
                 calibration_map=cmap,
                 decisions=a.get("decisions"),
                 drift=drifts[i] if drifts else None,
+                lineage=m.info.get("lineage"),
             )
         )
     write_report(out, entries)

@@ -451,6 +451,14 @@ def test_cli_recalibrate_then_evaluate(work, cli, tmp_path):
     before, after = ev.json()["models"]
     assert after["brier"] < before["brier"] - 0.01
     assert after["raw"]["brier"] == before["raw"]["brier"]  # proba learner: raw map unchanged
+    assert "lineage" not in before["model"]
+    assert after["model"]["lineage"]["parent"]["content_hash"] == read_manifest(models["isotonic"])["content_hash"]
+    report = tmp_path / "report"
+    rep = cli("evaluate", out, root / "shift_b.parquet", "--target", "class", "--report", report)
+    assert rep.returncode == 0, rep
+    page = (report / "index.html").read_text()
+    assert f"Recalibrated (calibrators refitted) from {models['isotonic']}" in page and "on 1500 rows of" in page
+    assert "Recalibrated" in rep.stdout  # the text output says it too
 
 
 def _main(capsys, *argv) -> tuple[int, str]:

@@ -116,6 +116,9 @@ class ReportEntry:
     #: the drift check of the calibrated probabilities (:meth:`MetricAccumulator.drift_check`), shown
     #: with its verdict when given
     drift: dict | None = None
+    #: the model's ``lineage`` record (models written by ``calengine recalibrate``): one line saying
+    #: which model it was recalibrated from, on which data and when
+    lineage: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -766,6 +769,22 @@ def _drift_html(drift: dict, names: list[str]) -> str:
     )
 
 
+def lineage_text(lineage: dict) -> str:
+    """One sentence from a model's ``lineage`` record: what it was recalibrated from, on what, when."""
+    parent = lineage.get("parent") or {}
+    data = lineage.get("data") or {}
+    how = "statistics updated" if lineage.get("mode") == "update" else "calibrators refitted"
+    forget = lineage.get("forget")
+    if lineage.get("mode") == "update" and forget not in (None, 1.0):
+        how += f" (old weights x {forget:g})"
+    paths = data.get("paths") or []
+    where = paths[0] if len(paths) == 1 else f"{len(paths)} files"
+    digest = str(parent.get("content_hash") or "")[:12]
+    return (f"Recalibrated ({how}) from {parent.get('path') or 'a model in memory'}"
+            + (f" (content hash {digest})" if digest else "")
+            + f" on {data.get('rows', '?')} rows of {where}, {lineage.get('time', '')}.")
+
+
 def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
     e = prep.entry
     k = e.calibrated.n_classes
@@ -784,6 +803,8 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
     ]
     if e.drift is not None:
         parts[2:2] = [_drift_html(e.drift, prep.names)]
+    if e.lineage:
+        parts.insert(2, f'<p class="note">{_esc(lineage_text(e.lineage))}</p>')
     if prep.class_note:
         parts.append(f'<p class="note">{_esc(prep.class_note)}</p>')
     parts.append('<div class="figs">' + "".join(_img(f) for f in figs["reliability"]) + "</div>")
