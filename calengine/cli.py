@@ -447,8 +447,6 @@ def _prepare_fit(args):
         max_train_rows=args.max_train_rows,
         route=args.route,
     )
-    import skops.io  # noqa: F401 - imported here, while the cluster starts, instead of when saving
-
     return config, spec, plugins, _plugin_requirements([*learners, calibrator])
 
 
