@@ -324,6 +324,12 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     if not chunks:
         raise DataError("the new data has no rows; recalibration needs labelled rows of every class")
     problems = [(m, b) for m, member in enumerate(model.members) for b in range(member.n_columns)]
+    position = {problem: i for i, problem in enumerate(problems)}
+
+    def stored(i):  # the model's calibrator of problem i
+        m, b = problems[i]
+        return model.members[m].calibrators[b]
+
     model_f = share_model(client, model)
 
     def make_blocks():
@@ -349,8 +355,7 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     new_cals: dict[int, Any] = {}
     exact = {"exact": 0, "approximate": 0}
     if update:
-        fit_now = [i for i, (m, b) in enumerate(problems)
-                   if model.members[m].calibrators[b].name in ("isotonic", *SUMMARY_FITTED)]
+        fit_now = [i for i in range(len(problems)) if stored(i).name in ("isotonic", *SUMMARY_FITTED)]
         bins = [i for i in range(len(problems)) if i not in fit_now]
     else:
         fit_now, bins = list(range(len(problems))), []
@@ -358,21 +363,19 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     # refit (and isotonic's new blocks): the calibrators' own reduction, grouped by identical configuration
     groups: dict[str, list[int]] = {}
     for i in fit_now:
-        m, b = problems[i]
-        cal = model.members[m].calibrators[b]
-        key = json.dumps([cal.name, repr(sorted(cal.get_params(deep=False).items())), model.members[m].raw.score_kind])
+        cal = stored(i)
+        key = json.dumps([cal.name, repr(sorted(cal.get_params(deep=False).items())),
+                          model.members[problems[i][0]].raw.score_kind])
         groups.setdefault(key, []).append(i)
     for idx in groups.values():
-        m0, b0 = problems[idx[0]]
-        proto = clone(model.members[m0].calibrators[b0])
+        proto = clone(stored(idx[0]))
         fitted = fit_calibrators(client, holder, make_blocks, merged, [(i, 0) for i in idx], proto,
-                                 model.members[m0].raw.score_kind, budget, progress)
+                                 model.members[problems[idx[0]][0]].raw.score_kind, budget, progress)
         for i, cal in zip(idx, fitted):
             new_cals[i] = cal
     if update:
         for i in fit_now:
-            m, b = problems[i]
-            old_cal = model.members[m].calibrators[b]
+            old_cal = stored(i)
             if old_cal.name == "isotonic":
                 new_cals[i], ok = merge_isotonic(old_cal, new_cals[i], forget)
             else:
@@ -382,13 +385,12 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     if bins:
         if holder[0] is None:
             holder[0] = make_blocks()
-        args = [(i, 0, model.members[problems[i][0]].calibrators[problems[i][1]],
-                 binning_request(model.members[problems[i][0]].calibrators[problems[i][1]])) for i in bins]
+        args = [(i, 0, stored(i), binning_request(stored(i))) for i in bins]
         results = gather_in_order(
             client, [client.submit(pt.block_partial_stats, blk, args, pure=False) for blk in holder[0]],
             None, "bin counts")
         for j, i in enumerate(bins):
-            cal = model.members[problems[i][0]].calibrators[problems[i][1]]
+            cal = stored(i)
             with plugin_errors(cal, "fit"):
                 stats = pt.merge_in_order([r[j] for r in results], cal.merge_stats)
             new_cals[i] = merge_binning(cal, stats, forget)
@@ -396,11 +398,11 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
 
     members = []
     for m, member in enumerate(model.members):
-        cals = [new_cals[problems.index((m, b))] for b in range(member.n_columns)]
+        here = [position[(m, b)] for b in range(member.n_columns)]
+        cals = [new_cals[i] for i in here]
         raw = member.raw
         if raw.score_kind == "decision":
-            a = np.array([max(abs(float(merged[problems.index((m, b))]["min"][0])),
-                              abs(float(merged[problems.index((m, b))]["max"][0]))) for b in range(member.n_columns)])
+            a = np.array([max(abs(float(merged[i]["min"][0])), abs(float(merged[i]["max"][0]))) for i in here])
             if update:
                 a = np.maximum(a, np.maximum(np.abs(raw.lo), np.abs(raw.hi)))
             raw = RawMap("decision", -a, a)

@@ -255,13 +255,15 @@ class CalibratedModel:
 
     def both_proba_features(self, X) -> tuple[np.ndarray, np.ndarray]:
         """(calibrated, raw) probabilities computing each member's scores once."""
+        venn_abers = self.is_venn_abers
         P, Q, scores = [], [], []
         for m in self.members:
             S = m.scores(X)
             scores.append(S)
-            P.append(self._combine(m.column_probabilities(X, S)))
+            if not venn_abers:  # its probabilities come from the members' pairs, below
+                P.append(self._combine(m.column_probabilities(X, S)))
             Q.append(self._combine(m.raw_column_probabilities(X, S)))
-        if self.is_venn_abers:
+        if venn_abers:
             p = self.venn_abers_features(X, scores)[2]
             return np.column_stack([1.0 - p, p]), self._aggregate(Q)
         return self._aggregate(P), self._aggregate(Q)
@@ -285,9 +287,8 @@ class CalibratedModel:
         # Fortran order: the encoder's own buffer, without a transposing copy (a third of the encoding
         # time), and the order in which the fit scored held-out rows (see tasks.partitions.load_part)
         X = self.encoder.transform(df, order="F")
-        interval = None
-        if extra_outputs and self.is_venn_abers:
-            interval = self.venn_abers_features(X)
+        interval = self.venn_abers_features(X) if self.is_venn_abers else None
+        if interval is not None:
             P = np.column_stack([1.0 - interval[2], interval[2]])
         else:
             P = self.predict_proba_features(X)
@@ -302,7 +303,7 @@ class CalibratedModel:
             out["prediction"] = pd.array(out["prediction"]).astype(_nullable(out["prediction"]))
             out["prediction"][rejected] = pd.NA
             out["rejected"] = rejected
-        if interval is not None:
+        if extra_outputs and interval is not None:
             out["p_low"], out["p_high"] = interval[0], interval[1]
         elif extra_outputs:
             for m in self.members:
