@@ -343,7 +343,8 @@ def mib(b):
 
 def rss_summary(run: C.RunResult) -> dict:
     r = run.rss
-    return {"client": r["client"], "scheduler": r["scheduler"], "workers": r["workers"], "worker_max": r["worker_max"],
+    return {"client": r["client"], "scheduler": r["scheduler"], "workers": r["workers"],
+            "workers_stillborn": r.get("workers_stillborn", []), "worker_max": r["worker_max"],
             "tree_peak_sum": r["tree_peak_sum"], "rusage_maxrss": run.rusage["maxrss_bytes"]}
 
 
@@ -482,7 +483,8 @@ def run(args) -> int:
                 "tree_peak_sum": med_rss(ok, "tree_peak_sum"),
                 "rusage_maxrss": C.median([f["rusage"]["maxrss_bytes"] for f in ok]),
             }
-            entry["worker_processes_seen"] = [len(f["rss"]["workers"]) for f in fit_runs]
+            entry["worker_processes_seen"] = [len(f["rss"]["workers"]) + len(f["rss"].get("workers_stillborn", []))
+                                              for f in fit_runs]
             if rows <= args.embedded_max_rows:
                 emb_runs = []
                 for i in range(repeats):
