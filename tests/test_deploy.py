@@ -145,7 +145,21 @@ def test_lock_pins_exactly_what_the_test_environment_resolved():
     unneeded = sorted(set(lock) - set(needed))
     assert not unneeded, f"pinned but needed by nothing the image installs: {unneeded}"
     differ = {k: (lock[k], needed[k]) for k in needed if lock[k] != needed[k]}
-    assert not differ, f"lock version != version the tests ran with: {differ}"
+    assert not differ, (f"lock version != version the tests ran with: {differ}; install under the lock "
+                        "(pip install -c deploy/requirements.lock ...) or refresh it with deploy/update-lock.sh")
+
+
+def test_readme_test_command_installs_under_the_lock_so_a_pypi_release_cannot_change_the_suite():
+    """Without the constraint, every upstream release (cloudpickle 3.1.3, PyYAML 6.0.4 did) would make
+    the check above fail on a clean clone although nothing in the repository changed."""
+    readme = (REPO / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if line.endswith("-m pytest -q"))
+    assert "pip install -q -c deploy/requirements.lock " in command, command
+    assert command in (REPO / ".ci" / "run").read_text(), "CI must run the README's test command verbatim"
+    script = DEPLOY / "update-lock.sh"
+    assert script.stat().st_mode & 0o111, "deploy/update-lock.sh must be executable"
+    for root in ("'./[report]'", "./plugins/builtins", "./plugins/lexrank"):
+        assert root in script.read_text(), f"update-lock.sh does not resolve {root}"
 
 
 def _compose() -> dict:
