@@ -15,7 +15,12 @@ Both include interpreter start, imports and model loading, so the ratio is what 
 medians of ``--repeats`` runs (interleaved), rows/s and the ratio engine / loop, and writes
 ``results/scoring.{md,json}``.
 
-    python benchmarks/bench_scoring.py [--rows 10000000] [--repeats 3]
+A fixed start (interpreter, imports, model, embedded cluster: about 2 s here) weighs on a 10M-row
+table but not on a 100M-row one, so ``--rows-list`` scores several sizes with the same models (fitted
+on ``--model-rows``), the peak RSS per size shows whether memory stays flat, and a ``--start-rows``
+file times the start alone: *steady* rows/s = (rows − start rows) / (time − start time).
+
+    python benchmarks/bench_scoring.py [--rows-list 10000000,100000000] [--models single] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -58,9 +63,40 @@ MODELS = {
 }
 
 
+def _fit_model(calengine, table: Path, model: Path, fit_args: list[str]) -> None:
+    if not (model / "manifest.json").exists():
+        shutil.rmtree(model, ignore_errors=True)
+        subprocess.run([*calengine, "fit", str(table), "--target", "y", *fit_args, "--output", str(model)],
+                       check=True)
+
+
+def _time_both(calengine, model: Path, table: Path, work: Path, repeats: int) -> dict[str, list]:
+    """``repeats`` interleaved engine / plain-loop runs scoring ``table``."""
+    runs: dict[str, list] = {"engine": [], "loop": []}
+    for _ in range(repeats):
+        for kind in ("engine", "loop"):
+            out = work / f"scored-{kind}"
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = ([*calengine, "score", str(model), str(table), "--output", str(out)] if kind == "engine"
+                   else [sys.executable, "-c", PLAIN_LOOP, str(model), str(table), str(out)])
+            r = C.run_measured(cmd, timeout=3600)
+            if r.returncode != 0:
+                raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
+            runs[kind].append(r)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--rows", type=int, default=None, help="one table size (same as --rows-list N)")
+    ap.add_argument("--rows-list", default="10000000",
+                    help="comma-separated table sizes scored with the same model, e.g. 10000000,100000000")
+    ap.add_argument("--model-rows", type=int, default=None,
+                    help="rows of the table the models are fitted on (default: the smallest size)")
+    ap.add_argument("--models", default="single,ensemble", help="which models: single, ensemble or both")
+    ap.add_argument("--start-rows", type=int, default=10_000,
+                    help="a one-file table this small times the fixed cost of start-up (imports, model, "
+                         "cluster), from which the steady rows/s of each size follow; 0 skips it")
     ap.add_argument("--cols", type=int, default=20)
     ap.add_argument("--files", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
@@ -70,56 +106,82 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; write no result files")
     args = ap.parse_args(argv)
 
+    sizes = [args.rows] if args.rows is not None else [int(s) for s in args.rows_list.split(",") if s.strip()]
+    chosen = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not sizes or any(s < 1 for s in sizes) or not set(chosen) <= {"single", "ensemble"} or not chosen:
+        raise SystemExit("error: --rows-list needs positive sizes and --models single and/or ensemble")
     work = Path(args.work_dir)
-    table = work / "tables" / G.table_name("train", args.rows, args.cols, args.files, args.seed)
-    G.ensure_table(table, G.TableSpec(args.rows, args.cols, args.seed), args.files, min(1_000_000, args.rows),
-                   G.TRAIN_STREAM)
+
+    def table_of(rows: int, files: int) -> Path:
+        table = work / "tables" / G.table_name("train", rows, args.cols, files, args.seed)
+        G.ensure_table(table, G.TableSpec(rows, args.cols, args.seed), files, min(1_000_000, rows), G.TRAIN_STREAM)
+        return table
+
+    model_rows = args.model_rows or min(sizes)
+    model_table = table_of(model_rows, args.files)
     calengine = [sys.executable, "-m", "calengine", "--quiet"]
     results = []
     for label, fit_args in MODELS.items():
-        model = work / "scoring-models" / f"{'single' if 'refit' in fit_args else 'ensemble'}-{table.name}"
-        if not (model / "manifest.json").exists():
-            shutil.rmtree(model, ignore_errors=True)
-            subprocess.run([*calengine, "fit", str(table), "--target", "y", *fit_args, "--output", str(model)],
-                           check=True)
-        engine, loop = [], []
-        for _ in range(args.repeats):
-            for kind, runs in (("engine", engine), ("loop", loop)):
-                out = work / f"scored-{kind}"
-                shutil.rmtree(out, ignore_errors=True)
-                cmd = ([*calengine, "score", str(model), str(table), "--output", str(out)] if kind == "engine"
-                       else [sys.executable, "-c", PLAIN_LOOP, str(model), str(table), str(out)])
-                r = C.run_measured(cmd, timeout=3600)
-                if r.returncode != 0:
-                    raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
-                runs.append(r)
-        e = C.median([r.wall_s for r in engine])
-        p = C.median([r.wall_s for r in loop])
-        results.append({
-            "model": label, "rows": args.rows,
-            "engine_s": e, "loop_s": p, "ratio_engine_over_loop": C.ratio(e, p),
-            "engine_rows_per_s": args.rows / e, "loop_rows_per_s": args.rows / p,
-            "engine_cpu_s": C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in engine]),
-            "loop_cpu_s": C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in loop]),
-            "engine_peak_rss_mib": max(r.rusage["maxrss_bytes"] for r in engine) / C.MiB,
-            "loop_peak_rss_mib": max(r.rusage["maxrss_bytes"] for r in loop) / C.MiB,
-            "engine_runs": [r.wall_s for r in engine], "loop_runs": [r.wall_s for r in loop],
-        })
-    rows = [[d["model"], C.fmt(d["engine_s"]), f"{d['engine_rows_per_s'] / 1e6:.2f}M", C.fmt(d["engine_cpu_s"], 1),
-             C.fmt(d["loop_s"]), f"{d['loop_rows_per_s'] / 1e6:.2f}M", C.fmt(d["loop_cpu_s"], 1),
+        kind = "single" if "refit" in fit_args else "ensemble"
+        if kind not in chosen:
+            continue
+        model = work / "scoring-models" / f"{kind}-{model_table.name}"
+        _fit_model(calengine, model_table, model, fit_args)
+        start = None
+        if args.start_rows:
+            runs = _time_both(calengine, model, table_of(args.start_rows, 1), work, args.repeats)
+            start = {k: C.median([r.wall_s for r in v]) for k, v in runs.items()}
+        for rows in sizes:
+            runs = _time_both(calengine, model, table_of(rows, args.files), work, args.repeats)
+            engine, loop = runs["engine"], runs["loop"]
+            e = C.median([r.wall_s for r in engine])
+            p = C.median([r.wall_s for r in loop])
+
+            def steady(t: float, k: str) -> float | None:
+                # rows per second once started: the start table's rows and time taken off
+                if start is None or t <= start[k]:
+                    return None
+                return (rows - args.start_rows) / (t - start[k])
+
+            results.append({
+                "model": label, "rows": rows, "model_fitted_on_rows": model_rows,
+                "engine_s": e, "loop_s": p, "ratio_engine_over_loop": C.ratio(e, p),
+                "engine_rows_per_s": rows / e, "loop_rows_per_s": rows / p,
+                "start_engine_s": start and start["engine"], "start_loop_s": start and start["loop"],
+                "engine_steady_rows_per_s": steady(e, "engine"), "loop_steady_rows_per_s": steady(p, "loop"),
+                "engine_cpu_s": C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in engine]),
+                "loop_cpu_s": C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in loop]),
+                "engine_peak_rss_mib": max(r.rusage["maxrss_bytes"] for r in engine) / C.MiB,
+                "loop_peak_rss_mib": max(r.rusage["maxrss_bytes"] for r in loop) / C.MiB,
+                "engine_runs": [r.wall_s for r in engine], "loop_runs": [r.wall_s for r in loop],
+            })
+
+    def mrate(v):
+        return "—" if v is None else f"{v / 1e6:.2f}M"
+
+    rows = [[d["model"], f"{d['rows']:,}", C.fmt(d["engine_s"]), f"{d['engine_rows_per_s'] / 1e6:.2f}M",
+             mrate(d["engine_steady_rows_per_s"]), C.fmt(d["engine_cpu_s"], 1), C.fmt(d["loop_s"]),
+             f"{d['loop_rows_per_s'] / 1e6:.2f}M", mrate(d["loop_steady_rows_per_s"]), C.fmt(d["loop_cpu_s"], 1),
              f"**{C.fmt(d['ratio_engine_over_loop'])}**", f"{d['engine_peak_rss_mib']:.0f} / {d['loop_peak_rss_mib']:.0f}"]
             for d in results]
+    starts = sorted({(d["model"], d["start_engine_s"], d["start_loop_s"]) for d in results if d["start_engine_s"]})
     md = "\n".join([
         "# Batch scoring: `calengine score` against a plain loop",
         "",
-        f"Command: `{C.command_line()}`; table: {args.rows:,} rows × {args.cols} float32 columns in {args.files}"
-        " files (`gen_table.py`); medians of interleaved runs, launch to exit (imports and model loading"
-        " included on both sides).  Plain loop: one process, `iter_batches` → `predict_frame` → zstd"
-        " `ParquetWriter`, file by file.",
+        f"Command: `{C.command_line()}`; tables: {', '.join(f'{s:,}' for s in sizes)} rows × {args.cols} float32"
+        f" columns in {args.files} files (`gen_table.py`), models fitted on the {model_table.name} table;"
+        " medians of interleaved runs, launch to exit (imports and model loading included on both sides)."
+        "  Plain loop: one process, `iter_batches` → `predict_frame` → zstd `ParquetWriter`, file by file."
+        + (f"  *Steady* rows/s leave out the fixed start: (rows − {args.start_rows:,}) / (time − time to score a"
+           f" {args.start_rows:,}-row file)." if args.start_rows else ""),
         "",
-        C.markdown_table(["model", "engine s", "engine rows/s", "engine CPU s", "loop s", "loop rows/s",
-                          "loop CPU s", "engine / loop", "peak RSS MiB engine / loop"], rows),
+        C.markdown_table(["model", "rows", "engine s", "engine rows/s", "engine steady", "engine CPU s", "loop s",
+                          "loop rows/s", "loop steady", "loop CPU s", "engine / loop", "peak RSS MiB engine / loop"],
+                         rows),
         "",
+        *([f"Start (a {args.start_rows:,}-row file, launch to exit): "
+           + "; ".join(f"{m}: engine {C.fmt(e)} s, loop {C.fmt(lp)} s" for m, e, lp in starts) + ".", ""]
+          if starts else []),
         f"Machine: {C.machine_info()}.  Load before: {C.load_snapshot()}.  Git: {C.git_commit(REPO_ROOT)}.",
     ])
     print(md)

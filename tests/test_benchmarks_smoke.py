@@ -154,18 +154,20 @@ def test_bench_pav_tiny(tmp_path):
 
 
 def test_bench_scoring_tiny(tmp_path):
-    """bench_scoring.py fits both models, scores with the engine and the plain loop, and both write
-    every row (the figures are the script's business; here only that it runs and compares like with like)."""
+    """bench_scoring.py fits a model, scores two sizes and a start table with the engine and the plain
+    loop, and both write every row (the figures are the script's business; here only that it runs and compares like with like)."""
     bench = _load("bench_scoring")
-    assert bench.main(["--rows", "20000", "--files", "2", "--repeats", "1", "--work-dir", str(tmp_path / "w"),
-                       "--results-dir", str(tmp_path / "r")]) == 0
+    assert bench.main(["--rows-list", "20000,30000", "--models", "single", "--files", "2", "--repeats", "1",
+                       "--start-rows", "500",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
     data = json.loads((tmp_path / "r" / "scoring.json").read_text())
-    assert [d["rows"] for d in data["results"]] == [20000, 20000]
-    assert all(d["engine_s"] > 0 and d["loop_s"] > 0 for d in data["results"])
+    assert [d["rows"] for d in data["results"]] == [20000, 30000]
+    assert all(d["engine_s"] > 0 and d["loop_s"] > 0 and d["start_engine_s"] > 0 for d in data["results"])
+    assert {d["model_fitted_on_rows"] for d in data["results"]} == {20000}
     import pyarrow.parquet as pq
 
-    for kind in ("engine", "loop"):
-        assert pq.read_table(tmp_path / "w" / f"scored-{kind}").num_rows == 20000
+    for kind in ("engine", "loop"):  # the last size scored
+        assert pq.read_table(tmp_path / "w" / f"scored-{kind}").num_rows == 30000
 
 
 def test_bench_model_size_tiny(tmp_path):
