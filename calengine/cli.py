@@ -213,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--bootstrap", type=int, default=0, metavar="B",
                     help="with --report: draw a 90%% pointwise band on each two-class model's calibration map from B"
                          " refits of its calibrator on bootstrap resamples of the evaluated data (parallel tasks;"
-                         " default 0 = no band; 200 is a sensible choice)")
+                         " default 0 = no band; 200 is a sensible choice); with --json: the band as"
+                         " 'calibration_band' (grid, low, median, high)")
     ev.add_argument("--seed", type=int, default=0, metavar="N",
                     help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
     ev.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
@@ -669,6 +670,8 @@ def cmd_evaluate(args) -> int:
                 payload["model"]["lineage"] = m.info["lineage"]
             if "decisions" in res:
                 payload["decisions"] = res["decisions"]
+            if bands is not None:
+                payload["calibration_band"] = _band_json(bands[len(payloads)])
             payloads.append(payload)
         out = payloads[0] if len(payloads) == 1 else {"models": [{"label": lb, **p} for lb, p in zip(labels, payloads)]}
         print(json.dumps(_finite(out), sort_keys=False))
@@ -834,19 +837,25 @@ def _terminal_width(width: int | None = None) -> int:
 
 
 def _check_bootstrap(args, models) -> None:
-    """``--bootstrap`` needs ``--report`` (the band is drawn there) and two-class calibrator models."""
+    """``--bootstrap`` needs ``--report`` or ``--json`` (where the band goes) and two-class calibrator models."""
     from .errors import ParameterError
 
     if args.bootstrap < 2:
         raise ParameterError(f"--bootstrap needs at least 2 replicates, got {args.bootstrap}; e.g. --bootstrap 200")
-    if not args.report:
-        raise ParameterError("--bootstrap draws its band in the report; add --report DIR")
+    if not args.report and not args.json:
+        raise ParameterError("--bootstrap draws its band in the report or writes it in the JSON; add --report DIR or --json")
     for m in models:
         if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
             raise ParameterError(
                 f"--bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
                 f" {m.info.get('method')} is not one); drop --bootstrap"
             )
+
+
+def _band_json(band: dict) -> dict:
+    """A bootstrap band as JSON: the grid of scores and the band's low/median/high map values at each,
+    with B, level, seed and the number of rows resampled (what a caller needs to redraw or compare it)."""
+    return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in band.items()}
 
 
 def _bootstrap_bands(args, models, files, client) -> list:

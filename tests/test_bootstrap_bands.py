@@ -91,9 +91,34 @@ def pima_model(tmp_path_factory):
     return out
 
 
-def test_cli_bootstrap_without_report_is_one_line(pima_model, tmp_path):
+def test_cli_bootstrap_without_report_or_json_is_one_line(pima_model, tmp_path):
     r = run_cli("evaluate", pima_model, PIMA, "--target", "class", "--bootstrap", "20")
-    assert_one_line_error(r, "--bootstrap", "--report DIR")
+    assert_one_line_error(r, "--bootstrap", "--report DIR or --json")
+
+
+def test_cli_json_carries_the_band_the_python_api_computes(pima_model):
+    """``--json --bootstrap`` writes the band that ``table_calibration_map_band`` gives for the same
+    model, table, B and seed (same numbers, as lists), and nothing is written without --bootstrap."""
+    import json
+
+    from distributed import Client, LocalCluster
+
+    from calengine.metrics.bootstrap import table_calibration_map_band
+    from calengine.model.artifact import load_model
+
+    r = run_cli("--quiet", "evaluate", pima_model, PIMA, "--target", "class", "--json",
+                "--bootstrap", "30", "--seed", "4", "--workers", "2")
+    assert r.returncode == 0, r
+    band = json.loads(r.stdout)["calibration_band"]
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+            Client(lc) as client:
+        want = table_calibration_map_band(client, load_model(pima_model), [str(PIMA)], "class", 30, seed=4)
+    assert (band["B"], band["seed"], band["level"], band["n"]) == (30, 4, 0.9, 768)
+    for key in ("grid", "low", "median", "high"):
+        assert band[key] == want[key].tolist(), key
+    assert all(lo <= md <= hi for lo, md, hi in zip(band["low"], band["median"], band["high"]))
+    plain = run_cli("--quiet", "evaluate", pima_model, PIMA, "--target", "class", "--json", "--workers", "1")
+    assert "calibration_band" not in json.loads(plain.stdout)
 
 
 def test_cli_report_draws_the_band(pima_model, tmp_path):
