@@ -2,7 +2,9 @@
 
 All three follow scikit-learn's conventions (``__init__`` stores parameters only, ``fit`` returns
 ``self``, fitted state ends in ``_``), which gives ``get_params``/``clone``, reproducible configs in the
-model manifest, and pickling onto Dask workers for free.
+model manifest, and pickling onto Dask workers for free.  The protocol comes from
+:class:`calengine.params.Params` rather than ``sklearn.base.BaseEstimator``, so loading a plugin or a
+model does not import scikit-learn (see that module for why).
 
 Fitted state is exported with :meth:`to_state` as a flat ``dict`` of numpy arrays, plain scalars or
 strings (and, for learners only, scikit-learn estimators).  The model artifact stores arrays in ``.npz``
@@ -12,18 +14,18 @@ model never executes code from the file.
 
 from __future__ import annotations
 
+import sys
 from abc import ABCMeta, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import BaseEstimator, clone
-
 from .errors import DataError, ParameterError
+from .params import Params
 
 SCORE_KINDS = ("proba", "decision")
 
 
-class Learner(BaseEstimator, metaclass=ABCMeta):
+class Learner(Params, metaclass=ABCMeta):
     """A classifier whose scores calengine turns into calibrated probabilities.
 
     Contract (what ``calengine.testing.check_learner`` verifies):
@@ -215,10 +217,14 @@ class SklearnLearner(Learner):
         return self
 
 
-def _is_sparse(X) -> bool:
-    from scipy import sparse
+def is_sparse(X) -> bool:
+    """``scipy.sparse.issparse(X)`` without importing scipy.sparse (0.2 s) for dense input: a sparse
+    matrix can only exist once scipy.sparse has been imported."""
+    sp = sys.modules.get("scipy.sparse")
+    return sp is not None and sp.issparse(X)
 
-    return sparse.issparse(X)
+
+_is_sparse = is_sparse
 
 
 def sparse_input_error(learner) -> DataError:
@@ -266,7 +272,7 @@ def weight_routing(est, w: np.ndarray) -> dict[str, np.ndarray]:
     return params
 
 
-class Calibrator(BaseEstimator, metaclass=ABCMeta):
+class Calibrator(Params, metaclass=ABCMeta):
     """Maps one column of learner scores to probabilities of the positive class.
 
     Contract (what ``calengine.testing.check_calibrator`` verifies):
@@ -351,7 +357,7 @@ class Calibrator(BaseEstimator, metaclass=ABCMeta):
         return self
 
 
-class Combiner(BaseEstimator, metaclass=ABCMeta):
+class Combiner(Params, metaclass=ABCMeta):
     """Turns binary estimates for the columns of a code matrix into class probabilities.
 
     * ``M``: the code matrix, shape ``(k, l)``, entries in {-1, 0, +1}; column ``b`` is the binary
@@ -375,4 +381,6 @@ class Combiner(BaseEstimator, metaclass=ABCMeta):
 
 def fresh_copy(estimator):
     """An unfitted copy with the same parameters (``sklearn.base.clone``)."""
+    from sklearn.base import clone
+
     return clone(estimator)

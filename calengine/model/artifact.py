@@ -406,10 +406,11 @@ class _restoring:
 def member_class(kind: str) -> type:
     """The member class stored under ``kind`` in a manifest (``Member.kind``, or a vote member)."""
     from .calibrated import Member
-    from ..fit.probing import REDUCTION_MEMBERS
 
     if kind == Member.kind:
         return Member
+    from ..fit.probing import REDUCTION_MEMBERS  # only for vote members: it imports scipy.special
+
     if kind in REDUCTION_MEMBERS:
         return REDUCTION_MEMBERS[kind]
     raise ModelFormatError(f"unknown member kind '{kind}' in the manifest; refit the model with this calengine")

@@ -32,10 +32,9 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.special import expit
-from sklearn.utils.validation import check_is_fitted
 
 from calengine import hookimpl
+from calengine_builtins.deferred import check_is_fitted, expit
 from calengine.base import SCORE_KINDS, Calibrator
 from calengine.errors import DataError, ModelFormatError, ParameterError
 from calengine.reductions.pav import check_binary_data, check_scores, pav_sums, pool_ties, predict_linear, predict_step

@@ -21,9 +21,9 @@ k_minus_one         Probing's k-1 matrix only; the last class takes what the oth
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import expit
 
 from calengine import hookimpl
+from calengine_builtins.deferred import expit
 from calengine.base import Combiner
 from calengine.methods.codematrix import is_all_pairs, is_k_minus_one, is_one_vs_all, validate_matrix
 from calengine.errors import CodeMatrixError, ParameterError

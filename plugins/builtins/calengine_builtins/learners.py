@@ -60,10 +60,9 @@ import re
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import sparse
 
 from calengine import hookimpl
-from calengine.base import Learner, SklearnLearner, check_weights, reject_sparse, sparse_input_error
+from calengine.base import Learner, SklearnLearner, check_weights, is_sparse, reject_sparse, sparse_input_error
 from calengine.errors import DataError, ParameterError
 
 __all__ = [
@@ -117,7 +116,7 @@ def _check_input(learner, X, *, n_features: int | None = None):
     """
     from sklearn.utils import check_array
 
-    if sparse.issparse(X) and not learner.accepts_sparse:
+    if is_sparse(X) and not learner.accepts_sparse:
         raise sparse_input_error(learner)
     X = check_array(X, accept_sparse="csr" if learner.accepts_sparse else False, dtype=np.float64)
     if n_features is not None and X.shape[1] != n_features:
@@ -313,7 +312,7 @@ def _discrete_nb_stats(learner, X, y, sample_weight, n_classes, binarize=None, t
         "sums": np.asarray(safe_sparse_dot(Y.T, Xc), dtype=np.float64).reshape(k, d),
     }
     if track_range:
-        is_sparse = sparse.issparse(X)
+        is_sparse = is_sparse(X)
         if n == 0:
             lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
         elif is_sparse:
@@ -422,6 +421,54 @@ class _ArrayState:
         for key, value in state.items():  # a fitted model's arrays are finite; NaN/inf mean tampering
             if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
                 raise ValueError(f"state '{key}' holds NaN or infinity")
+        if isinstance(self.fitted_attributes, dict) and set(self.fitted_attributes) == {""}:
+            # one estimator whose stored attributes do not depend on how it is built: check the state
+            # now and build the scikit-learn estimator when something first needs it (see estimator_)
+            names = self.fitted_attributes[""]
+            missing = [n for n in names if n not in state]
+            if missing:
+                raise ValueError(f"state '{missing[0]}' is missing")
+            n_classes = int(state["n_classes"])
+            classes = np.asarray(state["classes_"])
+            if classes.shape != (n_classes,):
+                raise ValueError(f"{classes.shape[0] if classes.ndim else 0} classes stored for n_classes={n_classes}")
+            self.__dict__.pop("_estimator", None)
+            self.__dict__["_pending_state"] = dict(state)
+            self.n_classes_ = n_classes
+            return self
+        self.estimator_ = self._restore(state)
+        self.n_classes_ = int(state["n_classes"])
+        return self
+
+    @property
+    def estimator_(self):
+        """The fitted scikit-learn estimator; after :meth:`from_state` it is built on first use.
+
+        Why lazily: building it imports scikit-learn (0.9 s, for ``scipy.stats``), and a model whose
+        learner scores from its stored arrays (:class:`GaussianNBLearner`) never needs it, so ``score``
+        of such a model starts that much sooner in the client and in every worker process."""
+        d = self.__dict__
+        if "_estimator" not in d:
+            if "_pending_state" not in d:
+                raise AttributeError(f"'{type(self).__name__}' object has no attribute 'estimator_'")
+            d["_estimator"] = self._restore(d["_pending_state"])
+            del d["_pending_state"]
+        return d["_estimator"]
+
+    @estimator_.setter
+    def estimator_(self, est) -> None:
+        self.__dict__.pop("_pending_state", None)
+        self.__dict__["_estimator"] = est
+
+    def _stored(self, name: str):
+        """A stored attribute of the (single) fitted estimator, without building it if not yet built."""
+        pending = self.__dict__.get("_pending_state")
+        if pending is not None:
+            return pending[name]
+        return getattr(self.__dict__.get("_estimator"), name, None)
+
+    def _restore(self, state: dict[str, Any]):
+        """A scikit-learn estimator holding ``state``'s attributes (and what follows from them)."""
         est = self._build_estimator(sparse_input=bool(state["sparse_input"]))
         steps = dict(est.steps) if hasattr(est, "steps") else {"": est}
         for step, names in self._attributes(est).items():
@@ -431,12 +478,11 @@ class _ArrayState:
                     raise ValueError(f"state '{key}' is missing")
                 setattr(steps[step], name, state[key])
         self._derive(steps)
-        self.estimator_ = est
-        self.n_classes_ = int(state["n_classes"])
+        n_classes = int(state["n_classes"])
         classes = np.asarray(getattr(steps[list(steps)[-1]], "classes_"))
-        if classes.shape != (self.n_classes_,):
-            raise ValueError(f"{classes.shape[0] if classes.ndim else 0} classes stored for n_classes={self.n_classes_}")
-        return self
+        if classes.shape != (n_classes,):
+            raise ValueError(f"{classes.shape[0] if classes.ndim else 0} classes stored for n_classes={n_classes}")
+        return est
 
     def _derive(self, steps: dict[str, Any]) -> None:
         """Recompute attributes that follow from the stored ones (none by default)."""
@@ -644,15 +690,14 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
         likelihoods differ from scikit-learn's by rounding only (about 1e-15) and are the same bits on
         every machine.  Anything unusual (not a dense float64 matrix of the fitted width, non-finite
         values) goes through scikit-learn, for its checks and messages."""
-        est = getattr(self, "estimator_", None)
-        theta = getattr(est, "theta_", None)
+        theta = self._stored("theta_")
         if (theta is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64
                 or X.shape[1] != theta.shape[1] or X.shape[0] == 0):
             return super().score(X)
         k, d = theta.shape
         n = X.shape[0]
-        var = est.var_
-        const = np.log(est.class_prior_) - 0.5 * np.log(2.0 * np.pi * var).sum(axis=1)
+        var = self._stored("var_")
+        const = np.log(self._stored("class_prior_")) - 0.5 * np.log(2.0 * np.pi * var).sum(axis=1)
         jll = np.empty((k, n))
         block = 16384
         buf = np.empty((d, min(block, n)))
@@ -948,7 +993,7 @@ class MultinomialNBLearner(_ArrayState, SklearnLearner):
         _derive_discrete_nb(steps, "nb")
 
     def fit(self, X, y, sample_weight=None):
-        if sparse.issparse(X) and X.nnz and X.data.min() < 0:
+        if is_sparse(X) and X.nnz and X.data.min() < 0:
             raise DataError(
                 "multinomial_nb needs non-negative sparse features (counts, tf-idf); pass dense data "
                 "(it is min-max scaled automatically) or use bernoulli_nb"
@@ -966,7 +1011,7 @@ class MultinomialNBLearner(_ArrayState, SklearnLearner):
     supports_stats = True
 
     def partial_stats(self, X, y, sample_weight, n_classes: int) -> dict[str, Any]:
-        if sparse.issparse(X) and X.nnz and X.data.min() < 0:
+        if is_sparse(X) and X.nnz and X.data.min() < 0:
             raise DataError(
                 "multinomial_nb needs non-negative sparse features (counts, tf-idf); pass dense data "
                 "(it is min-max scaled automatically) or use bernoulli_nb"
@@ -1590,7 +1635,7 @@ class NearestMeanLearner(Learner):
         mu_sq = np.einsum("ij,ij->i", mu, mu)
         if self.n_classes_ == 2:
             return np.asarray(2.0 * (X @ (mu[1] - mu[0]))).ravel() + (mu_sq[0] - mu_sq[1])
-        if sparse.issparse(X):
+        if is_sparse(X):
             x_sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
         else:
             x_sq = np.einsum("ij,ij->i", X, X)

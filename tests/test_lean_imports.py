@@ -1,0 +1,138 @@
+"""Scoring a model that never calls scikit-learn does not import it, and the parameter protocol that
+replaced ``BaseEstimator`` behaves as scikit-learn's does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.base import BaseEstimator, clone
+
+from calengine.params import Params
+
+from cli_helpers import REPO, run_cli
+
+PIMA = REPO / "data" / "pima.parquet"
+
+PROBE = r"""
+import json, sys
+from calengine.model.artifact import load_model
+import pandas as pd
+model = load_model(sys.argv[1])
+frame = model.predict_frame(pd.read_parquet(sys.argv[2]))
+heavy = sorted(m for m in ("sklearn", "scipy.stats", "scipy.special", "scipy.sparse", "skops", "matplotlib")
+               if m in sys.modules)
+print(json.dumps({"heavy": heavy, "p": frame[frame.columns[1]].tolist()}))
+"""
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    base = tmp_path_factory.mktemp("lean")
+    out = {}
+    for name, args in {"nb_isotonic": ["--method", "isotonic"],
+                       "nb_sigmoid": ["--method", "sigmoid", "--mode", "refit"],
+                       "logistic": ["--learner", "logistic_regression", "--method", "isotonic"]}.items():
+        r = run_cli("--quiet", "fit", PIMA, "--target", "class", "--workers", "1", *args, "--output", base / name)
+        assert r.returncode == 0, r
+        out[name] = base / name
+    return out
+
+
+def _probe(model_dir) -> dict:
+    r = subprocess.run([sys.executable, "-c", PROBE, str(model_dir), str(PIMA)], capture_output=True, text=True,
+                       cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_naive_bayes_models_score_without_importing_sklearn(models):
+    """gaussian_nb scores from its stored arrays: loading and scoring the model imports neither
+    scikit-learn (0.9 s, it imports scipy.stats) nor, with isotonic calibration, any of scipy."""
+    assert _probe(models["nb_isotonic"])["heavy"] == []
+    assert _probe(models["nb_sigmoid"])["heavy"] == ["scipy.special"]  # the sigmoid's expit
+
+
+def test_lazily_built_estimator_scores_the_same_bits_as_the_built_one(models):
+    """The probabilities of a lazily restored naive Bayes equal those after its scikit-learn estimator
+    is built (forcing ``estimator_``), and a model that needs scikit-learn still imports it."""
+    from calengine.model.artifact import load_model
+
+    import pandas as pd
+
+    df = pd.read_parquet(PIMA)
+    lazy = load_model(models["nb_isotonic"])
+    eager = load_model(models["nb_isotonic"])
+    for member in eager.members:
+        for learner in member.learners:
+            assert "_pending_state" in vars(learner)
+            learner.estimator_  # noqa: B018 - builds the GaussianNB
+            assert "_pending_state" not in vars(learner)
+    np.testing.assert_array_equal(lazy.predict_frame(df).filter(like="p_").to_numpy(),
+                                  eager.predict_frame(df).filter(like="p_").to_numpy())
+    assert "sklearn" in _probe(models["logistic"])["heavy"]
+    assert _probe(models["nb_isotonic"])["p"] == lazy.predict_frame(df).iloc[:, 1].tolist()
+
+
+def test_lazy_state_is_still_checked_when_loaded(models, tmp_path):
+    """Deferring the estimator does not defer the checks: a state missing an attribute or holding
+    the wrong number of classes is refused by ``from_state`` itself."""
+    from calengine_builtins.learners import GaussianNBLearner
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 3)), np.repeat([0, 1], 30)
+    state = GaussianNBLearner().fit(X, y).to_state()
+    fresh = GaussianNBLearner().from_state(dict(state))
+    np.testing.assert_array_equal(fresh.score(X), GaussianNBLearner().fit(X, y).score(X))
+    with pytest.raises(ValueError, match="state 'var_' is missing"):
+        GaussianNBLearner().from_state({k: v for k, v in state.items() if k != "var_"})
+    with pytest.raises(ValueError, match="2 classes stored for n_classes=3"):
+        GaussianNBLearner().from_state({**state, "n_classes": 3})
+
+
+class _Mine(Params):
+    def __init__(self, alpha=1.0, inner=None, name="x", tol=float("nan")):
+        self.alpha = alpha
+        self.inner = inner
+        self.name = name
+        self.tol = tol
+
+
+class _Theirs(BaseEstimator):
+    def __init__(self, alpha=1.0, inner=None, name="x", tol=float("nan")):
+        self.alpha = alpha
+        self.inner = inner
+        self.name = name
+        self.tol = tol
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"alpha": 2.5}, {"name": "y", "tol": 1e-3}, {"inner": "INNER"}])
+def test_params_protocol_matches_scikit_learns(kwargs):
+    """Same get_params (shallow and deep, nested names), set_params (nested, errors), clone and repr
+    as BaseEstimator for the same constructor."""
+    def build(cls):
+        kw = dict(kwargs)
+        if kw.get("inner") == "INNER":
+            kw["inner"] = cls(alpha=3.0)
+        return cls(**kw)
+
+    mine, theirs = build(_Mine), build(_Theirs)
+    for deep in (False, True):
+        a, b = mine.get_params(deep), theirs.get_params(deep)
+        assert list(a) == list(b)
+        assert {k: repr(v).replace("_Mine", "_Theirs") for k, v in a.items()} == {k: repr(v) for k, v in b.items()}
+    assert repr(mine).replace("_Mine", "_Theirs") == repr(theirs)
+    twin = clone(mine)
+    assert type(twin) is _Mine and twin is not mine and repr(twin) == repr(mine)
+    if kwargs.get("inner"):
+        mine.set_params(inner__alpha=7.0)
+        theirs.set_params(inner__alpha=7.0)
+        assert mine.inner.alpha == theirs.inner.alpha == 7.0
+    with pytest.raises(ValueError, match="Invalid parameter 'beta'"):
+        mine.set_params(beta=1)
+    with pytest.raises(ValueError, match="Invalid parameter 'beta'"):
+        theirs.set_params(beta=1)
+    assert mine.set_params(alpha=4.0) is mine and mine.alpha == 4.0
