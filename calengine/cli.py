@@ -175,7 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                             " in ensemble mode)")
     score.add_argument("--reject-below", type=float, default=None, metavar="CONF",
                        help="abstain (empty prediction) where the chosen class's probability is below CONF")
-    score.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
+    score.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                       help="rows per batch (default: the largest power of two up to 131072 that keeps a batch's"
+                            " columns within 32 MiB as float64: 131072 rows up to 32 columns, 8192 at 500)")
     score.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cost_matrix_option(score)
     _add_cluster_options(score)
@@ -193,7 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     decide.add_argument("data", metavar="DATA")
     decide.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
     decide.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
-    decide.add_argument("--batch-rows", type=int, default=65536, metavar="N", help="rows per batch (default: 65536)")
+    decide.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                        help="rows per batch (default: the largest power of two up to 131072 that keeps a batch's"
+                             " columns within 32 MiB as float64: 131072 rows up to 32 columns, 8192 at 500)")
     decide.add_argument("--trust-type", action="append", metavar="TYPE", help="extra type skops may load")
     _add_cost_matrix_option(decide, required=True)
     decide.set_defaults(intervals=False, reject_below=None)
@@ -558,7 +562,7 @@ def cmd_score(args) -> int:
     from .errors import ParameterError
     from .scores.table import score_table
 
-    if args.batch_rows < 1:
+    if args.batch_rows is not None and args.batch_rows < 1:
         raise ParameterError(f"--batch-rows must be at least 1, got {args.batch_rows}")
     if args.reject_below is not None and not 0.0 <= args.reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {args.reject_below}")

@@ -20,6 +20,25 @@ from ..progress import Progress, gather_in_order
 from ..tasks.heap import trims_heap
 
 
+#: float64 bytes of one batch's input columns that :func:`default_batch_rows` aims at
+BATCH_BYTES = 32 * 2**20
+
+
+def default_batch_rows(n_columns: int) -> int:
+    """Rows per batch when the user gives none: the largest power of two in [4,096, 131,072] whose
+    batch of ``n_columns`` float64 columns stays within :data:`BATCH_BYTES` (131,072 rows up to 32
+    columns, 8,192 at 500).
+
+    Why: per-batch work in Python (Arrow to pandas, the encoder's per-column loop, building the
+    output) holds the GIL, so on 20 columns 131,072-row batches scored 10M rows 17 % faster on two
+    threads than 65,536 (1.75 against 2.1 s) and 10 % faster on one; 262,144 was slower again (the
+    batch leaves the cache).  A fixed row count would let a 500-column table take 0.5 GB per batch
+    and thread, hence the byte budget."""
+    rows = BATCH_BYTES // (8 * max(1, int(n_columns)))
+    power = 1 << max(0, rows.bit_length() - 1)
+    return int(min(131_072, max(4_096, power)))
+
+
 def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_000):
     """The table's fragments (whole row groups, at most ``chunk_rows`` rows each), planned from the
     Parquet footers alone, with absolute paths so workers started anywhere can read them."""
@@ -156,7 +175,7 @@ def score_table(
     files: list[str],
     output: str,
     keep: tuple[str, ...] = (),
-    batch_rows: int = 65536,
+    batch_rows: int | None = None,
     chunk_rows: int = 1_000_000,
     extra_outputs: bool = False,
     reject_below: float | None = None,
@@ -165,6 +184,7 @@ def score_table(
 ) -> int:
     """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written.
 
+    ``batch_rows`` None: :func:`default_batch_rows` of the columns read.
     ``cost_matrix`` (a :class:`~calengine.decisions.CostMatrix`, its classes those of the model) adds
     the minimum-expected-cost ``decision`` and its ``expected_cost``; None keeps the plain fast path."""
     from ..parquet.data import check_columns
@@ -174,6 +194,7 @@ def score_table(
     cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep) + cost_columns))
     check_columns(files, columns)
+    batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     expected = sum(c.n_rows for c in chunks)
     with staged_directory(output) as staging:
@@ -236,7 +257,7 @@ def evaluate_table(
     files: list[str],
     target: str,
     with_raw: bool = True,
-    batch_rows: int = 65536,
+    batch_rows: int | None = None,
     chunk_rows: int = 1_000_000,
     progress: Progress | None = None,
     cost_matrix=None,
@@ -252,6 +273,7 @@ def evaluate_table(
     cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns))
     check_columns(files, columns)
+    batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the evaluation table has no rows")
