@@ -610,8 +610,10 @@ def _fit_while_a_worker_joins(tmp_path: Path, joiner_env: dict) -> tuple[CLIResu
             time.sleep(0.3)
         procs.append(_worker(address, tmp_path, env=joiner_env))
         joined = _wait_workers(address, 2) - vetted
-        assert proc.poll() is None, "the fit ended before the other worker joined; make the table larger"
-        os.killpg(good.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(good.pid, signal.SIGKILL)
+        else:  # the joiner already failed it (a task landed on it before we saw it join): what is tested
+            assert proc.returncode != 0, "the fit ended before the other worker joined; make the table larger"
         out, err = proc.communicate(timeout=180)
     finally:
         stop_process_groups(procs)

@@ -72,3 +72,63 @@ def test_default_batch_rows_keeps_a_batch_within_its_byte_budget():
         assert rows & (rows - 1) == 0 and 4_096 <= rows <= 131_072
         assert rows * c * 8 <= BATCH_BYTES or rows == 4_096
         assert rows == 131_072 or 2 * rows * c * 8 > BATCH_BYTES  # the largest power of two that fits
+
+
+@pytest.mark.parametrize("labels", ["str", "int", "bool"])
+def test_arrow_path_writes_the_bytes_the_pandas_path_writes(tmp_path, labels, monkeypatch):
+    """Plain scoring encodes Arrow batches without pandas after a chunk's first batch; the files are
+    byte for byte those of the pandas path, for float32/int/nullable-int/non-finite features (fills
+    and missing indicators) and string, integer and boolean classes."""
+    from calengine.plan.features import FeatureEncoder
+    from calengine.scores.table import plan_chunks, score_chunk
+
+    rng = np.random.default_rng(11)
+    n = 3000
+    df = pd.DataFrame({"f32": rng.normal(size=n).astype(np.float32), "i64": rng.integers(-5, 5, n),
+                       "f64": rng.normal(size=n)})
+    df.loc[rng.random(n) < 0.1, "f32"] = np.nan
+    df.loc[rng.random(n) < 0.02, "f64"] = np.inf
+    df["inull"] = pd.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 9, n)), dtype="Int64")
+    y = rng.random(n) < 1 / (1 + np.exp(-df["i64"].to_numpy() / 2))
+    df["y"] = {"str": np.where(y, "yes", "no"), "int": y.astype(np.int64) * 7, "bool": y}[labels]
+    src = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), src, row_group_size=700)
+    model = calengine.fit_table(src, "y", learner="gaussian_nb", method="sigmoid", cv=3)
+    assert any(c.missing_indicator for c in model.encoder.columns_)
+    (chunk,) = plan_chunks([str(src)], model.encoder.input_columns, 10**6)
+
+    used = []
+    original = FeatureEncoder.transform_arrow
+
+    def spy(self, batch, order="C"):
+        used.append(batch.num_rows)
+        return original(self, batch, order)
+
+    monkeypatch.setattr(FeatureEncoder, "transform_arrow", spy)
+    assert score_chunk(model, chunk, str(tmp_path / "fast.parquet"), (), 256, False, None) == n
+    assert sum(used) == n - 256  # every batch but the first
+    monkeypatch.setattr(FeatureEncoder, "reads_arrow", lambda self, schema: False)
+    assert score_chunk(model, chunk, str(tmp_path / "pandas.parquet"), (), 256, False, None) == n
+    assert (tmp_path / "fast.parquet").read_bytes() == (tmp_path / "pandas.parquet").read_bytes()
+
+
+def test_arrow_path_is_not_taken_where_it_would_change_the_output(tmp_path, monkeypatch):
+    """Kept columns, a categorical feature or extra outputs go through pandas for every batch."""
+    from calengine.plan.features import FeatureEncoder
+    from calengine.scores.table import plan_chunks, score_chunk
+
+    rng = np.random.default_rng(2)
+    n = 1200
+    df = pd.DataFrame({"a": rng.normal(size=n), "id": np.arange(n), "y": rng.integers(0, 2, n)})
+    df["colour"] = rng.choice(["red", "blue"], size=n)
+    src = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), src)
+    numeric = calengine.fit_table(src, "y", learner="gaussian_nb", method="isotonic", cv=3, exclude=["colour", "id"])
+    mixed = calengine.fit_table(src, "y", learner="gaussian_nb", method="isotonic", cv=3, exclude=["id"])
+    calls = []
+    monkeypatch.setattr(FeatureEncoder, "transform_arrow", lambda self, b, order="C": calls.append(1))
+    for model, keep in ((numeric, ("id",)), (mixed, ())):
+        cols = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep)))
+        (chunk,) = plan_chunks([str(src)], cols, 10**6)
+        assert score_chunk(model, chunk, str(tmp_path / "o.parquet"), keep, 100, False, None) == n
+    assert calls == []

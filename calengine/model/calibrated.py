@@ -274,6 +274,20 @@ class CalibratedModel:
         or Venn–ABERS)."""
         return self.is_venn_abers or any(getattr(m, "method", None) == "probing" and len(getattr(m, "voters", ())) == 1 for m in self.members)
 
+    def scored_features(self, X) -> tuple[np.ndarray, np.ndarray, tuple | None]:
+        """``(P, prediction, interval)`` for an encoded matrix: class probabilities (n, k), the most
+        probable class of each row in the class column's own type, and a Venn–ABERS model's
+        ``(p_low, p_high, p)`` (else None).  What :meth:`predict_frame` writes, shared with the
+        scoring path that skips pandas (:func:`calengine.scores.table.score_chunk`)."""
+        interval = self.venn_abers_features(X) if self.is_venn_abers else None
+        if interval is not None:
+            P = np.column_stack([1.0 - interval[2], interval[2]])
+        else:
+            P = self.predict_proba_features(X)
+        # index the k typed labels, rather than building an object array of n labels and converting it
+        typed = _typed_labels(np.asarray(self.labels.classes, dtype=object), self.labels.classes)
+        return P, typed[np.argmax(P, axis=1)], interval
+
     def predict_frame(
         self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None
     ):
@@ -287,17 +301,11 @@ class CalibratedModel:
         # Fortran order: the encoder's own buffer, without a transposing copy (a third of the encoding
         # time), and the order in which the fit scored held-out rows (see tasks.partitions.load_part)
         X = self.encoder.transform(df, order="F")
-        interval = self.venn_abers_features(X) if self.is_venn_abers else None
-        if interval is not None:
-            P = np.column_stack([1.0 - interval[2], interval[2]])
-        else:
-            P = self.predict_proba_features(X)
+        P, prediction, interval = self.scored_features(X)
         out = {col: df[col].to_numpy() for col in keep}
         for i, c in enumerate(self.labels.classes):
             out[f"p_{c}"] = P[:, i]
-        # index the k typed labels, rather than building an object array of n labels and converting it
-        typed = _typed_labels(np.asarray(self.labels.classes, dtype=object), self.labels.classes)
-        out["prediction"] = typed[np.argmax(P, axis=1)]
+        out["prediction"] = prediction
         if reject_below is not None:
             rejected = P.max(axis=1) < reject_below
             out["prediction"] = pd.array(out["prediction"]).astype(_nullable(out["prediction"]))

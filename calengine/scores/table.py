@@ -48,7 +48,15 @@ def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_00
 
 
 def _batches(chunk, columns: list[str] | None, batch_rows: int):
-    """The chunk's rows as pandas DataFrames of at most ``batch_rows`` rows (runs in tasks).
+    """The chunk's rows as pandas DataFrames of at most ``batch_rows`` rows (runs in tasks)."""
+    for _, df in _arrow_batches(chunk, columns, batch_rows, frames=True):
+        yield df
+
+
+def _arrow_batches(chunk, columns: list[str] | None, batch_rows: int, frames):
+    """The chunk's rows as ``(RecordBatch, DataFrame or None)`` pairs of at most ``batch_rows`` rows
+    (runs in tasks).  ``frames``: True converts every batch to pandas (with the file's Hive partition
+    keys as columns), False none, or a callable of the batch deciding it per batch.
 
     A read that fails (a corrupt data page, a file truncated or replaced since planning, a file the
     worker cannot see) is a :class:`DataError` naming the file; errors of the caller's own work on a
@@ -79,12 +87,15 @@ def _batches(chunk, columns: list[str] | None, batch_rows: int):
                 # one block per column: numeric columns without nulls become views of the Arrow
                 # buffers instead of being copied into one 2-D block (5x cheaper; the encoder reads
                 # column by column anyway)
-                df = batch.to_pandas(split_blocks=True)
+                convert = frames(batch) if callable(frames) else frames
+                df = batch.to_pandas(split_blocks=True) if convert else None
             except StopIteration:
                 return
             except Exception as exc:  # noqa: BLE001
                 raise read_error(chunk, exc) from exc
-            yield partition_frame(df, tuple(keys.items()), wanted, batch.num_rows) if keys and wanted else df
+            if df is not None and keys and wanted:
+                df = partition_frame(df, tuple(keys.items()), wanted, batch.num_rows)
+            yield batch, df
 
 
 # ---------------------------------------------------------------------------------------------- score
@@ -124,14 +135,26 @@ def score_chunk(
 
     cost_columns = set(cost_matrix.columns) if cost_matrix is not None else set()
     columns = sorted(set(model.encoder.input_columns) | set(keep) | cost_columns)
+    # Plain scoring (only probabilities and the prediction written) skips pandas after the first
+    # batch: the encoder reads the Arrow columns and the output table is built from the arrays under
+    # the first batch's schema, so the file is the one the pandas path writes.  See _arrow_output.
+    plain = not keep and cost_matrix is None and not extra and reject_below is None \
+        and not getattr(chunk, "partition", ())
     writer = None
     written = 0
+
+    def needs_frame(batch) -> bool:
+        return not (plain and writer is not None and model.encoder.reads_arrow(batch.schema))
+
     try:
-        for df in _batches(chunk, columns, batch_rows):
-            frame = model.predict_frame(df, keep=list(keep), extra_outputs=extra, reject_below=reject_below)
-            if cost_matrix is not None:
-                _add_decisions(frame, df, model, cost_matrix)
-            table = pa.Table.from_pandas(frame, preserve_index=False)
+        for batch, df in _arrow_batches(chunk, columns, batch_rows, frames=needs_frame):
+            if df is None:
+                table = _arrow_output(model, model.encoder.transform_arrow(batch, order="F"), writer.schema)
+            else:
+                frame = model.predict_frame(df, keep=list(keep), extra_outputs=extra, reject_below=reject_below)
+                if cost_matrix is not None:
+                    _add_decisions(frame, df, model, cost_matrix)
+                table = pa.Table.from_pandas(frame, preserve_index=False)
             if writer is None:
                 writer = pq.ParquetWriter(out_path, table.schema, **writer_options(table.schema))
             writer.write_table(table)
@@ -140,6 +163,19 @@ def score_chunk(
         if writer is not None:
             writer.close()
     return written
+
+
+def _arrow_output(model, X, schema):
+    """The scored table of encoded rows ``X`` (``p_<class>`` columns, then ``prediction``) built from
+    the arrays under ``schema``, the schema :meth:`pyarrow.Table.from_pandas` gave the chunk's first
+    batch: same column types and metadata, and NaN becomes null as ``from_pandas`` makes it."""
+    import pyarrow as pa
+
+    P, prediction, _ = model.scored_features(X)
+    arrays = [P[:, i] for i in range(P.shape[1])] + [prediction]
+    return pa.Table.from_arrays(
+        [pa.array(a, type=f.type, from_pandas=True) for a, f in zip(arrays, schema)], schema=schema
+    )
 
 
 def writer_options(schema) -> dict:
