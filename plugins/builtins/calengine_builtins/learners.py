@@ -312,16 +312,16 @@ def _discrete_nb_stats(learner, X, y, sample_weight, n_classes, binarize=None, t
         "sums": np.asarray(safe_sparse_dot(Y.T, Xc), dtype=np.float64).reshape(k, d),
     }
     if track_range:
-        is_sparse = is_sparse(X)
+        sparse_x = is_sparse(X)
         if n == 0:
             lo, hi = np.full(d, np.inf), np.full(d, -np.inf)
-        elif is_sparse:
+        elif sparse_x:
             from sklearn.utils.sparsefuncs import min_max_axis
 
             lo, hi = (np.asarray(v, dtype=np.float64) for v in min_max_axis(X, axis=0))
         else:
             lo, hi = X.min(axis=0), X.max(axis=0)
-        stats.update({"min": lo, "max": hi, "sparse": np.asarray(is_sparse)})
+        stats.update({"min": lo, "max": hi, "sparse": np.asarray(sparse_x)})
     return stats
 
 
