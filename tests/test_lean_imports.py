@@ -136,3 +136,21 @@ def test_params_protocol_matches_scikit_learns(kwargs):
     with pytest.raises(ValueError, match="Invalid parameter 'beta'"):
         theirs.set_params(beta=1)
     assert mine.set_params(alpha=4.0) is mine and mine.alpha == 4.0
+
+
+def test_threads_building_the_lazy_estimator_at_once_get_one_estimator():
+    """The embedded scheduler's threads share one model: concurrent first uses of ``estimator_``
+    build it once and never see it half-restored (no KeyError/AttributeError from the race)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from calengine_builtins.learners import GaussianNBLearner
+
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(200, 4)), np.repeat([0, 1], 100)
+    state = GaussianNBLearner().fit(X, y).to_state()
+    for _ in range(20):
+        learner = GaussianNBLearner().from_state(dict(state))
+        with ThreadPoolExecutor(8) as ex:
+            built = list(ex.map(lambda _: learner.estimator_, range(16)))
+        assert all(b is built[0] for b in built)
+        assert "_pending_state" not in vars(learner)

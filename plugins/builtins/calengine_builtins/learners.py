@@ -57,6 +57,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
+import threading
 from typing import Any, ClassVar
 
 import numpy as np
@@ -379,6 +380,10 @@ def _zero_scale_to_one(scale: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ sklearn-backed
 
 
+#: serialises building a lazily restored estimator (see _ArrayState.estimator_)
+_RESTORE_LOCK = threading.Lock()
+
+
 class _ArrayState:
     """Persistence of a scikit-learn-backed learner as plain arrays instead of a skops dump.
 
@@ -449,10 +454,12 @@ class _ArrayState:
         of such a model starts that much sooner in the client and in every worker process."""
         d = self.__dict__
         if "_estimator" not in d:
-            if "_pending_state" not in d:
-                raise AttributeError(f"'{type(self).__name__}' object has no attribute 'estimator_'")
-            d["_estimator"] = self._restore(d["_pending_state"])
-            del d["_pending_state"]
+            with _RESTORE_LOCK:  # the embedded scheduler's threads share one model object
+                if "_estimator" not in d:
+                    if "_pending_state" not in d:
+                        raise AttributeError(f"'{type(self).__name__}' object has no attribute 'estimator_'")
+                    d["_estimator"] = self._restore(d["_pending_state"])
+                    d.pop("_pending_state", None)
         return d["_estimator"]
 
     @estimator_.setter
