@@ -236,6 +236,8 @@ def measure_batch(batch: int, repeats: int, with_loop: bool, data, args, learner
         "same_predictions_1_vs_2_workers": bool(np.array_equal(preds[1], preds[2])),
     }
     out["n_rounds"] = len(out["round_sizes"])
+    # a round ends when its last fit does: two threads need at least ceil(n/2) fit-times for a round of n
+    out["round_ceiling_2_workers"] = sum(out["round_sizes"]) / sum(-(-n // 2) for n in out["round_sizes"])
     if with_loop:
         out["loop_vs_1_worker"] = med["loop"] / med["workers=1"]
         out["loop_vs_2_workers"] = med["loop"] / med["workers=2"]
@@ -301,9 +303,14 @@ def report(result: dict, args) -> str:
         )
     lines.append("")
     lines.append(
-        f"* 2 workers vs 1 worker: **{d['speedup_2_vs_1']:.2f}x** faster (target >= 1.8x); the machine's own"
+        f"* 2 workers vs 1 worker: **{d['speedup_2_vs_1']:.2f}x** faster (target >= 1.9x); the machine's own"
         f" ceiling at the time (two threads vs one on GIL-free BLAS work) before / after each repetition:"
         f" {', '.join(f'{a:.2f}x / {b:.2f}x' for a, b in zip(d['parallel_capacity'], d['parallel_capacity_after']))}"
+    )
+    lines.append(
+        f"* rounds of the schedule: {d['round_sizes']}; since a round ends with its last fit, two threads need at least"
+        f" ceil(n/2) fit-times per round of n, so even equal fits on an idle machine give at most"
+        f" {d['round_ceiling_2_workers']:.2f}x"
     )
     lines.append(
         f"* plain loop / 1 worker: **{d['loop_vs_1_worker']:.2f}** (target >= 1, i.e. 1 worker no slower than the loop);"

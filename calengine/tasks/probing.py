@@ -5,6 +5,7 @@ from the seed passed in.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,30 @@ def fit_probe(
         voter = _fit_or_constant(data.X[idx], y01[idx], None, learner, seed)
     pin_native_threads()
     return voter, voter.votes(data.X)
+
+
+def fit_probes(
+    data: TrainingData,
+    learner,
+    weighting: str,
+    bounded: bool,
+    probes: list[tuple[int | None, float, int]],
+) -> list[tuple[Voter, np.ndarray, float]]:
+    """:func:`fit_probe` for each ``(column_class, p, seed)`` of ``probes`` in turn, in one task.
+
+    Each result also carries the CPU seconds its fit took in this thread (``time.thread_time``, so
+    neither waiting for a core nor other threads count): the driver uses them only to guess how
+    long the next thresholds nearby will take and submit the longest first, never to change a
+    result.  The driver sends one probe per task when the cluster has several threads (so any free
+    thread takes the next fit) and a whole round in one task when it has one thread only (nothing
+    can run in parallel, and every task costs the scheduler a round trip).
+    """
+    out = []
+    for column_class, p, seed in probes:
+        start = time.thread_time()
+        voter, votes = fit_probe(data, column_class, p, learner, seed, weighting, bounded)
+        out.append((voter, votes, time.thread_time() - start))
+    return out
 
 
 def fit_bootstrap(data: TrainingData, column_class: int | None, learner, seed: int) -> tuple[Voter, np.ndarray]:
