@@ -185,7 +185,7 @@ class SklearnLearner(Learner):
     def fit(self, X, y, sample_weight=None):
         reject_sparse(self, X)
         y = np.asarray(y)
-        est = self._build_estimator(sparse_input=_is_sparse(X))
+        est = self._build_estimator(sparse_input=is_sparse(X))
         fit_params = {}
         if sample_weight is not None:
             if not self.accepts_sample_weight:
@@ -224,8 +224,6 @@ def is_sparse(X) -> bool:
     return sp is not None and sp.issparse(X)
 
 
-_is_sparse = is_sparse
-
 
 def sparse_input_error(learner) -> DataError:
     """The one line for sparse features given to a learner that does not declare ``accepts_sparse``."""
@@ -240,7 +238,7 @@ def sparse_input_error(learner) -> DataError:
 
 def reject_sparse(learner, X) -> None:
     """Raise :func:`sparse_input_error` when ``X`` is sparse and ``learner`` does not accept it."""
-    if _is_sparse(X) and not learner.accepts_sparse:
+    if is_sparse(X) and not learner.accepts_sparse:
         raise sparse_input_error(learner)
 
 

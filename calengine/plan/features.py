@@ -157,13 +157,8 @@ class FeatureEncoder:
             j = 0
             for c in self.columns_:
                 if c.kind == "numeric":
-                    row = buf[j]
-                    self._numeric_into(c, df[c.name], row)
-                    bad = ~np.isfinite(row)
-                    if bad.any():
-                        row[bad] = c.fill
-                    if c.missing_indicator:
-                        buf[j + 1] = bad
+                    self._numeric_into(c, df[c.name], buf[j])
+                    self._fill_missing(c, buf, j)
                 else:
                     buf[j : j + c.width(self.text_hash_bits)] = self._one_hot(c, df[c.name], n).T
                 j += c.width(self.text_hash_bits)
@@ -220,15 +215,21 @@ class FeatureEncoder:
         buf = np.empty((width, batch.num_rows), dtype=np.float64)
         j = 0
         for c, arr in zip(self.columns_, arrays):
-            row = buf[j]
-            np.copyto(row, arr.to_numpy(zero_copy_only=False), casting="unsafe")
-            bad = ~np.isfinite(row)
-            if bad.any():
-                row[bad] = c.fill
-            if c.missing_indicator:
-                buf[j + 1] = bad
+            np.copyto(buf[j], arr.to_numpy(zero_copy_only=False), casting="unsafe")
+            self._fill_missing(c, buf, j)
             j += c.width(self.text_hash_bits)
         return buf.T if order == "F" else np.ascontiguousarray(buf.T)
+
+    @staticmethod
+    def _fill_missing(c: ColumnEncoding, buf: np.ndarray, j: int) -> None:
+        """Replace the non-finite values of numeric column ``c`` (row ``j`` of the features-by-rows
+        ``buf``) by its fill, and write its missing indicator into row ``j + 1`` if it has one."""
+        row = buf[j]
+        bad = ~np.isfinite(row)
+        if bad.any():
+            row[bad] = c.fill
+        if c.missing_indicator:
+            buf[j + 1] = bad
 
     @staticmethod
     def _numeric(c: ColumnEncoding, series) -> np.ndarray:
