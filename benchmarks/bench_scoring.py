@@ -5,8 +5,8 @@ could write with the same libraries, side by side in one run.
 For a single-member model (gaussian_nb + sigmoid, ``--mode refit``) and the default 5-member ensemble
 (gaussian_nb + isotonic, cv 5), both fitted on the generated table, it times:
 
-* **engine**: ``calengine score MODEL TABLE --output OUT`` (embedded Dask, both cores), launch to
-  exit, peak RSS;
+* **engine**: ``calengine score MODEL TABLE --output OUT`` (no ``--cluster``: its chunk tasks on a
+  thread per core), launch to exit, peak RSS;
 * **plain loop** (the baseline): one process that loads the same model and, file by file, runs
   ``ParquetFile.iter_batches`` -> ``model.predict_frame`` -> ``ParquetWriter`` (zstd, dictionary
   encoding only for the prediction column, as the engine writes), launch to exit.
@@ -15,7 +15,8 @@ Both include interpreter start, imports and model loading, so the ratio is what 
 medians of ``--repeats`` runs (interleaved), rows/s and the ratio engine / loop, and writes
 ``results/scoring.{md,json}``.
 
-A fixed start (interpreter, imports, model, embedded cluster: about 2 s here) weighs on a 10M-row
+A fixed start (interpreter, imports, model: about 1 s here, 2 s while it started an embedded Dask
+scheduler and imported scipy.special for the sigmoid) weighs on a 10M-row
 table but not on a 100M-row one, so ``--rows-list`` scores several sizes with the same models (fitted
 on ``--model-rows``), the peak RSS per size shows whether memory stays flat, and a ``--start-rows``
 file times the start alone: *steady* rows/s = (rows − start rows) / (time − start time).

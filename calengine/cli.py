@@ -358,9 +358,12 @@ def _tls(args):
     return TLSConfig(args.tls_ca_file, args.tls_cert, args.tls_key)
 
 
-def _client(args, distributions=(), modules=()):
+def _client(args, distributions=(), modules=(), map_only: bool = False):
     """The job's Dask client (:func:`calengine.cluster.dask_client`); ``distributions`` may be a callable
-    returning ``(distributions, modules)``, called once the cluster is up."""
+    returning ``(distributions, modules)``, called once the cluster is up.  ``map_only``: the command
+    only maps tasks over chunks and reduces their results (score, decide, evaluate), so without
+    ``--cluster`` it runs on a :class:`~calengine.thread_client.ThreadClient` and never imports
+    ``distributed``."""
     from .cluster import dask_client
     from .errors import ParameterError
 
@@ -377,6 +380,10 @@ def _client(args, distributions=(), modules=()):
             raise ParameterError(f"--worker-memory must be a size such as 6GiB, got {memory!r}") from None
         if args.cluster not in (None, "local"):
             raise ParameterError("--worker-memory applies to local clusters; start remote workers with 'dask worker --memory-limit'")
+    from .run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
+
+    if map_only and args.cluster is None and memory is None:
+        return observed(dask_client(None, workers=args.workers, map_only=True), None)
     import logging
 
     import distributed  # noqa: F401 - its logging configuration first, then ours on top
@@ -392,8 +399,6 @@ def _client(args, distributions=(), modules=()):
     import calengine.cluster
 
     calengine.cluster.QUIET_WORKER_STDERR = True
-    from .run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
-
     return observed(dask_client(args.cluster, workers=args.workers, tls=_tls(args), distributions=distributions,
                                 modules=modules, memory_limit=memory), args.cluster)
 
@@ -585,7 +590,7 @@ def cmd_score(args) -> int:
         if taken:
             raise ParameterError(f"--keep {taken[0]} would collide with an output column of --cost-matrix; rename it first")
     dists, modules = _plugin_requirements(_model_plugin_objects(model))
-    with _client(args, dists, modules) as client:
+    with _client(args, dists, modules, map_only=True) as client:
         n = score_table(client, model, files, args.output, keep=keep, batch_rows=args.batch_rows,
                         extra_outputs=args.intervals, reject_below=args.reject_below, progress=_progress(args),
                         cost_matrix=cost_matrix)
@@ -652,7 +657,7 @@ def cmd_evaluate(args) -> int:
         _check_bootstrap(args, models)
     objects = [o for m in models for o in _model_plugin_objects(m)]
     dists, modules = _plugin_requirements(objects)
-    with _client(args, dists, modules) as client:
+    with _client(args, dists, modules, map_only=True) as client:
         accs = [evaluate_table(client, m, files, args.target, with_raw=True, progress=_progress(args),
                                cost_matrix=cm) for m, cm in zip(models, cost_matrices)]
         if args.bootstrap:

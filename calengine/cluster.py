@@ -343,8 +343,15 @@ def dask_client(
     distributions: tuple[str, ...] = (),
     modules: tuple[str, ...] = (),
     memory_limit: str | None = None,
+    map_only: bool = False,
 ) -> Iterator[object]:
     """Yield a ``distributed.Client`` for ``cluster`` (see the module docstring), closed afterwards.
+
+    ``map_only`` says the job only maps tasks over chunks and reduces their results in the client
+    (score, decide, evaluate): without a cluster (and without ``memory_limit``, which only a Dask
+    worker enforces) it then gets a :class:`~calengine.thread_client.ThreadClient` of ``workers``
+    threads, the same tasks on the same kind of threads without importing ``distributed`` and
+    starting its scheduler (0.4-0.6 s, a fifth of scoring 10M rows).
 
     ``memory_limit`` (e.g. ``"6GiB"``) caps each worker of a local cluster (Dask's ``memory_limit``:
     workers spill, pause and are restarted beyond it); a remote cluster's workers set their own.
@@ -358,6 +365,13 @@ def dask_client(
     local_memory = {} if memory_limit is None else {"memory_limit": memory_limit}
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ParameterError(f"workers must be a positive integer, got {workers!r}")
+    if map_only and cluster is None and memory_limit is None:
+        from .thread_client import ThreadClient
+
+        # tasks run as threads of this process: pin its native pools for the whole job
+        with ThreadClient(workers or default_threads()) as client, pinned_native_threads():
+            yield client
+        return
     import dask
     from distributed import Client, LocalCluster
 

@@ -52,11 +52,11 @@ def gather_in_order(client, futures: list, progress: Progress | None, label: str
 
 def wait_with_progress(client, futures: list, progress: Progress | None, label: str) -> None:
     """Wait for ``futures`` (results stay on the workers), drawing progress."""
-    from distributed import as_completed
+    from .thread_client import as_completed
 
     if progress is not None:
         progress.start(label, len(futures))
-    for _ in as_completed(futures, loop=client.loop):
+    for _ in as_completed(client, futures):
         if progress is not None:
             progress.advance()
     if progress is not None:

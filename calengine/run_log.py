@@ -102,9 +102,14 @@ def observed(client_context, cluster: str | None):
         if run is None or run.path is None:
             yield client
             return
+        run.record["cluster"] = _layout(client, cluster, dashboard)
+        records = getattr(client, "task_records", None)
+        if records is not None:  # a ThreadClient keeps its own task stream
+            yield client
+            run.record["tasks"] = _task_summary(records)
+            return
         from distributed import get_task_stream
 
-        run.record["cluster"] = _layout(client, cluster, dashboard)
         with get_task_stream(client=client) as stream:
             yield client
         run.record["tasks"] = _task_summary(stream.data)

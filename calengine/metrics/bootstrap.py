@@ -214,8 +214,7 @@ def sample_table_scores(client, model, files: list[str], target: str, k: int = B
     """A seeded uniform sample of at most ``k`` labelled rows of a Parquet table of any size, as
     ``(scores, labels)`` of the first member's calibrator: one task per chunk keeps its ``k`` smallest
     keys, and the client merges the pieces as they arrive, holding at most ``2k`` rows."""
-    from distributed import as_completed
-
+    from ..thread_client import as_completed
     from ..parquet.data import check_columns
     from ..scores.table import plan_chunks, share_model
 
@@ -224,7 +223,7 @@ def sample_table_scores(client, model, files: list[str], target: str, k: int = B
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     model_f = share_model(client, model)
     futures = [client.submit(chunk_score_sample, model_f, c, target, k, seed, batch_rows, pure=False) for c in chunks]
-    pending = as_completed(futures, loop=client.loop)
+    pending = as_completed(client, futures)
     del futures  # only the pieces not merged yet stay referenced (and held by the workers)
     keys, S, Y = np.empty(0), np.empty(0), np.empty(0, dtype=np.int8)
     for future in pending:

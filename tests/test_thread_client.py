@@ -1,0 +1,133 @@
+"""The thread pool that runs score/decide/evaluate without --cluster behaves as the part of
+``distributed.Client`` those commands use, and their results are the embedded Dask scheduler's."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from cli_helpers import REPO, run_cli
+
+from calengine.thread_client import ThreadClient, as_completed
+
+PIMA = REPO / "data" / "pima.parquet"
+
+
+def test_submit_resolves_future_arguments_and_gathers_in_submission_order():
+    with ThreadClient(2) as client:
+        base = client.submit(lambda: 10, pure=False)
+        held = client.scatter([1, 2], broadcast=False)
+        assert client.gather([client.submit(lambda a, b: a + b, *held)]) == [3]
+        assert client.scatter("x").result() == "x"
+        futures = [client.submit(lambda b, i: (time.sleep(0.02 * (5 - i)), b + i)[1], base, i) for i in range(5)]
+        assert client.gather(futures) == [10, 11, 12, 13, 14]
+        finished = [f.result() for f in as_completed(client, futures)]
+        assert sorted(finished) == [10, 11, 12, 13, 14]
+        kinds = sorted(r["key"].rsplit("-", 1)[0] for r in client.task_records)
+        assert kinds == ["<lambda>"] * 7
+        assert all(r["startstops"][0]["stop"] >= r["startstops"][0]["start"] for r in client.task_records)
+
+
+def test_a_failed_task_raises_its_own_exception_and_close_cancels_what_has_not_started():
+    gate = threading.Event()
+    started = []
+
+    def slow(i):
+        started.append(i)
+        gate.wait(5)
+        return i
+
+    client = ThreadClient(1)
+    bad = client.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        client.gather([bad])
+    futures = [client.submit(slow, i) for i in range(4)]
+    while not started:
+        time.sleep(0.005)
+    client.close()
+    gate.set()
+    assert futures[0].result(timeout=5) == 0
+    assert all(f.cancelled() for f in futures[1:]) and started == [0]
+    with pytest.raises(ValueError, match="at least 1"):
+        ThreadClient(0)
+
+
+def test_a_dependent_task_sees_its_argument_fail():
+    with ThreadClient(2) as client:
+        model = client.submit(lambda: {}["missing"])
+        chunk = client.submit(lambda m: m, model)
+        with pytest.raises(KeyError):
+            client.gather([chunk])
+
+
+def test_threads_and_the_embedded_dask_scheduler_score_and_evaluate_the_same(tmp_path):
+    """The same tasks on a ThreadClient and on ``LocalCluster(processes=False)``: byte-identical
+    scored files (several chunks) and identical metrics."""
+    from distributed import Client, LocalCluster
+
+    from calengine.model.artifact import load_model
+    from calengine.scores.table import evaluate_table, score_table
+
+    r = run_cli("--quiet", "fit", PIMA, "--target", "class", "--method", "sigmoid", "--workers", "1",
+                "--output", tmp_path / "m")
+    assert r.returncode == 0, r
+    model = load_model(tmp_path / "m")
+    data = str(tmp_path / "pima-row-groups.parquet")
+    pq.write_table(pq.read_table(PIMA), data, row_group_size=100)  # 8 chunks of at most 100 rows
+    with ThreadClient(2) as threads:
+        n = score_table(threads, model, [data], str(tmp_path / "t"), chunk_rows=100, batch_rows=64)
+        acc_t = evaluate_table(threads, model, [data], "class", chunk_rows=100, batch_rows=64)
+        assert len(threads.task_records) == 2 * (8 + 1)
+    with LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as lc, \
+            Client(lc) as dask:
+        score_table(dask, model, [data], str(tmp_path / "d"), chunk_rows=100, batch_rows=64)
+        acc_d = evaluate_table(dask, model, [data], "class", chunk_rows=100, batch_rows=64)
+    assert n == 768
+    parts_t = sorted(p.name for p in (tmp_path / "t").iterdir())
+    assert parts_t == sorted(p.name for p in (tmp_path / "d").iterdir()) and len(parts_t) > 1
+    for name in parts_t:
+        assert (tmp_path / "t" / name).read_bytes() == (tmp_path / "d" / name).read_bytes()
+    assert acc_t["calibrated"].result() == acc_d["calibrated"].result()
+    assert acc_t["raw"].result() == acc_d["raw"].result()
+
+
+def test_json_log_of_an_embedded_score_records_the_thread_tasks(tmp_path):
+    r = run_cli("--quiet", "fit", PIMA, "--target", "class", "--method", "isotonic", "--workers", "1",
+                "--output", tmp_path / "m")
+    assert r.returncode == 0, r
+    log = tmp_path / "score.json"
+    r = run_cli("score", tmp_path / "m", PIMA, "--output", tmp_path / "s", "--workers", "2", "--json-log", log)
+    assert r.returncode == 0, r
+    rec = json.loads(log.read_text())
+    assert rec["cluster"]["kind"] == "embedded" and rec["cluster"]["dashboard"] is None
+    assert rec["cluster"]["workers"] == [{"address": "threads", "host": "127.0.0.1", "name": "threads",
+                                          "nthreads": 2, "memory_limit": None}]
+    tasks = rec["tasks"]
+    assert tasks["by_kind"]["score_chunk"]["count"] == 1 and tasks["by_kind"]["the_model"]["count"] == 1  # as dask.utils.key_split names it
+    assert tasks["count"] == 2 and tasks["by_worker"]["threads"]["count"] == 2
+    assert rec["rows_read"] == pq.read_table(tmp_path / "s").num_rows == 768
+
+
+def test_numpy_expit_is_scipys_logistic():
+    """The builtins' expit keeps scipy's formula and special values; on this machine's float64 exp
+    (no AVX-512) the bits are scipy's, elsewhere within one ulp."""
+    from calengine_builtins.deferred import expit
+    from scipy.special import expit as scipy_expit
+
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(200_000) * s for s in (1e-300, 1.0, 40.0, 800.0)]
+                       + [np.array([0.0, -0.0, np.inf, -np.inf, 709.0, -709.0, -745.0, 1e308, -1e308])])
+    ref = scipy_expit(x)
+    got = expit(x)
+    np.testing.assert_array_max_ulp(got, ref, maxulp=1)
+    assert got[-9:].tolist() == ref[-9:].tolist()
+    assert np.isnan(expit(np.array([np.nan]))).all()
+    inplace = x.copy()
+    assert expit(inplace, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, got)
+    x32 = x[np.abs(x) < 1e30].astype(np.float32)
+    np.testing.assert_array_equal(expit(x32), scipy_expit(x32))  # other dtypes are scipy's own
