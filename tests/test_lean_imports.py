@@ -35,7 +35,8 @@ def models(tmp_path_factory):
     out = {}
     for name, args in {"nb_isotonic": ["--method", "isotonic"],
                        "nb_sigmoid": ["--method", "sigmoid", "--mode", "refit"],
-                       "logistic": ["--learner", "logistic_regression", "--method", "isotonic"]}.items():
+                       "logistic": ["--learner", "logistic_regression", "--method", "isotonic"],
+                       "tree": ["--learner", "decision_tree", "--method", "isotonic"]}.items():
         r = run_cli("--quiet", "fit", PIMA, "--target", "class", "--workers", "1", *args, "--output", base / name)
         assert r.returncode == 0, r
         out[name] = base / name
@@ -49,10 +50,12 @@ def _probe(model_dir) -> dict:
     return json.loads(r.stdout)
 
 
-def test_naive_bayes_models_score_without_importing_sklearn(models):
-    """gaussian_nb scores from its stored arrays: loading and scoring the model imports neither
-    scikit-learn (0.9 s, it imports scipy.stats) nor, with isotonic calibration, any of scipy."""
+def test_naive_bayes_and_logistic_models_score_without_importing_sklearn(models):
+    """gaussian_nb and a dense two-class logistic_regression score from their stored arrays: loading
+    and scoring the model imports neither scikit-learn (0.9 s, it imports scipy.stats) nor any of
+    scipy."""
     assert _probe(models["nb_isotonic"])["heavy"] == []
+    assert _probe(models["logistic"])["heavy"] == []
     assert _probe(models["nb_sigmoid"])["heavy"] == []  # the sigmoid's expit is NumPy's for float64
 
 
@@ -101,7 +104,7 @@ def test_lazily_built_estimator_scores_the_same_bits_as_the_built_one(models):
             assert "_pending_state" not in vars(learner)
     np.testing.assert_array_equal(lazy.predict_frame(df).filter(like="p_").to_numpy(),
                                   eager.predict_frame(df).filter(like="p_").to_numpy())
-    assert "sklearn" in _probe(models["logistic"])["heavy"]
+    assert "sklearn" in _probe(models["tree"])["heavy"]
     assert _probe(models["nb_isotonic"])["p"] == lazy.predict_frame(df).iloc[:, 1].tolist()
 
 
@@ -119,6 +122,33 @@ def test_lazy_state_is_still_checked_when_loaded(models, tmp_path):
         GaussianNBLearner().from_state({k: v for k, v in state.items() if k != "var_"})
     with pytest.raises(ValueError, match="2 classes stored for n_classes=3"):
         GaussianNBLearner().from_state({**state, "n_classes": 3})
+
+
+def test_logistic_regression_scores_the_pipelines_bits_from_its_arrays():
+    """The arrays path of a dense two-class logistic regression gives exactly the Pipeline's
+    ``predict_proba`` (C- and Fortran-ordered input, lazily restored or freshly fitted), and leaves
+    what it does not cover to the Pipeline: several classes, non-finite input (scikit-learn's error)."""
+    from calengine_builtins.learners import LogisticRegressionLearner
+
+    rng = np.random.default_rng(7)
+    for n, d, scale in [(500, 3, 1.0), (2000, 20, 30.0), (300, 50, 1e-3)]:
+        X = rng.normal(size=(n, d)) * scale + rng.normal(size=d) * 5
+        y = (X[:, 0] + rng.normal(size=n) * scale > X[:, 0].mean()).astype(int)
+        fitted = LogisticRegressionLearner(C=0.5).fit(X, y)
+        lazy = LogisticRegressionLearner(C=0.5).from_state(fitted.to_state())
+        assert "_pending_state" in vars(lazy)
+        for Xq in (X, np.asfortranarray(X), X[::2], rng.normal(size=(17, d)) * 100):
+            expected = fitted.estimator_.predict_proba(Xq)[:, 1]
+            np.testing.assert_array_equal(fitted.score(Xq), expected)
+            np.testing.assert_array_equal(lazy.score(Xq), expected)
+        assert "_pending_state" in vars(lazy)  # never needed the Pipeline
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        lazy.score(bad)
+    y3 = rng.integers(0, 3, size=X.shape[0])
+    three = LogisticRegressionLearner().fit(X, y3)
+    np.testing.assert_array_equal(three.score(X), three.estimator_.predict_proba(X))
 
 
 class _Mine(Params):
