@@ -1,7 +1,9 @@
 """The one place that decides where tasks run.
 
 * no ``--cluster``: an embedded scheduler in this process (``LocalCluster(processes=False)``), its
-  worker threads sharing the client's memory, so nothing is copied;
+  worker threads sharing the client's memory, so nothing is copied; commands that only map tasks over
+  chunks (score, decide, evaluate: ``map_only``) get a :class:`~calengine.thread_client.ThreadClient`
+  instead, the same threads without the scheduler;
 * ``--cluster`` alone (``"local"``): a ``LocalCluster`` of worker processes on this machine;
 
 (both local forms listen on 127.0.0.1 only, with their logs silenced: errors reach the user as one
