@@ -42,17 +42,18 @@ class ThreadClient:
         self.task_records: list[dict] = []
 
     def submit(self, fn, *args, pure: bool | None = None, key: str | None = None, **kwargs) -> Future:
-        """Run ``fn(*args, **kwargs)`` on a pool thread; futures of this client among ``args`` are
-        replaced by their results first.  ``pure`` is accepted for Dask's signature and ignored: every
+        """Run ``fn(*args, **kwargs)`` on a pool thread; futures of this client among ``args`` and
+        ``kwargs`` (not inside containers) are replaced by their results first.  ``pure`` is accepted for Dask's signature and ignored: every
         call runs."""
         name = key or f"{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
         return self._pool.submit(self._run, name, fn, args, kwargs)
 
     def _run(self, name: str, fn, args, kwargs):
         resolved = [a.result() if isinstance(a, Future) else a for a in args]
+        named = {k: v.result() if isinstance(v, Future) else v for k, v in kwargs.items()}
         start = time.time()
         try:
-            return fn(*resolved, **kwargs)
+            return fn(*resolved, **named)
         finally:
             stop = time.time()
             with self._lock:

@@ -23,12 +23,13 @@ def test_submit_resolves_future_arguments_and_gathers_in_submission_order():
         held = client.scatter([1, 2], broadcast=False)
         assert client.gather([client.submit(lambda a, b: a + b, *held)]) == [3]
         assert client.scatter("x").result() == "x"
+        assert client.submit(lambda a, b=0: a - b, 5, b=client.scatter(2)).result() == 3
         futures = [client.submit(lambda b, i: (time.sleep(0.02 * (5 - i)), b + i)[1], base, i) for i in range(5)]
         assert client.gather(futures) == [10, 11, 12, 13, 14]
         finished = [f.result() for f in as_completed(client, futures)]
         assert sorted(finished) == [10, 11, 12, 13, 14]
         kinds = sorted(r["key"].rsplit("-", 1)[0] for r in client.task_records)
-        assert kinds == ["<lambda>"] * 7
+        assert kinds == ["<lambda>"] * 8
         assert all(r["startstops"][0]["stop"] >= r["startstops"][0]["start"] for r in client.task_records)
 
 
@@ -126,6 +127,7 @@ def test_numpy_expit_is_scipys_logistic():
     np.testing.assert_array_max_ulp(got, ref, maxulp=1)
     assert got[-9:].tolist() == ref[-9:].tolist()
     assert np.isnan(expit(np.array([np.nan]))).all()
+    assert expit(np.float64(0.0)) == 0.5 and expit(np.array(2.0)) == scipy_expit(2.0)  # scalars: scipy's
     inplace = x.copy()
     assert expit(inplace, out=inplace) is inplace
     np.testing.assert_array_equal(inplace, got)

@@ -19,7 +19,8 @@ def expit(x, out=None):
     NumPy's."""
     import numpy as np
 
-    if isinstance(x, np.ndarray) and x.dtype == np.float64 and (out is None or out.dtype == np.float64):
+    if (isinstance(x, np.ndarray) and x.dtype == np.float64 and x.ndim
+            and (out is None or (isinstance(out, np.ndarray) and out.dtype == np.float64))):
         with np.errstate(over="ignore"):  # exp(-x) -> inf for x < -709: 1 / inf = 0, as scipy gives
             r = np.negative(x, out=out)
             np.exp(r, out=r)
