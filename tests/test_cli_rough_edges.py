@@ -107,11 +107,19 @@ def test_cv_reports_mean_and_spread_over_outer_folds(tmp_path):
             assert out["summary"][kind][metric]["std"] > 0  # the folds really differ
     # isotonic calibration of gaussian_nb on pima: better calibrated than the raw learner on held-out rows
     assert out["summary"]["calibrated"]["ece"]["mean"] < out["summary"]["raw"]["ece"]["mean"]
+    # the CORP Brier terms are summarised like the flat metrics (mcb - dsc + unc = brier in every fold)
+    for kind in ("calibrated", "raw"):
+        for term in ("mcb", "dsc", "unc"):
+            values = [f[kind]["corp_brier"][term] for f in out["per_fold"]]
+            assert out["summary"][kind][f"brier_{term}"]["mean"] == pytest.approx(np.mean(values))
+    assert out["summary"]["calibrated"]["brier_mcb"]["mean"] < out["summary"]["raw"]["brier_mcb"]["mean"]
     # the Python function the CLI wraps gives the same figures
     py = calengine.cross_validate_table(PIMA, "class", folds=3, cv=3)
     assert py.summary["calibrated"]["brier"]["mean"] == pytest.approx(out["summary"]["calibrated"]["brier"]["mean"])
     text = run_cli("cv", PIMA, "--target", "class", "--folds", "3", "--cv", "3")
     assert text.returncode == 0 and "3-fold cross-validation on 768 rows" in text.stdout, text
+    rows = {line.split()[0]: line.split()[1:] for line in text.stdout.splitlines()[3:]}
+    assert float(rows["brier_mcb"][0]) == pytest.approx(out["summary"]["calibrated"]["brier_mcb"]["mean"], abs=1e-4)
     assert max(len(line) for line in text.stdout.splitlines()) <= 100
     assert_one_line_error(run_cli("cv", PIMA, "--target", "class", "--folds", "1"), "--folds must be at least 2")
     assert_one_line_error(run_cli("cv", REPO / "data" / "hepatitis.parquet", "--target", "class", "--folds", "40"),
