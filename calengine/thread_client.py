@@ -2,7 +2,8 @@
 
 ``score``, ``decide`` and ``evaluate`` without ``--cluster`` submit one task per chunk, wait for them
 and reduce the results in the client: no task depends on another's output except through the shared
-model, nothing is scattered, and nothing needs a scheduler's placement or recovery.  For that shape of
+model (and, for ``evaluate --bootstrap``, a few scattered arrays), and nothing needs a scheduler's
+placement or recovery.  For that shape of
 job the embedded Dask scheduler only adds its start: importing ``distributed`` and starting
 ``LocalCluster(processes=False)`` took 0.4-0.6 s of the 1.5 s that scoring a 10,000-row file took
 from launch to exit, a fifth of scoring 10M rows.  :class:`ThreadClient` runs the same task functions
@@ -12,8 +13,8 @@ only when the caller says its job is such a map (``map_only``).
 What it keeps of ``distributed.Client``: ``submit`` (arguments that are futures of this client are
 resolved before the call, as Dask resolves them), ``scatter`` (futures already holding the data),
 ``gather`` (results in the given order, the first task's error raised as itself), ``cancel`` and
-:func:`as_completed`.  It also records each task's
-start and stop for ``--json-log`` in the shape of Dask's task stream.
+:func:`as_completed`.  It also records each task's start and stop for ``--json-log`` in the shape of
+Dask's task stream.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ class ThreadClient:
 
     def submit(self, fn, *args, pure: bool | None = None, key: str | None = None, **kwargs) -> Future:
         """Run ``fn(*args, **kwargs)`` on a pool thread; futures of this client among ``args`` and
-        ``kwargs`` (not inside containers) are replaced by their results first.  ``pure`` is accepted for Dask's signature and ignored: every
-        call runs."""
+        ``kwargs`` (not inside containers) are replaced by their results first.  ``pure`` is accepted
+        for Dask's signature and ignored: every call runs."""
         name = key or f"{getattr(fn, '__name__', 'task')}-{next(self._counter)}"
         return self._pool.submit(self._run, name, fn, args, kwargs)
 
