@@ -476,6 +476,35 @@ def test_ctrl_c_ends_the_command_without_waiting_for_running_fits(tmp_path):
     assert_nothing_left(tmp_path / "a")
 
 
+@pytest.mark.slow
+def test_ctrl_c_during_embedded_scoring_publishes_nothing(tmp_path):
+    """score without --cluster runs its chunks on a thread pool (no Dask scheduler): Ctrl-C once parts
+    are being written ends the command at once with one line, and neither the output nor the staging
+    directory remains."""
+    model_data = _write_many(tmp_path / "small", 4000, 1)
+    r = _run("--quiet", "fit", model_data, "--target", "y", "--output", tmp_path / "m", cwd=tmp_path)
+    assert r.returncode == 0, r
+    big = tmp_path / "big"
+    big.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(40):  # 2M rows in 400 row groups: thousands of small batches, seconds of work
+        X = rng.normal(size=(50_000, 8)).astype("float32")
+        pq.write_table(pa.table({f"x{j}": X[:, j] for j in range(8)}), big / f"part-{i:03d}.parquet",
+                       row_group_size=5_000)
+    target = tmp_path / "out"
+
+    def ready():
+        staging = [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+        return bool(staging) and len(list(staging[0].iterdir())) >= 2
+
+    t0 = time.monotonic()
+    r = _interrupt_when(["score", tmp_path / "m", big, "--output", target, "--workers", "1", "--batch-rows", "256"],
+                        tmp_path, ready)
+    assert_one_error(r, 130, "interrupted")
+    assert time.monotonic() - t0 < 60
+    assert_nothing_left(target)
+
+
 # ---------------------------------------------------------------------------------------------- real clusters
 
 
