@@ -55,6 +55,33 @@ def test_tables_equal_two_isotonic_fits_per_test_score(data):
     assert np.all(p0 <= p1 + 1e-15)
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 3000),
+       pattern=st.sampled_from(["trend", "runs", "reversed", "weighted"]))
+def test_vectorised_queries_equal_the_one_by_one_loop_bit_for_bit(seed, k, pattern):
+    """The tables' queries advance together in NumPy but take each query's own merge steps, so every
+    value has the bits of the one-query-at-a-time loop: rising labels (short merges), long runs and a
+    falling trend (long merges, the Python tail), weights with zeros and fractions."""
+    from calengine.methods.venn_abers import _venn_abers_tables_one_by_one
+
+    rng = np.random.default_rng(seed)
+    w = np.ones(k)
+    if pattern == "trend":
+        wy = (rng.random(k) < np.linspace(0.05, 0.95, k)).astype(float)
+    elif pattern == "runs":
+        wy = np.repeat(rng.integers(0, 2, k // 50 + 1), 50)[:k].astype(float)
+    elif pattern == "reversed":
+        wy = (rng.random(k) < np.linspace(0.95, 0.05, k)).astype(float)
+    else:
+        w = rng.choice([0.0, 0.5, 1.0, 2.0, 7.0], k)
+        w[0] = max(w[0], 1.0)
+        wy = w * rng.random(k) * (rng.random(k) < np.linspace(0.1, 0.9, k))
+    fast = venn_abers_tables(w, wy)
+    slow = _venn_abers_tables_one_by_one(w, wy)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_hand_computed_pairs():
     # C = {(1, 0), (2, 1)}.  t = 3: with label 0 PAV pools (2,1),(3,0) -> 1/2; with label 1 the
     # points are already increasing -> 1.  t = 0: label 0 -> 0; label 1 pools (0,1),(1,0) -> 1/2.

@@ -85,6 +85,55 @@ def _suffix_stack(w: list, wy: list):
     return nw, nwy, nxt, head
 
 
+#: below this many unfinished queries the merging goes on one query at a time in Python: a NumPy
+#: step costs microseconds whatever its size, and a rare query may merge many blocks
+_SCALAR_TAIL = 32
+
+
+def _merge_queries(cw, cwy, pl, pr, left, right) -> np.ndarray:
+    """The isotonic value of each query's test group: the group ``(cw, cwy)`` merged with the prefix
+    blocks from ``pl`` leftwards and the suffix blocks from ``pr`` rightwards while it violates them.
+
+    Every query takes the same steps as the one-query loop would (merge left if it violates, else
+    right if that violates, else stop), so the sums happen in the same order and the values are the
+    same bits; only the unfinished queries advance together, one NumPy step per merge round, kept
+    contiguous so a round costs only what is still merging.
+    """
+    lw, lwy, lprev = left
+    rw, rwy, rnext = right
+    out = np.empty(cw.size)
+    idx = np.arange(cw.size)
+    c, cy, a, b = cw.copy(), cwy.copy(), pl.copy(), pr.copy()
+    while idx.size > _SCALAR_TAIL:
+        la, lya = lw[a], lwy[a]  # a == -1 reads the last node; the mask below discards it
+        go_left = (a != -1) & (lya * c >= cy * la)
+        rb, ryb = rw[b], rwy[b]
+        go_right = ~go_left & (b != -1) & (ryb * c <= cy * rb)
+        moving = go_left | go_right
+        done = ~moving
+        out[idx[done]] = cy[done] / c[done]
+        sel = go_left[moving]
+        c, cy, a, b, idx = c[moving], cy[moving], a[moving], b[moving], idx[moving]
+        c += np.where(sel, la[moving], rb[moving])
+        cy += np.where(sel, lya[moving], ryb[moving])
+        a = np.where(sel, lprev[a], a)
+        b = np.where(sel, b, rnext[b])
+    for q, c0, cy0, a0, b0 in zip(idx.tolist(), c.tolist(), cy.tolist(), a.tolist(), b.tolist()):
+        while True:
+            if a0 != -1 and lwy[a0] * c0 >= cy0 * lw[a0]:
+                c0 += lw[a0]
+                cy0 += lwy[a0]
+                a0 = int(lprev[a0])
+            elif b0 != -1 and rwy[b0] * c0 <= cy0 * rw[b0]:
+                c0 += rw[b0]
+                cy0 += rwy[b0]
+                b0 = int(rnext[b0])
+            else:
+                break
+        out[q] = cy0 / c0
+    return out
+
+
 def venn_abers_tables(w, wy):
     """``(tie_p0, tie_p1, gap_p0, gap_p1)`` for tie groups of weight ``w`` and weighted positives ``wy``.
 
@@ -92,7 +141,39 @@ def venn_abers_tables(w, wy):
     :func:`calengine.reductions.pav.pool_ties`).  ``tie_*[j]`` is the value for a test score equal to
     the j-th distinct score, ``gap_*[j]`` for a test score strictly between the (j−1)-th and the j-th
     (``gap_*[0]`` below all, ``gap_*[k]`` above all).
+
+    The two stack passes are sequential Python; the ``4k + 2`` queries then run together
+    (:func:`_merge_queries`), with the same bits as one at a time: for 1M groups the whole function
+    took 4.1-4.6 s against 8.4-9.2 s one query at a time (side by side, on a loaded 2-core machine).
     """
+    w_arr = np.asarray(w, dtype=np.float64)
+    wy_arr = np.asarray(wy, dtype=np.float64)
+    w, wy = w_arr.tolist(), wy_arr.tolist()
+    k = len(w)
+    lw, lwy, lprev, lhead = _prefix_stack(w, wy)
+    rw, rwy, rnext, rhead = _suffix_stack(w, wy)
+    rhead[k] = -1
+    left = (np.asarray(lw, dtype=np.float64), np.asarray(lwy, dtype=np.float64), np.asarray(lprev, dtype=np.int64))
+    right = (np.asarray(rw, dtype=np.float64), np.asarray(rwy, dtype=np.float64), np.asarray(rnext, dtype=np.int64))
+    lhead_a = np.asarray(lhead, dtype=np.int64)
+    rhead_a = np.asarray(rhead, dtype=np.int64)
+    before = np.concatenate([[-1], lhead_a])  # before[j]: the prefix stack of groups 0..j-1
+    # queries: tie 0, tie 1 (k each: group j plus the test point), gap 0, gap 1 (k + 1 each: the
+    # test point alone between groups j-1 and j)
+    cw = np.concatenate([w_arr + 1.0, w_arr + 1.0, np.ones(k + 1), np.ones(k + 1)])
+    cwy = np.concatenate([wy_arr + 0.0, wy_arr + 1.0, np.zeros(k + 1), np.ones(k + 1)])
+    pl = np.concatenate([before[:k], before[:k], before, before])
+    pr = np.concatenate([rhead_a[1:], rhead_a[1:], rhead_a, rhead_a])
+    values = _merge_queries(cw, cwy, pl, pr, left, right)
+    np.clip(values, 0.0, 1.0, out=values)
+    tie0, tie1 = values[:k], values[k : 2 * k]
+    gap0, gap1 = values[2 * k : 3 * k + 1], values[3 * k + 1 :]
+    return tie0, tie1, gap0, gap1
+
+
+def _venn_abers_tables_one_by_one(w, wy):
+    """:func:`venn_abers_tables` one query at a time (the reference its vectorised queries are tested
+    against)."""
     w = [float(v) for v in np.asarray(w, dtype=np.float64)]
     wy = [float(v) for v in np.asarray(wy, dtype=np.float64)]
     k = len(w)
