@@ -224,7 +224,6 @@ def is_sparse(X) -> bool:
     return sp is not None and sp.issparse(X)
 
 
-
 def sparse_input_error(learner) -> DataError:
     """The one line for sparse features given to a learner that does not declare ``accepts_sparse``."""
     name = getattr(learner, "name", type(learner).__name__)

@@ -364,7 +364,7 @@ def _client(args, distributions=(), modules=(), map_only: bool = False):
     only maps tasks over chunks and reduces their results (score, decide, evaluate), so without
     ``--cluster`` it runs on a :class:`~calengine.thread_client.ThreadClient` and never imports
     ``distributed``."""
-    from .cluster import dask_client
+    from .cluster import dask_client, runs_on_threads
     from .errors import ParameterError
 
     if args.workers is not None and args.workers < 1:
@@ -382,7 +382,7 @@ def _client(args, distributions=(), modules=(), map_only: bool = False):
             raise ParameterError("--worker-memory applies to local clusters; start remote workers with 'dask worker --memory-limit'")
     from .run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
 
-    if map_only and args.cluster is None and memory is None:
+    if runs_on_threads(args.cluster, memory, map_only):  # no distributed: none of its logging to set up
         return observed(dask_client(None, workers=args.workers, map_only=True), None)
     import logging
 
@@ -632,6 +632,7 @@ METRIC_ORDER = (
 
 
 def cmd_evaluate(args) -> int:
+    from .metrics.corp import with_brier_rows
     from .model.artifact import load_model
     from .parquet.data import resolve_parquet_files
     from .errors import ParameterError
@@ -688,8 +689,8 @@ def cmd_evaluate(args) -> int:
     rows = []
     for lb, res, m, d in zip(labels, results, models, model_dirs):
         raw = f"raw {m.info.get('learner')} ({os.path.basename(os.path.normpath(d))})" if len(models) > 1 else "raw learner"
-        rows.append((raw, _with_corp_rows(res.get("raw"))))
-        rows.append((lb, _with_corp_rows(res["calibrated"])))
+        rows.append((raw, with_brier_rows(res.get("raw"))))
+        rows.append((lb, with_brier_rows(res["calibrated"])))
     table = format_metrics_table(rows)
     print(table)
     print()
@@ -734,15 +735,6 @@ def format_decisions(label: str, d: dict) -> str:
             bits.append(f"best threshold in hindsight, {key}: {b['threshold']:.3f} ({what} {b['total']:.6g})")
         lines.append("; ".join(bits))
     return "\n".join(lines)
-
-
-def _with_corp_rows(m: dict | None) -> dict | None:
-    """The metrics with the CORP Brier terms as flat rows (``brier_mcb``, ``brier_dsc``, ``brier_unc``)
-    for the text table; the JSON keeps them nested under ``corp_brier`` with the log-loss terms."""
-    if m is None or "corp_brier" not in m:
-        return m
-    corp = m["corp_brier"]
-    return {**m, "brier_mcb": corp["mcb"], "brier_dsc": corp["dsc"], "brier_unc": corp["unc"]}
 
 
 def format_drift(labels: list[str], drifts: list[dict], class_names: list[list[str]], width: int | None = None,

@@ -337,6 +337,13 @@ def default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
 
 
+def runs_on_threads(cluster: str | None, memory_limit: str | None, map_only: bool) -> bool:
+    """Whether :func:`dask_client` hands out a :class:`~calengine.thread_client.ThreadClient`: a job
+    that only maps tasks over chunks, without a cluster and without a memory limit (which only a Dask
+    worker enforces)."""
+    return bool(map_only) and cluster is None and memory_limit is None
+
+
 @contextmanager
 def dask_client(
     cluster: str | None = None,
@@ -367,7 +374,7 @@ def dask_client(
     local_memory = {} if memory_limit is None else {"memory_limit": memory_limit}
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise ParameterError(f"workers must be a positive integer, got {workers!r}")
-    if map_only and cluster is None and memory_limit is None:
+    if runs_on_threads(cluster, memory_limit, map_only):
         from .thread_client import ThreadClient
 
         # tasks run as threads of this process: pin its native pools for the whole job

@@ -12,8 +12,8 @@ only when the caller says its job is such a map (``map_only``).
 
 What it keeps of ``distributed.Client``: ``submit`` (arguments that are futures of this client are
 resolved before the call, as Dask resolves them), ``scatter`` (futures already holding the data),
-``gather`` (results in the given order, the first task's error raised as itself), ``cancel`` and
-:func:`as_completed`.  It also records each task's start and stop for ``--json-log`` in the shape of
+``gather`` (results in the given order, the first task's error raised as itself) and
+:func:`as_completed`; ``close`` cancels what has not started.  It also records each task's start and stop for ``--json-log`` in the shape of
 Dask's task stream.
 """
 
@@ -74,10 +74,6 @@ class ThreadClient:
     def gather(self, futures):
         """The results of ``futures`` in their order; a failed task raises its own exception."""
         return [f.result() for f in futures]
-
-    def cancel(self, futures) -> None:
-        for f in futures:
-            f.cancel()
 
     def scheduler_info(self) -> dict:
         """The layout ``--json-log`` records: one 'worker' holding the pool's threads."""

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from scipy.special import expit
 
 from calengine.errors import DataError
+from calengine.methods import venn_abers as va
 from calengine.methods.venn_abers import cvap_pairs, merge_pair, venn_abers_pairs, venn_abers_tables
 from calengine.reductions.pav import pav, pool_ties, predict_step
 from calengine_builtins.calibrators import IsotonicCalibrator, VennAbersCalibrator
@@ -55,6 +56,43 @@ def test_tables_equal_two_isotonic_fits_per_test_score(data):
     assert np.all(p0 <= p1 + 1e-15)
 
 
+def _venn_abers_tables_one_by_one(w, wy):
+    """:func:`venn_abers_tables` as it was before its queries were vectorised: one query at a time,
+    each merging left while it violates, else right (the reference of the bit-for-bit test)."""
+    w = [float(v) for v in np.asarray(w, dtype=np.float64)]
+    wy = [float(v) for v in np.asarray(wy, dtype=np.float64)]
+    k = len(w)
+    lw, lwy, lprev, lhead = va._prefix_stack(w, wy)
+    rw, rwy, rnext, rhead = va._suffix_stack(w, wy)
+    rhead[k] = -1
+
+    def value(cw: float, cwy: float, pl: int, pr: int) -> float:
+        while True:
+            if pl != -1 and lwy[pl] * cw >= cwy * lw[pl]:
+                cw += lw[pl]
+                cwy += lwy[pl]
+                pl = lprev[pl]
+            elif pr != -1 and rwy[pr] * cw <= cwy * rw[pr]:
+                cw += rw[pr]
+                cwy += rwy[pr]
+                pr = rnext[pr]
+            else:
+                return cwy / cw
+
+    tie = np.empty((2, k))
+    gap = np.empty((2, k + 1))
+    for label in (0, 1):
+        for j in range(k):
+            pl = lhead[j - 1] if j > 0 else -1
+            tie[label, j] = value(w[j] + 1.0, wy[j] + label, pl, rhead[j + 1])
+        for j in range(k + 1):
+            pl = lhead[j - 1] if j > 0 else -1
+            gap[label, j] = value(1.0, float(label), pl, rhead[j])
+    np.clip(tie, 0.0, 1.0, out=tie)
+    np.clip(gap, 0.0, 1.0, out=gap)
+    return tie[0], tie[1], gap[0], gap[1]
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 3000),
        pattern=st.sampled_from(["trend", "runs", "reversed", "weighted"]))
@@ -62,8 +100,6 @@ def test_vectorised_queries_equal_the_one_by_one_loop_bit_for_bit(seed, k, patte
     """The tables' queries advance together in NumPy but take each query's own merge steps, so every
     value has the bits of the one-query-at-a-time loop: rising labels (short merges), long runs and a
     falling trend (long merges, the Python tail), weights with zeros and fractions."""
-    from calengine.methods.venn_abers import _venn_abers_tables_one_by_one
-
     rng = np.random.default_rng(seed)
     w = np.ones(k)
     if pattern == "trend":

@@ -31,19 +31,6 @@ CV_METRICS = (
     "brier_mcb", "brier_dsc", "brier_unc", "confidence_q", "confidence_rho",
 )
 
-#: summary rows taken from a nested term of a fold's metrics: the CORP decomposition of the Brier
-#: score (miscalibration, discrimination, uncertainty), as ``evaluate`` prints it
-NESTED_METRICS = {"brier_mcb": ("corp_brier", "mcb"), "brier_dsc": ("corp_brier", "dsc"),
-                  "brier_unc": ("corp_brier", "unc")}
-
-
-def _fold_value(metrics: dict[str, Any], metric: str) -> float:
-    """One fold's value of ``metric`` (NaN when the fold has none)."""
-    if metric in NESTED_METRICS:
-        outer, inner = NESTED_METRICS[metric]
-        return (metrics.get(outer) or {}).get(inner, np.nan)
-    return metrics.get(metric, np.nan)
-
 
 @dataclass
 class CVResult:
@@ -135,11 +122,14 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
 def summarise(per_fold: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """Mean, standard deviation (ddof=1), min and max of each metric over the folds (NaN-free folds
     only: rho is undefined for a fold without errors), the CORP Brier terms among them."""
+    from ..metrics.corp import with_brier_rows
+
     out: dict[str, dict[str, dict[str, float]]] = {}
     for kind in ("calibrated", "raw"):
         out[kind] = {}
         for metric in CV_METRICS:
-            values = np.array([_fold_value(f[kind], metric) for f in per_fold if f.get(kind)], dtype=float)
+            values = np.array([with_brier_rows(f[kind]).get(metric, np.nan) for f in per_fold if f.get(kind)],
+                              dtype=float)
             values = values[np.isfinite(values)]
             if not len(values):
                 continue

@@ -171,43 +171,6 @@ def venn_abers_tables(w, wy):
     return tie0, tie1, gap0, gap1
 
 
-def _venn_abers_tables_one_by_one(w, wy):
-    """:func:`venn_abers_tables` one query at a time (the reference its vectorised queries are tested
-    against)."""
-    w = [float(v) for v in np.asarray(w, dtype=np.float64)]
-    wy = [float(v) for v in np.asarray(wy, dtype=np.float64)]
-    k = len(w)
-    lw, lwy, lprev, lhead = _prefix_stack(w, wy)
-    rw, rwy, rnext, rhead = _suffix_stack(w, wy)
-    rhead[k] = -1
-
-    def value(cw: float, cwy: float, pl: int, pr: int) -> float:
-        while True:
-            if pl != -1 and lwy[pl] * cw >= cwy * lw[pl]:
-                cw += lw[pl]
-                cwy += lwy[pl]
-                pl = lprev[pl]
-            elif pr != -1 and rwy[pr] * cw <= cwy * rw[pr]:
-                cw += rw[pr]
-                cwy += rwy[pr]
-                pr = rnext[pr]
-            else:
-                return cwy / cw
-
-    tie = np.empty((2, k))
-    gap = np.empty((2, k + 1))
-    for label in (0, 1):
-        for j in range(k):
-            pl = lhead[j - 1] if j > 0 else -1
-            tie[label, j] = value(w[j] + 1.0, wy[j] + label, pl, rhead[j + 1])
-        for j in range(k + 1):
-            pl = lhead[j - 1] if j > 0 else -1
-            gap[label, j] = value(1.0, float(label), pl, rhead[j])
-    np.clip(tie, 0.0, 1.0, out=tie)
-    np.clip(gap, 0.0, 1.0, out=gap)
-    return tie[0], tie[1], gap[0], gap[1]
-
-
 def venn_abers_pairs(xs, tie_p0, tie_p1, gap_p0, gap_p1, scores):
     """``(p0, p1)`` per test score from the precomputed tables: one binary search per score."""
     xs = np.asarray(xs, dtype=np.float64)

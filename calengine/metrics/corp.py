@@ -44,7 +44,7 @@ import numpy as np
 
 from ..reductions.pav import pav
 
-__all__ = ["corp_column", "corp_sum", "isotonic_recalibration"]
+__all__ = ["corp_column", "corp_sum", "isotonic_recalibration", "with_brier_rows"]
 
 
 def isotonic_recalibration(v: np.ndarray, pos: np.ndarray, neg: np.ndarray):
@@ -127,3 +127,13 @@ def corp_sum(tables, clip: float = 1e-15) -> dict:
             total["per_class"] = [p[score] for p in parts]
         out[f"corp_{score}"] = total
     return out
+
+
+def with_brier_rows(metrics: dict | None) -> dict | None:
+    """``metrics`` (a :meth:`MetricAccumulator.result`) with the CORP Brier terms also as flat entries
+    ``brier_mcb``, ``brier_dsc`` and ``brier_unc``, the rows of the text tables of ``evaluate`` and
+    ``cv``; the JSON keeps them nested under ``corp_brier`` with the log-loss terms."""
+    if metrics is None or "corp_brier" not in metrics:
+        return metrics
+    corp = metrics["corp_brier"]
+    return {**metrics, "brier_mcb": corp["mcb"], "brier_dsc": corp["dsc"], "brier_unc": corp["unc"]}

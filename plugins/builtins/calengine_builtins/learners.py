@@ -474,11 +474,16 @@ class _ArrayState:
         self.__dict__["_estimator"] = est
 
     def _stored(self, name: str):
-        """A stored attribute of the (single) fitted estimator, without building it if not yet built."""
+        """A stored attribute of the fitted estimator (``step__name`` for a Pipeline's step, as in the
+        state), without building it if not yet built; None when there is none."""
         pending = self.__dict__.get("_pending_state")
         if pending is not None:
-            return pending[name]
-        return getattr(self.__dict__.get("_estimator"), name, None)
+            return pending.get(name)
+        est = self.__dict__.get("_estimator")
+        step, _, attr = name.rpartition("__")
+        if step:
+            est = dict(getattr(est, "steps", ())).get(step)
+        return getattr(est, attr, None)
 
     def _restore(self, state: dict[str, Any]):
         """A scikit-learn estimator holding ``state``'s attributes (and what follows from them)."""
@@ -654,10 +659,12 @@ class LinearSVMLearner(SklearnLearner):
 class LogisticRegressionLearner(_ArrayState, SklearnLearner):
     """Standardised features + L2 logistic regression (lbfgs, deterministic); stored as arrays."""
 
+    _LOGREG_ATTRIBUTES = ("classes_", "coef_", "intercept_", "n_iter_", "n_features_in_")
+
     @staticmethod
     def fitted_attributes(est) -> dict[str, tuple[str, ...]]:
         return {"scale": _scaler_attributes(est.steps[0][1]),
-                "logreg": ("classes_", "coef_", "intercept_", "n_iter_", "n_features_in_")}
+                "logreg": LogisticRegressionLearner._LOGREG_ATTRIBUTES}
 
     name = "logistic_regression"
     accepts_sample_weight = True
@@ -676,30 +683,21 @@ class LogisticRegressionLearner(_ArrayState, SklearnLearner):
             [("scale", _scaler(sparse_input)), ("logreg", LogisticRegression(C=self.C, max_iter=self.max_iter))]
         )
 
-    #: the stored arrays of a dense two-class model that :meth:`score` computes from
-    _DENSE_KEYS = tuple(f"scale__{n}" for n in _STANDARD_SCALER) + tuple(
-        f"logreg__{n}" for n in ("classes_", "coef_", "intercept_", "n_iter_", "n_features_in_"))
-
     def _defers(self, state: dict[str, Any]) -> bool:
         """A dense model's state waits unbuilt: :meth:`score` needs only its arrays, and building the
         Pipeline imports scikit-learn (0.9 s of a scoring command's start, in the client and in every
         worker).  Sparse models, and states missing a key (which ``_restore`` reports), build at once."""
-        return not state.get("sparse_input") and all(k in state for k in self._DENSE_KEYS)
+        keys = [f"scale__{n}" for n in _STANDARD_SCALER] + [f"logreg__{n}" for n in self._LOGREG_ATTRIBUTES]
+        return not state.get("sparse_input") and all(k in state for k in keys)
 
     def _dense_arrays(self):
-        """(mean, scale, coef, intercept) of a dense StandardScaler + two-class model, from the stored
-        state or the built Pipeline; None for anything else (sparse, several classes, other scalers)."""
-        pending = self.__dict__.get("_pending_state")
-        if pending is not None:
-            arrays = [pending[k] for k in ("scale__mean_", "scale__scale_", "logreg__coef_", "logreg__intercept_")]
-        else:
+        """(mean, scale, coef, intercept) of a dense (centring StandardScaler) two-class model, from the
+        stored state or the built Pipeline; None for anything else (sparse, several classes)."""
+        if "_pending_state" not in self.__dict__:
             est = self.__dict__.get("_estimator")
-            steps = dict(getattr(est, "steps", ()))
-            scaler, logreg = steps.get("scale"), steps.get("logreg")
-            if (type(scaler).__name__ != "StandardScaler" or not scaler.with_mean or not scaler.with_std
-                    or not hasattr(logreg, "coef_") or not hasattr(scaler, "mean_")):
+            if est is None or _built_for_sparse(est):
                 return None
-            arrays = [scaler.mean_, scaler.scale_, logreg.coef_, logreg.intercept_]
+        arrays = [self._stored(k) for k in ("scale__mean_", "scale__scale_", "logreg__coef_", "logreg__intercept_")]
         if not all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays):
             return None
         mean, scale, coef, intercept = arrays
