@@ -275,7 +275,7 @@ def child_phases(spec: dict) -> int:
 
 def calengine_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("calengine")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "calengine"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-P", "-m", "calengine"]
 
 
 def fit_help_lists(flag: str) -> bool:

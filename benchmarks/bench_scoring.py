@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model_rows = args.model_rows or min(sizes)
     model_table = table_of(model_rows, args.files)
-    calengine = [sys.executable, "-m", "calengine", "--quiet"]
+    calengine = [sys.executable, "-P", "-m", "calengine", "--quiet"]
     results = []
     for label, fit_args in MODELS.items():
         kind = "single" if "refit" in fit_args else "ensemble"

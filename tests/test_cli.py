@@ -314,7 +314,7 @@ def test_progress_is_drawn_on_a_terminal_only(tmp_path):
     import pty
 
     def run(out, *flags, tty):
-        args = [sys.executable, "-m", "calengine", *flags, "fit", PIMA, "--target", "class", "--output", str(out)]
+        args = [sys.executable, "-P", "-m", "calengine", *flags, "fit", PIMA, "--target", "class", "--output", str(out)]
         if not tty:
             return subprocess.run(args, capture_output=True, text=True, timeout=300).stderr
         master, slave = pty.openpty()

@@ -91,7 +91,7 @@ def _in(ns: str, argv: list[str], **kw) -> subprocess.Popen:
 
 
 def _calengine(ns, *args, log):
-    return _in(ns, [sys.executable, "-m", "calengine", *map(str, args)], cwd=str(REPO), stdout=log, stderr=log,
+    return _in(ns, [sys.executable, "-P", "-m", "calengine", *map(str, args)], cwd=str(REPO), stdout=log, stderr=log,
                text=True)
 
 
