@@ -78,12 +78,12 @@ def main(argv=None) -> int:
         for learner in args.learners.split(","):
             model = work / f"model-{NAME}-{name.split()[0].lower()}-{learner}"
             t0 = time.perf_counter()
-            subprocess.run([py, "-m", "calengine", "fit", str(train), "--target", "class", "--positive", positive,
+            subprocess.run([py, "-P", "-m", "calengine", "fit", str(train), "--target", "class", "--positive", positive,
                             "--learner", learner, "--method", "isotonic", "--cv", str(args.cv), "--seed", "0",
                             "--cluster", "--workers", str(args.workers), "--output", str(model), "--overwrite"],
                            check=True, capture_output=True, text=True)
             fit_s = time.perf_counter() - t0
-            ev = subprocess.run([py, "-m", "calengine", "evaluate", str(model), str(test), "--target", "class",
+            ev = subprocess.run([py, "-P", "-m", "calengine", "evaluate", str(model), str(test), "--target", "class",
                                  "--json"], check=True, capture_output=True, text=True)
             m = json.loads(ev.stdout)
             m = m[0] if isinstance(m, list) else m

@@ -141,7 +141,7 @@ def _child_seconds(npz: str, repeats: int, trim: bool) -> list[float]:
     env.pop("MALLOC_TRIM_THRESHOLD_", None)
     if trim:
         env["MALLOC_TRIM_THRESHOLD_"] = "65536"
-    out = subprocess.run([sys.executable, "-c", _CHILD, npz, str(repeats)], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-P", "-c", _CHILD, npz, str(repeats)], env=env, capture_output=True,
                          text=True, check=True, timeout=3600)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -83,7 +83,7 @@ def _same_predictions(a: Path, b: Path, test: str, target: str) -> bool:
 
 
 def run_case(name: str, train: str, test: str, fit_args: list[str], target: str, repeats: int, work: Path) -> dict:
-    cli = [sys.executable, "-m", "calengine"]
+    cli = [sys.executable, "-P", "-m", "calengine"]
     new_dir, old_dir = work / f"{name}-arrays", work / f"{name}-skops"
     fit = _common.run_measured([*cli, "fit", train, "--target", target, *fit_args, "--output", str(new_dir),
                                 "--overwrite", "--quiet"])

@@ -275,7 +275,7 @@ def child_phases(spec: dict) -> int:
 
 def calengine_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("calengine")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "calengine"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-P", "-m", "calengine"]
 
 
 def fit_help_lists(flag: str) -> bool:
@@ -306,7 +306,7 @@ def parse_marked(stdout: str, mark: str) -> dict | None:
 
 def importtime(modules: str) -> dict:
     """``python -X importtime -c 'import MODULES'``: total time, and the slowest top-level imports."""
-    r = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {modules}"],
+    r = subprocess.run([sys.executable, "-P", "-X", "importtime", "-c", f"import {modules}"],
                        capture_output=True, text=True, timeout=300)
     rows = []
     for line in r.stderr.splitlines():
@@ -319,7 +319,7 @@ def importtime(modules: str) -> dict:
         depth = (len(name) - len(name.lstrip())) // 2
         rows.append((int(parts[0]), int(parts[1]), depth, name.strip()))
     top = sorted((r for r in rows if r[2] == 0), key=lambda r: -r[1])
-    wall = subprocess.run([sys.executable, "-c", f"import time; t=time.perf_counter(); import {modules};"
+    wall = subprocess.run([sys.executable, "-P", "-c", f"import time; t=time.perf_counter(); import {modules};"
                            " print(time.perf_counter()-t)"], capture_output=True, text=True, timeout=300)
     return {
         "modules": modules,

@@ -79,7 +79,7 @@ def _time_both(calengine, model: Path, table: Path, work: Path, repeats: int) ->
             out = work / f"scored-{kind}"
             shutil.rmtree(out, ignore_errors=True)
             cmd = ([*calengine, "score", str(model), str(table), "--output", str(out)] if kind == "engine"
-                   else [sys.executable, "-c", PLAIN_LOOP, str(model), str(table), str(out)])
+                   else [sys.executable, "-P", "-c", PLAIN_LOOP, str(model), str(table), str(out)])
             r = C.run_measured(cmd, timeout=3600)
             if r.returncode != 0:
                 raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model_rows = args.model_rows or min(sizes)
     model_table = table_of(model_rows, args.files)
-    calengine = [sys.executable, "-m", "calengine", "--quiet"]
+    calengine = [sys.executable, "-P", "-m", "calengine", "--quiet"]
     results = []
     for label, fit_args in MODELS.items():
         kind = "single" if "refit" in fit_args else "ensemble"

@@ -119,14 +119,14 @@ def main(argv=None) -> int:
     shutil.rmtree(model, ignore_errors=True)
     py = sys.executable
     fit = C.run_measured(
-        [py, "-m", "calengine", "fit", str(data), "--target", "y", "--learner", "xgboost_dask",
+        [py, "-P", "-m", "calengine", "fit", str(data), "--target", "y", "--learner", "xgboost_dask",
          "--learner-param", f"n_estimators={args.n_estimators}", "--learner-param", f"max_depth={args.max_depth}",
          "--method", "isotonic", "--cv", str(args.cv), "--seed", str(args.seed), "--cluster", "--workers",
          str(args.workers), "--output", str(model)], timeout=args.timeout)
     if fit.returncode != 0:
         print(fit.stderr[-3000:], file=sys.stderr)
         return 1
-    ev = subprocess.run([py, "-m", "calengine", "evaluate", str(model), str(test), "--target", "y", "--json"],
+    ev = subprocess.run([py, "-P", "-m", "calengine", "evaluate", str(model), str(test), "--target", "y", "--json"],
                         capture_output=True, text=True, check=True)
     metrics = json.loads(ev.stdout)
     metrics = metrics[0] if isinstance(metrics, list) else metrics

@@ -6,9 +6,24 @@ the heavy libraries load only when a name that needs them is first used.
 
 from __future__ import annotations
 
-from .hookspecs import hookimpl
+import os as _os
 
-from .version import MODEL_FORMAT_VERSION, __version__
+# The test suite sets CALENGINE_REQUIRE_INSTALLED to the site-packages directory it must import calengine
+# from, so that neither a test nor any process a test starts (the CLI, Dask workers) can silently import the
+# source checkout instead of what users install: a wheel once lacked calengine.decisions while every test
+# passed, because every test imported the checkout.  Unset (every user's case), this costs one lookup.
+_required = _os.environ.get("CALENGINE_REQUIRE_INSTALLED")
+if _required and not _os.path.realpath(__file__).startswith(_os.path.realpath(_required) + _os.sep):
+    raise ImportError(
+        f"calengine was imported from {_os.path.dirname(__file__)}, not from the installed distribution in"
+        f" {_required} (CALENGINE_REQUIRE_INSTALLED): install it (pip install . ./plugins/builtins) and run"
+        " the venv's pytest, which does not put the checkout on sys.path"
+    )
+del _os, _required
+
+from .hookspecs import hookimpl  # noqa: E402
+
+from .version import MODEL_FORMAT_VERSION, __version__  # noqa: E402
 
 __all__ = [
     "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model", "recalibrate",

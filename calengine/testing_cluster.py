@@ -100,8 +100,9 @@ def stop_processes(procs) -> None:
 
 
 def run_cli(*args, cwd: Path | str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m calengine ARGS`` in a fresh process (text output captured)."""
-    return subprocess.run([sys.executable, "-m", "calengine", *map(str, args)], capture_output=True, text=True,
+    """``python -P -m calengine ARGS`` in a fresh process (text output captured; ``-P``: the working directory,
+    a plugin's source checkout perhaps, is not put on sys.path, so the installed distributions run)."""
+    return subprocess.run([sys.executable, "-P", "-m", "calengine", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=None if cwd is None else str(cwd))
 
 

@@ -25,10 +25,11 @@ class CLIResult:
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> CLIResult:
-    """Run ``python -m calengine ARGS`` in a fresh process, as a user would from a shell."""
+    """Run ``python -P -m calengine ARGS`` in a fresh process, as a user would from a shell (``-P``: the
+    checkout, the working directory, is not put on sys.path; the installed distribution runs)."""
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "calengine", *map(str, args)],
+        [sys.executable, "-P", "-m", "calengine", *map(str, args)],
         capture_output=True, text=True, env=full_env, timeout=timeout, cwd=str(REPO),
     )
     return CLIResult(proc)

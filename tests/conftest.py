@@ -1,14 +1,30 @@
-"""Shared fixtures: the datasets the repo ships, and a runner for the real ``calengine`` CLI."""
+"""Shared fixtures: the datasets the repo ships, and a runner for the real ``calengine`` CLI.
+
+The suite tests what users install.  Before anything imports calengine, this sets
+``CALENGINE_REQUIRE_INSTALLED`` to this interpreter's site-packages: from then on an import of calengine
+from anywhere else -- the checkout put first on sys.path by ``python -m pytest`` or ``python -c`` run in
+the repository, in this process or in any CLI or worker process a test starts -- fails at once
+(``calengine/__init__.py``).  ``CALENGINE_TEST_CHECKOUT=1`` lifts it for an editable development install.
+"""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
 
-from cli_helpers import REPO, free_port, run_cli, stop_process_groups
+if os.environ.get("CALENGINE_TEST_CHECKOUT") != "1":
+    os.environ["CALENGINE_REQUIRE_INSTALLED"] = sysconfig.get_paths()["purelib"]
+    try:
+        import calengine  # noqa: F401
+    except ImportError as exc:
+        pytest.exit(f"error: {exc}", returncode=2)
+
+from cli_helpers import REPO, free_port, run_cli, stop_process_groups  # noqa: E402
 
 DATA = REPO / "data"
 

@@ -210,7 +210,7 @@ def test_help_is_cheap_because_heavy_libraries_load_lazily():
         "import sys, calengine.cli as c; c.build_parser().format_help();"
         "print([m for m in ('numpy','pandas','dask','distributed','sklearn','pyarrow') if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
@@ -314,7 +314,7 @@ def test_progress_is_drawn_on_a_terminal_only(tmp_path):
     import pty
 
     def run(out, *flags, tty):
-        args = [sys.executable, "-m", "calengine", *flags, "fit", PIMA, "--target", "class", "--output", str(out)]
+        args = [sys.executable, "-P", "-m", "calengine", *flags, "fit", PIMA, "--target", "class", "--output", str(out)]
         if not tty:
             return subprocess.run(args, capture_output=True, text=True, timeout=300).stderr
         master, slave = pty.openpty()

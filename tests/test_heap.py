@@ -40,7 +40,7 @@ PROBE = textwrap.dedent(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's")
 def test_a_trimmed_task_returns_the_holes_it_left_in_the_heap():
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(4 * 2**20), MALLOC_TRIM_THRESHOLD_=str(65536))
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-P", "-c", PROBE], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     before, after = map(float, out.stdout.split())
     # the first task left ~100 MiB of holes in the heap; a trimmed task ending gives them back

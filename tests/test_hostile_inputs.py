@@ -114,7 +114,7 @@ def _run(*args, cwd: Path = REPO, env: dict | None = None, limit_file_size: int 
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
 
     proc = subprocess.run(
-        [sys.executable, "-m", "calengine", *map(str, args)], capture_output=True, text=True, cwd=str(cwd),
+        [sys.executable, "-P", "-m", "calengine", *map(str, args)], capture_output=True, text=True, cwd=str(cwd),
         env={**os.environ, **(env or {})}, timeout=300, preexec_fn=preexec,
     )
     return CLIResult(proc)
@@ -425,7 +425,7 @@ def test_a_run_that_loses_the_race_at_publish_time_keeps_the_winner(tmp_path):
 def _interrupt_when(cmd: list, cwd: Path, ready, timeout: float = 120) -> CLIResult:
     """Start the CLI in its own process group, send Ctrl-C to the group (as a terminal does) once
     ``ready()`` is true, and return what it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + timeout
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
@@ -602,7 +602,7 @@ def test_scheduler_killed_mid_fit_is_one_line_and_publishes_nothing(tmp_path):
         _wait_workers(address, 2)
         cmd = ["fit", data, "--target", "y", "--learner", "decision_tree", "--method", "sigmoid", "--cluster",
                address, "--output", tmp_path / "m"]
-        proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while not _tasks_running(address):
@@ -631,7 +631,7 @@ def _fit_while_a_worker_joins(tmp_path: Path, joiner_env: dict) -> tuple[CLIResu
         # trees on this table could finish every task before it joined; the fit then rightly succeeds)
         cmd = ["fit", data, "--target", "y", "--learner", "mlp", "--method", "sigmoid", "--cluster",
                address, "--output", tmp_path / "m"]
-        proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while not _tasks_running(address):  # the submit-time check has passed
@@ -714,7 +714,7 @@ def test_every_worker_lost_mid_run_recovers_when_a_replacement_joins(tmp_path):
         for cmd in (["fit", data, "--target", "y", "--learner", "decision_tree", "--method", "sigmoid",
                      "--output", tmp_path / "m"],
                     ["score", tmp_path / "m", data, "--batch-rows", "500", "--output", tmp_path / "s"]):
-            proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd), "--cluster", address],
+            proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd), "--cluster", address],
                                     cwd=str(REPO), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             deadline = time.monotonic() + 120
             while not _tasks_running(address):

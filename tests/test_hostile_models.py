@@ -403,7 +403,7 @@ def test_the_malicious_tree_really_crashes_scikit_learn(tree_model, tmp_path):
         "est = sio.loads(blob, trusted=sio.get_untrusted_types(data=blob))\n"
         "est.predict_proba(np.zeros((2, est.n_features_in_)))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-P", "-c", code, str(path)], capture_output=True, timeout=120)
     assert proc.returncode < 0 or proc.returncode == 139, proc
 
 

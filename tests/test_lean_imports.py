@@ -44,7 +44,7 @@ def models(tmp_path_factory):
 
 
 def _probe(model_dir) -> dict:
-    r = subprocess.run([sys.executable, "-c", PROBE, str(model_dir), str(PIMA)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-P", "-c", PROBE, str(model_dir), str(PIMA)], capture_output=True, text=True,
                        cwd=REPO)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -78,7 +78,7 @@ def test_embedded_map_commands_never_import_distributed(models, tmp_path, comman
     args = {"score": ["score", models["nb_sigmoid"], PIMA, "--output", tmp_path / "s"],
             "decide": ["decide", models["nb_sigmoid"], PIMA, "--cost-matrix", costs, "--output", tmp_path / "d"],
             "evaluate": ["evaluate", models["nb_sigmoid"], PIMA, "--target", "class", "--json"]}[command]
-    r = subprocess.run([sys.executable, "-c", SCORE_PROBE, "--quiet", *map(str, args)], capture_output=True,
+    r = subprocess.run([sys.executable, "-P", "-c", SCORE_PROBE, "--quiet", *map(str, args)], capture_output=True,
                        text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])

@@ -91,7 +91,7 @@ def _in(ns: str, argv: list[str], **kw) -> subprocess.Popen:
 
 
 def _calengine(ns, *args, log):
-    return _in(ns, [sys.executable, "-m", "calengine", *map(str, args)], cwd=str(REPO), stdout=log, stderr=log,
+    return _in(ns, [sys.executable, "-P", "-m", "calengine", *map(str, args)], cwd=str(REPO), stdout=log, stderr=log,
                text=True)
 
 
@@ -104,7 +104,7 @@ def _wait_for_workers(ns, address, tls, n, timeout=120):
         f"    c.wait_for_workers({n}, timeout={timeout})\n"
         "    print(sorted(w['host'] for w in c.scheduler_info()['workers'].values()))\n"
     )
-    p = _in(ns, [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = _in(ns, [sys.executable, "-P", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = p.communicate(timeout=timeout + 60)
     assert p.returncode == 0, err[-2000:]
     return out
@@ -124,7 +124,7 @@ def _wait_until_busy(ns, address, tls, worker_host, timeout=240):
         "        time.sleep(0.2)\n"
         "raise SystemExit(1)\n"
     )
-    p = _in(ns, [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = _in(ns, [sys.executable, "-P", "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = p.communicate(timeout=timeout + 60)
     assert p.returncode == 0, f"the worker never received tasks: {err[-2000:]}"
 

@@ -67,7 +67,7 @@ def test_json_log_records_a_failed_run_and_refuses_an_unwritable_path(tmp_path, 
 def _run_on_terminal(*args: str, timeout: float = 300) -> tuple[int, str]:
     """Run the CLI with stderr on a pseudo-terminal (stdout a pipe); return (exit code, stderr text)."""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "calengine", *args], cwd=str(REPO), stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *args], cwd=str(REPO), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=follower)
     os.close(follower)
     chunks = []

@@ -112,7 +112,7 @@ def test_a_worker_killed_mid_fit_gives_the_same_model_bit_for_bit(tmp_path):
     try:
         def fit(out):
             return subprocess.Popen(
-                [sys.executable, "-m", "calengine", "fit", str(data), "--target", "y", "--learner", "decision_tree",
+                [sys.executable, "-P", "-m", "calengine", "fit", str(data), "--target", "y", "--learner", "decision_tree",
                  "--learner-param", "max_depth=8", "--method", "sigmoid", "--cluster", address, "--output", str(out)],
                 cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )

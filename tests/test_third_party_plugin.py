@@ -234,7 +234,7 @@ def test_cli_fit_score_evaluate_then_python_reload_in_a_new_process(binary_model
         Q = clf.fit(df.drop(columns="class"), df["class"]).predict_proba(df.drop(columns="class"))
         assert Q.shape == P.shape and np.allclose(Q.sum(axis=1), 1), Q
     """)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=str(REPO), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-P", "-c", code], cwd=str(REPO), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     P = np.load(tmp_path / "P.npy")
     scores = pd.read_parquet(scored)

@@ -327,7 +327,7 @@ def test_cli_fit_and_evaluate_on_hepatitis(tmp_path):
     if not HEPATITIS.exists():
         pytest.skip(f"{HEPATITIS} not found")
     out = tmp_path / "model"
-    cmd = [sys.executable, "-m", "calengine", "--quiet"]
+    cmd = [sys.executable, "-P", "-m", "calengine", "--quiet"]
     fit = subprocess.run(
         cmd + ["fit", str(HEPATITIS), "--target", "class", "--positive", "1", "--learner", "lexprob",
                "--method", "none", "--output", str(out)],

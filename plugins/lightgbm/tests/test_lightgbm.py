@@ -141,7 +141,7 @@ def test_a_worker_killed_mid_training_fails_in_one_line_without_a_model(adult_pa
     out = tmp_path / "model"
     try:
         fit = subprocess.Popen(
-            [sys.executable, "-m", "calengine", "fit", str(adult_parts), "--target", "class", "--positive", ">50K",
+            [sys.executable, "-P", "-m", "calengine", "fit", str(adult_parts), "--target", "class", "--positive", ">50K",
              "--learner", "lightgbm_dask", "--learner-param", "n_estimators=20000", "--cv", "2", "--method",
              "isotonic", "--cluster", address, "--output", str(out)],
             cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
