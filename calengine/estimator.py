@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import metadata_routing
 
 from .wrapped_estimator import EstimatorLearner
-from .errors import DataError
+from .errors import DataError, ParameterError
 
 
 class CalibratedClassifier(ClassifierMixin, BaseEstimator):
@@ -29,6 +30,10 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     be a list: each base learner is calibrated on its own and their posteriors are combined by
     ``combine`` (``"min"``, ``"max"``, ``"median"``, ``"mean"`` or ``"product"``; Duin & Tax).
     """
+
+    # ``groups`` is for the cv splitter, which requests it itself (see ``get_metadata_routing``): it
+    # is no request of this estimator, so ``set_fit_request`` offers sample_weight, X_cal and y_cal
+    __metadata_request__fit = {"groups": metadata_routing.UNUSED}
 
     def __init__(
         self,
@@ -147,9 +152,20 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         except ValueError as exc:  # scikit-learn's wording (its checks match it), typed as ours
             raise DataError(f"{' '.join(str(exc).split()).rstrip('.')}; pass the same columns as in fit, all finite") from exc
 
-    def fit(self, X, y=None, sample_weight=None, X_cal=None, y_cal=None):
+    def fit(self, X, y=None, sample_weight=None, groups=None, *, X_cal=None, y_cal=None, **fit_params):
         """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
         see only the scores of the calibration table (``calengine fit --calibration-data``).
+
+        ``groups`` (one label per row) go to the ``cv`` splitter's ``split(X, y, groups)``, so
+        ``cv=GroupKFold(5)`` or ``LeaveOneGroupOut()`` never puts rows of one group on both sides of a
+        fold.  With scikit-learn's metadata routing enabled (``sklearn.set_config(
+        enable_metadata_routing=True)``) ``groups`` and any other ``**fit_params`` are routed as
+        ``get_metadata_routing`` says: to the splitter's ``split`` when it requests them (group
+        splitters request ``groups``), ``sample_weight`` to this estimator itself; that is how
+        ``cross_val_score(..., params={"groups": g})`` and a ``Pipeline`` hand them over.  Without
+        routing, ``groups`` go straight to the splitter and other ``fit_params`` are refused.  A group
+        splitter without groups, groups beside calengine's own folds (an int ``cv``), a list of splits,
+        ``X_cal`` or ``probing``/``bagging`` (which use no folds) are each a one-line typed error.
 
         Input rules, scikit-learn's where it has one: a numeric array (dense or sparse) must be finite
         (NaN or inf is a ``ValueError`` here, before any learner runs: put an imputer in front, as in
@@ -170,9 +186,79 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         Errors name this estimator's parameters (``cv``, ``learner_params``, ...), not the CLI's flags.
         """
         with _python_names():
-            return self._fit(X, y, sample_weight, X_cal, y_cal)
+            split_params = self._split_params(sample_weight, groups, fit_params)
+            if split_params and X_cal is not None:
+                raise ParameterError(
+                    f"{', '.join(sorted(split_params))} go to the cv splitter, but X_cal/y_cal calibrate on a"
+                    " separate table without folds; drop groups, or drop X_cal/y_cal to calibrate on cv folds"
+                )
+            return self._fit(X, y, sample_weight, X_cal, y_cal, split_params)
 
-    def _fit(self, X, y, sample_weight, X_cal, y_cal):
+    def get_metadata_routing(self):
+        """scikit-learn's metadata routing: ``fit`` consumes ``sample_weight`` itself (request it with
+        ``set_fit_request(sample_weight=True)`` as for any consumer) and routes to the ``cv`` splitter's
+        ``split`` what the splitter requests (``groups`` for group splitters), as
+        ``CalibratedClassifierCV`` does.  ``probing``/``bagging`` use no folds, so they route nothing."""
+        from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping
+
+        from .fit.training import ENGINE_METHODS
+
+        router = MetadataRouter(owner=self).add_self_request(self)
+        if self.method not in ENGINE_METHODS:
+            router.add(splitter=self.cv, method_mapping=MethodMapping().add(caller="fit", callee="split"))
+        return router
+
+    def _split_params(self, sample_weight, groups, fit_params) -> dict:
+        """What ``fit`` hands the cv splitter's ``split`` besides X and y: routed by scikit-learn when
+        metadata routing is on, else ``groups`` alone (and no other fit parameter is understood)."""
+        from sklearn.utils.metadata_routing import _routing_enabled, process_routing
+
+        from .fit.training import cv_name, split_requests
+
+        if groups is not None:
+            self._check_cv_takes_groups()
+        if not _routing_enabled():
+            if fit_params:
+                raise ParameterError(
+                    f"fit got unexpected argument(s) {sorted(fit_params)}; CalibratedClassifier.fit takes X, y,"
+                    " sample_weight, groups, X_cal and y_cal (other metadata reach the cv splitter only"
+                    " through scikit-learn's metadata routing: sklearn.set_config(enable_metadata_routing=True))"
+                )
+            return {} if groups is None else {"groups": groups}
+        given = {k: v for k, v in {"sample_weight": sample_weight, "groups": groups, **fit_params}.items()
+                 if v is not None}
+        if not given:
+            return {}
+        try:
+            routed = process_routing(self, "fit", **given)
+        except TypeError as exc:  # scikit-learn's "not routed to any object", typed as ours
+            raise ParameterError(
+                f"{exc} {cv_name(self.cv)} requests {split_requests(self.cv) or 'no metadata'} for its split; pass what"
+                " it requests (groups for GroupKFold), or request more with the splitter's set_split_request"
+            ) from exc
+        split = routed.get("splitter", {}).get("split", {})  # no splitter for probing/bagging
+        return {k: v for k, v in split.items() if v is not None}
+
+    def _check_cv_takes_groups(self) -> None:
+        """``groups`` need a splitter: refuse them (one line) where they would silently do nothing."""
+        import numbers
+
+        from .fit.training import ENGINE_METHODS
+
+        if self.method in ENGINE_METHODS:
+            raise ParameterError(
+                f"method '{self.method}' fits every classifier on all rows and uses no cv folds, so groups"
+                " would have no effect; drop groups, or choose a calibration method such as isotonic"
+            )
+        if isinstance(self.cv, numbers.Integral) or not hasattr(self.cv, "split"):
+            what = (f"cv={self.cv} is calengine's own stratified folds, which ignore groups"
+                    if isinstance(self.cv, numbers.Integral) else "cv is a list of splits, made already")
+            raise ParameterError(
+                f"groups go to a cv splitter, but {what}; pass a group splitter such as cv=GroupKFold(5) or"
+                " LeaveOneGroupOut(), or drop groups"
+            )
+
+    def _fit(self, X, y, sample_weight, X_cal, y_cal, split_params):
         import pandas as pd
 
         from .cluster import dask_client
@@ -191,7 +277,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
         n_folds = self.cv
         if X_cal is None and self.method not in ENGINE_METHODS:
-            splits = explicit_splits(self.cv, Xm, data.y)
+            splits = explicit_splits(self.cv, X, y, split_params)
             if splits is not None:
                 n_folds = len(splits)
                 data.folds = folds_of_splits(splits, len(data.y))

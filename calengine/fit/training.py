@@ -73,13 +73,16 @@ def check_cv(cv) -> int:
     return int(cv)
 
 
-def explicit_splits(cv, X, y: np.ndarray, groups=None) -> list[tuple[np.ndarray, np.ndarray]] | None:
+def explicit_splits(cv, X, y: np.ndarray, split_params: dict | None = None) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """``cv`` as a list of (train rows, held-out rows), or None when it is a number of folds.
 
     Accepts what scikit-learn's ``cv`` parameters accept: an int (calengine's own seeded, stratified
     folds of the rows as given; ``calengine.table_splits`` gives ``calengine fit --cv``'s), a splitter object with ``split(X, y, groups)``
-    (``StratifiedKFold``, ``GroupKFold``, ``ShuffleSplit``, ...), or an iterable of (train, test)
-    index arrays.  Every pair must hold valid row indices and non-empty train and held-out parts.
+    (``StratifiedKFold``, ``GroupKFold``, ``LeaveOneGroupOut``, ``ShuffleSplit``, ...), or an iterable of (train, test)
+    index arrays.  ``split_params`` (``{"groups": g}``, or what metadata routing sent) are passed to
+    ``split``; a splitter that requests groups and gets none, groups of the wrong length, and any
+    ``ValueError`` of the splitter (more folds than groups) are one-line :class:`DataError` /
+    :class:`ParameterError`.  Every pair must hold valid row indices and non-empty train and held-out parts.
     """
     import numbers
 
@@ -92,7 +95,7 @@ def explicit_splits(cv, X, y: np.ndarray, groups=None) -> list[tuple[np.ndarray,
             f"cv must be a number of folds >= 2, a splitter such as StratifiedKFold(5), or a list of"
             f" (train, test) index pairs; got {cv!r}"
         )
-    pairs = list(cv.split(X, y, groups)) if hasattr(cv, "split") else list(cv)
+    pairs = _split(cv, X, y, dict(split_params or {})) if hasattr(cv, "split") else list(cv)
     out = []
     for i, pair in enumerate(pairs):
         try:
@@ -113,6 +116,47 @@ def explicit_splits(cv, X, y: np.ndarray, groups=None) -> list[tuple[np.ndarray,
     if not out:
         raise ParameterError("cv gave no splits; pass a splitter or at least one (train, test) pair")
     return out
+
+
+def split_requests(cv) -> list[str]:
+    """The metadata ``cv.split`` requests under scikit-learn's metadata routing: ``["groups"]`` for
+    the group splitters (they request it whether or not routing is enabled), ``[]`` for the others."""
+    from sklearn.utils.metadata_routing import get_routing_for_object
+
+    split = getattr(get_routing_for_object(cv), "split", None)
+    requests = getattr(split, "requests", None) or {}
+    return sorted(name for name, alias in requests.items() if alias is True or isinstance(alias, str))
+
+
+def cv_name(cv) -> str:
+    """``cv`` as a message names it, on one line (``cv=GroupKFold(n_splits=5, ...)``, ``cv=5``, or the
+    number of splits of a list)."""
+    if hasattr(cv, "split") or not hasattr(cv, "__len__"):
+        return "cv=" + " ".join(repr(cv).split())
+    return f"cv (a list of {len(cv)} splits)"
+
+
+def _split(cv, X, y, params: dict) -> list:
+    """``list(cv.split(X, y, **params))`` with the splitter's complaints as one typed line each."""
+    from ..errors import DataError
+
+    name = cv_name(cv)
+    if "groups" in split_requests(cv) and params.get("groups") is None:
+        raise DataError(
+            f"{name} splits by groups but fit got none; pass one group label per row: fit(X, y, groups=g);"
+            " cross_val_score(..., params={'groups': g}); Pipeline.fit(X, y, <step>__groups=g), or groups=g"
+            " with sklearn.set_config(enable_metadata_routing=True)"
+        )
+    groups = params.get("groups")
+    if groups is not None and len(groups) != len(y):
+        raise DataError(f"groups has {len(groups)} labels but X has {len(y)} rows; pass one group label per row")
+    try:
+        return list(cv.split(X, y, **params))
+    except TypeError as exc:
+        raise ParameterError(f"{name} could not split the rows with {sorted(params)} ({exc}); pass a splitter whose"
+                             f" split(X, y, groups) takes them") from exc
+    except ValueError as exc:
+        raise ParameterError(f"{name} could not split the rows: {exc}") from exc
 
 
 def folds_of_splits(splits, n_rows: int) -> np.ndarray | None:
