@@ -165,7 +165,8 @@ def test_worker_version_mismatch_is_refused_with_one_line(cli, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "scheduler did not start"
                 time.sleep(0.5)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])}
+        # no empty entry: it would put the worker's working directory (the checkout) on sys.path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(fake), os.environ.get("PYTHONPATH")] if p)}
         procs.append(subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
                                        "--host", "127.0.0.1", "--no-dashboard"], env=env, **quiet))
         with Client(address, timeout="10s") as c:
