@@ -26,8 +26,8 @@ from .hookspecs import hookimpl  # noqa: E402
 from .version import MODEL_FORMAT_VERSION, __version__  # noqa: E402
 
 __all__ = [
-    "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "cross_validate_table", "load_model", "recalibrate",
-    "table_splits",
+    "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "score_table", "evaluate_models",
+    "cross_validate_table", "load_model", "recalibrate", "table_splits",
 ]
 
 
@@ -40,6 +40,14 @@ def __getattr__(name: str):
         from .fit.table import fit_parquet
 
         return fit_parquet
+    if name == "score_table":
+        from .scores.table import score_parquet
+
+        return score_parquet
+    if name == "evaluate_models":
+        from .metrics.evaluation import evaluate_models
+
+        return evaluate_models
     if name == "cross_validate_table":
         from .fit.cross_validation import cross_validate_parquet
 

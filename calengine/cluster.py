@@ -18,6 +18,11 @@ check, so the client handed to the job (:class:`CheckedClient`) also wraps every
 :class:`VersionChecked`: the task compares the versions of the worker that runs it with the client's
 and fails, naming the difference, before doing any work.
 
+:func:`job_client` is the same choice for the Python API's command functions (``score_table``,
+``evaluate_models``, ``recalibrate``), made once their inputs are checked.  The module is long (~700
+lines) because it is that one place: embedded, local and remote clients, TLS, the worker checks and
+the one-line messages for a failing cluster must agree, and split apart they would drift.
+
 Trust: a Dask scheduler runs whatever its clients send, and the client unpickles what workers return,
 so everyone who can reach a plain ``tcp://`` scheduler can run code on the workers *and* in the client.
 Connecting to a ``tcp://`` address that is not loopback prints one warning line saying so.
@@ -423,6 +428,27 @@ def dask_client(
             yield CheckedClient(client, dists)
         finally:
             client.close()
+
+
+def job_client(client=None, *, cluster: str | None = None, workers: int | None = None,
+               memory_limit: str | None = None, requirements: tuple = ((), ()), map_only: bool = False):
+    """The client context of a Python API call (``calengine.score_table``, ``evaluate_models``, ...),
+    entered once the job has checked its inputs and knows what its workers need:
+
+    * ``client=None``: :func:`dask_client` for ``cluster``/``workers``/``memory_limit``, checking the
+      ``requirements`` (``(distributions, modules)``) on the workers;
+    * a callable: ``client(distributions, modules)`` returns the context (how the CLI applies
+      ``--cluster`` and its TLS, logging and run-log options);
+    * a client: used as it is, left open (its owner checked its workers).
+    """
+    from contextlib import nullcontext
+
+    if client is None:
+        return dask_client(cluster, workers=workers, distributions=requirements[0], modules=requirements[1],
+                           memory_limit=memory_limit, map_only=map_only)
+    if callable(client):
+        return client(*requirements)
+    return nullcontext(client)
 
 
 def _abandon(client, lc, timeout: float = 1.0) -> None:

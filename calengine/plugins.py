@@ -220,3 +220,59 @@ def get_plugins(strict: bool | None = None, allow_clashes: bool = False) -> Plug
 def reset_plugin_cache() -> None:
     """Forget loaded plugins (tests install and remove plugins at run time)."""
     _cache.clear()
+
+
+# ---------------------------------------------------------------------------------------------- workers
+
+
+def plugin_requirements(objects, plugins: PluginSet | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(distributions, modules)`` workers need for these plugin objects (None entries are skipped):
+    each object's module, and the distribution that registered its name with what that distribution
+    requires and is installed here (:func:`installed_requirements`); calengine itself is always checked."""
+    plugins = plugins or get_plugins()
+    dists, modules = set(), set()
+    for obj in objects:
+        if obj is None:
+            continue
+        modules.add(type(obj).__module__)
+        for kind in KINDS:
+            try:
+                origin = plugins.origin(kind, obj.name)
+            except KeyError:
+                continue
+            if origin.distribution not in ("(in-process)", "unknown"):
+                dists.add(origin.distribution)
+    for dist in list(dists):
+        dists.update(installed_requirements(dist))
+    return tuple(sorted(dists - {"calengine"})), tuple(sorted(modules))
+
+
+def installed_requirements(dist: str) -> set[str]:
+    """The distributions a plugin distribution requires that are installed here (its library, e.g.
+    ``xgboost-cpu``): workers must have the same versions of those too, not only of the plugin."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out = set()
+    try:
+        requires = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return out
+    for line in requires:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an optional extra, or not for this platform
+        try:
+            metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            continue
+        out.add(req.name)
+    return out
+
+
+def model_requirements(models) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """:func:`plugin_requirements` of everything fitted ``models`` run on the workers (scoring,
+    evaluating, recalibrating them)."""
+    return plugin_requirements([o for m in models for o in m.plugin_objects()])

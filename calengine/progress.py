@@ -44,6 +44,12 @@ class Progress:
         sys.stderr.flush()
 
 
+def as_progress(progress) -> Progress:
+    """The :class:`Progress` of a Python API call: ``progress`` itself when it is one, else a new one
+    with ``enabled=progress`` (True, False, or None: only on a terminal)."""
+    return progress if isinstance(progress, Progress) else Progress(enabled=progress)
+
+
 def gather_in_order(client, futures: list, progress: Progress | None, label: str) -> list:
     """Results of ``futures`` in submission order (never completion order), with progress."""
     wait_with_progress(client, futures, progress, label)

@@ -84,3 +84,16 @@ def describe(kind: str, name: str, plugins: PluginSet | None = None) -> dict[str
         "summary": doc.split("\n\n")[0].replace("\n", " "),
         "parameters": params,
     }
+
+
+def describe_name(name: str, plugins: PluginSet | None = None) -> list[dict[str, Any]]:
+    """:func:`describe` of every kind that registers ``name`` (a learner and a calibrator may share
+    one), or :class:`UnknownPluginError` listing every installed name."""
+    plugins = plugins or get_plugins()
+    found = [describe(kind, name, plugins) for kind in plugins.classes if name in plugins.classes[kind]]
+    if not found:
+        known = sorted({n for table in plugins.classes.values() for n in table})
+        raise UnknownPluginError(
+            f"no learner, calibrator or combiner is named '{name}'; installed: {', '.join(known) or 'none'}"
+        )
+    return found

@@ -71,4 +71,4 @@ def test_the_checker_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     # and it sees function-level imports: the graph of this package has them
-    assert "calengine.fit.table" in import_graph()["calengine.cli"]
+    assert "calengine.fit.table" in import_graph()["calengine.cli.fit"]

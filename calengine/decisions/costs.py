@@ -299,3 +299,15 @@ def load_cost_matrix(source: str | os.PathLike | dict | CostMatrix) -> CostMatri
                 f"cost matrix file '{text}' is not valid JSON ({exc.msg}, line {exc.lineno}); fix it"
             ) from None
     return CostMatrix.from_dict(spec)
+
+
+def cost_matrix_for_table(parsed: CostMatrix | None, model, files: list[str]) -> CostMatrix | None:
+    """``parsed`` in ``model``'s class order, its columns checked against the table's footers (a
+    misspelt column fails before any cluster starts); None stays None."""
+    if parsed is None:
+        return None
+    from ..parquet.data import check_columns
+
+    cm = parsed.for_classes(list(model.labels.classes))
+    check_columns(files, cm.columns)
+    return cm

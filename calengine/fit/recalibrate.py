@@ -447,20 +447,22 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
     ``model``: a model directory (recorded as the parent, with its content hash) or a loaded model
     (parent path and hash then unknown: ``None``).  ``data``: a Parquet path (file, directory or
     glob), a list of them, or a pandas DataFrame (written to a temporary Parquet file first).
-    ``update``/``forget``: see the module docstring.  ``client``: an existing Dask client; otherwise
-    ``cluster``/``workers``/``worker_memory`` as for :func:`calengine.fit_table`.  With ``output`` the
+    ``update``/``forget``: see the module docstring.  ``client``: as for
+    :func:`calengine.cluster.job_client` (e.g. an existing Dask client); otherwise
+    ``cluster``/``workers``/``worker_memory`` as for :func:`calengine.fit_table`, the workers checked
+    for the model's plugins.  With ``output`` the
     new model is saved there (``overwrite`` to replace one).  Returns the new
     :class:`~calengine.model.calibrated.CalibratedModel`; ``info["lineage"]`` is what its manifest records.
     """
     import os
     import tempfile
-    from contextlib import nullcontext
     from pathlib import Path
 
-    from ..cluster import dask_client
+    from ..cluster import job_client
     from ..model.artifact import load_model, save_model
-    from ..parquet.data import resolve_parquet_files
-    from ..progress import Progress
+    from ..plugins import model_requirements
+    from ..parquet.data import table_files
+    from ..progress import as_progress
 
     if output is not None and not overwrite and os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         raise ParameterError(f"output '{output}' already exists; choose a new path or pass overwrite=True")
@@ -469,16 +471,11 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
     else:
         parent = {"path": None, "content_hash": None}
     check_recalibratable(model, update, forget)
-    prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
+    prog = as_progress(progress)
     with tempfile.TemporaryDirectory(prefix="calengine-recal-") as tmp:
-        recorded = None
-        if hasattr(data, "to_parquet"):
-            files, recorded = [os.path.join(tmp, "new.parquet")], ["<DataFrame>"]
-            data.to_parquet(files[0], index=False)
-        else:
-            files = [f for d in (data if isinstance(data, (list, tuple)) else [data]) for f in resolve_parquet_files(d)]
-        ctx = nullcontext(client) if client is not None else dask_client(cluster, workers=workers, memory_limit=worker_memory)
-        with ctx as c:
+        files, recorded = table_files(data, tmp, "new.parquet")
+        with job_client(client, cluster=cluster, workers=workers, memory_limit=worker_memory,
+                        requirements=model_requirements([model])) as c:
             new_model, _ = recalibrate_with_lineage(c, model, parent, files, target, update=update, forget=forget,
                                                     progress=prog, recorded_paths=recorded)
     if output is not None:

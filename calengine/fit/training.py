@@ -311,6 +311,38 @@ def _params_for(learner, index: int, params: dict[str, Any], plugins: PluginSet)
     return out
 
 
+def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
+    """``(plugins, (distributions, modules))`` for fitting ``config`` on the table of ``spec`` (a
+    :class:`~calengine.fit.table.TableSpec`): the seed and ``max_categories`` checked and every
+    learner, calibrator and parameter name resolved, so a typo fails before any data is read or a
+    cluster starts; the requirements are what every worker must have
+    (:func:`calengine.plugins.plugin_requirements`)."""
+    from dataclasses import replace
+
+    from ..plugins import plugin_requirements
+
+    check_seed(config.seed)
+    if spec.max_categories < 1:
+        raise ParameterError(f"--max-categories must be at least 1, got {spec.max_categories}")
+    plugins = plugins or get_plugins()
+    if config.combiner_params and not config.multiclass:
+        raise ParameterError("--combiner-param needs --multiclass CODE:COMBINER to name the combiner")
+    if config.multiclass and config.method in ENGINE_METHODS:
+        raise ParameterError(
+            f"--multiclass does not apply to --method {config.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
+        )
+    base = split_learners(config.learner)
+    learners = [
+        resolve_learner(replace(config, learner=lr, learner_params=_params_for(lr, i, config.learner_params, plugins)
+                                if len(base) > 1 else config.learner_params), plugins)
+        for i, lr in enumerate(base)
+    ]
+    calibrator = None
+    if config.method not in ENGINE_METHODS:
+        calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
+    return plugins, plugin_requirements([*learners, calibrator], plugins)
+
+
 def _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins) -> CalibratedModel:
     """Fit each base learner with the same folds and method, then combine by ``config.combine``."""
     configs = combined_configs(config, learners, plugins)

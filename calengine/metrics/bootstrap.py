@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import DataError, ParameterError
 
 __all__ = [
-    "bootstrap_band", "calibration_map_band", "table_calibration_map_band", "sample_table_scores",
+    "bootstrap_band", "calibration_map_band", "table_calibration_map_band", "sample_table_scores", "band_json",
     "REPLICATES_PER_TASK", "BOOTSTRAP_MAX_ROWS", "GRID_POINTS",
 ]
 
@@ -243,3 +243,10 @@ def table_calibration_map_band(client, model, files: list[str], target: str, B: 
     if S.size == 0:
         raise DataError("the evaluated table has no labelled rows to resample; check --target")
     return _band_of(model, S, y, B, seed, level, client)
+
+
+def band_json(band: dict[str, Any]) -> dict[str, Any]:
+    """A band as JSON (``evaluate --json``'s ``calibration_band``): the grid of scores and the band's
+    low/median/high map values at each as lists, with B, level, seed and the number of rows
+    resampled (what a caller needs to redraw or compare it)."""
+    return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in band.items()}

@@ -876,7 +876,7 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
 
 
 def _page(title: str, preps: list[_Prepared], overview: _Figure | None, figs: dict[int, dict]) -> str:
-    from .. import __version__
+    from ..version import __version__
 
     nav = "".join(
         f'<li><a href="#entry-{p.index}">#{p.index} {_esc(p.entry.label)}</a></li>' for p in preps

@@ -268,6 +268,16 @@ class CalibratedModel:
             return np.column_stack([1.0 - p, p]), self._aggregate(Q)
         return self._aggregate(P), self._aggregate(Q)
 
+    def plugin_objects(self) -> list:
+        """The plugin objects whose classes this model's tasks run (the combiner, and each member's
+        first learner and calibrator): what :func:`calengine.plugins.model_requirements` turns into
+        the distributions and modules every worker must have."""
+        objs = [self.combiner]
+        for m in self.members:
+            parts = m.parts()
+            objs += list(parts["learners"])[:1] + list(parts["calibrators"])[:1]
+        return objs
+
     @property
     def has_intervals(self) -> bool:
         """Whether ``predict_frame(extra_outputs=True)`` writes ``p_low``/``p_high`` (two-class Probing

@@ -51,6 +51,18 @@ def resolve_parquet_files(data: str | os.PathLike) -> list[str]:
     return files
 
 
+def table_files(data, scratch: str, name: str = "table.parquet") -> tuple[list[str], list[str] | None]:
+    """The Parquet files behind the ``data`` of a Python API call, and what a lineage records of them:
+    a path (file, directory, glob or URL) or a list of paths -> their files and None; a pandas
+    DataFrame -> written to ``scratch/name`` first (the caller keeps ``scratch`` while the files are
+    read) and ``["<DataFrame>"]``."""
+    if hasattr(data, "to_parquet"):
+        path = os.path.join(scratch, name)
+        data.to_parquet(path, index=False)
+        return [path], ["<DataFrame>"]
+    return [f for d in (data if isinstance(data, (list, tuple)) else [data]) for f in resolve_parquet_files(d)], None
+
+
 def _check_parquet_magic(path: str) -> None:
     from .storage import open_binary
 

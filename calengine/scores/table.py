@@ -250,6 +250,68 @@ def score_table(
     return written
 
 
+def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reject_below: float | None = None,
+                  cost_matrix=None, batch_rows: int | None = None, trust=(), client=None, cluster=None,
+                  workers=None, progress=None) -> int:
+    """Score a table with a fitted model into the Parquet dataset ``output``, exactly as ``calengine
+    score`` does (with ``cost_matrix``, as ``calengine decide``); returns the rows written.
+
+    ``model``: a model directory or a loaded :class:`~calengine.model.calibrated.CalibratedModel`;
+    ``trust``: extra types skops may load.  ``data``: a Parquet path (file, directory, glob or URL), a
+    list of them, or a pandas DataFrame.  ``keep``: input columns copied to the output.
+    ``intervals``: also ``p_low``/``p_high`` (two-class Probing and Venn-ABERS models).
+    ``reject_below``: leave ``prediction`` empty (and set ``rejected``) where the chosen class's
+    probability is below it.  ``cost_matrix``: a :class:`~calengine.decisions.costs.CostMatrix`, a
+    dict, a JSON/YAML file or inline JSON (see :func:`~calengine.decisions.costs.load_cost_matrix`);
+    adds ``decision`` and ``expected_cost``.  ``batch_rows``: rows per batch (default: sized from the
+    columns read).  ``client``: as for :func:`calengine.cluster.job_client`, else
+    ``cluster``/``workers``; without a cluster the chunks run on a thread pool of this process.  The
+    output appears only when complete; every bad input is a :class:`~calengine.errors.CalengineError`
+    raised before any work starts.
+    """
+    import os
+    import tempfile
+
+    from ..cluster import job_client
+    from ..decisions.costs import cost_matrix_for_table, load_cost_matrix
+    from ..errors import ParameterError
+    from ..model.artifact import load_model
+    from ..parquet.data import table_files
+    from ..plugins import model_requirements
+    from ..progress import as_progress
+
+    if batch_rows is not None and batch_rows < 1:
+        raise ParameterError(f"--batch-rows must be at least 1, got {batch_rows}")
+    if reject_below is not None and not 0.0 <= reject_below <= 1.0:
+        raise ParameterError(f"--reject-below must be a probability in [0, 1], got {reject_below}")
+    parsed_costs = None if cost_matrix is None else load_cost_matrix(cost_matrix)
+    named = isinstance(model, (str, os.PathLike))
+    loaded = load_model(model, trust=tuple(trust or ())) if named else model
+    if intervals and not loaded.has_intervals:
+        name = f"'{model}'" if named else "the model"
+        raise ParameterError(
+            f"--intervals applies to two-class Probing models and Venn-ABERS models; {name}"
+            f" ({loaded.info.get('learner')} + {loaded.info.get('method')}) has no intervals; drop --intervals"
+            " or refit with --method venn_abers"
+        )
+    with tempfile.TemporaryDirectory(prefix="calengine-score-") as scratch:
+        files, _ = table_files(data, scratch)
+        keep = tuple(keep or ())
+        clash = [k for k in keep if k == "prediction" or k.startswith("p_")]
+        if clash:
+            raise ParameterError(f"--keep {clash[0]} would collide with an output column; rename it first")
+        costs = cost_matrix_for_table(parsed_costs, loaded, files)
+        if costs is not None:
+            taken = [k for k in keep if k in ("decision", "expected_cost")]
+            if taken:
+                raise ParameterError(f"--keep {taken[0]} would collide with an output column of --cost-matrix; rename it first")
+        with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements([loaded]),
+                        map_only=True) as c:
+            return score_table(c, loaded, files, os.fspath(output), keep=keep, batch_rows=batch_rows,
+                               extra_outputs=intervals, reject_below=reject_below, progress=as_progress(progress),
+                               cost_matrix=costs)
+
+
 # ---------------------------------------------------------------------------------------------- evaluate
 
 

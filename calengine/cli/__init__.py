@@ -1,0 +1,170 @@
+"""``calengine fit | score | decide | evaluate | cv | recalibrate | plugins``: a thin shell.
+
+Each command is a module of this package (``fit``, ``score`` for score and decide, ``evaluate``,
+``cv``, ``recalibrate``, ``plugins``) with ``add_parser(sub)``, which registers its subcommand, and
+``run(args)``, which validates what only the command line can get wrong, calls the function the
+Python API also calls (``calengine.fit.table.fit_table``, :func:`calengine.score_table`,
+:func:`calengine.evaluate_models`, ...) and prints.  Options shared by several commands are in
+:mod:`calengine.cli.options`; what the tables look like is in :mod:`calengine.metrics.text`.
+
+Only the standard library is imported at module level so ``calengine --help`` answers at once; each
+command imports what it needs.  Any :class:`calengine.errors.CalengineError` (and argument errors)
+becomes one ``error: ...`` line on stderr and exit code 2, with no traceback and no partial output.
+
+The names this module exported when it was one file (``format_metrics_table``, ``METRIC_ORDER``,
+``parse_params``, ...) are still importable from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import cv, evaluate, fit, plugins, recalibrate, score
+from .options import add_global_options, parse_params, parse_value
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+_SILENCE_AFTER_ERROR = False
+
+#: subcommand -> its ``run(args)``
+COMMANDS = {"fit": fit.run, "score": score.run, "decide": score.run, "evaluate": evaluate.run, "cv": cv.run,
+            "recalibrate": recalibrate.run, "plugins": plugins.run}
+
+__all__ = [
+    "main", "entry", "build_parser", "parse_value", "parse_params", "COMMANDS", "EXIT_USAGE", "EXIT_INTERRUPTED",
+    "format_metrics_table", "format_error_reject", "format_drift", "format_decisions", "METRIC_ORDER", "SHORT_METRIC",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as for every other bad input
+        sys.stderr.write(f"error: {message}; see '{self.prog} --help'\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+class _GlobalSubparsers:
+    """``add_parser`` that gives every subcommand the global options as a parent parser."""
+
+    def __init__(self, action, common: argparse.ArgumentParser):
+        self._action, self._common = action, common
+
+    def add_parser(self, name: str, **kwargs):
+        return self._action.add_parser(name, parents=[self._common], **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="calengine",
+        description="Calibrated class probabilities from any classifier, on Dask.",
+    )
+    add_global_options(parser, argparse.SUPPRESS)
+    parser.set_defaults(version=False, strict_plugins=False, progress=None)
+    # every subcommand accepts the global flags too (``calengine fit ... --progress``); their default is
+    # SUPPRESS there, so a flag given before the subcommand is not reset by the subcommand's parser
+    common = argparse.ArgumentParser(add_help=False)
+    add_global_options(common, argparse.SUPPRESS)
+    sub = _GlobalSubparsers(parser.add_subparsers(dest="command", parser_class=_Parser), common)
+    for command in (fit, score, evaluate, cv, recalibrate, plugins):  # the order of --help
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from .. import __version__
+
+        print(__version__)
+        return 0
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    if args.strict_plugins:
+        os.environ["CALENGINE_STRICT_PLUGINS"] = "1"
+    from ..errors import CalengineError
+
+    try:
+        from .. import run_log
+
+        return run_log.run(COMMANDS[args.command], args, sys.argv[1:] if argv is None else list(argv))
+    except CalengineError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        return _fail("interrupted; no output was published", EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - only failures of the cluster itself are turned into one line
+        from ..cluster import cluster_failure
+
+        message = cluster_failure(exc)
+        if message is None:
+            raise
+        return _fail(message, EXIT_USAGE)
+
+
+def _fail(message: str, code: int) -> int:
+    """Write the one ``error:`` line.  From the console script, whatever the interpreter or Dask would
+    print while shutting down after it (atexit handlers closing a half-started cluster, a second
+    Ctrl-C) goes nowhere: the line above is the whole report."""
+    import signal
+
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    if _SILENCE_AFTER_ERROR:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not print a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+    return code
+
+
+def entry() -> None:
+    """The ``calengine`` console script: :func:`main`, and an exit code."""
+    global _SILENCE_AFTER_ERROR
+    _SILENCE_AFTER_ERROR = True
+    code = main()
+    if code == EXIT_INTERRUPTED:
+        # Ctrl-C.  Every staging area is gone and the cluster closed by now, but a thread of the embedded
+        # scheduler may still be inside a learner's fit, which nothing can interrupt, and the interpreter
+        # would wait for it before exiting (measured: up to 20 s after the error line).  Leave now.
+        sys.stdout.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
+#: names importable from ``calengine.cli`` since it was one module, and where they live now (loaded
+#: on first use, so that ``calengine --help`` imports none of them)
+_MOVED = {
+    **dict.fromkeys(("format_metrics_table", "format_error_reject", "format_drift", "format_decisions",
+                     "METRIC_ORDER", "SHORT_METRIC"), ("calengine.metrics.text", None)),
+    "_terminal_width": ("calengine.metrics.text", "terminal_width"),
+    "_metric_cell": ("calengine.metrics.text", None),
+    "_metrics_by_model": ("calengine.metrics.text", None),
+    "_curve_points": ("calengine.metrics.evaluation", None),
+    "_finite": ("calengine.metrics.text", "finite"),
+    "_model_labels": ("calengine.metrics.evaluation", "model_labels"),
+    "_calibration_map": ("calengine.metrics.evaluation", "calibration_map_sample"),
+    "_check_report_dir": ("calengine.metrics.evaluation", "check_report_dir"),
+    "_band_json": ("calengine.metrics.bootstrap", "band_json"),
+    "_plugin_requirements": ("calengine.plugins", "plugin_requirements"),
+    "_installed_requirements": ("calengine.plugins", "installed_requirements"),
+    "_client": ("calengine.cli.options", "client"),
+    "_tls": ("calengine.cli.options", "tls"),
+    "_progress": ("calengine.cli.options", "progress"),
+    "_prepare_fit": ("calengine.cli.options", "prepare_fit"),
+    **{f"_add_{name}": ("calengine.cli.options", f"add_{name}")
+       for name in ("cluster_options", "config_options", "cost_matrix_option", "global_options")},
+    **{f"cmd_{name}": (f"calengine.cli.{name}", "run") for name in ("fit", "score", "evaluate", "cv", "plugins",
+                                                                    "recalibrate")},
+    "cmd_decide": ("calengine.cli.score", "run"),
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+
+        module, attr = _MOVED[name]
+        return getattr(importlib.import_module(module), attr or name)
+    raise AttributeError(f"module 'calengine.cli' has no attribute {name!r}")

@@ -1,0 +1,58 @@
+"""``calengine evaluate``: metrics of one or more models on a labelled Parquet table, as text or JSON,
+with an optional HTML report.
+
+A shell over :func:`calengine.evaluate_models`: what it prints is the result's
+:meth:`~calengine.metrics.evaluation.Evaluation.to_text` or ``json.dumps`` of its ``to_json()``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import options
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("evaluate", help="metrics of one or more models on a labelled Parquet table")
+    p.add_argument("paths", nargs="+", metavar="MODEL_DIR... DATA",
+                   help="one or more model directories, then the data to evaluate on")
+    p.add_argument("--target", required=True, metavar="COL")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
+    p.add_argument("--alpha", type=float, default=0.01, metavar="A",
+                   help="significance level of the calibration drift check on the calibrated probabilities "
+                        "(Spiegelhalter's z and a 10-bin reliability chi-square, Bonferroni over the tests and "
+                        "one-vs-rest columns); 'recalibrate' when the adjusted p-value is below A (default: 0.01)")
+    p.add_argument("--bootstrap", type=int, default=0, metavar="B",
+                   help="with --report: draw a 90%% pointwise band on each two-class model's calibration map from B"
+                        " refits of its calibrator on bootstrap resamples of the evaluated data (parallel tasks;"
+                        " default 0 = no band; 200 is a sensible choice); with --json: the band as"
+                        " 'calibration_band' (grid, low, median, high)")
+    p.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
+    options.add_trust_option(p)
+    options.add_cost_matrix_option(p, evaluate=True)
+    options.add_cluster_options(p)
+
+
+def run(args) -> int:
+    from ..errors import ParameterError
+    from ..metrics.drift import check_alpha
+    from ..metrics.evaluation import check_bootstrap, evaluate_models
+
+    if len(args.paths) < 2:
+        raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
+    try:
+        check_alpha(args.alpha)
+    except ParameterError:
+        raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
+    if args.bootstrap:
+        check_bootstrap(args.bootstrap)
+        if not args.report and not args.json:
+            raise ParameterError("--bootstrap draws its band in the report or writes it in the JSON; add --report DIR or --json")
+    result = evaluate_models(args.paths[:-1], args.paths[-1], args.target, cost_matrix=args.cost_matrix,
+                             bootstrap=args.bootstrap, seed=args.seed, alpha=args.alpha, report=args.report or None,
+                             trust=args.trust_type, client=options.connect(args, map_only=True),
+                             progress=options.progress(args))
+    print(json.dumps(result.to_json()) if args.json else result.to_text())
+    return 0

@@ -1,0 +1,75 @@
+"""``calengine fit``: fit a calibrated model on a Parquet table and save it.
+
+A shell over :func:`calengine.fit.table.fit_table`, the function :func:`calengine.fit_table` calls.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import options
+
+
+def add_parser(sub) -> None:
+    from .. import run_log
+
+    p = sub.add_parser("fit", help="fit a calibrated model on a Parquet table")
+    p.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
+    options.add_config_options(p)
+    p.add_argument("--calibration-data", metavar="DATA", help="calibrate on this table instead of folds")
+    p.add_argument("--max-train-rows", type=int, default=None, metavar="N",
+                   help="fit each learner on a seeded, stratified sample of at most N rows drawn on the workers"
+                   " (statistics, calibration and evaluation still use every row)")
+    p.add_argument("--route", choices=("auto", "stats", "in-memory", "sample"), default="auto",
+                   help="how learners meet the rows: from mergeable statistics (learners that support it),"
+                   " rows assembled on one worker, or a sample (--max-train-rows); default: auto")
+    p.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing model directory at --output (only once the new model is complete)")
+    options.add_cluster_options(p)
+    run_log.add_option(p)
+
+
+def run(args) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..errors import DataError
+    from ..fit.table import fit_table
+    from ..model.artifact import save_model
+
+    out = os.path.abspath(args.output)
+    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        if not args.overwrite:
+            raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite")
+        if not os.path.isfile(os.path.join(out, "manifest.json")):
+            raise DataError(f"--overwrite refuses to replace '{args.output}': it is not a calengine model directory")
+    # Loading the plugins (importing scikit-learn: ~1 s) and starting a local cluster (spawning worker
+    # processes: ~2 s) are independent, so the plugins load in a thread while the cluster starts.  A
+    # misspelt name still fails before any data is read; the cluster started meanwhile is closed.
+    # Not ``with``: its exit would wait for the loading thread, so a Ctrl-C during the imports would
+    # only take effect once they finish.
+    pool = ThreadPoolExecutor(1, thread_name_prefix="calengine-plugins")
+    try:
+        prepared = pool.submit(options.prepare_fit, args)
+        if args.cluster != "local":
+            prepared.result()  # embedded or remote: nothing slow to overlap, so fail fast on names
+        progress = options.progress(args)
+        with options.client(args, lambda: prepared.result()[3]) as client:
+            config, spec, plugins, _ = prepared.result()
+            model = fit_table(client, spec, config, progress=progress, plugins=plugins)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    save_model(model, out, plugins, overwrite=args.overwrite)
+    training = model.info.get("x_training", {})
+    if training.get("dropped_missing_target"):
+        sys.stderr.write(
+            f"note: dropped {training['dropped_missing_target']} rows whose target '{args.target}' is missing\n"
+        )
+    n_members = len(model.members)
+    sys.stderr.write(
+        f"fitted {model.info['learner']} + {args.method} on {training.get('rows')} rows"
+        f" ({training.get('route')} route), {model.labels.n_classes} classes,"
+        f" {n_members} member{'s' if n_members != 1 else ''} -> {args.output}\n"
+    )
+    return 0

@@ -1,0 +1,62 @@
+"""``calengine plugins [NAME]``: every plugin with its failures and name clashes, or one learner,
+calibrator or combiner's parameters.
+
+A shell over :func:`calengine.plugins.get_plugins` and :func:`calengine.registry.describe_name`.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("plugins", help="list loaded plugins and failures, or one learner/method/combiner's parameters")
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="a learner, calibrator (--method) or combiner name: list its parameters and defaults")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+
+
+def run(args) -> int:
+    """List every plugin, failures and name clashes included (a clash stops every other command, so
+    this one must still show what is installed), or describe one registered NAME."""
+    from ..plugins import get_plugins
+
+    plugins = get_plugins(allow_clashes=True)
+    if args.name:
+        return _describe(plugins, args.name, args.json)
+    records = [r.as_dict() for r in plugins.records]
+    if args.json:
+        print(json.dumps({"plugins": records, "failures": [r for r in records if r["error"]],
+                          "clashes": plugins.clashes}))
+        return 0
+    for r in records:
+        status = "FAILED" if r["error"] else ("CLASH" if r["clashes"] else "ok")
+        print(f"{r['name']}  ({r['distribution']} {r['version']})  {status}")
+        if r["error"]:
+            print(f"    error: {r['error']}")
+        for kind, names in r["registered"].items():
+            if names:
+                print(f"    {kind}: {', '.join(sorted(names))}")
+        for clash in r["clashes"]:
+            print(f"    clash: {clash}")
+    if not records:
+        print("no plugins installed (pip install calengine-builtins)")
+    return 0
+
+
+def _describe(plugins, name: str, as_json: bool) -> int:
+    from ..registry import describe_name
+
+    found = describe_name(name, plugins)
+    if as_json:
+        print(json.dumps(found if len(found) > 1 else found[0], default=repr))
+        return 0
+    for d in found:
+        print(f"{d['kind']} {d['name']}  ({d['distribution']} {d['version']}; {d['class']})")
+        if d["summary"]:
+            print(f"    {d['summary']}")
+        if not d["parameters"]:
+            print("    no parameters")
+        for p in d["parameters"]:
+            print(f"    {p['name']} = {p['default']!r}")
+    return 0

@@ -1,0 +1,263 @@
+"""Evaluating fitted models on a labelled table: ``calengine evaluate``, and the same from Python.
+
+:func:`evaluate_models` runs what the command runs: per model one exact reduction of metric
+accumulators over the table's chunks (:func:`calengine.scores.table.evaluate_table`, calibrated and
+raw learner side by side), the drift check of the calibrated probabilities, and on request the
+cost-matrix decisions, bootstrap bands of the calibration map and the HTML report.  It returns an
+:class:`Evaluation`, whose :meth:`~Evaluation.to_json` is the object ``evaluate --json`` prints and
+whose :meth:`~Evaluation.to_text` is the text ``evaluate`` prints: the command is a shell over this
+function, so a Python user gets the same numbers and the same tables without argv.
+
+The table is never loaded into this process: chunks are evaluated where they are read and only their
+accumulators come back.  The report's calibration maps read at most
+:data:`~calengine.metrics.report.MAP_MAX_POINTS` rows of the table's first file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import DataError, ParameterError
+
+__all__ = ["Evaluation", "evaluate_models", "model_labels", "check_bootstrap", "check_report_dir"]
+
+
+@dataclass
+class Evaluation:
+    """What :func:`evaluate_models` measured, one entry per model in the order given.
+
+    ``models``: the loaded models; ``names``: what tells them apart in the raw learners' rows (the
+    directory's name, ``model i`` for a model passed loaded); ``labels``: :func:`model_labels`;
+    ``accumulators``: ``{"calibrated": MetricAccumulator, "raw": MetricAccumulator}`` (and
+    ``"decisions"``: a :class:`~calengine.decisions.DecisionAccumulator` with a cost matrix);
+    ``results``: the same as :meth:`result` dicts; ``drifts``: the drift check of the calibrated
+    probabilities; ``bands``: the bootstrap bands (with ``bootstrap``), else None; ``report``: the
+    report directory written, else None.
+    """
+
+    models: list
+    names: list[str]
+    labels: list[str]
+    accumulators: list[dict]
+    results: list[dict]
+    drifts: list[dict]
+    bands: list[dict] | None = None
+    report: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The object ``evaluate --json`` prints (that line is ``json.dumps`` of it): one model's
+        metrics with ``raw``, ``drift``, ``error_reject``, ``model`` (and ``decisions``,
+        ``calibration_band`` when asked for), or ``{"models": [{"label": ..., ...}, ...]}`` for
+        several; NaN and infinities are None, as JSON has neither."""
+        from .text import finite
+
+        payloads = []
+        for i, (m, acc, res, drift) in enumerate(zip(self.models, self.accumulators, self.results, self.drifts)):
+            payload = dict(res["calibrated"])
+            payload["raw"] = res.get("raw")
+            payload["drift"] = drift
+            payload["error_reject"] = _curve_points(acc["calibrated"].error_reject_curve())
+            payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
+            if m.info.get("lineage"):
+                payload["model"]["lineage"] = m.info["lineage"]
+            if "decisions" in res:
+                payload["decisions"] = res["decisions"]
+            if self.bands is not None:
+                from .bootstrap import band_json
+
+                payload["calibration_band"] = band_json(self.bands[i])
+            payloads.append(payload)
+        out = payloads[0] if len(payloads) == 1 else {"models": [{"label": lb, **p} for lb, p in zip(self.labels, payloads)]}
+        return finite(out)
+
+    def to_text(self, width: int | None = None) -> str:
+        """The text ``evaluate`` prints, without its final newline: the metrics table (calibrated
+        beside raw learner), the drift lines, the lineage of recalibrated models, the error-reject
+        table, the decisions under a cost matrix and the report's path, each fitted to ``width``
+        columns (default: the terminal's, ``$COLUMNS``)."""
+        from .corp import with_brier_rows
+        from .text import format_decisions, format_drift, format_error_reject, format_metrics_table
+
+        several = len(self.models) > 1
+        rows = []
+        for lb, res, m, name in zip(self.labels, self.results, self.models, self.names):
+            rows.append((f"raw {m.info.get('learner')} ({name})" if several else "raw learner", with_brier_rows(res.get("raw"))))
+            rows.append((lb, with_brier_rows(res["calibrated"])))
+        table = format_metrics_table(rows, width)
+        # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models below
+        ids = [f"[{i}]" for i in range(2, 2 * len(self.models) + 1, 2)] if table.startswith("[1] ") else None
+        class_names = [[str(c) for c in m.labels.classes] for m in self.models]
+        lines = [table, "", format_drift(self.labels, self.drifts, class_names, width, ids=ids), ""]
+        lineages = [(lb, m.info["lineage"]) for lb, m in zip(self.labels, self.models) if m.info.get("lineage")]
+        if lineages:
+            from .report import lineage_text
+
+            lines += [f"{lb}: {lineage_text(lineage)}" if several else lineage_text(lineage) for lb, lineage in lineages]
+            lines.append("")
+        lines.append(format_error_reject(self.labels, [acc["calibrated"] for acc in self.accumulators], width, ids=ids))
+        for lb, res in zip(self.labels, self.results):
+            if "decisions" in res:
+                lines += ["", format_decisions(lb, res["decisions"])]
+        if self.report is not None:
+            lines += ["", f"report: {os.path.join(self.report, 'index.html')}"]
+        return "\n".join(lines)
+
+
+def evaluate_models(models, data, target: str, *, cost_matrix=None, bootstrap: int = 0, seed: int = 0,
+                    alpha: float = 0.01, report=None, trust=(), client=None, cluster=None, workers=None,
+                    progress=None) -> Evaluation:
+    """Evaluate one or more fitted models on a labelled table, exactly as ``calengine evaluate`` does.
+
+    ``models``: a model directory or loaded :class:`~calengine.model.calibrated.CalibratedModel`, or a
+    list of them (``trust``: extra types skops may load).  ``data``: a Parquet path (file, directory,
+    glob or URL), a list of them, or a pandas DataFrame; ``target``: its class column.
+    ``cost_matrix`` (a :class:`~calengine.decisions.costs.CostMatrix`, a dict, a JSON/YAML file or
+    inline JSON): also the profit or cost of each policy's decisions.  ``bootstrap`` B >= 2: a 90 %
+    pointwise band on each two-class model's calibration map from B refits on resamples drawn with
+    ``seed``.  ``alpha``: the drift check's significance level.  ``report``: a new (or empty)
+    directory for the figures and the HTML page.  ``client``: as for
+    :func:`calengine.cluster.job_client`, else ``cluster``/``workers``; without a cluster the chunks
+    run on a thread pool of this process.  Every bad input is a
+    :class:`~calengine.errors.CalengineError` raised before any work starts.
+    """
+    import tempfile
+
+    from ..cluster import job_client
+    from ..decisions.costs import cost_matrix_for_table, load_cost_matrix
+    from ..model.artifact import load_model
+    from ..parquet.data import table_files
+    from ..plugins import model_requirements
+    from ..progress import as_progress
+    from ..scores.table import evaluate_table
+    from .drift import check_alpha
+
+    alpha = check_alpha(alpha)
+    parsed_costs = None if cost_matrix is None else load_cost_matrix(cost_matrix)
+    given = list(models) if isinstance(models, (list, tuple)) else [models]
+    if not given:
+        raise ParameterError("evaluate_models() needs at least one model: a model directory or a loaded model")
+    named = [isinstance(m, (str, os.PathLike)) for m in given]
+    loaded = [load_model(m, trust=tuple(trust or ())) if n else m for m, n in zip(given, named)]
+    sources = [os.fspath(m) if n else f"model {i}" for i, (m, n) in enumerate(zip(given, named), 1)]
+    report = None if report is None else os.fspath(report)
+    prog = as_progress(progress)
+    with tempfile.TemporaryDirectory(prefix="calengine-evaluate-") as scratch:
+        files, _ = table_files(data, scratch)
+        if report is not None:
+            check_report_dir(report)
+        costs = [cost_matrix_for_table(parsed_costs, m, files) for m in loaded]
+        if bootstrap:
+            check_bootstrap(bootstrap, loaded)
+        bands = None
+        with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements(loaded),
+                        map_only=True) as c:
+            accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm)
+                    for m, cm in zip(loaded, costs)]
+            if bootstrap:
+                from .bootstrap import table_calibration_map_band
+
+                # a seeded sample of the evaluated rows scored where they are read, never the whole table here
+                bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
+        result = Evaluation(
+            models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
+            labels=model_labels(loaded, sources), accumulators=accs,
+            results=[{k: acc.result() for k, acc in a.items()} for a in accs],
+            drifts=[a["calibrated"].drift_check(alpha=alpha) for a in accs], bands=bands, report=report,
+        )
+        if report is not None:
+            _write_report(result, files)
+    return result
+
+
+def model_labels(models, dirs) -> list[str]:
+    """``learner + method [combine rule, code matrix, refit] (directory)``: everything that tells two
+    models of one table apart (three Pendigits models differing only in their code matrix or mode all
+    read "gaussian_nb + isotonic" before); the directory name is added when there are several."""
+    labels = []
+    for m in models:
+        extras = [m.combine_rule] if m.combine_rule else []
+        if m.info.get("multiclass"):
+            extras.append(str(m.info["multiclass"]))
+        elif (m.info.get("method_params") or {}).get("multiclass"):
+            extras.append(str(m.info["method_params"]["multiclass"]))
+        if m.info.get("mode") == "refit" and not m.info.get("calibration_data"):
+            extras.append("refit")
+        labels.append(f"{m.info.get('learner')} + {m.info.get('method')}" + (f" [{', '.join(extras)}]" if extras else ""))
+    if len(set(labels)) < len(labels) or len(models) > 1:
+        labels = [f"{lb} ({os.path.basename(os.path.normpath(d))})" for lb, d in zip(labels, dirs)]
+    return labels
+
+
+def check_bootstrap(replicates, models=()) -> None:
+    """``bootstrap`` needs at least 2 replicates, and draws bands for two-class models with one
+    calibrator (the band is that calibrator's map refitted)."""
+    if replicates < 2:
+        raise ParameterError(f"--bootstrap needs at least 2 replicates, got {replicates}; e.g. --bootstrap 200")
+    for m in models:
+        if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
+            raise ParameterError(
+                f"--bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
+                f" {m.info.get('method')} is not one); drop --bootstrap"
+            )
+
+
+def check_report_dir(path: str) -> None:
+    """The report goes to a new or empty directory: an existing one is never touched."""
+    if os.path.exists(path) and not (os.path.isdir(path) and not os.listdir(path)):
+        raise DataError(f"--report directory '{path}' already exists and is not empty; choose a new directory")
+
+
+def _curve_points(curve: dict, max_points: int = 101) -> dict:
+    """The error-reject curve thinned to at most ``max_points`` points (JSON stays small)."""
+    import numpy as np
+
+    n = len(curve["reject_rate"])
+    idx = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(int))
+    return {k: [float(v) for v in np.asarray(curve[k])[idx]] for k in ("threshold", "reject_rate", "error_rate")}
+
+
+def _write_report(ev: Evaluation, files: list[str]) -> None:
+    """The figures and the HTML page of ``ev`` in ``ev.report`` (:func:`calengine.metrics.report.write_report`)."""
+    from .report import ReportEntry, write_report
+
+    entries = []
+    for i, (m, acc, lb) in enumerate(zip(ev.models, ev.accumulators, ev.labels)):
+        cmap = calibration_map_sample(m, files)
+        if ev.bands is not None:
+            cmap["band"] = ev.bands[i]
+        entries.append(
+            ReportEntry(
+                label=lb,
+                calibrated=acc["calibrated"],
+                raw=acc.get("raw"),
+                class_names=[str(c) for c in m.labels.classes],
+                calibration_map=cmap,
+                decisions=acc.get("decisions"),
+                drift=ev.drifts[i],
+                lineage=m.info.get("lineage"),
+            )
+        )
+    write_report(ev.report, entries)
+
+
+def calibration_map_sample(model, files: list[str], max_rows: int = 5000) -> dict:
+    """The report's calibration map of ``model``: the first member's scores and calibrated column
+    probabilities on up to ``max_rows`` rows of the table's first file (a seeded subsample beyond)."""
+    import numpy as np
+
+    from ..parquet.data import read_table
+
+    df = read_table(files[:1], list(model.encoder.input_columns))
+    if len(df) > max_rows:
+        df = df.sample(max_rows, random_state=0)
+    X = model.encoder.transform(df)
+    member = model.members[0]
+    S = member.scores(X)
+    R = member.column_probabilities(X, S)
+    k = model.n_classes
+    names = [str(model.labels.classes[1])] if S.shape[1] == 1 and k == 2 else [f"column {b}" for b in range(S.shape[1])]
+    if S.shape[1] == k:
+        names = [str(c) for c in model.labels.classes]
+    return {"scores": np.asarray(S), "probabilities": np.asarray(R), "column_names": names}
