@@ -140,7 +140,7 @@ def test_old_cli_import_paths_still_work_and_help_stays_lean():
         cli.no_such_name  # noqa: B018
     probe = ("import sys, calengine.cli as c; c.build_parser().format_help();"
              "print(sorted(m for m in sys.modules if m.startswith('calengine.metrics') or m == 'numpy'))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    out = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=True, cwd=REPO).stdout
     assert out.strip() == "[]"
-    r = subprocess.run([sys.executable, "-m", "calengine.cli", "--version"], capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run([sys.executable, "-P", "-m", "calengine.cli", "--version"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0 and r.stdout.strip() == calengine.__version__, r
