@@ -49,10 +49,10 @@ def save_with_skops_state(model_dir: Path, out_dir: Path) -> None:
     """Re-save ``model_dir`` with every array-state learner stored as its skops dump (the old format)."""
     from calengine.base import SklearnLearner
     from calengine.model.artifact import load_model, save_model
-    from calengine_builtins import learners as builtin_learners
+    from calengine_builtins.learners._array_state import _ArrayState
 
     model = load_model(model_dir)
-    mixin = builtin_learners._ArrayState
+    mixin = _ArrayState
     saved = mixin.to_state
     mixin.to_state = SklearnLearner.to_state
     try:

@@ -1,4 +1,6 @@
-"""Base classes for the three plugin kinds: learners, calibrators and combiners.
+"""Base classes for the three plugin kinds: learners, calibrators and combiners, and two bases a learner
+can start from: :class:`SklearnLearner` (one scikit-learn estimator, stored with skops) and
+:class:`BoosterLearner` (a boosting library's own model file, such as XGBoost's or LightGBM's).
 
 All three follow scikit-learn's conventions (``__init__`` stores parameters only, ``fit`` returns
 ``self``, fitted state ends in ``_``), which gives ``get_params``/``clone``, reproducible configs in the
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 import sys
 from abc import ABCMeta, abstractmethod
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
-from .errors import DataError, ParameterError
+from .errors import CalengineError, DataError, LearnerError, ModelFormatError, ParameterError
 from .params import Params
 
 SCORE_KINDS = ("proba", "decision")
@@ -215,6 +218,195 @@ class SklearnLearner(Learner):
         self.estimator_ = state["estimator"]
         self.n_classes_ = int(state["n_classes"])
         return self
+
+
+class BoosterLearner(Learner):
+    """A learner whose fitted state is a boosting library's own model file (XGBoost's UBJSON, LightGBM's
+    text format): what calengine-xgboost and calengine-lightgbm share, public so that a third-party
+    booster plugin (another library, another build of one) behaves the same without copying it.
+
+    What it gives a subclass:
+
+    * :meth:`fit` on in-memory arrays: the class count (largest class index + 1, at least 2), the
+      weights as float64, then :meth:`train_booster`; :meth:`score` gives :meth:`predict_booster`'s
+      probabilities the contract's shape, ``(n,)`` for two classes and ``(n, k)`` for more.
+    * :meth:`to_state` / :meth:`from_state`: the booster's bytes under :attr:`booster_key` (the model
+      directory holds them as the file ``learner_<j>.<booster_key>``, never pickled) beside the class
+      count and the version of the library that wrote them (:mod:`calengine.library_models`).  Loading
+      refuses, in one :class:`~calengine.errors.ModelFormatError` line, a state without such a booster,
+      a booster written by a newer release or another major version of the library (naming the release
+      to install), and bytes the library cannot read (one of :meth:`read_errors`).
+    * :meth:`check_library_version`, :meth:`check_ranges` (one :class:`~calengine.errors.ParameterError`
+      line for a parameter out of range) and :meth:`training_on_cluster`, which turns any failure of a
+      distributed training in ``fit_on_cluster`` into one :class:`~calengine.errors.LearnerError` line
+      saying that no model was written.
+
+    A subclass sets :attr:`library`, :attr:`library_title` and :attr:`booster_key` (and :attr:`package`
+    when pip installs the library under another name), keeps its own ``name`` and parameters, and
+    implements :meth:`booster_params`, :meth:`train_booster`, :meth:`predict_booster`,
+    :meth:`booster_bytes` and :meth:`booster_from_bytes`.  Nothing here imports the library, so the
+    plugin module imports, and ``calengine plugins`` lists it, where the library is missing.
+
+    Loading goes through one path, :meth:`from_state` -> :meth:`load_booster` ->
+    :meth:`booster_from_bytes`: checks of the booster file itself belong in :meth:`load_booster`, before
+    the library parses the bytes.
+    """
+
+    accepts_sample_weight: ClassVar[bool] = True
+    score_kind: ClassVar[str] = "proba"
+    #: the libraries train on and predict scipy CSR as they do dense arrays (text columns)
+    accepts_sparse: ClassVar[bool] = True
+
+    #: the library's import name, e.g. ``"xgboost"``
+    library: ClassVar[str] = ""
+    #: the distribution pip installs the library from, when it is not :attr:`library` (``"xgboost-cpu"``)
+    package: ClassVar[str | None] = None
+    #: the library's name in messages, e.g. ``"XGBoost"``
+    library_title: ClassVar[str] = ""
+    #: the state key of the booster's bytes, and so the suffix of its file, e.g. ``"booster.ubj"``
+    booster_key: ClassVar[str] = ""
+
+    # ------------------------------------------------------------------ what a subclass implements
+
+    @abstractmethod
+    def booster_params(self, n_classes: int) -> dict[str, Any]:
+        """The library's training parameters for ``n_classes`` classes, what :meth:`train_booster` and
+        ``fit_on_cluster`` hand the library: check the user's parameters here (:meth:`check_ranges`), so
+        both refuse them in the same line before any training starts."""
+
+    @abstractmethod
+    def train_booster(self, X, y: np.ndarray, sample_weight: np.ndarray | None, n_classes: int):
+        """Train in this process and return the booster (``y``: class indices, ``sample_weight``:
+        ``None`` or float64)."""
+
+    @abstractmethod
+    def predict_booster(self, X) -> np.ndarray:
+        """``self.booster_``'s class probabilities for ``X``: one per row for two classes, ``n * k``
+        values (any shape) for ``k`` classes."""
+
+    @abstractmethod
+    def booster_bytes(self) -> bytes:
+        """``self.booster_`` in the library's own model format."""
+
+    @abstractmethod
+    def booster_from_bytes(self, blob: bytes):
+        """The booster :meth:`booster_bytes` wrote (raise one of :meth:`read_errors` if unreadable)."""
+
+    def read_errors(self) -> tuple[type[BaseException], ...]:
+        """The exceptions by which :meth:`booster_from_bytes` says the bytes are not a booster it can
+        read; they become one ModelFormatError line (anything else is reported as a plugin failure)."""
+        return ()
+
+    # ------------------------------------------------------------------ what it provides
+
+    @classmethod
+    def library_module(cls):
+        """The library, imported on first use (importing it costs seconds; listing plugins must not)."""
+        import importlib
+
+        return importlib.import_module(cls.library)
+
+    @classmethod
+    def library_version(cls) -> str:
+        return str(cls.library_module().__version__)
+
+    @classmethod
+    def check_library_version(cls, recorded: str, installed: str) -> None:
+        """Refuse a booster written by a newer release or another major version of the library."""
+        from .library_models import check_library_version
+
+        check_library_version(recorded, installed, cls.library, cls.package)
+
+    def check_ranges(self, integers: dict[str, int] | None = None, fractions: tuple[str, ...] = (),
+                     positive: tuple[str, ...] = ()) -> None:
+        """One :class:`ParameterError` line for the first parameter out of range: each of ``integers``
+        (name -> smallest value) must be an integer at least that, each of ``fractions`` a number in
+        (0, 1], each of ``positive`` a number above 0."""
+        def integer(v) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+        def number(v) -> bool:
+            return integer(v) or isinstance(v, (float, np.floating))
+
+        for key, low in (integers or {}).items():
+            v = getattr(self, key)
+            if not (integer(v) and v >= low):
+                raise ParameterError(f"learner '{self.name}': {key} must be an integer >= {low}, got {v!r}")
+        for key in fractions:
+            v = getattr(self, key)
+            if not (number(v) and 0 < v <= 1):
+                raise ParameterError(f"learner '{self.name}': {key} must be in (0, 1], got {v!r}")
+        for key in positive:
+            v = getattr(self, key)
+            if not (number(v) and v > 0):
+                raise ParameterError(f"learner '{self.name}': {key} must be positive, got {v!r}")
+
+    def fit(self, X, y, sample_weight=None):
+        y = np.asarray(y)
+        n_classes = max(2, int(y.max()) + 1) if y.size else 2
+        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        self.booster_ = self.train_booster(X, y, weight, n_classes)
+        self.n_classes_ = n_classes
+        return self
+
+    def score(self, X) -> np.ndarray:
+        out = np.asarray(self.predict_booster(X), dtype=np.float64)
+        return out.reshape(-1, self.n_classes_) if self.n_classes_ > 2 else out.reshape(-1)
+
+    def to_state(self) -> dict[str, Any]:
+        from .library_models import library_state
+
+        return library_state(self.booster_key, self.booster_bytes(), self.n_classes_, self.library,
+                             self.library_version())
+
+    def from_state(self, state: dict[str, Any]) -> "BoosterLearner":
+        from .library_models import read_library_state
+
+        blob, n_classes = read_library_state(state, self.name, self.booster_key, self.library,
+                                             self.library_version(), self.package)
+        self.booster_ = self.load_booster(blob)
+        self.n_classes_ = n_classes
+        return self
+
+    def load_booster(self, blob: bytes):
+        """:meth:`booster_from_bytes`, with :meth:`read_errors` turned into one ModelFormatError line."""
+        try:
+            return self.booster_from_bytes(blob)
+        except self.read_errors() as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModelFormatError(
+                f"the {self.library_title} booster of learner '{self.name}' cannot be read ({first}); fit the"
+                " model again"
+            ) from exc
+
+    @contextmanager
+    def training_on_cluster(self):
+        """Around ``fit_on_cluster``'s distributed training: calengine's typed errors pass as they are,
+        anything else (a worker lost, the library's own failure) becomes one LearnerError line.  The
+        libraries' collectives cannot lose a member, so no model is written: the user runs the fit
+        again."""
+        try:
+            yield
+        except CalengineError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the cluster's failure, told in one line
+            raise LearnerError(self._cluster_failure(exc)) from exc
+
+    def _cluster_failure(self, exc: BaseException) -> str:
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        lost = type(exc).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError", "CancelledError") or (
+            isinstance(exc, AssertionError) and text == "lost"
+        )
+        if lost:
+            return (
+                f"learner '{self.name}' lost a Dask worker while training on the cluster ({type(exc).__name__}:"
+                f" {text}); {self.library_title} cannot resume a distributed training, so no model was written:"
+                " run the fit again"
+            )
+        return (
+            f"learner '{self.name}' failed while training on the cluster ({type(exc).__name__}: {text}); no model"
+            " was written: check the workers and run the fit again"
+        )
 
 
 def is_sparse(X) -> bool:

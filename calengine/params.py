@@ -98,3 +98,39 @@ def _same_default(value: Any, default: Any) -> bool:
         return type(value) is type(default) and bool(value == default)
     except Exception:  # noqa: BLE001 - arrays and odd types: show them
         return False
+
+
+def with_parent_params(parent: type):
+    """Decorate a subclass's ``__init__(self, *, <its own parameters>, **params)`` that adds parameters
+    to those of ``parent``: the decorated ``__init__`` declares every parameter of the parent's
+    ``__init__`` and its own, all keyword-only, so ``get_params``, ``clone``, ``repr``, ``calengine
+    plugins NAME`` and ``--learner-param`` see them all, as if the subclass had listed them again.
+
+    The body passes ``**params`` on to ``parent.__init__``, which stores them (and refuses a name it
+    does not know).  For a family of learners that differ by a parameter or two, such as a booster
+    trained in one process and its variant that trains on the cluster::
+
+        class XGBoostDask(XGBoost):
+            @with_parent_params(XGBoost)
+            def __init__(self, *, collective_timeout: int = 300, **params):
+                super().__init__(**params)
+                self.collective_timeout = collective_timeout
+    """
+
+    def decorate(init):
+        own = inspect.signature(init)
+        kinds = [p.kind for p in own.parameters.values()]
+        declared = [p for p in own.parameters.values() if p.kind != p.VAR_KEYWORD]
+        if (len(kinds) < 2 or kinds[-1] != inspect.Parameter.VAR_KEYWORD
+                or any(p.kind != p.KEYWORD_ONLY for p in declared[1:])):
+            raise TypeError(f"{init.__qualname__} must be __init__(self, *, own parameters..., **params)")
+        names = {p.name for p in declared}
+        inherited = [
+            p.replace(kind=p.KEYWORD_ONLY)
+            for p in list(inspect.signature(parent.__init__).parameters.values())[1:]
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in names
+        ]
+        init.__signature__ = own.replace(parameters=[declared[0], *inherited, *declared[1:]])
+        return init
+
+    return decorate

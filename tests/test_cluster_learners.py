@@ -73,14 +73,9 @@ def client():
 @pytest.fixture(scope="module")
 def adult4(tmp_path_factory):
     """Adult's training set as 4 Parquet files (4 fragments)."""
-    import pyarrow.parquet as pq
+    from calengine.testing_cluster import split_parquet
 
-    table = pq.read_table(ADULT)
-    out = tmp_path_factory.mktemp("adult4")
-    step = -(-table.num_rows // 4)
-    for i in range(4):
-        pq.write_table(table.slice(i * step, step), out / f"part-{i}.parquet")
-    return str(out)
+    return str(split_parquet(ADULT, tmp_path_factory.mktemp("adult4"), 4))
 
 
 def _spec(data, **kw):

@@ -13,6 +13,7 @@ from hypothesis.extra import numpy as hnp
 from calengine.methods import codematrix as cm
 from calengine.base import Combiner
 from calengine.errors import CodeMatrixError, ParameterError
+from calengine_builtins import _coupling
 from calengine_builtins import combiners as C
 
 # worked example (k = 3): r_01 = 0.6, r_02 = 0.75, r_12 = 0.55 on all_pairs(3)
@@ -424,8 +425,8 @@ def test_newton_coupling_equals_converged_sweeps(k, spread):
     rng = np.random.default_rng(k)
     M, R = confident_pairs(rng, 30, k, spread)
     w = rng.integers(1, 2000, M.shape[1]).astype(float)
-    assert C._pairwise_linked(M, w)
-    ref = C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, w, 1e-15, 5000)
+    assert _coupling._pairwise_linked(M, w)
+    ref = _coupling._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, w, 1e-15, 5000)
     np.testing.assert_allclose(C.Coupling().combine(R, M, counts=w), ref, atol=1e-12)
 
 
@@ -439,8 +440,8 @@ def test_newton_coupling_reaches_the_fixed_point_the_sweeps_crawl_to():
     assert P.min() < 1e-8
     assert np.abs(fixed_point_moves(P, R, M, w)).max() < 1e-14
     Rc = np.clip(R, C.R_CLIP, 1 - C.R_CLIP)
-    short = np.abs(C._couple_sweeps(Rc, M, w, 1e-10, 1000) - P).max(axis=1)
-    longer = np.abs(C._couple_sweeps(Rc, M, w, 1e-10, 4000) - P).max(axis=1)
+    short = np.abs(_coupling._couple_sweeps(Rc, M, w, 1e-10, 1000) - P).max(axis=1)
+    longer = np.abs(_coupling._couple_sweeps(Rc, M, w, 1e-10, 4000) - P).max(axis=1)
     assert short.max() > 1e-4 and (longer <= short).all()
     # a row the sweeps finish (tol 1e-10 met) agrees to what their stopping rule leaves
     finished = longer == short
@@ -470,16 +471,16 @@ def test_unlinking_zero_counts_fall_back_to_the_sweeps():
     fixed point depend on the start; the plain sweeps then decide, as before (that class gets 0)."""
     M, R = cm.all_pairs(3), PAIRS_R
     counts = np.array([1.0, 0.0, 0.0])  # class 2 is in columns 1 and 2 only
-    assert not C._pairwise_linked(M, counts)
+    assert not _coupling._pairwise_linked(M, counts)
     P = C.Coupling().combine(R, M, counts=counts)
-    np.testing.assert_allclose(P, C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, counts, 1e-10, 1000))
+    np.testing.assert_allclose(P, _coupling._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, counts, 1e-10, 1000))
     assert P[0, 2] == 0.0
     # one zero column that still leaves the classes linked: Newton, same answer as the sweeps
     M4 = cm.all_pairs(4)
     R4 = np.random.default_rng(5).random((6, M4.shape[1]))
     counts4 = np.array([3.0, 0.0, 5.0, 2.0, 7.0, 1.0])
-    assert C._pairwise_linked(M4, counts4)
-    ref = C._couple_sweeps(np.clip(R4, C.R_CLIP, 1 - C.R_CLIP), M4, counts4, 1e-15, 20_000)
+    assert _coupling._pairwise_linked(M4, counts4)
+    ref = _coupling._couple_sweeps(np.clip(R4, C.R_CLIP, 1 - C.R_CLIP), M4, counts4, 1e-15, 20_000)
     np.testing.assert_allclose(C.Coupling().combine(R4, M4, counts=counts4), ref, atol=1e-11)
 
 
@@ -488,11 +489,11 @@ def test_other_matrices_keep_the_sweeps(kind):
     """Off all-pairs the sweep's fixed point depends on the update order (see ``_couple``), so those
     matrices must not reach Newton."""
     M = matrix_of(kind, 4, seed=1)
-    assert not C._pairwise_linked(M, np.ones(M.shape[1]))
+    assert not _coupling._pairwise_linked(M, np.ones(M.shape[1]))
     R = np.random.default_rng(6).random((5, M.shape[1]))
     np.testing.assert_array_equal(
         C.Coupling().combine(R, M),
-        C._to_simplex(C._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, np.ones(M.shape[1]), 1e-10, 1000)),
+        C._to_simplex(_coupling._couple_sweeps(np.clip(R, C.R_CLIP, 1 - C.R_CLIP), M, np.ones(M.shape[1]), 1e-10, 1000)),
     )
 
 
@@ -503,7 +504,7 @@ def test_newton_coupling_blocks_rows_independently(monkeypatch):
     M, R = confident_pairs(rng, 23, 5, 3.0)
     w = rng.integers(1, 100, M.shape[1]).astype(float)
     whole = C.Coupling().combine(R, M, counts=w)
-    monkeypatch.setattr(C, "_BLOCK_ROWS", 7)
+    monkeypatch.setattr(_coupling, "_BLOCK_ROWS", 7)
     np.testing.assert_allclose(C.Coupling().combine(R, M, counts=w), whole, atol=1e-13)
     for i in (0, 22):
         np.testing.assert_allclose(C.Coupling().combine(R[i : i + 1], M, counts=w), whole[i : i + 1], atol=1e-13)

@@ -137,46 +137,24 @@ def test_worker_version_mismatch_is_refused_with_one_line(cli, tmp_path):
     """A real ``dask worker`` whose environment reports scikit-learn 0.0.1 (a dist-info directory first
     on its PYTHONPATH, as a stale install would leave) is refused before any task runs."""
     import os
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
 
-    from distributed import Client
-
-    from cli_helpers import assert_one_line_error, free_port, stop_process_groups
+    from calengine.testing_cluster import start_dask_processes, stop_processes
+    from cli_helpers import assert_one_line_error
 
     fake = tmp_path / "stale-site"
     info = fake / "scikit_learn-0.0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: scikit-learn\nVersion: 0.0.1\n")
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask_bin = str(Path(sys.executable).with_name("dask"))
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
-    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard"], **quiet)]
+    # no empty entry: it would put the worker's working directory (the checkout) on sys.path
+    env = {"PYTHONPATH": os.pathsep.join(p for p in [str(fake), os.environ.get("PYTHONPATH")] if p)}
+    address, procs = start_dask_processes(workers=1, memory_limit=None, worker_env=env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with Client(address, timeout="2s"):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "scheduler did not start"
-                time.sleep(0.5)
-        # no empty entry: it would put the worker's working directory (the checkout) on sys.path
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(fake), os.environ.get("PYTHONPATH")] if p)}
-        procs.append(subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
-                                       "--host", "127.0.0.1", "--no-dashboard"], env=env, **quiet))
-        with Client(address, timeout="10s") as c:
-            c.wait_for_workers(1, timeout=120)
         out = tmp_path / "m"
         r = cli("fit", PIMA, "--target", "class", "--cluster", address, "--output", out)
         assert_one_line_error(r, "scikit-learn", "0.0.1")
         assert not out.exists()
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)
 
 
 @pytest.mark.cluster

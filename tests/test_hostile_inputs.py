@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cli_helpers import REPO, CLIResult, free_port, stop_process_groups
+from calengine.testing_cluster import start_cli, start_dask_scheduler, start_dask_worker, stop_processes
+from cli_helpers import REPO, CLIResult
 
 PIMA = REPO / "data" / "pima.parquet"
 
@@ -114,7 +115,7 @@ def _run(*args, cwd: Path = REPO, env: dict | None = None, limit_file_size: int 
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
 
     proc = subprocess.run(
-        [sys.executable, "-P", "-m", "calengine", *map(str, args)], capture_output=True, text=True, cwd=str(cwd),
+        [sys.executable, "-m", "calengine", *map(str, args)], capture_output=True, text=True, cwd=str(cwd),
         env={**os.environ, **(env or {})}, timeout=300, preexec_fn=preexec,
     )
     return CLIResult(proc)
@@ -425,7 +426,7 @@ def test_a_run_that_loses_the_race_at_publish_time_keeps_the_winner(tmp_path):
 def _interrupt_when(cmd: list, cwd: Path, ready, timeout: float = 120) -> CLIResult:
     """Start the CLI in its own process group, send Ctrl-C to the group (as a terminal does) once
     ``ready()`` is true, and return what it printed."""
-    proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + timeout
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
@@ -508,38 +509,6 @@ def test_ctrl_c_during_embedded_scoring_publishes_nothing(tmp_path):
 # ---------------------------------------------------------------------------------------------- real clusters
 
 
-def _dask() -> str:
-    return str(Path(sys.executable).with_name("dask"))
-
-
-def _scheduler(cwd: Path) -> tuple[str, subprocess.Popen]:
-    from distributed import Client
-
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen([_dask(), "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                            cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with Client(address, timeout="2s"):
-                return address, proc
-        except OSError:
-            if time.monotonic() > deadline:
-                stop_process_groups([proc])
-                raise
-            time.sleep(0.5)
-
-
-def _worker(address: str, cwd: Path, env: dict | None = None, n: int = 1) -> subprocess.Popen:
-    return subprocess.Popen(
-        [_dask(), "worker", address, "--nworkers", str(n), "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard",
-         "--memory-limit", "2GiB"],
-        cwd=cwd, env={**os.environ, **(env or {})}, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-
-
 def _workers(address: str) -> set[str]:
     from distributed import Client
 
@@ -572,8 +541,8 @@ def test_workers_in_another_directory_read_relative_paths_of_every_command(tmp_p
     t = pq.read_table(PIMA)
     pq.write_table(t.slice(0, 500), client_dir / "train.parquet")
     pq.write_table(t.slice(500), client_dir / "cal" / "part-0.parquet")
-    address, scheduler = _scheduler(elsewhere)
-    procs = [scheduler, _worker(address, elsewhere, n=2)]
+    address, scheduler = start_dask_scheduler(elsewhere)
+    procs = [scheduler, start_dask_worker(address, 2, elsewhere)]
     try:
         _wait_workers(address, 2)
         for args in (
@@ -588,7 +557,7 @@ def test_workers_in_another_directory_read_relative_paths_of_every_command(tmp_p
         assert pq.read_table(client_dir / "scores").num_rows == len(t) - 500
         assert r.json()["n"] == len(t) - 500
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)
     assert sorted(p.name for p in elsewhere.iterdir()) in ([], ["dask-scratch-space"])
 
 
@@ -596,14 +565,13 @@ def test_workers_in_another_directory_read_relative_paths_of_every_command(tmp_p
 @pytest.mark.slow
 def test_scheduler_killed_mid_fit_is_one_line_and_publishes_nothing(tmp_path):
     data = _write_many(tmp_path / "many", 60_000, 24)
-    address, scheduler = _scheduler(tmp_path)
-    worker = _worker(address, tmp_path, n=2)
+    address, scheduler = start_dask_scheduler(tmp_path)
+    worker = start_dask_worker(address, 2, tmp_path)
     try:
         _wait_workers(address, 2)
         cmd = ["fit", data, "--target", "y", "--learner", "decision_tree", "--method", "sigmoid", "--cluster",
                address, "--output", tmp_path / "m"]
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = start_cli(*cmd, cwd=REPO)
         deadline = time.monotonic() + 120
         while not _tasks_running(address):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -611,7 +579,7 @@ def test_scheduler_killed_mid_fit_is_one_line_and_publishes_nothing(tmp_path):
         os.killpg(scheduler.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
-        stop_process_groups([worker, scheduler])
+        stop_processes([worker, scheduler])
     r = CLIResult(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
     assert_one_error(r, 2, "lost the Dask scheduler", "nothing was published")
     assert_nothing_left(tmp_path / "m")
@@ -622,8 +590,8 @@ def _fit_while_a_worker_joins(tmp_path: Path, joiner_env: dict) -> tuple[CLIResu
     the start-of-job check), then kill the vetted one so the remaining tasks must run on the joiner.
     Returns what the fit printed and the joiner's address."""
     data = _write_many(tmp_path / "many", 60_000, 24)
-    address, scheduler = _scheduler(tmp_path)
-    good = _worker(address, tmp_path)
+    address, scheduler = start_dask_scheduler(tmp_path)
+    good = start_dask_worker(address, 1, tmp_path)
     procs = [scheduler, good]
     try:
         vetted = _wait_workers(address, 1)
@@ -631,13 +599,12 @@ def _fit_while_a_worker_joins(tmp_path: Path, joiner_env: dict) -> tuple[CLIResu
         # trees on this table could finish every task before it joined; the fit then rightly succeeds)
         cmd = ["fit", data, "--target", "y", "--learner", "mlp", "--method", "sigmoid", "--cluster",
                address, "--output", tmp_path / "m"]
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(REPO), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = start_cli(*cmd, cwd=REPO)
         deadline = time.monotonic() + 120
         while not _tasks_running(address):  # the submit-time check has passed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.3)
-        procs.append(_worker(address, tmp_path, env=joiner_env))
+        procs.append(start_dask_worker(address, 1, tmp_path, joiner_env))
         joined = _wait_workers(address, 2) - vetted
         if proc.poll() is None:
             os.killpg(good.pid, signal.SIGKILL)
@@ -645,7 +612,7 @@ def _fit_while_a_worker_joins(tmp_path: Path, joiner_env: dict) -> tuple[CLIResu
             assert proc.returncode != 0, "the fit ended before the other worker joined; make the table larger"
         out, err = proc.communicate(timeout=180)
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)
     return CLIResult(subprocess.CompletedProcess(cmd, proc.returncode, out, err)), next(iter(joined))
 
 
@@ -671,7 +638,7 @@ def test_tls_address_at_a_plain_tcp_scheduler_names_the_protocol(tmp_path):
     from test_tls import _certificates
 
     certs = _certificates(tmp_path)
-    address, scheduler = _scheduler(tmp_path)
+    address, scheduler = start_dask_scheduler(tmp_path)
     try:
         r = _run(*FIT[:-1], tmp_path / "m", "--cluster", address.replace("tcp://", "tls://"),
                  "--tls-ca-file", certs["ca"].with_suffix(".pem"), "--tls-cert", certs["client"].with_suffix(".pem"),
@@ -680,7 +647,7 @@ def test_tls_address_at_a_plain_tcp_scheduler_names_the_protocol(tmp_path):
                        "--tls-ca-file", certs["ca"].with_suffix(".pem"), "--tls-cert",
                        certs["client"].with_suffix(".pem"), "--tls-key", certs["cluster"].with_suffix(".key"))
     finally:
-        stop_process_groups([scheduler])
+        stop_processes([scheduler])
     assert_one_error(r, 2, "TLS handshake failed", "plain tcp://")
     assert_one_error(bad_key, 2, "cannot load the client certificate", "--tls-key")
     assert_nothing_left(tmp_path / "m")
@@ -707,15 +674,14 @@ def test_every_worker_lost_mid_run_recovers_when_a_replacement_joins(tmp_path):
     """Item 6: tasks read their rows from Parquet and the scoring model is a task result, not scattered
     data, so when every worker dies (nanny included) the run waits and finishes on a new worker."""
     data = _write_many(tmp_path / "many", 60_000, 24)
-    address, scheduler = _scheduler(tmp_path)
-    procs = [scheduler, _worker(address, tmp_path)]
+    address, scheduler = start_dask_scheduler(tmp_path)
+    procs = [scheduler, start_dask_worker(address, 1, tmp_path)]
     try:
         _wait_workers(address, 1)
         for cmd in (["fit", data, "--target", "y", "--learner", "decision_tree", "--method", "sigmoid",
                      "--output", tmp_path / "m"],
                     ["score", tmp_path / "m", data, "--batch-rows", "500", "--output", tmp_path / "s"]):
-            proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd), "--cluster", address],
-                                    cwd=str(REPO), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = start_cli(*cmd, "--cluster", address, cwd=REPO)
             deadline = time.monotonic() + 120
             while not _tasks_running(address):
                 assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -723,10 +689,10 @@ def test_every_worker_lost_mid_run_recovers_when_a_replacement_joins(tmp_path):
             os.killpg(procs[-1].pid, signal.SIGKILL)  # the worker and its nanny: no restart
             procs[-1].wait()
             time.sleep(1)
-            procs.append(_worker(address, tmp_path))
+            procs.append(start_dask_worker(address, 1, tmp_path))
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err
             assert "error" not in err, err
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)
     assert pq.read_table(tmp_path / "s").num_rows == 60_000

@@ -456,7 +456,9 @@ def test_parzen_loo_bandwidth_maximises_the_leave_one_out_likelihood():
 def test_parzen_blocks_do_not_change_results(monkeypatch):
     X, y = DATA["multi"]
     ref = L.ParzenLearner(random_state=0).fit(X, y)
-    monkeypatch.setattr(L, "_BLOCK_ENTRIES", 400)  # forces many small row blocks
+    from calengine_builtins.learners import neighbors
+
+    monkeypatch.setattr(neighbors, "_BLOCK_ENTRIES", 400)  # forces many small row blocks
     small = L.ParzenLearner(random_state=0).fit(X, y)
     assert small.bandwidth_ == pytest.approx(ref.bandwidth_, rel=1e-9)
     np.testing.assert_allclose(small.score(X), ref.score(X), rtol=1e-9, atol=1e-12)
@@ -502,11 +504,13 @@ def test_qda_singular_covariance_asks_for_regularisation():
 
 
 def test_mlp_hidden_layer_parsing():
-    assert L._hidden_layers(10) == (10,)
-    assert L._hidden_layers("20,10") == (20, 10)
-    assert L._hidden_layers([5, 3]) == (5, 3)
+    from calengine_builtins.learners.neural import _hidden_layers
+
+    assert _hidden_layers(10) == (10,)
+    assert _hidden_layers("20,10") == (20, 10)
+    assert _hidden_layers([5, 3]) == (5, 3)
     with pytest.raises(ParameterError):
-        L._hidden_layers("ten")
+        _hidden_layers("ten")
 
 
 # ------------------------------------------------------------------------------------------ sparse input

@@ -184,13 +184,15 @@ def _legacy_copy(model_dir: Path, out: Path) -> None:
     """The same model saved the way calengine saved it before array state (a skops file per learner)."""
     from calengine.model.artifact import load_model, save_model
 
+    from calengine_builtins.learners._array_state import _ArrayState
+
     model = load_model(model_dir)
-    saved = L._ArrayState.to_state
-    L._ArrayState.to_state = SklearnLearner.to_state
+    saved = _ArrayState.to_state
+    _ArrayState.to_state = SklearnLearner.to_state
     try:
         save_model(model, out)
     finally:
-        L._ArrayState.to_state = saved
+        _ArrayState.to_state = saved
 
 
 def test_text_model_is_small_and_old_skops_models_still_load_to_the_same_predictions(tmp_path):

@@ -279,33 +279,17 @@ def test_same_table_cut_differently_into_fragments_gives_the_same_model(tmp_path
 @pytest.mark.cluster
 def test_relative_data_path_with_workers_in_another_directory(tmp_path, cli):
     """The client resolves DATA; workers started elsewhere read the same absolute files."""
-    import subprocess
-    import sys
-    import time
-
-    from cli_helpers import free_port, stop_process_groups
+    from calengine.testing_cluster import start_dask_processes, stop_processes
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask_bin = str(__import__("pathlib").Path(sys.executable).with_name("dask"))
-    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              cwd=elsewhere, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    address, procs = start_dask_processes(cwd=elsewhere, memory_limit=None)
     try:
-        time.sleep(2)
-        procs.append(subprocess.Popen(
-            [dask_bin, "worker", address, "--nworkers", "2", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard"],
-            cwd=elsewhere, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        from distributed import Client
-
-        with Client(address, timeout="30s") as c:
-            c.wait_for_workers(2, timeout=120)
         r = cli("fit", "data/pima.parquet", "--target", "class", "--learner", "decision_tree", "--cluster", address,
                 "--output", tmp_path / "m")
         assert r.returncode == 0, r
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)
 
 
 def test_route_stats_is_refused_for_probing_in_one_line(tmp_path):

@@ -10,10 +10,6 @@ whole table.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -21,7 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cli_helpers import REPO, free_port, stop_process_groups
+from calengine.testing_cluster import kill_one_worker, start_cli, start_dask_processes, stop_processes
+from cli_helpers import REPO
 
 
 def write_big_table(folder, rows: int, cols: int, files: int, row_group: int, seed: int = 0):
@@ -64,33 +61,6 @@ def test_memory_limited_cluster_fits_a_table_larger_than_its_total_memory(tmp_pa
     assert sum(m.calibrators[0].weights_.sum() for m in model.members) == rows
 
 
-def _start_cluster(cwd):
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    dask_bin = str(__import__("pathlib").Path(sys.executable).with_name("dask"))
-    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                              cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    from distributed import Client
-
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with Client(address, timeout="2s"):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                stop_process_groups(procs)
-                raise
-            time.sleep(0.5)
-    procs.append(subprocess.Popen(
-        [dask_bin, "worker", address, "--nworkers", "2", "--nthreads", "1", "--host", "127.0.0.1", "--no-dashboard",
-         "--memory-limit", "2GiB"],
-        cwd=cwd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-    with Client(address, timeout="10s") as c:
-        c.wait_for_workers(2, timeout=120)
-    return address, procs
-
-
 def _model_arrays(out):
     arrays = {}
     for f in sorted(out.rglob("*.npz")):
@@ -103,32 +73,24 @@ def _model_arrays(out):
 @pytest.mark.cluster
 def test_a_worker_killed_mid_fit_gives_the_same_model_bit_for_bit(tmp_path):
     """Tasks read their rows from Parquet, so a lost worker's tasks re-run elsewhere from storage."""
-    import psutil
-
     data = write_big_table(tmp_path / "t", 600_000, 10, files=6, row_group=25_000)
     elsewhere = tmp_path / "workers"
     elsewhere.mkdir()
-    address, procs = _start_cluster(elsewhere)
+    address, procs = start_dask_processes(cwd=elsewhere)
     try:
         def fit(out):
-            return subprocess.Popen(
-                [sys.executable, "-P", "-m", "calengine", "fit", str(data), "--target", "y", "--learner", "decision_tree",
-                 "--learner-param", "max_depth=8", "--method", "sigmoid", "--cluster", address, "--output", str(out)],
-                cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )
+            return start_cli("fit", data, "--target", "y", "--learner", "decision_tree", "--learner-param",
+                             "max_depth=8", "--method", "sigmoid", "--cluster", address, "--output", out, cwd=REPO)
 
         clean = fit(tmp_path / "clean")
         assert clean.wait(timeout=600) == 0, clean.stderr.read()
         faulty = fit(tmp_path / "faulty")
         time.sleep(6)
         assert faulty.poll() is None, "the fit ended before a worker could be killed; make the table larger"
-        nanny = psutil.Process(procs[1].pid)
-        workers = [p for p in nanny.children(recursive=True)]
-        assert workers
-        os.kill(workers[-1].pid, signal.SIGKILL)
+        kill_one_worker(procs)
         assert faulty.wait(timeout=600) == 0, faulty.stderr.read()
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)
     a, b = _model_arrays(tmp_path / "clean"), _model_arrays(tmp_path / "faulty")
     assert a.keys() == b.keys()
     for k in a:

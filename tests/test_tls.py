@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from cli_helpers import assert_one_line_error, free_port, stop_process_groups
+from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes
+from cli_helpers import assert_one_line_error
 
 cryptography = pytest.importorskip("cryptography")
 
@@ -70,17 +69,10 @@ def test_fit_on_a_tls_cluster_and_refuse_without_credentials(tmp_path, cli):
     certs = _certificates(tmp_path)
     tls = ["--tls-ca-file", str(certs["ca"].with_suffix(".pem")), "--tls-cert",
            str(certs["cluster"].with_suffix(".pem")), "--tls-key", str(certs["cluster"].with_suffix(".key"))]
-    port = free_port()
-    address = f"tls://127.0.0.1:{port}"
-    dask_bin = str(Path(sys.executable).with_name("dask"))
-    procs = [subprocess.Popen([dask_bin, "scheduler", "--protocol", "tls", "--host", "127.0.0.1", "--port", str(port),
-                               "--no-dashboard", *tls], start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    address, scheduler = start_dask_scheduler(args=tls, protocol="tls")
+    procs = [scheduler]
     try:
-        time.sleep(3)
-        procs.append(subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
-                                       "--host", "127.0.0.1", "--no-dashboard", *tls], start_new_session=True,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(start_dask_worker(address, 1, memory_limit=None, args=tls))
         client_tls = ["--tls-ca-file", certs["ca"].with_suffix(".pem"), "--tls-cert",
                       certs["client"].with_suffix(".pem"), "--tls-key", certs["client"].with_suffix(".key")]
         deadline = time.monotonic() + 90
@@ -102,4 +94,4 @@ def test_fit_on_a_tls_cluster_and_refuse_without_credentials(tmp_path, cli):
         )
         assert not (tmp_path / "n").exists()
     finally:
-        stop_process_groups(procs)
+        stop_processes(procs)

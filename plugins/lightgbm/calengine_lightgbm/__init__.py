@@ -19,7 +19,9 @@ workers' addresses (``network_timeout`` minutes bound the wait for a lost peer).
 Persistence never pickles: the booster is written in LightGBM's own text model format
 (``learner_<j>.booster.txt`` inside the model directory; LightGBM's JSON dump cannot be loaded back, so
 the text format is the library's native loadable one) and read with ``lightgbm.Booster(model_str=...)``.
-The LightGBM version that wrote it is recorded and checked on load.
+The LightGBM version that wrote it is recorded and checked on load.  That part (state layout, version
+check, one-line errors, the shape of ``score``) is :class:`calengine.base.BoosterLearner`'s, shared with
+calengine-xgboost; this module holds only what is LightGBM's own.
 
 Determinism: ``random_state`` (from ``--seed``) is LightGBM's ``seed``; ``deterministic=true`` and
 ``force_row_wise=true`` are always set, so one layout gives the same booster bit for bit.  Across
@@ -34,38 +36,24 @@ import time
 import warnings
 from typing import Any
 
-import numpy as np
-
 import calengine
-from calengine import library_models
-from calengine.base import Learner
-from calengine.errors import CalengineError, LearnerError, ModelFormatError, ParameterError
+from calengine.base import BoosterLearner
+from calengine.errors import LearnerError
+from calengine.params import with_parent_params
 
-__all__ = ["LightGBM", "LightGBMDask", "register_learners"]
+__all__ = ["LightGBM", "LightGBMDask", "check_library_version", "register_learners", "run_watching_workers"]
 __version__ = "0.1.0"
 
 BOOSTER_KEY = "booster.txt"
 
 
-def _library():
-    import lightgbm
-
-    return lightgbm
-
-
-def check_library_version(recorded: str, installed: str) -> None:
-    """Refuse a booster written by a newer release or another major version of LightGBM."""
-    library_models.check_library_version(recorded, installed, "lightgbm")
-
-
-class LightGBM(Learner):
+class LightGBM(BoosterLearner):
     """Gradient-boosted trees (LightGBM), trained in one process."""
 
     name = "lightgbm"
-    accepts_sample_weight = True
-    score_kind = "proba"
-    #: DMatrix/Dataset and prediction take scipy CSR as they take dense arrays (text columns)
-    accepts_sparse = True
+    library = "lightgbm"
+    library_title = "LightGBM"
+    booster_key = BOOSTER_KEY
 
     def __init__(
         self,
@@ -91,21 +79,10 @@ class LightGBM(Learner):
         self.n_jobs = n_jobs
         self.random_state = random_state
 
-    def _check_params(self) -> None:
-        for key, low in (("n_estimators", 1), ("num_leaves", 2), ("min_child_samples", 1), ("max_bin", 2)):
-            v = getattr(self, key)
-            if not isinstance(v, (int, np.integer)) or v < low:
-                raise ParameterError(f"learner '{self.name}': {key} must be an integer >= {low}, got {v!r}")
-        for key in ("subsample", "colsample_bytree"):
-            v = getattr(self, key)
-            if not isinstance(v, (int, float)) or not 0 < v <= 1:
-                raise ParameterError(f"learner '{self.name}': {key} must be in (0, 1], got {v!r}")
-        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
-            raise ParameterError(f"learner '{self.name}': learning_rate must be positive, got {self.learning_rate!r}")
-
     def booster_params(self, n_classes: int) -> dict[str, Any]:
         """LightGBM parameters (without the thread count) for ``n_classes`` classes."""
-        self._check_params()
+        self.check_ranges(integers={"n_estimators": 1, "num_leaves": 2, "min_child_samples": 1, "max_bin": 2},
+                          fractions=("subsample", "colsample_bytree"), positive=("learning_rate",))
         params: dict[str, Any] = {
             "num_leaves": int(self.num_leaves),
             "learning_rate": float(self.learning_rate),
@@ -126,37 +103,25 @@ class LightGBM(Learner):
             params.update(objective="binary")
         return params
 
-    def fit(self, X, y, sample_weight=None):
-        lgb = _library()
-        y = np.asarray(y)
-        n_classes = max(2, int(y.max()) + 1) if y.size else 2
+    # ------------------------------------------------------------------ the library's side of BoosterLearner
+
+    def train_booster(self, X, y, sample_weight, n_classes):
+        lgb = self.library_module()
         params = {**self.booster_params(n_classes), "num_threads": int(self.n_jobs)}
-        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=float)
-        data = lgb.Dataset(X, label=y, weight=weight, params={"max_bin": int(self.max_bin), "verbosity": -1})
-        self.booster_ = lgb.train(params, data, num_boost_round=int(self.n_estimators))
-        self.n_classes_ = n_classes
-        return self
+        data = lgb.Dataset(X, label=y, weight=sample_weight, params={"max_bin": int(self.max_bin), "verbosity": -1})
+        return lgb.train(params, data, num_boost_round=int(self.n_estimators))
 
-    def score(self, X) -> np.ndarray:
-        out = np.asarray(self.booster_.predict(X, num_threads=int(self.n_jobs)), dtype=np.float64)
-        if self.n_classes_ > 2:
-            return out.reshape(-1, self.n_classes_)
-        return out.reshape(-1)
+    def predict_booster(self, X):
+        return self.booster_.predict(X, num_threads=int(self.n_jobs))
 
-    def to_state(self) -> dict[str, Any]:
-        text = self.booster_.model_to_string().encode("utf-8")
-        return library_models.library_state(BOOSTER_KEY, text, self.n_classes_, "lightgbm", _library().__version__)
+    def booster_bytes(self) -> bytes:
+        return self.booster_.model_to_string().encode("utf-8")
 
-    def from_state(self, state: dict[str, Any]) -> "LightGBM":
-        lgb = _library()
-        blob, n_classes = library_models.read_library_state(state, self.name, BOOSTER_KEY, "lightgbm", lgb.__version__)
-        try:
-            self.booster_ = lgb.Booster(model_str=blob.decode("utf-8"))
-        except (lgb.basic.LightGBMError, UnicodeDecodeError) as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ModelFormatError(f"the LightGBM booster of learner '{self.name}' cannot be read ({first}); fit the model again") from exc
-        self.n_classes_ = n_classes
-        return self
+    def booster_from_bytes(self, blob: bytes):
+        return self.library_module().Booster(model_str=blob.decode("utf-8"))
+
+    def read_errors(self):
+        return (self.library_module().basic.LightGBMError, UnicodeDecodeError)
 
 
 class LightGBMDask(LightGBM):
@@ -166,37 +131,20 @@ class LightGBMDask(LightGBM):
     name = "lightgbm_dask"
     trains_on_cluster = True
 
-    def __init__(
-        self,
-        n_estimators: int = 100,
-        num_leaves: int = 31,
-        learning_rate: float = 0.1,
-        min_child_samples: int = 20,
-        subsample: float = 1.0,
-        colsample_bytree: float = 1.0,
-        reg_lambda: float = 0.0,
-        max_bin: int = 255,
-        n_jobs: int = 1,
-        random_state: int | None = None,
-        network_timeout: int = 5,
-    ):
-        super().__init__(
-            n_estimators=n_estimators, num_leaves=num_leaves, learning_rate=learning_rate,
-            min_child_samples=min_child_samples, subsample=subsample, colsample_bytree=colsample_bytree,
-            reg_lambda=reg_lambda, max_bin=max_bin, n_jobs=n_jobs, random_state=random_state,
-        )
+    @with_parent_params(LightGBM)
+    def __init__(self, *, network_timeout: int = 5, **params):
+        super().__init__(**params)
         self.network_timeout = network_timeout
 
     def fit_on_cluster(self, client, training):
         import lightgbm.dask as dlgb
 
         params = self.booster_params(training.n_classes)
-        if not isinstance(self.network_timeout, (int, np.integer)) or self.network_timeout < 1:
-            raise ParameterError(f"learner '{self.name}': network_timeout must be a positive integer (minutes)")
+        self.check_ranges(integers={"network_timeout": 1})  # minutes
         objective = params.pop("objective")
         params.pop("num_class", None)
         X, y = training.frames(client)
-        try:
+        with self.training_on_cluster():
             model = dlgb.DaskLGBMClassifier(
                 client=client, objective=objective, n_estimators=int(self.n_estimators), tree_learner="data",
                 time_out=int(self.network_timeout), **params,
@@ -210,18 +158,15 @@ class LightGBMDask(LightGBM):
 
             run_watching_workers(client, train, self.name)
             booster = model.booster_
-        except CalengineError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the cluster's failure, told in one line
-            text = " ".join(str(exc).split())[:300] or type(exc).__name__
-            raise LearnerError(
-                f"learner '{self.name}' failed while training on the cluster ({type(exc).__name__}: {text});"
-                " no model was written: check the workers and run the fit again"
-            ) from exc
         # the classifier's booster, re-read from its own text format so it carries no client state
-        self.booster_ = _library().Booster(model_str=booster.model_to_string())
+        self.booster_ = self.library_module().Booster(model_str=booster.model_to_string())
         self.n_classes_ = int(training.n_classes)
         return self
+
+
+#: kept for code written against the plugin before BoosterLearner: ``check_library_version(recorded,
+#: installed)`` refuses a booster of a newer release or another major version
+check_library_version = LightGBM.check_library_version
 
 
 def _scheduler_workers(dask_scheduler=None):

@@ -11,10 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import types
 
@@ -30,7 +26,7 @@ from calengine.errors import ModelFormatError  # noqa: E402
 from calengine.fit.table import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module  # noqa: E402
 from calengine.fit.training import FitConfig  # noqa: E402
-from calengine.testing_cluster import run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
+from calengine.testing_cluster import assert_one_line_error, run_cli, run_cli_killing_a_worker, split_parquet  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -77,8 +73,6 @@ def test_cluster_fit_saves_native_boosters_and_reloads(local_client, adult_parts
     # reports where the data lie, so two runs can differ in the last bits of the bins: the README says
     # so.  What must hold: every fold's booster is its own, and the calibrated model agrees closely.
     assert model.members[0].learners[0].booster_.model_to_string() != model.members[1].learners[0].booster_.model_to_string()
-    import pandas as pd
-
     df_check = pd.read_parquet(adult_test).head(2000)
     diff = np.abs(model.predict_frame(df_check)["p_>50K"].to_numpy() - again.predict_frame(df_check)["p_>50K"].to_numpy())
     # measured (benchmarks/results/dask_determinism.md): a few rows move by up to ~0.2, the mean by ~0.01
@@ -134,32 +128,13 @@ def test_cli_fit_and_evaluate_on_dask_processes(dask_processes, adult_parts, adu
 @pytest.mark.slow
 def test_a_worker_killed_mid_training_fails_in_one_line_without_a_model(adult_parts, tmp_path):
     """LightGBM's data-parallel learner cannot lose a peer: the fit fails at once, in one line."""
-    import psutil
-    from distributed import Client
-
-    address, procs = start_dask_processes(cwd=tmp_path)
     out = tmp_path / "model"
-    try:
-        fit = subprocess.Popen(
-            [sys.executable, "-P", "-m", "calengine", "fit", str(adult_parts), "--target", "class", "--positive", ">50K",
-             "--learner", "lightgbm_dask", "--learner-param", "n_estimators=20000", "--cv", "2", "--method",
-             "isotonic", "--cluster", address, "--output", str(out)],
-            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        deadline = time.monotonic() + 120
-        with Client(address, timeout="10s") as c:
-            # lightgbm.dask trains each worker's part in a task named _train_part-...
-            while not any("_train_part" in str(k) for keys in c.processing().values() for k in keys):
-                assert time.monotonic() < deadline and fit.poll() is None, "no LightGBM training task started"
-                time.sleep(0.2)
-        time.sleep(2)
-        os.kill(psutil.Process(procs[1].pid).children(recursive=True)[-1].pid, signal.SIGKILL)
-        _, err = fit.communicate(timeout=120)
-    finally:
-        stop_processes(procs)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert fit.returncode == 2, err[-2000:]
-    assert len(lines) == 1 and "lost worker" in lines[0] and "no model was written" in lines[0], err[-2000:]
+    # lightgbm.dask trains each worker's part in a task named _train_part-...
+    r = run_cli_killing_a_worker("fit", adult_parts, "--target", "class", "--positive", ">50K", "--learner",
+                                 "lightgbm_dask", "--learner-param", "n_estimators=20000", "--cv", "2", "--method",
+                                 "isotonic", "--output", out, task="_train_part", cwd=REPO, workers_cwd=tmp_path,
+                                 timeout=120)
+    assert_one_line_error(r, "lost worker", "no model was written")
     assert not out.exists()
 
 

@@ -21,7 +21,9 @@ calls ``xgboost.dask.train``, which uses every worker.  The engine runs its fold
 Persistence never pickles: the booster is written in XGBoost's own UBJSON model format
 (``learner_<j>.booster.ubj`` inside the model directory) and read back with ``Booster.load_model``.  The
 XGBoost version that wrote it is recorded; loading refuses a model written by a newer XGBoost, or by
-another major version, naming the version to install.
+another major version, naming the version to install.  That part (state layout, version check, one-line
+errors, the shape of ``score``) is :class:`calengine.base.BoosterLearner`'s, shared with
+calengine-lightgbm; this module holds only what is XGBoost's own.
 
 Determinism: ``random_state`` (set by calengine from ``--seed``) is XGBoost's ``seed``; with the default
 parameters (no row or column subsampling) nothing is random at all.  On one cluster layout the same seed
@@ -37,36 +39,24 @@ from typing import Any
 import numpy as np
 
 import calengine
-from calengine import library_models
-from calengine.base import Learner
-from calengine.errors import CalengineError, LearnerError, ModelFormatError, ParameterError
+from calengine.base import BoosterLearner
+from calengine.params import with_parent_params
 
-__all__ = ["XGBoost", "XGBoostDask", "register_learners"]
+__all__ = ["XGBoost", "XGBoostDask", "check_library_version", "register_learners"]
 __version__ = "0.1.0"
 
 #: file name suffix of the booster inside the model directory (XGBoost picks the format from it)
 BOOSTER_KEY = "booster.ubj"
 
 
-def _library():
-    import xgboost
-
-    return xgboost
-
-
-def check_library_version(recorded: str, installed: str, library: str = "xgboost", package: str = "xgboost-cpu") -> None:
-    """Refuse a booster written by a newer release or another major version of the library."""
-    library_models.check_library_version(recorded, installed, library, package)
-
-
-class XGBoost(Learner):
+class XGBoost(BoosterLearner):
     """Gradient-boosted trees (XGBoost ``hist``), trained in one process."""
 
     name = "xgboost"
-    accepts_sample_weight = True
-    score_kind = "proba"
-    #: DMatrix/Dataset and prediction take scipy CSR as they take dense arrays (text columns)
-    accepts_sparse = True
+    library = "xgboost"
+    package = "xgboost-cpu"
+    library_title = "XGBoost"
+    booster_key = BOOSTER_KEY
 
     def __init__(
         self,
@@ -92,25 +82,10 @@ class XGBoost(Learner):
         self.n_jobs = n_jobs
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ parameters
-
-    def _check_params(self) -> None:
-        if not isinstance(self.n_estimators, (int, np.integer)) or self.n_estimators < 1:
-            raise ParameterError(f"learner '{self.name}': n_estimators must be a positive integer, got {self.n_estimators!r}")
-        if not isinstance(self.max_depth, (int, np.integer)) or self.max_depth < 0:
-            raise ParameterError(f"learner '{self.name}': max_depth must be an integer >= 0, got {self.max_depth!r}")
-        for key in ("subsample", "colsample_bytree"):
-            v = getattr(self, key)
-            if not isinstance(v, (int, float)) or not 0 < v <= 1:
-                raise ParameterError(f"learner '{self.name}': {key} must be in (0, 1], got {v!r}")
-        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
-            raise ParameterError(f"learner '{self.name}': learning_rate must be positive, got {self.learning_rate!r}")
-        if not isinstance(self.max_bin, (int, np.integer)) or self.max_bin < 2:
-            raise ParameterError(f"learner '{self.name}': max_bin must be an integer >= 2, got {self.max_bin!r}")
-
     def booster_params(self, n_classes: int) -> dict[str, Any]:
         """XGBoost training parameters (without the thread count) for ``n_classes`` classes."""
-        self._check_params()
+        self.check_ranges(integers={"n_estimators": 1, "max_depth": 0, "max_bin": 2},
+                          fractions=("subsample", "colsample_bytree"), positive=("learning_rate",))
         params: dict[str, Any] = {
             "tree_method": "hist",
             "max_depth": int(self.max_depth),
@@ -129,44 +104,28 @@ class XGBoost(Learner):
             params.update(objective="binary:logistic", eval_metric="logloss")
         return params
 
-    # ------------------------------------------------------------------ the contract
+    # ------------------------------------------------------------------ the library's side of BoosterLearner
 
-    def fit(self, X, y, sample_weight=None):
-        xgb = _library()
-        y = np.asarray(y)
-        n_classes = max(2, int(y.max()) + 1) if y.size else 2
+    def train_booster(self, X, y, sample_weight, n_classes):
+        xgb = self.library_module()
         params = {**self.booster_params(n_classes), "nthread": int(self.n_jobs)}
-        weight = None if sample_weight is None else np.asarray(sample_weight, dtype=float)
-        dtrain = xgb.DMatrix(X, label=y.astype(np.float32), weight=weight, nthread=int(self.n_jobs))
-        self.booster_ = xgb.train(params, dtrain, num_boost_round=int(self.n_estimators), verbose_eval=False)
-        self.n_classes_ = n_classes
-        return self
+        dtrain = xgb.DMatrix(X, label=y.astype(np.float32), weight=sample_weight, nthread=int(self.n_jobs))
+        return xgb.train(params, dtrain, num_boost_round=int(self.n_estimators), verbose_eval=False)
 
-    def score(self, X) -> np.ndarray:
-        out = np.asarray(self.booster_.inplace_predict(X), dtype=np.float64)
-        if self.n_classes_ > 2:
-            return out.reshape(-1, self.n_classes_)
-        return out.reshape(-1)
+    def predict_booster(self, X) -> np.ndarray:
+        return self.booster_.inplace_predict(X)
 
-    def to_state(self) -> dict[str, Any]:
-        raw = self.booster_.save_raw(raw_format="ubj")
-        return library_models.library_state(BOOSTER_KEY, raw, self.n_classes_, "xgboost", _library().__version__)
+    def booster_bytes(self) -> bytes:
+        return bytes(self.booster_.save_raw(raw_format="ubj"))
 
-    def from_state(self, state: dict[str, Any]) -> "XGBoost":
-        xgb = _library()
-        blob, n_classes = library_models.read_library_state(
-            state, self.name, BOOSTER_KEY, "xgboost", xgb.__version__, package="xgboost-cpu"
-        )
-        booster = xgb.Booster()
-        try:
-            booster.load_model(bytearray(blob))
-        except xgb.core.XGBoostError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelFormatError(f"the XGBoost booster of learner '{self.name}' cannot be read ({first}); fit the model again") from exc
+    def booster_from_bytes(self, blob: bytes):
+        booster = self.library_module().Booster()
+        booster.load_model(bytearray(blob))
         booster.set_param({"nthread": int(self.n_jobs)})
-        self.booster_ = booster
-        self.n_classes_ = n_classes
-        return self
+        return booster
+
+    def read_errors(self):
+        return (self.library_module().core.XGBoostError,)
 
 
 class XGBoostDask(XGBoost):
@@ -180,25 +139,9 @@ class XGBoostDask(XGBoost):
     name = "xgboost_dask"
     trains_on_cluster = True
 
-    def __init__(
-        self,
-        n_estimators: int = 100,
-        max_depth: int = 6,
-        learning_rate: float = 0.3,
-        min_child_weight: float = 1.0,
-        subsample: float = 1.0,
-        colsample_bytree: float = 1.0,
-        reg_lambda: float = 1.0,
-        max_bin: int = 256,
-        n_jobs: int = 1,
-        random_state: int | None = None,
-        collective_timeout: int = 300,
-    ):
-        super().__init__(
-            n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate,
-            min_child_weight=min_child_weight, subsample=subsample, colsample_bytree=colsample_bytree,
-            reg_lambda=reg_lambda, max_bin=max_bin, n_jobs=n_jobs, random_state=random_state,
-        )
+    @with_parent_params(XGBoost)
+    def __init__(self, *, collective_timeout: int = 300, **params):
+        super().__init__(**params)
         self.collective_timeout = collective_timeout
 
     def fit_on_cluster(self, client, training):
@@ -206,40 +149,24 @@ class XGBoostDask(XGBoost):
         from xgboost.collective import Config
 
         params = self.booster_params(training.n_classes)
-        if not isinstance(self.collective_timeout, (int, np.integer)) or self.collective_timeout < 1:
-            raise ParameterError(f"learner '{self.name}': collective_timeout must be a positive integer (seconds)")
+        self.check_ranges(integers={"collective_timeout": 1})  # seconds
         X, y = training.frames(client)
-        try:
-            # the global configuration travels to the workers' training tasks: keep them quiet
-            with _library().config_context(verbosity=0):
-                dtrain = dxgb.DaskDMatrix(client, X, y, feature_names=training.feature_names)
-                out = dxgb.train(
-                    client, params, dtrain, num_boost_round=int(self.n_estimators), verbose_eval=False,
-                    coll_cfg=Config(timeout=int(self.collective_timeout)),
-                )
-        except CalengineError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the cluster's failure, told in one line
-            raise LearnerError(_one_line(self.name, exc)) from exc
+        # the global configuration travels to the workers' training tasks: keep them quiet
+        with self.training_on_cluster(), self.library_module().config_context(verbosity=0):
+            dtrain = dxgb.DaskDMatrix(client, X, y, feature_names=training.feature_names)
+            out = dxgb.train(
+                client, params, dtrain, num_boost_round=int(self.n_estimators), verbose_eval=False,
+                coll_cfg=Config(timeout=int(self.collective_timeout)),
+            )
         self.booster_ = out["booster"]
         self.booster_.set_param({"nthread": int(self.n_jobs)})
         self.n_classes_ = int(training.n_classes)
         return self
 
 
-def _one_line(name: str, exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300] or type(exc).__name__
-    if type(exc).__name__ in ("KilledWorker", "CommClosedError", "FutureCancelledError", "CancelledError") or (
-        isinstance(exc, AssertionError) and text == "lost"
-    ):
-        return (
-            f"learner '{name}' lost a Dask worker while training on the cluster ({type(exc).__name__}: {text});"
-            " XGBoost cannot resume a distributed training, so no model was written: run the fit again"
-        )
-    return (
-        f"learner '{name}' failed while training on the cluster ({type(exc).__name__}: {text}); no model was"
-        " written: check the workers and run the fit again"
-    )
+#: kept for code written against the plugin before BoosterLearner: ``check_library_version(recorded,
+#: installed)`` refuses a booster of a newer release or another major version
+check_library_version = XGBoost.check_library_version
 
 
 @calengine.hookimpl

@@ -12,11 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 import types
 
 import numpy as np
@@ -32,7 +27,7 @@ from calengine.metrics.measures import evaluate_predictions  # noqa: E402
 from calengine.fit.table import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module, rewrite_manifest  # noqa: E402
 from calengine.fit.training import FitConfig  # noqa: E402
-from calengine.testing_cluster import assert_one_line_error, run_cli, split_parquet, start_dask_processes, stop_processes  # noqa: E402
+from calengine.testing_cluster import assert_one_line_error, run_cli, run_cli_killing_a_worker, split_parquet  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -277,46 +272,14 @@ def test_cli_bad_learner_parameter_is_one_line(dask_processes, adult_parts, tmp_
 @pytest.mark.slow
 def test_a_worker_killed_mid_training_fails_in_one_line_without_a_model(adult_parts, tmp_path):
     """XGBoost's collective cannot lose a member: the fit must fail cleanly, never write half a model."""
-    import psutil
-
-    address, procs = start_dask_processes(cwd=tmp_path)
     out = tmp_path / "model"
-    try:
-        fit = subprocess.Popen(
-            [sys.executable, "-P", "-m", "calengine", "fit", str(adult_parts), "--target", "class", "--positive", ">50K",
-             "--learner", "xgboost_dask", "--learner-param", "n_estimators=3000", "--cv", "2", "--method", "isotonic",
-             "--cluster", address, "--output", str(out)],
-            cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        _wait_for_training(address)
-        assert fit.poll() is None, "the fit ended before a worker could be killed"
-        workers = psutil.Process(procs[1].pid).children(recursive=True)
-        os.kill(workers[-1].pid, signal.SIGKILL)
-        _, err = fit.communicate(timeout=300)
-    finally:
-        stop_processes(procs)
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert fit.returncode == 2, err[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
-    assert "no model was written" in lines[0]
+    # xgboost.dask submits its per-worker training function under the key "fn-<uuid>"
+    r = run_cli_killing_a_worker("fit", adult_parts, "--target", "class", "--positive", ">50K", "--learner",
+                                 "xgboost_dask", "--learner-param", "n_estimators=3000", "--cv", "2", "--method",
+                                 "isotonic", "--output", out, task="fn-", cwd=REPO, workers_cwd=tmp_path)
+    assert_one_line_error(r, "no model was written")
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model")], list(tmp_path.iterdir())
-
-
-def _wait_for_training(address, timeout=120):
-    """Until the scheduler runs an XGBoost training task (the fit is past planning and loading)."""
-    from distributed import Client
-
-    deadline = time.monotonic() + timeout
-    with Client(address, timeout="10s") as c:
-        while time.monotonic() < deadline:
-            processing = c.processing()
-            # xgboost.dask submits its per-worker training function under the key "fn-<uuid>"
-            if any(str(k).startswith("fn-") for keys in processing.values() for k in keys):
-                time.sleep(2)
-                return
-            time.sleep(0.2)
-    raise AssertionError("no XGBoost training task started")
 
 
 def test_workers_are_checked_for_the_xgboost_library_as_well_as_the_plugin():

@@ -1,5 +1,7 @@
-"""Fixtures of the calengine-lightgbm tests: a partitioned Adult table, a LocalCluster, real dask processes
-(the helpers are :mod:`calengine.testing_cluster`'s, shared with every plugin)."""
+"""Fixtures of the plugins' test suites (calengine-xgboost and calengine-lightgbm use them): a partitioned
+Adult table, a LocalCluster, real dask processes.  The helpers are :mod:`calengine.testing_cluster`'s,
+public for any plugin; a plugin kept in its own repository would hold these few fixtures in its own
+conftest.py, with its own data."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from calengine.testing_cluster import local_client as _local_client
 from calengine.testing_cluster import split_parquet, start_dask_processes, stop_processes
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")

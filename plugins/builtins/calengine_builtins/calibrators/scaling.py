@@ -1,0 +1,384 @@
+"""Parametric maps fitted by likelihood: Platt's ``sigmoid``, ``beta``, ``temperature`` and Duin &
+Tax's ``sigmoid_nobias``.
+
+Each is a reduction: one unsorted round of counts, then one round per Newton trial point
+(:mod:`._solvers`), so a partitioned fit and ``fit`` run the same rounds.  ``sigmoid`` and
+``temperature`` also keep a histogram of the calibration scores so that ``calengine recalibrate
+--update`` can merge new data into them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from calengine.errors import ModelFormatError
+from calengine.reductions.pav import check_scores
+from calengine_builtins.deferred import check_is_fitted, expit
+
+from ._base import EPS, _BinaryCalibrator, _check_merged, _check_piece, _light, _live, _logit, _max_abs
+from ._solvers import (
+    _logreg_eval,
+    _logreg_start,
+    _logreg_update,
+    _platt_eval,
+    _platt_start,
+    _platt_update,
+    _slope_eval,
+    _slope_start,
+    _slope_update,
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# score summaries stored for ``calengine recalibrate --update``
+
+#: the summary's grid: ``u = asinh(score)`` (decision) or ``asinh(logit(p))`` (proba) cut into bins of
+#: width 1/8 over [-40, 40] (scores beyond go to the end bins); data-independent, so summaries of any
+#: pieces add up exactly.
+_HIST_BINS = 640
+_HIST_SPAN = 40.0
+_HIST_KEYS = ("hist_wpos", "hist_wneg", "hist_spos", "hist_sneg")
+
+
+def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """Per grid bin and class: total weight and weighted sum of the raw scores (so the mean score of
+    each class in each bin is known exactly)."""
+    u = np.arcsinh(_logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s)
+    idx = np.clip(((u + _HIST_SPAN) * (_HIST_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _HIST_BINS - 1)
+    pos = yi == 1
+    out = {}
+    for key, mask, weights in (("hist_wpos", pos, w), ("hist_wneg", ~pos, w),
+                               ("hist_spos", pos, w * s), ("hist_sneg", ~pos, w * s)):
+        out[key] = np.bincount(idx[mask], weights=weights[mask], minlength=_HIST_BINS).astype(np.float64)
+    return out
+
+
+class _SummaryStored:
+    """Mixin for calibrators whose first round also collects :func:`_score_hist`; the fitted
+    calibrator keeps it (``hist_*_``, stored sparse: only non-empty bins) so ``recalibrate --update``
+    can merge new data into it.  Optional in the state: older models load without it."""
+
+    # (hooks on the generic protocol methods, which the subclasses do not override)
+    def _ps_summary(self, scores, y, sample_weight, request):
+        stats = super()._ps_summary(scores, y, sample_weight, request)
+        s, yi, w = _live(*_check_piece(scores, y, sample_weight))
+        return {**stats, **_score_hist(s, yi, w, request["kind"])}
+
+    def reduction_step(self, stats, request):
+        if request.get("op") == "summary":
+            self._red["hist"] = {key + "_": np.asarray(stats[key], dtype=np.float64) for key in _HIST_KEYS}
+        return super().reduction_step(stats, request)
+
+    def _finish(self, **fitted) -> None:
+        fitted.update(self._red.get("hist", {}))
+        super()._finish(**fitted)
+
+    def reduction_start(self, score_kind: str = "decision"):
+        for key in _HIST_KEYS:
+            self.__dict__.pop(key + "_", None)
+        return super().reduction_start(score_kind)
+
+    def to_state(self) -> dict[str, Any]:
+        out = super().to_state()
+        if getattr(self, "hist_wpos_", None) is not None:
+            wsum = self.hist_wpos_ + self.hist_wneg_
+            nz = np.flatnonzero(wsum > 0)
+            out["hist_index_"] = nz.astype(np.float64)
+            for key in _HIST_KEYS:
+                out[key + "_"] = np.asarray(getattr(self, key + "_"))[nz]
+        return out
+
+    def from_state(self, state: dict[str, Any]):
+        super().from_state(state)
+        for key in _HIST_KEYS:
+            self.__dict__.pop(key + "_", None)
+        if "hist_index_" not in state:
+            return self
+        idx = np.asarray(state["hist_index_"], dtype=np.float64).reshape(-1)
+        if not (np.all(idx == np.round(idx)) and np.all((idx >= 0) & (idx < _HIST_BINS))
+                and np.all(np.diff(idx) > 0)):
+            raise ModelFormatError(f"calibrator '{self.name}' state 'hist_index_' is not a set of bin numbers; the model is damaged, refit it")
+        for key in _HIST_KEYS:
+            val = np.asarray(state.get(key + "_", np.empty(0)), dtype=np.float64).reshape(-1)
+            if val.shape != idx.shape:
+                raise ModelFormatError(f"calibrator '{self.name}' state '{key}_' does not match 'hist_index_'; the model is damaged, refit it")
+            dense = np.zeros(_HIST_BINS)
+            dense[idx.astype(np.intp)] = val
+            setattr(self, key + "_", dense)
+        return self
+
+
+
+class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
+    """Platt scaling: ``P(y=1 | f) = 1 / (1 + exp(A f + B))``.
+
+    Fitted by cross-entropy against Platt's smoothed targets ``t₊ = (N₊+1)/(N₊+2)`` and
+    ``t₋ = 1/(N₋+2)`` (weighted counts), which keeps the fit finite on separable data, with Lin, Lin &
+    Weng's Newton method.  The score is used as given (for probability scores, the probability
+    itself, as scikit-learn does).  Internally the scores are divided by ``max |f|`` for
+    conditioning and ``A`` is scaled back, which does not change the optimum.
+
+    Monotone by construction: if the best fit has ``A > 0`` (scores and labels anti-correlated),
+    ``A`` is held at 0 and ``B`` gives the best constant, the mean smoothed target, instead of
+    reversing the learner's ranking.  The same constant is the fit when every (positively weighted)
+    score is the same, where ``A`` and ``B`` cannot be told apart.
+
+    Reduction: one unsorted round of counts and ``max |f|``, then one round per Newton trial point
+    (objective, gradient and Hessian summed in one pass); ``fit`` runs the same rounds on one piece.
+    """
+
+    name = "sigmoid"
+    _proba_range = False
+    _state_fields = {"a_": "float", "b_": "float", "score_kind_": "str"}
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
+
+    def _summary_extra(self, s, yi, w, request):
+        return {
+            "max_abs": _max_abs(s),
+            "min_live": float(s.min()) if s.size else math.inf,
+            "max_live": float(s.max()) if s.size else -math.inf,
+        }
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"], proba_range=False)
+        n_pos, n_neg = float(stats["w_pos"]), float(stats["w_neg"])
+        t_pos, t_neg = (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0)
+        scale = float(stats["max_abs"]) or 1.0
+        t_bar = (n_pos * t_pos + n_neg * t_neg) / (n_pos + n_neg)
+        if stats["min_live"] == stats["max_live"]:
+            # One distinct score: A and B are not identifiable (only A f + B is), so Newton would
+            # stop at a start-dependent slope; the fit is the best constant, as for A > 0.
+            self._finish(a_=0.0, b_=math.log((1.0 - t_bar) / t_bar))
+            return None
+        st, (a, b) = _platt_start(0.0, math.log((n_neg + 1.0) / (n_pos + 1.0)))
+        self._red.update(newton=st, scale=scale, t_bar=t_bar)
+        return {"op": "platt", "kind": self._red["kind"], "sorted": False, "scale": scale,
+                "t_pos": t_pos, "t_neg": t_neg, "a": a, "b": b}
+
+    def _ps_platt(self, scores, y, sample_weight, request):
+        f, yi, w = _live(*_light(scores, y, sample_weight))
+        t = np.where(yi == 1, request["t_pos"], request["t_neg"])
+        return {"op": "platt", "v": _platt_eval(f / request["scale"], t, w, request["a"], request["b"])}
+
+    def _step_platt(self, stats, request):
+        st = self._red["newton"]
+        nxt = _platt_update(st, stats["v"])
+        if nxt is not None:
+            return {**request, "a": nxt[0], "b": nxt[1]}
+        a, b = st["a"], st["b"]
+        if a > 0.0:
+            t_bar = self._red["t_bar"]
+            a, b = 0.0, math.log((1.0 - t_bar) / t_bar)
+        self._finish(a_=a / self._red["scale"], b_=b)
+        return None
+
+    def predict(self, scores) -> np.ndarray:
+        check_is_fitted(self, list(self._state_fields))
+        f = check_scores(scores)
+        return expit(-(self.a_ * f + self.b_))
+
+
+class BetaCalibrator(_BinaryCalibrator):
+    """Beta calibration (Kull, Silva Filho & Flach 2017), three-parameter form.
+
+    ``logit P = a ln s − b ln(1 − s) + c`` with ``a, b >= 0``: logistic regression on the features
+    ``[ln s, −ln(1 − s)]``.  As the authors do, if the fitted ``a`` is negative the model is refitted
+    without the ``ln s`` feature (``a = 0``), otherwise if ``b`` is negative without the second one;
+    if the remaining coefficient is still negative it is set to 0 as well and only ``c`` is fitted,
+    so the map is always non-decreasing.  A ridge of ``1e-8`` times the total weight on ``a`` and
+    ``b`` keeps the fit finite on separable data without visibly changing ordinary fits.
+
+    Scores must be probabilities: with ``score_kind="decision"`` they are first mapped through the
+    logistic function ``s = 1 / (1 + e^{−f})``.  ``s`` is clipped to ``[1e-12, 1 − 1e-12]``.
+
+    Reduction: one unsorted round of counts (and validation), then one round per Newton trial point
+    of each logistic fit (objective, gradient and Hessian in one pass); ``fit`` runs the same rounds.
+    """
+
+    name = "beta"
+    _state_fields = {"a_": "float", "b_": "float", "c_": "float", "score_kind_": "str"}
+
+    @staticmethod
+    def _features_of(s: np.ndarray, kind: str) -> np.ndarray:
+        p = expit(s) if kind == "decision" else s
+        p = np.clip(p, EPS, 1.0 - EPS)
+        return np.column_stack((np.log(p), -np.log1p(-p)))
+
+    def _features(self, s: np.ndarray) -> np.ndarray:
+        return self._features_of(s, self.score_kind_)
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        total = float(stats["w_pos"]) + float(stats["w_neg"])
+        self._red.update(total=total, mean=float(stats["w_pos"]) / total, lam=1e-8 * total)
+        return self._stage([0, 1])
+
+    def _stage(self, cols: list[int]):
+        ridge = np.array([self._red["lam"]] * len(cols) + [0.0])
+        theta0 = np.array([1.0] * len(cols) + [0.0])
+        st, theta = _logreg_start(theta0, ridge, self._red["total"])
+        self._red.update(newton=st, cols=cols)
+        return {"op": "logit", "kind": self._red["kind"], "sorted": False, "cols": list(cols),
+                "theta": theta.tolist()}
+
+    def _ps_logit(self, scores, y, sample_weight, request):
+        s, yi, w = _light(scores, y, sample_weight)
+        if request["kind"] == "proba":
+            s = np.clip(s, 0.0, 1.0)
+        s, yi, w = _live(s, yi, w)
+        F = self._features_of(s, request["kind"])
+        X = np.column_stack((F[:, request["cols"]], np.ones(s.size)))
+        return {"op": "logit", "v": _logreg_eval(X, yi.astype(np.float64), w, np.asarray(request["theta"]))}
+
+    def _step_logit(self, stats, request):
+        st = self._red["newton"]
+        nxt = _logreg_update(st, stats["v"])
+        if nxt is not None:
+            return {**request, "theta": nxt.tolist()}
+        theta, cols = st["theta"], self._red["cols"]
+        if cols == [0, 1]:
+            a, b, c = theta
+            if a < 0.0:
+                self._red["fixed"] = "a"
+                return self._stage([1])
+            if b < 0.0:
+                self._red["fixed"] = "b"
+                return self._stage([0])
+        elif cols == [1]:
+            a, (b, c) = 0.0, theta
+        else:
+            (a, c), b = theta, 0.0
+        if a < 0.0 or b < 0.0:
+            # The refit's remaining coefficient is negative too: the best non-decreasing map is a constant.
+            mean = self._red["mean"]
+            a, b, c = 0.0, 0.0, math.log(mean / (1.0 - mean))
+        self._finish(a_=float(a), b_=float(b), c_=float(c))
+        return None
+
+    def predict(self, scores) -> np.ndarray:
+        s = self._check_predict(scores)
+        F = self._features(s)
+        return expit(self.a_ * F[:, 0] + self.b_ * F[:, 1] + self.c_)
+
+
+def _log_odds(s: np.ndarray, kind: str) -> np.ndarray:
+    """The score on the log-odds scale: the logit of the (clipped) probability, or the decision value."""
+    return _logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s
+
+
+def _slope_values(s, yi, w, request) -> np.ndarray:
+    """:func:`_slope_eval` of ``σ(α z)`` at ``request["points"]``, ``z`` the log-odds of the scores."""
+    z = _log_odds(s, request["kind"])
+    return _slope_eval(np.where(yi == 1, z, -z), w, request["points"])
+
+
+class _OneSlope(_BinaryCalibrator):
+    """``P = σ(α z)`` with ``z`` the score's log-odds (:func:`_log_odds`): temperature scaling and the
+    sigmoid without bias differ only in the bracket of ``α`` and in how they report it.
+
+    ``α`` maximises the weighted likelihood, by :func:`._solvers._slope_start`'s safeguarded Newton with
+    one reduction round (``"slope"``) per trial point.  Subclasses start the search from their summary
+    round and turn the final ``α`` into their fitted attributes with :meth:`_fitted`.
+    """
+
+    def _fitted(self, alpha: float) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _ps_slope(self, scores, y, sample_weight, request):
+        s, yi, w = _live(*_light(scores, y, sample_weight))
+        return {"op": "slope", "v": _slope_values(s, yi, w, request)}
+
+    def _step_slope(self, stats, request):
+        st = self._red["slope"]
+        nxt = _slope_update(st, stats["v"])
+        if nxt is not None:
+            return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": nxt}
+        self._finish(**self._fitted(float(st["x"])))
+        return None
+
+
+class TemperatureCalibrator(_SummaryStored, _OneSlope):
+    """Temperature scaling (Guo et al. 2017) of one column: ``P = σ(z / T)`` with ``T > 0``.
+
+    ``z`` is the logit of the (clipped) probability for ``score_kind="proba"`` and the raw score for
+    ``"decision"``.  ``T`` minimises the weighted log-loss.  The loss is convex in ``1/T``, so the
+    optimum is found as the root of its monotone derivative on a bounded bracket,
+    ``T ∈ [1e-6·c, 1e6·c]`` with ``c = max |z|``, by safeguarded Newton to machine precision:
+    anti-correlated scores end at the largest ``T`` (probabilities ≈ 1/2), separable ones at the
+    smallest.  All-zero ``z`` gives ``T = 1``.
+
+    Reduction: one unsorted round (validation, counts, ``c``), one round evaluating the derivative at
+    both ends of the bracket, then one round per Newton step (derivative and its slope are sums).
+    """
+
+    name = "temperature"
+    _state_fields = {"temperature_": "float", "score_kind_": "str"}
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False}
+
+    def _summary_extra(self, s, yi, w, request):
+        return {"max_abs": _max_abs(_log_odds(s, request["kind"]))}
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        c = float(stats["max_abs"])
+        if c == 0.0:
+            self._finish(temperature_=1.0)
+            return None
+        st, points = _slope_start(1e-6 / c, 1e6 / c)
+        self._red["slope"] = st
+        return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": points}
+
+    def _fitted(self, alpha: float) -> dict[str, float]:
+        return {"temperature_": float(1.0 / alpha)}
+
+    def predict(self, scores) -> np.ndarray:
+        s = self._check_predict(scores)
+        return expit(_log_odds(s, self.score_kind_) / self.temperature_)
+
+
+class SigmoidNoBiasCalibrator(_OneSlope):
+    """Duin & Tax's sigmoid without bias: ``P = σ(α S)`` with ``0 <= α <= 1e6``.
+
+    Suppressing the constant keeps ``S = 0 ⇔ P = 1/2``, so the calibrated probability never
+    contradicts the classifier's own decision.  ``α`` maximises the weighted likelihood (a convex 1-D
+    problem solved to machine precision by safeguarded Newton on its derivative); separable data
+    would send ``α`` to infinity, hence the bound; anti-correlated data give ``α = 0``.  ``S`` is the
+    raw score for ``score_kind="decision"`` and ``logit(p)`` (``p`` clipped to
+    ``[1e-12, 1 − 1e-12]``) for ``"proba"``, so a probability of 1/2 stays 1/2.
+
+    Reduction: one unsorted round (validation, counts, and the derivative at ``α = 0`` and
+    ``α = 1e6``), then one round per Newton step.
+    """
+
+    name = "sigmoid_nobias"
+    ALPHA_MAX: ClassVar[float] = 1e6
+    _state_fields = {"alpha_": "float", "score_kind_": "str"}
+
+    def _first_request(self, kind):
+        return {"op": "summary", "kind": kind, "sorted": False, "points": [0.0, float(self.ALPHA_MAX)]}
+
+    def _summary_extra(self, s, yi, w, request):
+        return {"v": _slope_values(s, yi, w, request)}
+
+    def _step_summary(self, stats, request):
+        _check_merged(stats, self._red["kind"])
+        st, _ = _slope_start(0.0, float(self.ALPHA_MAX))
+        self._red["slope"] = st
+        return self._step_slope(stats, request)
+
+    def _fitted(self, alpha: float) -> dict[str, float]:
+        return {"alpha_": alpha}
+
+    def predict(self, scores) -> np.ndarray:
+        s = self._check_predict(scores)
+        return expit(self.alpha_ * _log_odds(s, self.score_kind_))

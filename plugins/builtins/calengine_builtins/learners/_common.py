@@ -1,0 +1,87 @@
+"""Input checks and small helpers every built-in learner module shares (private).
+
+One behaviour for every learner: the same messages for a bad ``X``, ``y`` or weight vector, the
+contract's score shape, and the one scaler the scikit-learn-backed learners put in front of their
+estimator.  scikit-learn is imported inside the functions (the plugin must stay cheap to import).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from calengine.base import check_weights, reject_sparse
+from calengine.errors import DataError, ParameterError
+
+
+def _no_weights_error(name: str) -> ParameterError:
+    return ParameterError(
+        f"learner '{name}' does not accept sample weights; use costing "
+        "(--method-param weighting=costing) instead"
+    )
+
+
+def _check_input(learner, X, *, n_features: int | None = None):
+    """Validate ``X`` for ``learner``: CSR only when the learner supports it, float64, 2-D, finite.
+
+    Returns the validated matrix.  Raises :class:`DataError` for sparse input to a dense-only learner
+    and for a column count that differs from the one seen in ``fit``.
+    """
+    from sklearn.utils import check_array
+
+    reject_sparse(learner, X)
+    X = check_array(X, accept_sparse="csr" if learner.accepts_sparse else False, dtype=np.float64)
+    if n_features is not None and X.shape[1] != n_features:
+        raise DataError(
+            f"learner '{learner.name}' was fitted on {n_features} features but got {X.shape[1]}; "
+            "score data encoded the same way as the training data"
+        )
+    return X
+
+
+#: the public base class's checks are the built-ins' checks (one behaviour for every plugin)
+_reject_sparse = reject_sparse
+_check_weights = check_weights
+
+
+def _labels_of(y, n: int) -> np.ndarray:
+    """``y`` as an array of shape ``(n,)``, else :class:`DataError`."""
+    y = np.asarray(y)
+    if y.shape != (n,):
+        raise DataError(f"y has shape {y.shape} but X has {n} rows; give one class index per row")
+    return y
+
+
+def _integral(y: np.ndarray) -> bool:
+    """Whether every value of ``y`` is a whole number (integers, or finite floats without a fraction)."""
+    return bool(np.issubdtype(y.dtype, np.integer) or (
+        np.issubdtype(y.dtype, np.floating) and np.all(np.isfinite(y)) and np.all(np.mod(y, 1) == 0)
+    ))
+
+
+def _check_labels(y, n: int) -> np.ndarray:
+    y = _labels_of(y, n)
+    if y.size == 0 or not _integral(y) or y.min() < 0:
+        raise DataError("y must hold class indices 0..k-1")
+    return y.astype(np.intp)
+
+
+def _parse_positive_int(value, what: str) -> int:
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        value = int(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ParameterError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _split_proba(P: np.ndarray) -> np.ndarray:
+    """The contract's shape: class-1 column for two classes, the full matrix otherwise."""
+    return P[:, 1].copy() if P.shape[1] == 2 else P
+
+
+def _scaler(sparse_input: bool):
+    """StandardScaler; for sparse input it only scales (centring would densify the matrix)."""
+    from sklearn.preprocessing import StandardScaler
+
+    return StandardScaler(with_mean=not sparse_input)
