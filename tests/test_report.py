@@ -18,7 +18,9 @@ import pytest
 
 from calengine.errors import CalengineError, DataError, ParameterError
 from calengine.metrics.measures import MetricAccumulator
-from calengine.metrics.report import MAP_MAX_POINTS, MAX_CLASSES, ReportEntry, _prepare, _roc_figure, write_report
+from calengine.metrics.report import MAP_MAX_POINTS, MAX_CLASSES, ReportEntry, write_report
+from calengine.metrics.report.figures import _roc_figure
+from calengine.metrics.report.prepare import _prepare
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 BINARY_LABEL = "gaussian_nb + isotonic <script>alert(1)</script> (model_a)"
