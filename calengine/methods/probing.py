@@ -26,6 +26,11 @@ over by calling code (votes out of range, wrong shapes, labels other than 0/1) r
 :class:`ValueError`, because they signal a bug in the caller rather than a bad command line.
 
 Reference values (minimax points, the worked oracle run) are in the project notes, section a.
+
+The module is long (~720 lines) on purpose: it is the paper's reduction in one place, Algorithm 1's
+schedule, Algorithm 2's predictor and the weights/costing they share, with no data distribution in it.
+Split by algorithm, the threshold and interval checks both algorithms must apply identically would
+have to live apart from both.
 """
 
 from __future__ import annotations

@@ -27,6 +27,10 @@ Conventions shared by all functions here:
 * The predicted class is ``argmax`` of the row; ties go to the lowest class index.
 * Segments of the Brier decomposition are groups of exactly equal predicted probability (``-0.0`` and
   ``0.0`` are the same value); no tolerance is applied.
+
+The module is a little over 600 lines because :class:`MetricAccumulator` is one mergeable state that
+every exact metric reads (AUC with ties, the Brier split, CORP, error-reject): the metrics sit beside the
+tables they share so that a merge and every reader agree on one layout.
 """
 
 from __future__ import annotations
