@@ -97,7 +97,7 @@ def test_workers_import_the_family_modules_and_unpickle_objects_by_their_new_pat
         "learner, calibrator, X = pickle.loads(sys.stdin.buffer.read())\n"
         "sys.stdout.write(json.dumps(calibrator.predict(learner.score(X)).tolist()))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((learner, calibrator, X)),
+    out = subprocess.run([sys.executable, "-P", "-c", code], input=pickle.dumps((learner, calibrator, X)),
                          capture_output=True, check=True, timeout=120)
     assert json.loads(out.stdout) == calibrator.predict(learner.score(X)).tolist()
 
