@@ -273,7 +273,7 @@ def _check_writable(path: str, args=None) -> None:
         for source in _named_paths(args, _INPUTS):
             if _within(real, source):
                 raise ParameterError(
-                    f"--json-log '{path}' is (inside) the input '{source}', which the log would replace; name a new file"
+                    f"--json-log '{path}' is, or is inside, the input '{source}'; the log would replace it: name a new file"
                 )
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
@@ -304,7 +304,7 @@ def _finish(run: _Run, code: int, error: str | None) -> None:
             fh.write("\n")
         _check_writable(path)  # still a regular file or nothing: the rename must not replace anything else
         os.replace(tmp, path)
-    except Exception as exc:  # noqa: BLE001 - the work is done (or failed) already: the log must not change that
+    except BaseException as exc:  # noqa: BLE001 - the work is done (or failed) already: the log must not change that
         from .parquet.data import os_error_meaning
 
         if os.path.isfile(tmp):
@@ -312,6 +312,8 @@ def _finish(run: _Run, code: int, error: str | None) -> None:
                 os.remove(tmp)
             except OSError:
                 pass
+        if not isinstance(exc, Exception):  # a second Ctrl-C: no temporary file left, the interrupt goes on
+            raise
         reason = os_error_meaning(exc) if isinstance(exc, OSError) else str(exc)
         sys.stderr.write(f"warning: the --json-log record was not written to '{run.path}': {reason}; the exit code"
                          f" ({code}) is the command's own\n")

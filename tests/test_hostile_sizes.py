@@ -59,6 +59,11 @@ def env(tmp_path_factory):
     (root / "latin1.json").write_bytes('{"classes": [0, 1], "costs": [[0, 1], [5, 0]], "description": "coût"}'
                                        .encode("latin-1"))
     (root / "costs.json").write_text('{"classes": [0, 1], "costs": [[0, 1], [5, 0]]}')
+    (root / "cm-deep.json").write_text(deep)
+    (root / "cm-deep500.json").write_text("[" * 500 + "]" * 500)
+    (root / "cm-5001.json").write_text("[[" + "9" * 5001 + "]]")
+    with open(root / "cm-large.csv", "wb") as fh:  # sparse: its size is what is refused, not its bytes
+        fh.truncate(33 << 20)
     os.mkfifo(root / "fifo")
     (root / "link.json").symlink_to(root / "costs.json")
     device = None
@@ -72,6 +77,7 @@ DECIDE = ("decide", "{model}", str(PIMA), "--output", "{out}", "--cost-matrix")
 EVALUATE = ("evaluate", "{model}", str(PIMA), "--target", "class")
 FIT = ("fit", str(PIMA), "--target", "class", "--output", "{out}")
 SCORE = ("score", "{model}", str(PIMA), "--output", "{out}")
+DIGITS = ("fit", str(REPO / "data" / "pendigits_test.parquet"), "--target", "class", "--output", "{out}", "--multiclass")
 OVERFLOW = '{"classes": [0, 1], "costs": [[0, "1e288*plasma_glucose"], [1, 0]]}'
 #: (id, arguments, words the error line must contain)
 CASES = [
@@ -108,6 +114,11 @@ CASES = [
      ("plasma_glucose", "1e+290")),
     ("overflowing costs decide", (*DECIDE, OVERFLOW), ("plasma_glucose", "beyond 1e+290")),
     ("overflowing costs evaluate", (*EVALUATE, "--cost-matrix", OVERFLOW), ("plasma_glucose", "beyond 1e+290")),
+    # the other file a user hands over: --multiclass file:PATH
+    ("code matrix nested 50,000 deep", (*DIGITS, "file:{root}/cm-deep.json"), ("cm-deep.json", "nests too deep")),
+    ("code matrix nested 500 deep", (*DIGITS, "file:{root}/cm-deep500.json"), ("cm-deep500.json", "-1, 0 or 1")),
+    ("code matrix 5001 digits", (*DIGITS, "file:{root}/cm-5001.json"), ("cm-5001.json", "number too long")),
+    ("code matrix over 32 MiB", (*DIGITS, "file:{root}/cm-large.csv"), ("cm-large.csv", "33554432")),
     # §3: --json-log writes a regular file or a new path, never over an input or inside the output
     ("json-log device", (*SCORE, "--json-log", "{device}"), ("--json-log", "not a regular file")),
     ("json-log fifo", (*SCORE, "--json-log", "{root}/fifo"), ("--json-log", "not a regular file")),

@@ -29,9 +29,9 @@ class Limit(NamedTuple):
     why: str  # what a value beyond ``high`` would cost (the README's table says it)
 
 
-#: every bounded integer option of the CLI
+#: every bounded integer option of the CLI (``--bootstrap 0``, the default, means no band)
 LIMITS = (
-    Limit("--bootstrap", "bootstrap", 0, 10_000,
+    Limit("--bootstrap", "bootstrap", 2, 10_000,
           "each replicate refits the calibrator; 200 already gives a stable 90% band"),
     Limit("--seed", "seed", 0, 2**32 - 1, "seeds are 32 bits: a larger one would silently repeat a smaller one"),
     Limit("--cv", "cv", 2, 100, "each fold fits the learner once more"),
@@ -53,12 +53,12 @@ def check(args) -> None:
 
     for limit in LIMITS:
         value = getattr(args, limit.dest, None)
-        if value is None:
+        if value is None or (limit.dest == "bootstrap" and value == 0):  # --bootstrap 0: no band
             continue
-        if not limit.low <= value <= limit.high:
-            raise ParameterError(
-                f"{limit.option} must be from {limit.low} to {limit.high}, got {value} ({limit.why})"
-            )
+        if value < limit.low:
+            raise ParameterError(f"{limit.option} must be at least {limit.low} (and at most {limit.high}), got {value}")
+        if value > limit.high:
+            raise ParameterError(f"{limit.option} must be at most {limit.high}, got {value} ({limit.why})")
     memory = getattr(args, "worker_memory", None)
     if memory is not None:
         from dask.utils import format_bytes, parse_bytes
