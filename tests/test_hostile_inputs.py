@@ -115,7 +115,7 @@ def _run(*args, cwd: Path = REPO, env: dict | None = None, limit_file_size: int 
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit_file_size, limit_file_size))
 
     proc = subprocess.run(
-        [sys.executable, "-m", "calengine", *map(str, args)], capture_output=True, text=True, cwd=str(cwd),
+        [sys.executable, "-P", "-m", "calengine", *map(str, args)], capture_output=True, text=True, cwd=str(cwd),
         env={**os.environ, **(env or {})}, timeout=300, preexec_fn=preexec,
     )
     return CLIResult(proc)
@@ -426,7 +426,7 @@ def test_a_run_that_loses_the_race_at_publish_time_keeps_the_winner(tmp_path):
 def _interrupt_when(cmd: list, cwd: Path, ready, timeout: float = 120) -> CLIResult:
     """Start the CLI in its own process group, send Ctrl-C to the group (as a terminal does) once
     ``ready()`` is true, and return what it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + timeout
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
