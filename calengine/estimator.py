@@ -418,14 +418,16 @@ class _python_names:
 
 def _check_class_labels(y) -> None:
     """y must hold class labels (scikit-learn's binary/multiclass); continuous targets say so."""
+    import pandas as pd
     from sklearn.utils.multiclass import type_of_target
 
     from .parquet.data import check_not_continuous
 
+    missing = int(pd.isna(np.asarray(y, dtype=object)).sum()) if np.asarray(y).dtype.kind in "fcOUS" else 0
+    if missing:  # scikit-learn's words first (its estimator checks match them), then the count and the fix
+        raise DataError(f"Input y contains NaN: {missing} rows have no label (NaN or None); drop them or fill their labels")
     kind = type_of_target(y, input_name="y")
     if kind == "continuous":
-        import pandas as pd
-
         check_not_continuous(sorted(float(v) for v in pd.unique(np.asarray(y, dtype=np.float64))), "y")
     if kind not in ("binary", "multiclass"):
         raise DataError(f"Unknown label type: y is a {kind} target; y must hold one class label per row: pass a 1-D array of labels")

@@ -12,6 +12,13 @@ successfully or not (written to a temporary file beside FILE, then renamed)::
                "by_worker": {address: {"count", "compute_seconds"}}},
      "rows_read": R, "output": "/absolute/path"}
 
+FILE is a regular file or a new path: a device (``/dev/full``, ``/dev/null``), a directory, a FIFO, a
+symbolic link, the command's own ``--output`` or a path inside it, and any input (the data, the model
+directory, the cost matrix, TLS files) or a path inside one are refused in one line before any work,
+since the rename would replace whatever FILE names.  A record that cannot be written once the work is
+done (the disk filled up meanwhile) is one ``warning:`` line; the exit code stays the work's own, and
+no temporary file is left beside FILE.
+
 ``rows_read`` is the number of rows the job fitted on (the model's training rows, from its manifest)
 or scored (the rows written).  ``tasks`` counts the Dask tasks that ran while the client was open,
 from the scheduler's task stream (a re-run of a lost worker's task counts again).
@@ -61,6 +68,24 @@ class _Run:
 
 _current: _Run | None = None
 
+#: the real paths of the outputs this process has published (a staging directory renamed onto its
+#: target, see :func:`calengine.parquet.data.staged_directory`)
+PUBLISHED: list[str] = []
+
+
+def note_published(path: str) -> None:
+    """Record that ``path`` is now complete and in place: a Ctrl-C from here on cannot undo it."""
+    PUBLISHED.append(os.path.realpath(path))
+
+
+def output_published(args) -> str | None:
+    """The command's ``--output`` if this process has published it, else None.  After that point an
+    interrupt no longer fails the command (see the README's exit codes): the work is done."""
+    output = getattr(args, "output", None)
+    if isinstance(output, str) and os.path.realpath(output) in PUBLISHED:
+        return output
+    return None
+
 
 def run(command: Callable[[Any], int], args, argv: list[str]) -> int:
     """Run ``command(args)``; with ``--json-log``, write the record however it ends (exceptions
@@ -69,7 +94,7 @@ def run(command: Callable[[Any], int], args, argv: list[str]) -> int:
     _current = _Run(args, argv)
     if _current.path is None:
         return command(args)
-    _check_writable(_current.path)
+    _check_writable(_current.path, args)
     code, error = 1, None
     try:
         code = command(args)
@@ -78,7 +103,7 @@ def run(command: Callable[[Any], int], args, argv: list[str]) -> int:
         code = exc.code if isinstance(exc.code, int) else 1
         raise
     except KeyboardInterrupt:
-        code, error = 130, "interrupted"
+        code, error = (0, None) if output_published(args) else (130, "interrupted")
         raise
     except Exception as exc:
         from .errors import CalengineError
@@ -193,12 +218,63 @@ def _rows_and_output(args) -> tuple[int | None, str | None]:
     return None, output
 
 
-def _check_writable(path: str) -> None:
-    """Refuse, before any work, a --json-log path the record could not be written to."""
+#: the arguments naming what a command reads (inputs) and writes (outputs): a log must be neither
+_INPUTS = ("data", "model", "calibration_data", "cost_matrix", "tls_ca_file", "tls_cert", "tls_key", "paths")
+_OUTPUTS = ("output", "report")
+
+
+def _named_paths(args, names: tuple[str, ...]) -> list[str]:
+    """The local paths ``args`` gives under ``names`` (globs expanded; URLs and inline JSON left out)."""
+    import glob
+
+    out = []
+    for name in names:
+        values = getattr(args, name, None)
+        for value in values if isinstance(values, list) else [values]:
+            if not isinstance(value, str) or not value or "://" in value or value.lstrip().startswith("{"):
+                continue
+            out += glob.glob(value) if glob.has_magic(value) else [value]
+    return [os.path.realpath(v) for v in out]
+
+
+def _within(path: str, other: str) -> bool:
+    return path == other or path.startswith(other.rstrip(os.sep) + os.sep)
+
+
+def _check_writable(path: str, args=None) -> None:
+    """Refuse, before any work, a --json-log path the record could not be written to, or whose
+    writing would replace something else than a log: a device, a directory, a link, an input or
+    (a path inside) the command's output."""
+    import stat
+
     from .errors import ParameterError
 
     if os.path.isdir(path):
         raise ParameterError(f"--json-log '{path}' is a directory; name a file, e.g. {os.path.join(path, 'run.json')}")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ParameterError(f"--json-log '{path}' cannot be examined ({exc.strerror}); name a new file") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "a device, FIFO or socket"
+        raise ParameterError(
+            f"--json-log '{path}' is {what}, not a regular file; the log replaces its file, so name a regular"
+            " file or a new path, e.g. run.json"
+        )
+    real = os.path.realpath(path)
+    if args is not None:
+        for output in _named_paths(args, _OUTPUTS):
+            if _within(real, output):
+                raise ParameterError(
+                    f"--json-log '{path}' is inside the command's output '{output}'; write the log beside it"
+                )
+        for source in _named_paths(args, _INPUTS):
+            if _within(real, source):
+                raise ParameterError(
+                    f"--json-log '{path}' is, or is inside, the input '{source}'; the log would replace it: name a new file"
+                )
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
@@ -220,9 +296,24 @@ def _finish(run: _Run, code: int, error: str | None) -> None:
     else:
         record["rows_read"], record["output"] = None, None
     path = os.path.abspath(run.path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(record, fh, indent=1, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "x") as fh:
+            json.dump(record, fh, indent=1, default=str)
+            fh.write("\n")
+        _check_writable(path)  # still a regular file or nothing: the rename must not replace anything else
+        os.replace(tmp, path)
+    except BaseException as exc:  # noqa: BLE001 - the work is done (or failed) already: the log must not change that
+        from .parquet.data import os_error_meaning
+
+        if os.path.isfile(tmp):
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+        if not isinstance(exc, Exception):  # a second Ctrl-C: no temporary file left, the interrupt goes on
+            raise
+        reason = os_error_meaning(exc) if isinstance(exc, OSError) else str(exc)
+        sys.stderr.write(f"warning: the --json-log record was not written to '{run.path}': {reason}; the exit code"
+                         f" ({code}) is the command's own\n")

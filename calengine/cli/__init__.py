@@ -26,6 +26,7 @@ from .options import add_global_options, parse_params, parse_value
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 _SILENCE_AFTER_ERROR = False
 
 #: subcommand -> its ``run(args)``
@@ -34,6 +35,7 @@ COMMANDS = {"fit": fit.run, "score": score.run, "decide": score.run, "evaluate":
 
 __all__ = [
     "main", "entry", "build_parser", "parse_value", "parse_params", "COMMANDS", "EXIT_USAGE", "EXIT_INTERRUPTED",
+    "EXIT_BROKEN_PIPE",
     "format_metrics_table", "format_error_reject", "format_drift", "format_decisions", "METRIC_ORDER", "SHORT_METRIC",
 ]
 
@@ -84,16 +86,24 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.strict_plugins:
         os.environ["CALENGINE_STRICT_PLUGINS"] = "1"
+    from .. import run_log
     from ..errors import CalengineError
 
     try:
-        from .. import run_log
+        from . import limits
 
+        limits.check(args)
         return run_log.run(COMMANDS[args.command], args, sys.argv[1:] if argv is None else list(argv))
     except CalengineError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except KeyboardInterrupt:
+        published = run_log.output_published(args)
+        if published is not None:  # the work is done: exit 0 says the output is complete (README: exit codes)
+            sys.stderr.write(f"warning: interrupted after '{published}' was published; it is complete\n")
+            return 0
         return _fail("interrupted; no output was published", EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        return _broken_pipe()
     except Exception as exc:  # noqa: BLE001 - only failures of the cluster itself are turned into one line
         from ..cluster import cluster_failure
 
@@ -101,6 +111,17 @@ def main(argv: list[str] | None = None) -> int:
         if message is None:
             raise
         return _fail(message, EXIT_USAGE)
+
+
+def _broken_pipe() -> int:
+    """stdout's reader went away (``calengine evaluate ... | head -1``): end quietly with 141, the
+    status a shell reports for a command ended by SIGPIPE (as ``cat``, ``grep`` and ``yes`` end there),
+    so ``set -o pipefail`` scripts see what they see for those.  What is still buffered for stdout goes
+    nowhere, so the interpreter's flush at exit cannot complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def _fail(message: str, code: int) -> int:
@@ -124,6 +145,16 @@ def entry() -> None:
     global _SILENCE_AFTER_ERROR
     _SILENCE_AFTER_ERROR = True
     code = main()
+    if code == 0:
+        import signal
+
+        # the work is done and its output in place: a Ctrl-C while the interpreter shuts down (closing a
+        # cluster, flushing stdout) must not turn that into death by signal
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            code = _broken_pipe()
     if code == EXIT_INTERRUPTED:
         # Ctrl-C.  Every staging area is gone and the cluster closed by now, but a thread of the embedded
         # scheduler may still be inside a learner's fit, which nothing can interrupt, and the interpreter

@@ -37,30 +37,58 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
+#: the largest cost file (or inline JSON) read: a cost matrix of 100 classes with expressions fits in a
+#: few hundred KiB; anything larger is refused before it is parsed
+MAX_COST_FILE_BYTES = 1 << 20
+#: the largest magnitude of a cost (an entry, a coefficient, or a row's cost computed from columns):
+#: sums of such costs over any table (up to 10**18 rows) stay finite in float64 (whose limit is 1.8e308)
+MAX_ABS_COST = 1e290
+#: the deepest nesting of lists and objects a cost file may have (a matrix needs 3: object, rows, row)
+MAX_NESTING = 32
+
 _NAME = r"[A-Za-z_][A-Za-z0-9_.]*"
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
 #: one signed term: ``5``, ``amount``, ``2*amount``, ``0.5 * cost``
 _TERM = re.compile(rf"\s*([+-])?\s*(?:({_NUMBER})\s*\*\s*({_NAME})|({_NUMBER})|({_NAME}))\s*")
 
 
+def _shown(value: Any, width: int = 60) -> str:
+    """``repr(value)`` cut to ``width`` characters: an error line never quotes a whole hostile entry."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**width else f"a {len(str(abs(value)))}-digit integer"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _finite_cost(value: float, where: str) -> float:
+    if not math.isfinite(value) or abs(value) > MAX_ABS_COST:
+        raise ParameterError(
+            f"cost matrix entry {where} is {value:g}; use a finite number of magnitude at most {MAX_ABS_COST:g}"
+            " (scale the costs, e.g. thousands instead of units)"
+        )
+    return value
+
+
 def parse_entry(entry: Any, where: str) -> tuple[float, dict[str, float]]:
-    """(constant, {column: coefficient}) of one matrix entry: a number or a linear expression."""
+    """(constant, {column: coefficient}) of one matrix entry: a number or a linear expression.  Every
+    number, constant or coefficient, is finite and at most :data:`MAX_ABS_COST` in magnitude."""
     if isinstance(entry, bool) or entry is None:
         raise ParameterError(f"cost matrix entry {where} is {entry!r}; use a number or a column expression such as 'amount - 5'")
+    if isinstance(entry, int) and abs(entry) > MAX_ABS_COST:  # also those too large to convert to float
+        raise ParameterError(
+            f"cost matrix entry {where} is {_shown(entry)}; use a finite number of magnitude at most {MAX_ABS_COST:g}"
+            " (scale the costs, e.g. thousands instead of units)"
+        )
     if isinstance(entry, (int, float)):
-        if not math.isfinite(entry):
-            raise ParameterError(f"cost matrix entry {where} is {entry}; use a finite number")
-        return float(entry), {}
+        return _finite_cost(float(entry), where), {}
     if not isinstance(entry, str) or not entry.strip():
-        raise ParameterError(f"cost matrix entry {where} is {entry!r}; use a number or a column expression such as 'amount - 5'")
+        raise ParameterError(f"cost matrix entry {where} is {_shown(entry)}; use a number or a column expression such as 'amount - 5'")
     text, pos, const, coefs = entry.strip(), 0, 0.0, {}
     first = True
     while pos < len(text):
         m = _TERM.match(text, pos)
         if m is None or m.end() == pos or (m.group(1) is None and not first):
             raise ParameterError(
-                f"cost matrix entry {where} '{entry}' is not a number or a sum of terms like 'amount', '2*amount', '-5'"
-                " (column names: letters, digits, _ and .)"
+                f"cost matrix entry {where} {_shown(entry)} is not a number or a sum of terms like 'amount', '2*amount',"
+                " '-5' (column names: letters, digits, _ and .)"
             )
         sign = -1.0 if m.group(1) == "-" else 1.0
         if m.group(2) is not None:
@@ -70,6 +98,9 @@ def parse_entry(entry: Any, where: str) -> tuple[float, dict[str, float]]:
         else:
             coefs[m.group(5)] = coefs.get(m.group(5), 0.0) + sign
         pos, first = m.end(), False
+    _finite_cost(const, where)
+    for column, v in coefs.items():
+        _finite_cost(v, f"{where} (coefficient of '{column}')")
     return const, {c: v for c, v in coefs.items() if v != 0.0}
 
 
@@ -199,27 +230,31 @@ class CostMatrix:
         P = np.asarray(P, dtype=np.float64)
         if P.ndim != 2 or P.shape[1] != self.n_classes:
             raise ParameterError(f"probabilities must have shape (n, {self.n_classes}), got {P.shape}")
-        E = P @ self.constant.T
-        scale = P @ np.abs(self.constant).max(axis=0) if with_scale else None
-        for col, values in self.column_values(frame).items():
-            E += values[:, None] * (P @ self.terms[col].T)
-            if with_scale:
-                scale += np.abs(values) * (P @ np.abs(self.terms[col]).max(axis=0))
+        with np.errstate(over="ignore", invalid="ignore"):
+            E = P @ self.constant.T
+            scale = P @ np.abs(self.constant).max(axis=0) if with_scale else None
+            for col, values in self.column_values(frame).items():
+                E += values[:, None] * (P @ self.terms[col].T)
+                if with_scale:
+                    scale += np.abs(values) * (P @ np.abs(self.terms[col]).max(axis=0))
+        _in_range(E if scale is None else scale, self.columns)
         return (E, scale) if with_scale else E
 
     def realised_costs(self, decisions: np.ndarray, y: np.ndarray, frame=None) -> np.ndarray:
         """(n,): the cost each row's decision (class index) actually incurs given its true class index."""
         cost = self.constant[decisions, y].copy()
-        for col, values in self.column_values(frame).items():
-            cost += values * self.terms[col][decisions, y]
-        return cost
+        with np.errstate(over="ignore", invalid="ignore"):
+            for col, values in self.column_values(frame).items():
+                cost += values * self.terms[col][decisions, y]
+        return _in_range(cost, self.columns)
 
     def cost_table(self, y: np.ndarray, frame=None) -> np.ndarray:
         """(n, k): the cost of deciding each class for each row, given its true class index ``y``."""
         C = self.constant[:, y].T.copy()
-        for col, values in self.column_values(frame).items():
-            C += values[:, None] * self.terms[col][:, y].T
-        return C
+        with np.errstate(over="ignore", invalid="ignore"):
+            for col, values in self.column_values(frame).items():
+                C += values[:, None] * self.terms[col][:, y].T
+        return _in_range(C, self.columns)
 
     def bayes_threshold(self) -> float | None:
         """For two classes with constant costs, Elkan's p* = (C10 - C00) / (C10 - C00 + C01 - C11): decide
@@ -262,43 +297,133 @@ class CostMatrix:
         return f"CostMatrix({json.dumps(self.to_dict())})"
 
 
+def _in_range(costs: np.ndarray, columns: list[str]) -> np.ndarray:
+    """``costs``, or a :class:`DataError` when a row's cost left the range sums can take (beyond
+    :data:`MAX_ABS_COST`, or infinite: column values times coefficients overflowed float64) - no
+    decision is ever taken from an infinite cost."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(costs) <= MAX_ABS_COST)
+    if bad.any():
+        rows = int(bad.any(axis=1).sum()) if bad.ndim == 2 else int(bad.sum())
+        raise DataError(
+            f"the cost matrix gives {rows} rows costs beyond {MAX_ABS_COST:g} in magnitude (column values times"
+            f" coefficients overflow: columns {columns}); scale the cost expressions or the columns down"
+        )
+    return costs
+
+
 def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
 def load_cost_matrix(source: str | os.PathLike | dict | CostMatrix) -> CostMatrix:
-    """A :class:`CostMatrix` from a dict, a JSON (or YAML) file, or inline JSON text starting with ``{``."""
+    """A :class:`CostMatrix` from a dict, a JSON (or YAML) file, or inline JSON text starting with ``{``.
+
+    Text is untrusted: a file (or inline JSON) over :data:`MAX_COST_FILE_BYTES`, not UTF-8, nested
+    deeper than :data:`MAX_NESTING`, with a number too large for float64 or (YAML) with an alias is a
+    one-line :class:`ParameterError`, never a traceback or a memory blow-up ("billion laughs")."""
     if isinstance(source, CostMatrix):
         return source
     if isinstance(source, dict):
         return CostMatrix.from_dict(source)
     text = str(source)
     if text.lstrip().startswith("{"):
-        try:
-            return CostMatrix.from_dict(json.loads(text))
-        except json.JSONDecodeError as exc:
-            raise ParameterError(f"--cost-matrix inline JSON is invalid ({exc.msg} at character {exc.pos}); fix the JSON") from None
+        if len(text) > MAX_COST_FILE_BYTES:
+            raise ParameterError(
+                f"--cost-matrix inline JSON has {len(text)} characters, more than {MAX_COST_FILE_BYTES}; a cost"
+                " matrix is small: write it to a file"
+            )
+        return CostMatrix.from_dict(_parse_json(text, "--cost-matrix inline JSON"))
     if not os.path.isfile(text):
         raise ParameterError(f"cost matrix file '{text}' does not exist; give a JSON file or inline JSON starting with '{{'")
-    with open(text, encoding="utf-8") as fh:
-        content = fh.read()
+    with open(text, "rb") as fh:
+        raw = fh.read(MAX_COST_FILE_BYTES + 1)
+    if len(raw) > MAX_COST_FILE_BYTES:
+        raise ParameterError(
+            f"cost matrix file '{text}' is larger than {MAX_COST_FILE_BYTES} bytes; a cost matrix is small:"
+            " check that this is the right file"
+        )
+    try:
+        content = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ParameterError(
+            f"cost matrix file '{text}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start});"
+            " save it as UTF-8"
+        ) from None
     if text.lower().endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError:
-            raise ParameterError(f"'{text}' is YAML but PyYAML is not installed; write the cost matrix as JSON") from None
-        try:
-            spec = yaml.safe_load(content)
-        except yaml.YAMLError as exc:
-            raise ParameterError(f"cost matrix file '{text}' is not valid YAML ({str(exc).splitlines()[0]}); fix it") from None
+        spec = _parse_yaml(content, f"cost matrix file '{text}'")
     else:
-        try:
-            spec = json.loads(content)
-        except json.JSONDecodeError as exc:
-            raise ParameterError(
-                f"cost matrix file '{text}' is not valid JSON ({exc.msg}, line {exc.lineno}); fix it"
-            ) from None
+        spec = _parse_json(content, f"cost matrix file '{text}'")
     return CostMatrix.from_dict(spec)
+
+
+def _too_deep(what: str) -> ParameterError:
+    return ParameterError(f"{what} nests lists or objects more than {MAX_NESTING} deep; a cost matrix needs 3")
+
+
+def _check_nesting(spec: Any, what: str) -> Any:
+    """``spec``, once no list or dict in it is nested deeper than :data:`MAX_NESTING` (iteratively:
+    a deep value must not exhaust the stack of whatever reads it next)."""
+    stack = [(spec, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (list, dict)):
+            if depth > MAX_NESTING:
+                raise _too_deep(what)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return spec
+
+
+def _json_int(digits: str) -> int:
+    """JSON integers as Python ints, refusing those no float64 holds before ``int()`` meets them
+    (Python refuses over 4,300 digits with a ValueError; 309 and more overflow a float)."""
+    if len(digits.lstrip("-")) > 300:
+        raise ParameterError(
+            f"the cost matrix holds a {len(digits.lstrip('-'))}-digit integer; costs must be finite numbers of"
+            f" magnitude at most {MAX_ABS_COST:g} (scale the costs, e.g. thousands instead of units)"
+        )
+    return int(digits)
+
+
+def _parse_json(content: str, what: str) -> Any:
+    try:
+        return _check_nesting(json.loads(content, parse_int=_json_int), what)
+    except json.JSONDecodeError as exc:
+        if what.startswith("--cost-matrix"):  # inline: the user counts characters on the command line
+            raise ParameterError(f"{what} is invalid ({exc.msg} at character {exc.pos}); fix the JSON") from None
+        raise ParameterError(f"{what} is not valid JSON ({exc.msg}, line {exc.lineno}); fix it") from None
+    except RecursionError:
+        raise _too_deep(what) from None
+
+
+def _parse_yaml(content: str, what: str) -> Any:
+    """YAML with the safe loader, aliases refused: ``*name`` repeats a node without its bytes, so a
+    few hundred bytes can name billions of values ("billion laughs"); a cost matrix never needs one."""
+    try:
+        import yaml
+    except ImportError:
+        raise ParameterError(f"{what} is YAML but PyYAML is not installed; write the cost matrix as JSON") from None
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.events.AliasEvent):
+                event = self.peek_event()
+                raise ParameterError(
+                    f"{what} uses a YAML alias (*{event.anchor}, line {event.start_mark.line + 1}); aliases are"
+                    " refused (a few bytes of them can expand to gigabytes): write the values out"
+                )
+            return super().compose_node(parent, index)
+
+    try:
+        return _check_nesting(yaml.load(content, Loader=NoAliasLoader), what)  # noqa: S506 - a SafeLoader
+    except yaml.YAMLError as exc:
+        raise ParameterError(f"{what} is not valid YAML ({str(exc).splitlines()[0]}); fix it") from None
+    except RecursionError:
+        raise _too_deep(what) from None
+    except ParameterError:
+        raise
+    except (ValueError, OverflowError) as exc:  # an int of over 4,300 digits, a float too large
+        raise ParameterError(f"{what} holds a number no float64 holds ({str(exc)[:80]}); scale the costs") from None
 
 
 def cost_matrix_for_table(parsed: CostMatrix | None, model, files: list[str]) -> CostMatrix | None:

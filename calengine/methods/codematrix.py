@@ -355,6 +355,10 @@ def _linked_group(M: np.ndarray) -> set[int]:
     return seen
 
 
+#: the largest code matrix file read (a dense matrix of 1,000 classes by 10,000 columns fits in 16 MiB of CSV)
+MAX_MATRIX_FILE_BYTES = 32 << 20
+
+
 def load_matrix(path, k: int) -> np.ndarray:
     """Read a code matrix from a file and validate it for ``k`` classes.
 
@@ -364,6 +368,11 @@ def load_matrix(path, k: int) -> np.ndarray:
     """
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_MATRIX_FILE_BYTES:
+            raise CodeMatrixError(
+                f"code matrix file '{path}' is larger than {MAX_MATRIX_FILE_BYTES} bytes; a code matrix is small:"
+                " check the path after 'file:'"
+            )
         text = p.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise CodeMatrixError(
@@ -382,6 +391,11 @@ def load_matrix(path, k: int) -> np.ndarray:
                 f"code matrix file '{path}' is not valid JSON (line {exc.lineno}: {exc.msg}); write a "
                 'list of rows such as [[1, -1], [-1, 1]] or {"matrix": [[1, -1], [-1, 1]]}'
             ) from None
+        except (RecursionError, ValueError):  # nested 50,000 deep; an integer of over 4,300 digits
+            raise CodeMatrixError(
+                f"code matrix file '{path}' nests too deep or holds a number too long; write a list of rows of"
+                " -1/0/1 such as [[1, -1], [-1, 1]]"
+            ) from None
         if isinstance(data, dict):
             if "matrix" not in data:
                 raise CodeMatrixError(
@@ -393,7 +407,7 @@ def load_matrix(path, k: int) -> np.ndarray:
             raise CodeMatrixError(
                 f"code matrix file '{path}': expected a JSON list of rows (lists of -1/0/1)"
             )
-        if any(isinstance(v, (bool, str)) or v is None for row in data for v in row):
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for row in data for v in row):
             raise CodeMatrixError(
                 f"code matrix file '{path}': JSON entries must be the numbers -1, 0 or 1"
             )

@@ -149,7 +149,10 @@ def evaluate_models(models, data, target: str, *, cost_matrix=None, bootstrap: i
             check_report_dir(report)
         costs = [cost_matrix_for_table(parsed_costs, m, files) for m in loaded]
         if bootstrap:
+            from ..fit.training import check_seed
+
             check_bootstrap(bootstrap, loaded)
+            seed = check_seed(seed)
         bands = None
         with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements(loaded),
                         map_only=True) as c:
@@ -190,11 +193,20 @@ def model_labels(models, dirs) -> list[str]:
     return labels
 
 
+#: the most bootstrap replicates a band is drawn from (the CLI's bound, calengine.cli.limits, is the same)
+MAX_BOOTSTRAP = 10_000
+
+
 def check_bootstrap(replicates, models=()) -> None:
-    """``bootstrap`` needs at least 2 replicates, and draws bands for two-class models with one
+    """``replicates`` is bounded by :data:`MAX_BOOTSTRAP`; ``bootstrap`` needs at least 2 replicates, and draws bands for two-class models with one
     calibrator (the band is that calibrator's map refitted)."""
     if replicates < 2:
         raise ParameterError(f"--bootstrap needs at least 2 replicates, got {replicates}; e.g. --bootstrap 200")
+    if replicates > MAX_BOOTSTRAP:
+        raise ParameterError(
+            f"--bootstrap must be from 2 to {MAX_BOOTSTRAP}, got {replicates} (each replicate refits the calibrator);"
+            " e.g. --bootstrap 200"
+        )
     for m in models:
         if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
             raise ParameterError(

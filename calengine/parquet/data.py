@@ -307,6 +307,26 @@ def os_error_meaning(exc: OSError) -> str:
 
 
 @contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    """In the main thread, a SIGINT arriving inside the block takes effect when it ends (the block is
+    a few renames: short, and not to be cut in half)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    previous = signal.signal(signal.SIGINT, lambda *received: caught.append(received))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(*caught[0])
+
+
+@contextmanager
 def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterator[Path]:
     """A fresh staging directory beside ``target``; renamed onto it only if the block succeeds.
 
@@ -333,12 +353,18 @@ def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
         yield staging
         old = None
         try:
-            if occupied:
-                old = target.parent / f".{target.name}.old-{token}"
-                os.rename(target, old)
-            elif target.exists():
-                target.rmdir()
-            os.rename(staging, target)
+            with _interrupt_deferred():  # a Ctrl-C lands before the renames or after the record of them
+                if occupied:
+                    old = target.parent / f".{target.name}.old-{token}"
+                    os.rename(target, old)
+                elif target.exists():
+                    target.rmdir()
+                os.rename(staging, target)
+                from ..run_log import note_published
+
+                note_published(str(target))
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
         except OSError as exc:
             if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                 raise DataError(
@@ -346,8 +372,6 @@ def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
                     " discarded (use a different output path for concurrent runs)"
                 ) from exc
             raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if exc.errno in DISK_ERRNOS:
