@@ -7,7 +7,7 @@ calibrators again:
 
 * **refit** (default): each calibrator is fitted from scratch on the new data, with the method and
   parameters stored in the model.  This runs the calibrators' own reduction protocol over the new
-  table's partitions, exactly as ``calengine fit`` fits them (:func:`calengine.fit.table.fit_calibrators`):
+  table's partitions, exactly as ``calengine fit`` fits them (:func:`calengine.fit.calibrators.fit_calibrators`):
   the scores stay on the workers, only small statistics travel, and a calibrator without a reduction
   has its scores gathered on one worker (never the client).
 * **update** (``update=True``): the new data's statistics are merged with statistics stored in the
@@ -115,7 +115,7 @@ def block_counts(block: RecalBlock) -> tuple[np.ndarray, int, Any]:
 
 @dataclass
 class _Budget:
-    """What :func:`calengine.fit.table.fit_calibrators` reads of a fit's context."""
+    """What :func:`calengine.fit.calibrators.fit_calibrators` reads of a fit's context."""
 
     n_rows: int
     memory_limit: float
@@ -327,7 +327,7 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     from ..progress import gather_in_order
     from ..scores.table import plan_chunks, share_model
     from ..tasks import partitions as pt
-    from .table import _merge_summaries, fit_calibrators
+    from .calibrators import _merge_summaries, fit_calibrators
 
     check_recalibratable(model, update, forget)
     if weight is not None and (weight == target or weight in model.encoder.input_columns):
