@@ -371,3 +371,32 @@ def test_class_sampling_correction_inverts_bayes_rule_for_k_classes():
         sampling_rates(classes, class_sampling={"e": 0.5})
     with pytest.raises(ParameterError, match="two-class"):
         sampling_rates(classes, negative_sampling=0.5)
+
+
+def test_cv_weighs_every_held_out_metric_by_the_weight_column(tmp_path, cli, adult_scores):
+    """``cv --weight``: each fold's metrics weigh its held-out rows.  The raw learner's probability of a
+    logit column is its logistic function whatever the calibration, so the oracle is scikit-learn's
+    weighted Brier score and log loss of expit(z) on each fold's held-out rows (the folds are
+    calengine's seeded stratified folds of the label)."""
+    from scipy.special import expit
+    from sklearn.metrics import brier_score_loss, log_loss
+
+    from calengine.parquet.data import stratified_folds
+
+    df, _ = adult_scores
+    small = df.iloc[:4000].copy()
+    small["w"] = np.random.default_rng(5).integers(1, 4, len(small)).astype(np.float64)
+    data = _write(small, tmp_path / "weighted.parquet", row_group_size=1000)
+    r = cli("cv", data, "--target", "y", "--scores", "z", "--score-kind", "logit", "--method", "sigmoid",
+            "--weight", "w", "--folds", "3", "--seed", "7", "--json")
+    assert r.returncode == 0, r
+    per_fold = json.loads(r.stdout)["per_fold"]
+    y, w, p = small["y"].to_numpy(), small["w"].to_numpy(), expit(small["z"].to_numpy())
+    folds = stratified_folds(y.astype(np.int64), 3, 7)
+    assert len(per_fold) == 3
+    for (_, test), fold in zip(folds, per_fold):
+        assert fold["n"] == len(test)
+        raw = fold["raw"]
+        assert raw["n"] == pytest.approx(w[test].sum())
+        assert raw["brier"] == pytest.approx(brier_score_loss(y[test], p[test], sample_weight=w[test]), abs=1e-12)
+        assert raw["log_loss"] == pytest.approx(log_loss(y[test], p[test], sample_weight=w[test]), abs=1e-12)

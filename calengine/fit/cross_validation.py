@@ -53,16 +53,20 @@ class CVResult:
                 "per_fold": self.per_fold}
 
 
-def fold_metrics(model, X, y: np.ndarray) -> dict[str, Any]:
-    """Metrics of ``model`` on one held-out fold, calibrated and raw (runs in a task)."""
+def fold_metrics(model, X, y: np.ndarray, sample_weight: np.ndarray | None = None) -> dict[str, Any]:
+    """Metrics of ``model`` on one held-out fold, calibrated and raw (runs in a task).
+
+    ``sample_weight`` (``--weight``): the held-out rows' frequency weights, which every metric reads as
+    ``calengine evaluate --weight`` does (``n`` stays the fold's row count; the metrics' own ``n`` is the
+    total weight)."""
     from ..metrics.measures import MetricAccumulator
 
     P, Q = model.both_proba_features(X)
     k = model.n_classes
     return {
         "n": int(len(y)),
-        "calibrated": MetricAccumulator(k).add(y, P).result(),
-        "raw": MetricAccumulator(k).add(y, Q).result(),
+        "calibrated": MetricAccumulator(k).add(y, P, sample_weight=sample_weight).result(),
+        "raw": MetricAccumulator(k).add(y, Q, sample_weight=sample_weight).result(),
     }
 
 
@@ -122,9 +126,8 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
             # `calengine fit` runs (its checks, its weighted reductions, no learner for --scores)
             model = _fit_fold_table(client, spec, config, df.iloc[train], scratch.name, i, plugins)
             X_test = model.encoder.transform(df.iloc[test])
-            # metrics are unweighted: MetricAccumulator.add takes no sample_weight yet (issue 22 rewrites
-            # it); the seam is here, pass df[spec.weight].to_numpy()[test] to fold_metrics once it does
-            return client.submit(fold_metrics, model, X_test, y[test], pure=False).result()
+            w_test = df[spec.weight].to_numpy(dtype=np.float64)[test] if weight else None
+            return client.submit(fold_metrics, model, X_test, y[test], w_test, pure=False).result()
         encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
         encoder.fit(df.iloc[train][feature_cols])
         data = TrainingData(X=encoder.transform(df.iloc[train]), y=y[train])
