@@ -61,7 +61,7 @@ def __getattr__(name: str):
 
         return recalibrate
     if name == "calibrate_scores":
-        from .fit.score_columns import calibrate_scores
+        from .fit.scores_api import calibrate_scores
 
         return calibrate_scores
     if name == "load_model":

@@ -8,7 +8,7 @@ the learner handed on as it is (never cloned), and the model's encoder a
 :class:`~calengine.plan.columns.ColumnReader` of exactly the columns it reads.  This module holds the
 rest: which options apply (one line for each that cannot), how the score columns become that reader
 and learner, the class-sampling correction every fit can record (``--negative-sampling``,
-``--class-sampling``), and the Python API :func:`calibrate_scores`.
+``--class-sampling``); the Python API, :func:`calengine.fit.scores_api.calibrate_scores`, is apart.
 
 The multiclass calibration of a k-column score matrix is whatever the engine does for any learner's
 (n, k) scores (today one calibrator per column and the ``normalize`` combiner), so a calibrator of
@@ -17,7 +17,6 @@ whole score vectors plugs in for score columns and learners alike.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from ..errors import DataError, ParameterError
@@ -129,65 +128,6 @@ def with_sampling(model, config):
         model.class_rates = rates
         model.info["negative_sampling"] = config.negative_sampling
     return model
-
-
-# ---------------------------------------------------------------------------------------------- Python API
-
-
-def calibrate_scores(data, target: str, scores, *, method: str = "isotonic", method_params: dict | None = None,
-                     score_kind: str = "proba", classes=None, positive=None, weight: str | None = None,
-                     calibration_data=None, negative_sampling: float | None = None,
-                     class_sampling: dict | None = None, seed: int = 0, output=None, overwrite: bool = False,
-                     cluster=None, workers=None, worker_memory=None, progress=None):
-    """Calibrate the score column(s) of a table against ``target``: ``calengine fit DATA --scores``.
-
-    ``data`` (and ``calibration_data``): a Parquet path (file, directory, glob or URL) or a pandas
-    DataFrame.  ``scores``: a column name, a comma-separated string or a list (one column for two
-    classes, or one per class: see :mod:`calengine.score_columns` for how columns meet classes, and
-    ``classes`` to name them in order).  ``score_kind``: ``"proba"``, ``"decision"`` or ``"logit"``.
-    ``weight``: a column of frequency weights.  ``negative_sampling`` / ``class_sampling``: the
-    rates at which classes were kept (:mod:`calengine.methods.sampling`).  ``output``: save the model
-    there too.  Returns the :class:`~calengine.model.calibrated.CalibratedModel`; every bad input is
-    a :class:`~calengine.errors.CalengineError` raised before anything is written.
-    """
-    import tempfile
-
-    from ..cluster import dask_client
-    from ..parquet.data import table_files
-    from ..progress import Progress
-    from .table import TableSpec, fit_table
-    from .training import FitConfig
-
-    if isinstance(scores, str):
-        scores = [s.strip() for s in scores.split(",") if s.strip()]
-    if not scores:
-        raise ParameterError("scores must name at least one score column")
-    if output is not None and not overwrite and os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
-        raise ParameterError(f"output '{output}' already exists; choose a new path or pass overwrite=True")
-    with tempfile.TemporaryDirectory(prefix="calengine-scores-") as tmp:
-        spec = TableSpec(
-            data=_one_path(data, tmp, "data.parquet", table_files), target=target, positive=positive,
-            calibration_data=None if calibration_data is None else _one_path(calibration_data, tmp, "cal.parquet", table_files),
-            weight=weight, scores=tuple(scores), score_kind=score_kind,
-            classes=None if classes is None else tuple(classes),
-        )
-        config = FitConfig(method=method, method_params=dict(method_params or {}), seed=seed,
-                           negative_sampling=negative_sampling, class_sampling=class_sampling)
-        with dask_client(cluster, workers=workers, memory_limit=worker_memory) as client:
-            model = fit_table(client, spec, config, progress=Progress(enabled=progress))
-    if output is not None:
-        from ..model.artifact import save_model
-
-        save_model(model, output, overwrite=overwrite)
-    return model
-
-
-def _one_path(data, tmp: str, name: str, table_files) -> str:
-    """A path for a :class:`~calengine.fit.table.TableSpec`: ``data`` itself, or a DataFrame written to ``tmp``."""
-    if hasattr(data, "to_parquet"):
-        files, _ = table_files(data, tmp, name)
-        return files[0]
-    return os.fspath(data)
 
 
 def score_columns_info(model) -> dict[str, Any] | None:

@@ -306,6 +306,16 @@ def os_error_meaning(exc: OSError) -> str:
     return " ".join(str(exc).split())[:200]
 
 
+#: the real paths of the outputs this process has published (a staging directory renamed onto its
+#: target by :func:`staged_directory`); the CLI reads it through :func:`calengine.run_log.output_published`
+PUBLISHED: list[str] = []
+
+
+def note_published(path: str) -> None:
+    """Record that ``path`` is now complete and in place: a Ctrl-C from here on cannot undo it."""
+    PUBLISHED.append(os.path.realpath(path))
+
+
 @contextmanager
 def _interrupt_deferred() -> Iterator[None]:
     """In the main thread, a SIGINT arriving inside the block takes effect when it ends (the block is
@@ -360,8 +370,6 @@ def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
                 elif target.exists():
                     target.rmdir()
                 os.rename(staging, target)
-                from ..run_log import note_published
-
                 note_published(str(target))
                 if old is not None:
                     shutil.rmtree(old, ignore_errors=True)
