@@ -68,9 +68,9 @@ class _Run:
 
 _current: _Run | None = None
 
-# the record of published outputs lives where outputs are published (parquet.data imports nothing of
-# the run log, which keeps the import graph acyclic); these names stay importable from here
-from .parquet.data import PUBLISHED, note_published  # noqa: E402, F401
+# the record of published outputs is a stdlib-only module beside parquet.data, which publishes (the
+# import graph stays acyclic and --help lean); these names stay importable from here
+from .parquet.published import PUBLISHED, note_published  # noqa: E402, F401
 
 
 def output_published(args) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .published import PUBLISHED, note_published  # noqa: F401  (re-exported)
 from ..errors import DataError
 
 
@@ -304,16 +305,6 @@ def os_error_meaning(exc: OSError) -> str:
     if code:
         return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})"
     return " ".join(str(exc).split())[:200]
-
-
-#: the real paths of the outputs this process has published (a staging directory renamed onto its
-#: target by :func:`staged_directory`); the CLI reads it through :func:`calengine.run_log.output_published`
-PUBLISHED: list[str] = []
-
-
-def note_published(path: str) -> None:
-    """Record that ``path`` is now complete and in place: a Ctrl-C from here on cannot undo it."""
-    PUBLISHED.append(os.path.realpath(path))
 
 
 @contextmanager
