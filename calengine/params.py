@@ -73,6 +73,14 @@ class Params:
             valid[name].set_params(**sub_params)
         return self
 
+    def check_params(self) -> None:
+        """Optional: raise ``ValueError`` (or ``TypeError``) naming a parameter value this class cannot
+        use and the fix.  The engine calls it when it makes a plugin from user parameters
+        (``--learner-param``/``--method-param``/``--combiner-param``, the estimator's ``fit``), before
+        any data is read, so a bad value is one line at fit time rather than a failure when the model
+        is scored.  Parameter types (a number where the default is a number) are checked for every
+        plugin without it.  The default accepts everything."""
+
     def __repr__(self) -> str:
         defaults = {
             p.name: p.default

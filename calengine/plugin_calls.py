@@ -52,6 +52,23 @@ def distribution_of(cls: type) -> str:
         return dists[0]
 
 
+def importable_class_problem(cls: type) -> str | None:
+    """Why ``cls`` cannot be a plugin class, or None: it must be importable by its module and name.
+
+    The engine pickles plugin objects by reference to send them to Dask worker processes, and model
+    manifests name their classes; a class defined inside a function has neither (pickle's "Can't
+    pickle local object").
+    """
+    qualname = getattr(cls, "__qualname__", "")
+    if "<locals>" in qualname:
+        return (
+            f"{cls.__module__}.{qualname} is defined inside a function; a plugin class must be defined at"
+            " the top level of an importable module, because the engine sends it to Dask worker processes"
+            " by reference (pickle) and model manifests name it"
+        )
+    return None
+
+
 def kind_of(obj) -> str:
     from .base import Calibrator, Combiner
 

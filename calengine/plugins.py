@@ -128,6 +128,11 @@ def _register_one(plugins: PluginSet, record: PluginRecord, module: ModuleType, 
                         f"register_{_kind} got {cls!r}, which is not a subclass of "
                         f"calengine.base.{_base.__name__}"
                     )
+                from .plugin_calls import importable_class_problem
+
+                problem = importable_class_problem(cls)
+                if problem:
+                    raise PluginError(problem)
                 name = getattr(cls, "name", "")
                 if not isinstance(name, str) or not _NAME_RE.match(name):
                     raise PluginError(

@@ -39,10 +39,56 @@ def make(kind: str, name: str, params: dict[str, Any] | None = None, plugins: Pl
             f"{kind[:-1]} '{name}' has no parameter {', '.join(repr(u) for u in unknown)}; "
             f"valid parameters: {', '.join(sorted(valid)) or 'none'}"
         )
+    _check_value_types(cls, kind, name, params)
     try:
-        return cls(**params)
+        obj = cls(**params)
     except (TypeError, ValueError) as exc:
         raise ParameterError(f"bad parameters for {kind[:-1]} '{name}': {exc}") from exc
+    check = getattr(obj, "check_params", None)
+    if callable(check):
+        try:
+            check()
+        except (TypeError, ValueError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise ParameterError(
+                f"bad parameters for {kind[:-1]} '{name}': {reason} (see 'calengine plugins {name}')"
+            ) from None
+    return obj
+
+
+def _check_value_types(cls, kind: str, name: str, params: dict[str, Any]) -> None:
+    """Refuse, before any data is read, a value whose type cannot be what the parameter's default says.
+
+    Every plugin gets this without code of its own: a parameter whose default is a number takes a
+    number (``--combiner-param tol=abc`` used to be accepted by ``fit`` and to fail only when the model
+    was scored), one whose default is a boolean takes true/false.  ``None`` is always accepted (many
+    parameters mean "automatic" by it), and parameters whose default is a string or ``None`` may take
+    anything: the plugin's own ``check_params`` (see :class:`calengine.params.Params`) or its fit says.
+    """
+    import inspect
+    import numbers
+
+    defaults = {
+        p.name: p.default
+        for p in inspect.signature(cls.__init__).parameters.values()
+        if p.default is not p.empty
+    }
+    for key, value in params.items():
+        default = defaults.get(key, None)
+        if value is None or default is None:
+            continue
+        if isinstance(default, bool):
+            wrong, want = type(value).__name__ not in ("bool", "bool_"), "true or false"
+        elif isinstance(default, numbers.Real):
+            wrong = isinstance(value, (str, bytes, bool)) or not isinstance(value, (numbers.Real, tuple, list))
+            want = "a number"
+        else:
+            continue
+        if wrong:
+            raise ParameterError(
+                f"{kind[:-1]} '{name}' parameter '{key}' takes {want} (default {default!r}), got {value!r};"
+                f" see 'calengine plugins {name}'"
+            )
 
 
 def make_learner(spec: str, params: dict[str, Any] | None = None, plugins: PluginSet | None = None):

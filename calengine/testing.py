@@ -31,7 +31,9 @@ from types import ModuleType
 import numpy as np
 
 from .base import Calibrator, Combiner, Learner
+from .plugin_calls import importable_class_problem
 from .plugins import _NAME_RE, load_plugins
+from .reductions.agreement import REDUCTION_ATOL, probe_rows, reduction_disagreement
 
 __all__ = [
     "check_learner",
@@ -63,9 +65,21 @@ def _check_common(cls, base: type) -> None:
         raise AssertionError(f"{cls!r} must subclass calengine.base.{base.__name__}")
     if not isinstance(cls.name, str) or not _NAME_RE.match(cls.name):
         _fail(cls, f"class attribute name must match [a-z][a-z0-9_]*, got {cls.name!r}")
+    problem = importable_class_problem(cls)
+    if problem:
+        _fail(cls, problem)
     from sklearn.base import clone
 
     obj = cls()
+    params = set(obj._get_param_names())
+    extra = sorted(a for a in vars(obj) if a not in params and not a.startswith("_"))
+    if extra:
+        _fail(
+            cls,
+            f"__init__ sets {', '.join(extra)}, which are not parameters; __init__ must only store its"
+            " parameters (scikit-learn's convention: clone and set_params rebuild objects from them, so"
+            " anything else set there is lost or stale); compute it in fit",
+        )
     try:
         copy = clone(obj)
     except Exception as exc:  # noqa: BLE001
@@ -115,6 +129,7 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
         again = seeded(cls(), 0).fit(X, y)
         if not np.array_equal(np.asarray(again.score(X)), S):
             _fail(cls, "two fits with the same random_state give different scores; seed all randomness")
+        _check_state_types(cls, learner.to_state(), learner=True)
         restored = _roundtrip_state(learner, trusted)
         if not np.array_equal(np.asarray(restored.score(X)), S):
             _fail(cls, "to_state/from_state does not reproduce the scores exactly")
@@ -299,18 +314,90 @@ def check_calibrator(cls: type, monotone: bool | None = None) -> None:
                 "predict is not non-decreasing in the score; if that is by design, declare monotone = False"
                 " on the class (or pass monotone=False to the check)",
             )
-        for key, value in cal.to_state().items():
-            ok = isinstance(value, (int, float, bool, str, np.integer, np.floating, np.bool_)) or (
-                isinstance(value, np.ndarray) and value.dtype != object
-            )
-            if not ok:
-                _fail(cls, f"to_state()['{key}'] is a {type(value).__name__}; only arrays and scalars are stored")
-            if isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
-                _fail(cls, f"to_state()['{key}'] holds NaN or infinity; calibrator arrays must be finite")
+        _check_state_types(cls, cal.to_state(), learner=False)
         restored = _roundtrip_state(cal, frozenset())
         if not np.array_equal(np.asarray(restored.predict(grid)), p):
             _fail(cls, "to_state/from_state does not reproduce predictions exactly")
-        cal.fit(scores, y, sample_weight=np.full(len(y), 2.0), score_kind=kind)
+        _check_calibrator_weights(cls, scores, y, kind, grid)
+    _check_calibrator_reduction(cls)
+
+
+def _check_state_types(cls, state: dict, learner: bool) -> None:
+    """Only the documented types: numpy arrays (not object), ints, floats, bools and strings; for
+    learners also bytes (a library's model file) and scikit-learn estimators (stored with skops).  A
+    ``dict`` or ``list`` would be written as JSON and come back changed (integer keys become strings,
+    tuples lists), so it is refused here rather than misread in a later process."""
+    for key, value in state.items():
+        ok = isinstance(value, (int, float, bool, str, np.integer, np.floating, np.bool_)) or (
+            isinstance(value, np.ndarray) and value.dtype != object
+        )
+        if learner and not ok:
+            from .model.artifact import _is_estimator
+
+            ok = isinstance(value, bytes) or _is_estimator(value)
+        if not ok:
+            allowed = "arrays, scalars, strings" + (", bytes and scikit-learn estimators" if learner else "")
+            _fail(
+                cls,
+                f"to_state()['{key}'] is a {type(value).__name__}; only {allowed} are stored (a dict or list"
+                " would come back changed from the model file): store its parts under keys of their own",
+            )
+        # a calibrator's map is finite numbers; a learner may store infinite thresholds (a tree's edges)
+        finite = np.ndarray if not learner else ()
+        if isinstance(value, finite) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+            _fail(cls, f"to_state()['{key}'] holds NaN or infinity; calibrator arrays must be finite")
+
+
+def _check_calibrator_weights(cls, scores, y, kind: str, grid) -> None:
+    """Integer weights must act as duplicated rows (to 1e-6), as every calibrator reduction sums them;
+    at the least they must change the fit: a calibrator that ignores ``sample_weight`` loses
+    ``--weight``, Probing's costing and the estimator's sample weights without a word."""
+    w = np.tile([1.0, 3.0, 0.0, 2.0], len(y) // 4 + 1)[: len(y)]
+    reps = w.astype(np.int64)
+    weighted = np.asarray(cls().fit(scores, y, sample_weight=w, score_kind=kind).predict(grid), dtype=float)
+    duplicated = np.asarray(
+        cls().fit(np.repeat(scores, reps), np.repeat(y, reps), score_kind=kind).predict(grid), dtype=float
+    )
+    if np.allclose(weighted, duplicated, rtol=0, atol=REDUCTION_ATOL):
+        return
+    plain = np.asarray(cls().fit(scores, y, score_kind=kind).predict(grid), dtype=float)
+    if np.array_equal(weighted, plain):
+        _fail(cls, f"fit ignores sample_weight ({kind} scores: weights 0-3 give the map of no weights); use them")
+    if not getattr(cls(), "weights_as_duplicates", True):
+        return
+    _fail(
+        cls,
+        f"integer sample weights do not act as duplicated rows ({kind} scores: maps differ by up to"
+        f" {np.max(np.abs(weighted - duplicated)):.3g}); weigh every sum by them, or declare"
+        " weights_as_duplicates = False on the class if the fit also counts rows by design",
+    )
+
+
+def _check_calibrator_reduction(cls, trials: int = 4) -> None:
+    """A declared reduction must fit what ``fit`` fits, for any cutting and merge tree.
+
+    For each score kind with a reduction, several random cuttings of 300 weighted rows (an empty piece
+    and a one-row piece included for arbitrary pieces; increasing score ranges that never split a tie
+    for sorted requests) are merged in random trees that keep the pieces' order, and the fitted map
+    must equal ``fit``'s on the same rows to :data:`calengine.reductions.agreement.REDUCTION_ATOL`.
+    """
+    for kind in ("decision", "proba"):
+        s, y, grid = probe_rows(300, kind, seed=1)
+        w = np.tile([1.0, 2.0, 1.0, 0.5], len(y) // 4 + 1)[: len(y)]
+        for trial in range(trials):
+            rng = np.random.default_rng(trial)
+            n_pieces = int(rng.integers(2, 9))
+            found = reduction_disagreement(cls, s, y, w, kind, grid, n_pieces, rng)
+            if found is None:
+                break
+            if found > REDUCTION_ATOL:
+                _fail(
+                    cls,
+                    f"the reduction protocol over {n_pieces} pieces ({kind} scores, cutting {trial}) fits a map"
+                    f" up to {found:.3g} away from fit on the same rows; partial_stats must summarise any"
+                    " piece, merge_stats must combine both arguments (associatively) and reduction_step must"
+                    " finish what fit does (see calengine.base.Calibrator)",
+                )
 
 
 def check_combiner(cls: type, atol: float = 1e-6) -> None:

@@ -144,21 +144,23 @@ def test_python_api_refuses_sparse_input_for_a_learner_not_declaring_accepts_spa
     assert clf.predict_proba(X.toarray()).shape == (60, 2)
 
 
+class _ClashingIso(Calibrator):
+    name = "isotonic"
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        return self
+
+    def predict(self, scores):
+        return scores
+
+
 def test_a_clash_is_recorded_when_allowed_and_raised_naming_both_otherwise():
     import types
 
     from calengine.plugins import load_plugins
 
     mod = types.ModuleType("clashing_isotonic")
-
-    class Iso(Calibrator):
-        name = "isotonic"
-
-        def fit(self, scores, y, sample_weight=None, score_kind="decision"):
-            return self
-
-        def predict(self, scores):
-            return scores
+    Iso = _ClashingIso
 
     @calengine.hookimpl
     def register_calibrators(register):

@@ -160,31 +160,33 @@ def test_learner_whose_csr_scores_differ_from_dense_is_caught():
         testing.check_learner(_SparseDiffers)
 
 
+class _Uniform(Combiner):
+    name = "uniform"
+
+    def combine(self, R, M, counts=None):
+        return np.full((R.shape[0], M.shape[0]), 1.0 / M.shape[0])
+
+
 def test_combiner_returning_uniform_rows_is_caught():
-    class Uniform(Combiner):
-        name = "uniform"
-
-        def combine(self, R, M, counts=None):
-            return np.full((R.shape[0], M.shape[0]), 1.0 / M.shape[0])
-
     with pytest.raises(AssertionError, match="not exact on consistent estimates for the one-vs-all"):
-        testing.check_combiner(Uniform)
+        testing.check_combiner(_Uniform)
+
+
+class _NormalizeEverywhere(Combiner):
+    """Normalises the columns as if the matrix were one-vs-all: right there, wrong on all-pairs."""
+
+    name = "normalize_everywhere"
+
+    def combine(self, R, M, counts=None):
+        k = M.shape[0]
+        out = np.ones((R.shape[0], k))
+        out[:, : min(k, R.shape[1])] = R[:, :k]
+        return out / out.sum(axis=1, keepdims=True)
 
 
 def test_combiner_exact_on_one_matrix_but_not_another_is_caught():
-    class NormalizeEverywhere(Combiner):
-        """Normalises the columns as if the matrix were one-vs-all: right there, wrong on all-pairs."""
-
-        name = "normalize_everywhere"
-
-        def combine(self, R, M, counts=None):
-            k = M.shape[0]
-            out = np.ones((R.shape[0], k))
-            out[:, : min(k, R.shape[1])] = R[:, :k]
-            return out / out.sum(axis=1, keepdims=True)
-
     with pytest.raises(AssertionError, match="all-pairs"):
-        testing.check_combiner(NormalizeEverywhere)
+        testing.check_combiner(_NormalizeEverywhere)
 
 
 class _Bump(Calibrator):
@@ -195,8 +197,9 @@ class _Bump(Calibrator):
 
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):
         scores = np.asarray(scores, float)
-        self.centre_ = float(np.median(scores))
-        self.scale_ = float(np.std(scores) or 1.0)
+        w = np.ones(len(scores)) if sample_weight is None else np.asarray(sample_weight, float)
+        self.centre_ = float(np.average(scores, weights=w))
+        self.scale_ = float(np.sqrt(np.average((scores - self.centre_) ** 2, weights=w)) or 1.0)
         return self
 
     def predict(self, scores):
@@ -305,3 +308,145 @@ def test_public_sklearn_learner_refuses_csr_unless_declared_and_builds_a_sparse_
     assert fitted.estimator_.steps[0][1].with_mean is False
     assert SparseScaled().fit(X, y).estimator_.steps[0][1].with_mean is True
     testing.check_learner(SparseScaled)
+
+
+# ------------------------------------------------------------------------------ reduction, weights, state, init
+
+
+class _SignRate(Calibrator):
+    """Weighted positive rate below and above the score midpoint, fitted as a one-round reduction: an
+    honest reduction calibrator the broken ones below are made from."""
+
+    name = "sign_rate"
+    monotone = False
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        request = self.reduction_start(score_kind)
+        self.reduction_step(self.partial_stats(scores, y, sample_weight, request), request)
+        return self
+
+    def reduction_start(self, score_kind="decision"):
+        return {"threshold": 0.5 if score_kind == "proba" else 0.0}
+
+    def partial_stats(self, scores, y, sample_weight, request):
+        s = np.asarray(scores, float)
+        w = np.ones(len(s)) if sample_weight is None else np.asarray(sample_weight, float)
+        side = (s > request["threshold"]).astype(int)
+        return {"pos": np.bincount(side, weights=w * np.asarray(y), minlength=2),
+                "tot": np.bincount(side, weights=w, minlength=2)}
+
+    def merge_stats(self, a, b):
+        return {"pos": a["pos"] + b["pos"], "tot": a["tot"] + b["tot"]}
+
+    def reduction_step(self, stats, request):
+        self.threshold_ = float(request["threshold"])
+        self.rates_ = (stats["pos"] + 1.0) / (stats["tot"] + 2.0)
+        return None
+
+    def predict(self, scores):
+        return self.rates_[(np.asarray(scores, float) > self.threshold_).astype(int)]
+
+
+class _DropsSecondPiece(_SignRate):
+    name = "drops_second_piece"
+
+    def merge_stats(self, a, b):
+        return a
+
+
+class _CalIgnoresWeights(_SignRate):
+    name = "cal_ignores_weights"
+
+    def partial_stats(self, scores, y, sample_weight, request):
+        return super().partial_stats(scores, y, None, request)
+
+
+class _DictState(_SignRate):
+    name = "dict_state"
+
+    def to_state(self):
+        return {"threshold_": self.threshold_, "rates_": {0: float(self.rates_[0]), 1: float(self.rates_[1])}}
+
+
+class _WorkInInit(_SignRate):
+    name = "work_in_init"
+
+    def __init__(self, smoothing=1.0):
+        self.smoothing = smoothing
+        self.table = np.zeros(2)  # not a parameter: clone and set_params would lose it
+
+
+def test_the_honest_reduction_calibrator_passes():
+    testing.check_calibrator(_SignRate)
+
+
+def test_a_reduction_whose_merge_drops_a_piece_is_caught():
+    with pytest.raises(AssertionError, match="reduction protocol over .* pieces .* away from fit"):
+        testing.check_calibrator(_DropsSecondPiece)
+
+
+def test_a_calibrator_ignoring_sample_weight_is_caught():
+    with pytest.raises(AssertionError, match="ignores sample_weight"):
+        testing.check_calibrator(_CalIgnoresWeights)
+
+
+def test_a_dict_in_state_is_caught_for_calibrators_and_learners():
+    with pytest.raises(AssertionError, match=r"to_state\(\)\['rates_'\] is a dict"):
+        testing.check_calibrator(_DictState)
+
+    class_dict = type("_DictLearner", (_MeanLearner,), {
+        "name": "dict_learner", "__module__": __name__, "__qualname__": "_DictLearner",
+        "to_state": lambda self: {"means": {i: m for i, m in enumerate(self.means_)}},
+    })
+    with pytest.raises(AssertionError, match=r"to_state\(\)\['means'\] is a dict"):
+        testing.check_learner(class_dict)
+
+
+def test_init_that_sets_other_attributes_is_caught():
+    with pytest.raises(AssertionError, match="__init__ sets table, which are not parameters"):
+        testing.check_calibrator(_WorkInInit)
+
+
+def test_a_plugin_class_defined_in_a_function_gets_one_sentence_not_a_pickle_error():
+    class Local(_SignRate):
+        name = "local_rate"
+
+    with pytest.raises(AssertionError, match="defined inside a function.*importable module"):
+        testing.check_calibrator(Local)
+    ps = load_plugins(strict=False, extra_modules=(_plugin_module("kit_local", calibrators=(Local,)),),
+                      entry_points=False)
+    assert "local_rate" not in ps.classes["calibrators"]
+    assert "defined inside a function" in ps.records[-1].error
+
+
+def test_the_engine_refuses_a_reduction_that_disagrees_with_its_fit_once_per_process():
+    """Users install plugins whose tests they never ran: the first reduction fit of the class in a
+    process runs the probe, and the honest calibrator passes it (and is then cached)."""
+    from calengine.errors import PluginError
+    from calengine.reductions import agreement
+
+    with pytest.raises(PluginError, match="calibrator 'drops_second_piece' .* reduction protocol .* away from its own fit"):
+        agreement.check_reduction_once(_DropsSecondPiece(), "decision")
+    agreement.check_reduction_once(_SignRate(), "decision")
+    assert any(key[1] == "_SignRate" for key in agreement._CHECKED)
+    assert not any(key[1] == "_DropsSecondPiece" for key in agreement._CHECKED)
+
+
+def test_bad_parameter_values_are_refused_when_a_plugin_is_made():
+    """Types from the defaults for every plugin, ranges from the plugin's own check_params."""
+    from calengine import registry
+    from calengine.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="combiner 'coupling' parameter 'tol' takes a number"):
+        registry.make("combiners", "coupling", {"tol": "abc"}, _PLUGINS)
+    with pytest.raises(ParameterError, match="coupling: tol must be a number in"):
+        registry.make("combiners", "coupling", {"tol": -1.0}, _PLUGINS)
+    with pytest.raises(ParameterError, match="learner 'gaussian_nb' parameter 'var_smoothing' takes a number"):
+        registry.make("learners", "gaussian_nb", {"var_smoothing": "abc"}, _PLUGINS)
+    with pytest.raises(ParameterError, match="'standardize' takes true or false"):
+        registry.make("learners", "knn", {"standardize": 1}, _PLUGINS)
+    with pytest.raises(ParameterError, match="n_bins must be"):
+        registry.make("calibrators", "binning", {"n_bins": 0}, _PLUGINS)
+    # values of the right kind pass; None passes everywhere; tuples where a number is the default
+    registry.make("learners", "mlp", {"hidden_layer_sizes": (5, 5), "random_state": None}, _PLUGINS)
+    registry.make("combiners", "k_minus_one", {"floor": 0}, _PLUGINS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import subprocess
 import sys
 import textwrap
@@ -131,9 +133,17 @@ def test_installed_third_party_plugin_is_found_and_broken_one_is_reported(instal
     # unscaled mean distances: a weak but real ranker on pima (AUC about 0.66)
     assert cli("evaluate", out, "data/pima.parquet", "--target", "class", "--json").json()["auc"] > 0.6
 
-    # strict mode turns the failure into an error, by flag and by environment variable
-    assert_one_line_error(cli("--strict-plugins", "plugins"), "calengine-testplugin-broken", "broken on purpose")
-    assert_one_line_error(cli("plugins", env={"CALENGINE_STRICT_PLUGINS": "1"}), "calengine-testplugin-broken")
+    # strict mode turns the failure into an error, by flag and by environment variable; the plugins
+    # command still lists every plugin first (it is the one meant to diagnose them), then exits 2
+    strict = cli("--strict-plugins", "plugins")
+    assert_one_line_error(strict, "calengine-testplugin-broken", "failed to load")
+    assert "FAILED" in strict.stdout and "broken on purpose" in strict.stdout and "mean_difference" in strict.stdout
+    strict_json = cli("plugins", "--json", env={"CALENGINE_STRICT_PLUGINS": "1"})
+    assert_one_line_error(strict_json, "calengine-testplugin-broken")
+    assert any(f["name"] == "calengine-testplugin-broken:broken" for f in json.loads(strict_json.stdout)["failures"])
+    assert_one_line_error(cli("--strict-plugins", "fit", "data/pima.parquet", "--target", "class", "--output",
+                              tmp_path / "strict"), "calengine-testplugin-broken", "broken on purpose")
+    assert not (tmp_path / "strict").exists()
     with pytest.raises(PluginError, match="broken on purpose"):
         plugin_mod.load_plugins(strict=True)
 

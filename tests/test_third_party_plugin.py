@@ -67,6 +67,7 @@ class HistogramBins(Calibrator):
 
     name = "tp_bins"
     monotone = False
+    weights_as_duplicates = False  # bin edges are quantiles of the rows, not of the weight
 
     def __init__(self, n_bins=10, fail=False):
         self.n_bins = n_bins
@@ -88,10 +89,46 @@ class HistogramBins(Calibrator):
         return self.probs_[np.searchsorted(self.edges_, np.asarray(scores, float), side="right")]
 
 
+class LossyRate(Calibrator):
+    """Positive rate on each side of the score midpoint, as a reduction whose merge keeps only its
+    first piece: a bug the author's own tests (without the kit) never saw."""
+
+    name = "tp_lossy_rate"
+    monotone = False
+
+    def fit(self, scores, y, sample_weight=None, score_kind="decision"):
+        request = self.reduction_start(score_kind)
+        self.reduction_step(self.partial_stats(scores, y, sample_weight, request), request)
+        return self
+
+    def reduction_start(self, score_kind="decision"):
+        return {{"threshold": 0.5 if score_kind == "proba" else 0.0}}
+
+    def partial_stats(self, scores, y, sample_weight, request):
+        s = np.asarray(scores, float)
+        w = np.ones(len(s)) if sample_weight is None else np.asarray(sample_weight, float)
+        side = (s > request["threshold"]).astype(int)
+        return {{"pos": np.bincount(side, weights=w * y, minlength=2), "tot": np.bincount(side, weights=w, minlength=2)}}
+
+    def merge_stats(self, a, b):
+        return a
+
+    def reduction_step(self, stats, request):
+        self.threshold_ = float(request["threshold"])
+        self.rates_ = (stats["pos"] + 1.0) / (stats["tot"] + 2.0)
+        return None
+
+    def predict(self, scores):
+        return self.rates_[(np.asarray(scores, float) > self.threshold_).astype(int)]
+
+
 class Renormalize(Combiner):
-    """One-vs-all column estimates divided by their sum."""
+    """One-vs-all column estimates divided by their sum, each at least ``floor``."""
 
     name = "tp_renormalize"
+
+    def __init__(self, floor=1e-12):
+        self.floor = floor
 
     def check_matrix(self, M):
         k = M.shape[0]
@@ -99,7 +136,9 @@ class Renormalize(Combiner):
             raise CodeMatrixError("combiner 'tp_renormalize' needs the one_vs_all matrix")
 
     def combine(self, R, M, counts=None):
-        R = np.clip(np.asarray(R, float), 1e-12, None)
+        if not 0 < self.floor < 1:
+            raise ValueError(f"floor must be in (0, 1), got {{self.floor!r}}")
+        R = np.clip(np.asarray(R, float), self.floor, None)
         return R / R.sum(axis=1, keepdims=True)
 
 
@@ -111,6 +150,7 @@ def register_learners(register):
 @calengine.hookimpl
 def register_calibrators(register):
     register(HistogramBins)
+    register(LossyRate)
 
 
 @calengine.hookimpl
@@ -202,7 +242,15 @@ def test_the_kit_accepts_the_package_including_its_non_monotone_calibrator(third
 
     from calengine.testing import check_plugin_module
 
-    check_plugin_module(importlib.import_module("ce_thirdparty"))
+    from calengine.testing import check_calibrator, check_combiner, check_learner
+
+    module = importlib.import_module("ce_thirdparty")
+    # the package's lossy reduction is what the kit exists for: it names the class and the protocol
+    with pytest.raises(AssertionError, match="LossyRate: the reduction protocol over"):
+        check_plugin_module(module)
+    check_learner(module.MeanDifference)
+    check_calibrator(module.HistogramBins)
+    check_combiner(module.Renormalize)
 
 
 def test_cli_lists_it_and_its_parameters(thirdparty, cli):
@@ -301,3 +349,25 @@ def test_a_name_clash_is_listed_by_plugins_and_stops_other_commands_naming_both(
     finally:
         _pip("uninstall", "-y", "calengine-thirdparty-clash")
         plugin_mod.reset_plugin_cache()
+
+
+def test_a_reduction_calibrator_whose_merge_loses_pieces_is_refused_at_first_use(thirdparty, cli, tmp_path):
+    """The package's tp_lossy_rate merges statistics wrongly (its own tests never ran the kit): the
+    engine's probe refuses it in one line naming the distribution, before a model is published."""
+    r = cli("fit", "data/pima.parquet", "--target", "class", "--learner", "tp_mean_difference",
+            "--method", "tp_lossy_rate", "--output", tmp_path / "m")
+    assert_one_line_error(r, "calibrator 'tp_lossy_rate'", f"{DIST} 1.0.0", "reduction protocol")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_bad_combiner_parameter_is_refused_by_fit_not_by_score(thirdparty, cli, tmp_path):
+    r = cli("fit", "data/pendigits_test.parquet", "--target", "class", "--learner", "tp_mean_difference",
+            "--method", "sigmoid", "--multiclass", "one_vs_all:tp_renormalize", "--combiner-param", "floor=abc",
+            "--output", tmp_path / "m")
+    assert_one_line_error(r, "combiner 'tp_renormalize' parameter 'floor' takes a number")
+    r = cli("fit", "data/pendigits_test.parquet", "--target", "class", "--learner", "tp_mean_difference",
+            "--method", "sigmoid", "--multiclass", "one_vs_all:tp_renormalize", "--combiner-param", "floor=2.0",
+            "--output", tmp_path / "m")
+    # no check_params in the plugin: the fit-time probe of combine finds the value it cannot use
+    assert_one_line_error(r, "combiner 'tp_renormalize' cannot combine with --combiner-param floor=2.0")
+    assert not (tmp_path / "m").exists()

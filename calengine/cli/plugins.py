@@ -18,17 +18,35 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """List every plugin, failures and name clashes included (a clash stops every other command, so
-    this one must still show what is installed), or describe one registered NAME."""
-    from ..plugins import get_plugins
+    this one must still show what is installed), or describe one registered NAME.
 
-    plugins = get_plugins(allow_clashes=True)
+    Strict mode (``--strict-plugins`` / ``CALENGINE_STRICT_PLUGINS=1``) does not hide the listing: this
+    is the command that diagnoses plugins, so it always lists them (loaded leniently) and then, if any
+    failed, says so in one ``error:`` line and exits 2, as every other command would in strict mode.
+    """
+    from ..plugins import get_plugins, is_strict
+
+    plugins = get_plugins(strict=False, allow_clashes=True)
     if args.name:
         return _describe(plugins, args.name, args.json)
     records = [r.as_dict() for r in plugins.records]
     if args.json:
         print(json.dumps({"plugins": records, "failures": [r for r in records if r["error"]],
                           "clashes": plugins.clashes}))
-        return 0
+    else:
+        _print_records(records)
+    failed = [r["name"] for r in records if r["error"]]
+    if failed and is_strict(None):
+        from ..errors import PluginError
+
+        raise PluginError(
+            f"strict plugins: {len(failed)} plugin(s) failed to load ({', '.join(failed)}); the listing above"
+            " says why: fix or uninstall them, or unset --strict-plugins/CALENGINE_STRICT_PLUGINS"
+        )
+    return 0
+
+
+def _print_records(records: list[dict]) -> None:
     for r in records:
         status = "FAILED" if r["error"] else ("CLASH" if r["clashes"] else "ok")
         print(f"{r['name']}  ({r['distribution']} {r['version']})  {status}")
@@ -41,7 +59,6 @@ def run(args) -> int:
             print(f"    clash: {clash}")
     if not records:
         print("no plugins installed (pip install calengine-builtins)")
-    return 0
 
 
 def _describe(plugins, name: str, as_json: bool) -> int:

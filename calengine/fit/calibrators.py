@@ -78,6 +78,10 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
         with plugin_errors(cal, "fit"):
             requests.append(cal.reduction_start(score_kind))
     fallback = [i for i, r in enumerate(requests) if r is None]
+    if len(fallback) < len(requests):
+        from ..reductions.agreement import check_reduction_once
+
+        check_reduction_once(calibrator, score_kind)  # a plugin whose reduction disagrees with its fit
     pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
     rounds = 0
     while True:

@@ -363,6 +363,9 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
     calibrator = None
     if config.method not in ENGINE_METHODS:
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
+    code, sep, comb = (config.multiclass or "").rpartition(":")
+    if sep and comb and code.lower() != "file":  # the combiner's parameters, checked before any data is read
+        registry.make("combiners", comb, config.combiner_params, plugins)
     return plugins, plugin_requirements([*learners, calibrator], plugins)
 
 
@@ -441,7 +444,43 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params:
 
     with plugin_errors(combiner, "combine"):  # a CodeMatrixError (its refusal) passes unchanged
         combiner.check_matrix(M)
+    probe_combiner(combiner, M, params or {})
     return M, combiner
+
+
+def probe_combiner(combiner, M: np.ndarray, params: dict[str, Any]) -> None:
+    """Combine two rows of consistent column estimates now, at fit time.
+
+    A combiner uses its parameters only when it combines, which is when a model is scored: a value it
+    cannot use (``--combiner-param tol=abc`` for a plugin without ``check_params``) used to give a model
+    that ``fit`` published and ``score`` then called damaged.  Two rows cost nothing next to a fit; a
+    failure is one line naming the combiner and the parameters given, before any data is read.
+    """
+    from ..errors import CalengineError
+    from ..plugin_calls import describe, plugin_errors
+
+    k = M.shape[0]
+    P = np.vstack([np.full(k, 1.0 / k), np.arange(1, k + 1) / (k * (k + 1) / 2)])
+    R = (P @ (M == 1)) / (P @ (M != 0))
+    try:
+        with plugin_errors(combiner, "combine"):
+            out = np.asarray(combiner.combine(R, M, np.ones(M.shape[1], dtype=np.int64)), dtype=float)
+    except CalengineError as exc:
+        if not params:
+            raise
+        given = ", ".join(f"{key}={value!r}" for key, value in params.items())
+        raise ParameterError(
+            f"{describe(combiner)} cannot combine with --combiner-param {given}: {exc}"
+        ) from None
+    if out.shape != P.shape or not np.all(np.isfinite(out)):
+        from ..errors import PluginError
+        from ..plugin_calls import distribution_of
+
+        raise PluginError(
+            f"{describe(combiner)} (plugin code from {distribution_of(type(combiner))}) returned"
+            f" {out.shape} {'non-finite ' if out.shape == P.shape else ''}probabilities for 2 rows of {k}"
+            " classes; try another combiner, or report it to the plugin's authors"
+        )
 
 
 def fold_assignment(y: np.ndarray, cv: int, seed: int, classes=None) -> np.ndarray:

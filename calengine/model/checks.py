@@ -359,6 +359,14 @@ def feature_width(encoder: Any) -> int:
     return int(sum(c.width(encoder.text_hash_bits) for c in encoder.columns_))
 
 
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut at the last word boundary before ``limit`` characters, with an ellipsis if cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return cut + " ..."
+
+
 def probe_model(model: Any) -> None:
     """Score two synthetic rows through ``model``; any failure or an invalid probability is a damaged model."""
     n_cols = model.code_matrix.shape[1]
@@ -384,7 +392,7 @@ def probe_model(model: Any) -> None:
     except MemoryError:
         raise _damaged("scoring a test row needs more memory than a model can justify") from None
     except Exception as exc:  # noqa: BLE001 - whatever the stored arrays make numpy raise
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        reason = _clip(str(exc).splitlines()[0], 300) if str(exc) else type(exc).__name__
         raise _damaged(f"the stored learners and calibrators do not fit together ({type(exc).__name__}: {reason})") from None
     k = model.n_classes
     P = np.asarray(P)

@@ -100,6 +100,11 @@ def _pair_matrix(R: np.ndarray, M: np.ndarray, clip: float) -> np.ndarray:
     return r
 
 
+def _is_int(value) -> bool:
+    """An integer parameter value (numpy integers included, booleans not)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 # --------------------------------------------------------------------------------------------------
 # normalisation and k-1
 
@@ -145,14 +150,17 @@ class KMinusOne(Combiner):
     def __init__(self, floor: float = 0.001):
         self.floor = floor
 
+    def check_params(self) -> None:
+        if isinstance(self.floor, bool) or not isinstance(self.floor, (int, float)) or not 0.0 <= self.floor < 1.0:
+            raise ParameterError(f"k_minus_one: floor must be a number in [0, 1), got {self.floor!r}")
+
     def check_matrix(self, M) -> None:
         M = _matrix(M)
         if not is_k_minus_one(M):
             raise _wrong_matrix(self.name, "a k_minus_one (class l vs rest, l < k-1)", "k_minus_one")
 
     def combine(self, R, M, counts=None) -> np.ndarray:
-        if not 0.0 <= self.floor < 1.0:
-            raise ParameterError(f"k_minus_one: floor must be in [0, 1), got {self.floor!r}")
+        self.check_params()
         M = _matrix(M)
         self.check_matrix(M)
         R = np.clip(_estimates(R, M), 0.0, 1.0)
@@ -206,12 +214,15 @@ class LeastSquares(Combiner):
     def __init__(self, max_iter: int | None = None):
         self.max_iter = max_iter
 
+    def check_params(self) -> None:
+        if self.max_iter is not None and not (_is_int(self.max_iter) and self.max_iter >= 1):
+            raise ParameterError(f"least_squares: max_iter must be an integer >= 1 or None, got {self.max_iter!r}")
+
     def check_matrix(self, M) -> None:
         _matrix(M)
 
     def combine(self, R, M, counts=None) -> np.ndarray:
-        if self.max_iter is not None and int(self.max_iter) < 1:
-            raise ParameterError(f"least_squares: max_iter must be >= 1 or None, got {self.max_iter!r}")
+        self.check_params()
         M = _matrix(M)
         R = np.clip(_estimates(R, M), 0.0, 1.0)
         k = M.shape[0]
@@ -324,6 +335,14 @@ class Coupling(Combiner):
         self.tol = tol
         self.max_iter = max_iter
 
+    def check_params(self) -> None:
+        tol_ok = isinstance(self.tol, (int, float)) and not isinstance(self.tol, bool) and 0 < self.tol < 1
+        if not tol_ok or not (_is_int(self.max_iter) and self.max_iter >= 1):
+            raise ParameterError(
+                f"{self.name}: tol must be a number in (0, 1) and max_iter an integer >= 1,"
+                f" got tol={self.tol!r}, max_iter={self.max_iter!r}"
+            )
+
     def check_matrix(self, M) -> None:
         _matrix(M)
 
@@ -332,8 +351,7 @@ class Coupling(Combiner):
         self.check_matrix(M)
         R = np.clip(_estimates(R, M), R_CLIP, 1.0 - R_CLIP)
         w = _counts(counts, M.shape[1])
-        if not self.tol > 0 or int(self.max_iter) < 1:
-            raise ParameterError(f"{self.name}: tol must be > 0 and max_iter >= 1")
+        self.check_params()
         return _to_simplex(_couple(R, M, w, float(self.tol), int(self.max_iter)))
 
 
@@ -381,16 +399,17 @@ class WuLinWeng(Combiner):
     def __init__(self, solver: str = "exact"):
         self.solver = solver
 
+    def check_params(self) -> None:
+        if self.solver not in ("exact", "libsvm"):
+            raise ParameterError(f"wu_lin_weng: solver must be 'exact' or 'libsvm', got {self.solver!r}")
+
     def check_matrix(self, M) -> None:
         M = _matrix(M)
         if not is_all_pairs(M):
             raise _wrong_matrix(self.name, "an all-pairs", "all_pairs")
 
     def combine(self, R, M, counts=None) -> np.ndarray:
-        if self.solver not in ("exact", "libsvm"):
-            raise ParameterError(
-                f"wu_lin_weng: solver must be 'exact' or 'libsvm', got {self.solver!r}"
-            )
+        self.check_params()
         M = _matrix(M)
         self.check_matrix(M)
         R = _estimates(R, M)

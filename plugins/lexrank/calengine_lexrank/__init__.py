@@ -280,6 +280,10 @@ class LexRank(Learner):
         self._fit_ranker(X, y, sample_weight)
         return self
 
+    def check_params(self) -> None:
+        """Bad parameter values fail when the learner is made (``calengine.params.Params.check_params``)."""
+        self._check_params()
+
     def _check_params(self) -> None:
         if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, (int, np.integer)) or self.n_bins < 2:
             raise ParameterError(f"n_bins must be an integer >= 2, got {self.n_bins!r}")

@@ -87,6 +87,11 @@ class _BinaryCalibrator(Calibrator):
     def _check_params(self) -> None:
         """Raise :class:`ParameterError` for invalid constructor parameters (before any data)."""
 
+    def check_params(self) -> None:
+        """The engine's hook (:meth:`calengine.params.Params.check_params`): a bad value fails at fit
+        time, before any data is read."""
+        self._check_params()
+
     def _first_request(self, kind: str) -> dict[str, Any] | None:
         return None
 

@@ -63,6 +63,13 @@ class BinningCalibrator(_BinaryCalibrator):
         "score_kind_": "str",
     }
 
+    @property
+    def weights_as_duplicates(self) -> bool:
+        """Integer weights equal duplicated rows for an integer ``n_bins``; with ``"auto"`` the
+        cross-validated choice of ``b`` splits rows, not weight, so duplicates land in other folds
+        (the plugin kit's weight check reads this)."""
+        return self.n_bins != "auto"
+
     def __init__(self, n_bins="auto", cv: int = 5, random_state=0, boundary: str = "midpoint"):
         self.n_bins = n_bins
         self.cv = cv

@@ -153,6 +153,10 @@ class KNNLearner(Learner):
         self.estimator = estimator
         self.standardize = standardize
 
+    def check_params(self) -> None:
+        """Bad parameter values fail when the learner is made (``calengine.params.Params.check_params``)."""
+        self._check_params()
+
     def _check_params(self):
         if self.estimator not in self._ESTIMATORS:
             raise ParameterError(
