@@ -194,3 +194,22 @@ def test_evaluate_cut_into_ranges_prints_what_the_accumulator_prints(pima_model,
     assert json.dumps(new.to_json()) == json.dumps(old.to_json())
     assert new.to_text(width=120) == old.to_text(width=120)
     assert os.listdir(scratch) == []
+
+
+def test_evaluate_cut_into_ranges_on_a_cluster_keeps_the_tables_on_the_workers(pima_model, monkeypatch):
+    """With a Dask client (two worker processes) nothing is spilled here: the chunks' and the ranges'
+    tables are task results on the workers, and the answers are the accumulator's."""
+    import calengine
+    from calengine.metrics import range_eval
+    from calengine.testing_cluster import local_client
+
+    model, parts = pima_model
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 10**12)
+    old = calengine.evaluate_models(model, str(parts), "class")
+    with local_client(2) as client:
+        # the workers are other processes: the thresholds travel as arguments, so set them here only
+        monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+        monkeypatch.setattr(range_eval, "RANGE_VALUES", 100)
+        new = calengine.evaluate_models(model, str(parts), "class", client=client)
+    assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
