@@ -259,3 +259,15 @@ def test_bench_hot_paths_tiny(capsys):
     assert names == ["pav, 2,000 scores", "evaluate_predictions, 2,000 binary rows",
                      "least_squares combiner, 10,000 x all_pairs(10)"]
     assert all(float(line.rsplit(None, 1)[1]) >= 0 for line in lines[1:])
+
+
+def test_bench_evaluate_scale_tiny(tmp_path):
+    """bench_evaluate_scale.py times score, evaluate cut into ranges and the accumulator baseline on one
+    generated table, and the two evaluate paths print the same JSON."""
+    bench = _load("bench_evaluate_scale")
+    assert bench.main(["--rows-list", "20000", "--files", "2", "--repeats", "1",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    data = json.loads((tmp_path / "r" / "evaluate_scale.json").read_text())
+    (d,) = data["results"]
+    assert d["rows"] == 20000 and set(d["wall_s"]) == {"score", "ranges", "accumulator"}
+    assert d["same_json"] is True

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..reductions.pav import pav
 
-__all__ = ["corp_column", "corp_sum", "isotonic_recalibration", "with_brier_rows"]
+__all__ = ["combine_columns", "corp_column", "corp_sum", "isotonic_recalibration", "with_brier_rows"]
 
 
 def _counts(x) -> np.ndarray:
@@ -124,11 +124,16 @@ def corp_sum(tables, clip: float = 1e-15) -> dict:
     column's own terms.  Returns ``{"corp_brier": {...}, "corp_log_loss": {...}}``.
     """
     cols = [1] if len(tables) == 2 else list(range(len(tables)))
-    parts = [corp_column(*tables[c], clip=clip) for c in cols]
+    return combine_columns([corp_column(*tables[c], clip=clip) for c in cols])
+
+
+def combine_columns(parts: list[dict]) -> dict:
+    """The task's CORP terms from its tested columns' :func:`corp_column` dicts: one column as is,
+    several summed with ``per_class`` kept."""
     out = {}
     for score in ("brier", "log_loss"):
         total = {key: float(sum(p[score][key] for p in parts)) for key in ("score", "mcb", "dsc", "unc")}
-        if len(cols) > 1:
+        if len(parts) > 1:
             total["per_class"] = [p[score] for p in parts]
         out[f"corp_{score}"] = total
     return out

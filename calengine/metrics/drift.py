@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import ParameterError
 
 __all__ = ["DRIFT_ALPHA", "DRIFT_CLIP", "HL_BINS", "spiegelhalter", "reliability_chi2", "calibration_drift",
-           "check_alpha", "drift_line"]
+           "check_alpha", "drift_line", "drift_verdict", "spiegelhalter_from_sums", "chi2_from_bins"]
 
 #: default significance level of the verdict (``calengine evaluate --alpha``).
 DRIFT_ALPHA = 0.01
@@ -70,6 +70,11 @@ def spiegelhalter(v, pos, neg) -> dict:
     p, a, m = _counts(v, pos, neg)
     num = float(np.sum((a - m * p) * (1.0 - 2.0 * p)))
     var = float(np.sum(m * (1.0 - 2.0 * p) ** 2 * p * (1.0 - p)))
+    return spiegelhalter_from_sums(num, var)
+
+
+def spiegelhalter_from_sums(num: float, var: float) -> dict:
+    """``{"z", "p_value"}`` from ``Σ (y - p)(1 - 2p)`` and ``Σ (1 - 2p)² p (1 - p)``."""
     if var <= 0.0:
         return {"z": math.nan, "p_value": math.nan}
     from scipy.stats import norm  # lazily: scipy.stats costs ~0.5 s to import, every task imports this module
@@ -91,6 +96,11 @@ def reliability_chi2(v, pos, neg, bins: int = HL_BINS) -> dict:
     obs = np.bincount(idx, weights=a, minlength=bins)
     exp = np.bincount(idx, weights=m * p, minlength=bins)
     var = np.bincount(idx, weights=m * p * (1.0 - p), minlength=bins)
+    return chi2_from_bins(obs, exp, var)
+
+
+def chi2_from_bins(obs, exp, var) -> dict:
+    """``{"chi2", "df", "p_value"}`` from per-bin events, expected events and null variances."""
     live = var > 0
     df = int(np.count_nonzero(live))
     if df == 0:
@@ -109,12 +119,18 @@ def calibration_drift(tables, alpha: float = DRIFT_ALPHA) -> dict:
     """
     alpha = check_alpha(alpha)
     cols = [1] if len(tables) == 2 else list(range(len(tables)))
-    columns, pvals = [], []
+    columns = []
     for c in cols:
         sz = spiegelhalter(*tables[c])
         hl = reliability_chi2(*tables[c])
         columns.append({"class": c, "spiegelhalter": sz, "reliability_chi2": hl})
-        pvals += [x for x in (sz["p_value"], hl["p_value"]) if not math.isnan(x)]
+    return drift_verdict(columns, alpha)
+
+
+def drift_verdict(columns: list[dict], alpha: float) -> dict:
+    """The drift check's dict from its tested columns: Bonferroni over every finite p-value."""
+    pvals = [x for col in columns for x in (col["spiegelhalter"]["p_value"], col["reliability_chi2"]["p_value"])
+             if not math.isnan(x)]
     p_adj = min(1.0, len(pvals) * min(pvals)) if pvals else math.nan
     return {
         "alpha": alpha,

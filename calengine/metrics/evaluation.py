@@ -58,7 +58,7 @@ class Evaluation:
             payload = dict(res["calibrated"])
             payload["raw"] = res.get("raw")
             payload["drift"] = drift
-            payload["error_reject"] = _curve_points(acc["calibrated"].error_reject_curve())
+            payload["error_reject"] = _curve_points(acc["calibrated"].error_reject_points())
             payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
             if m.info.get("lineage"):
                 payload["model"]["lineage"] = m.info["lineage"]
@@ -161,18 +161,31 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         bands = None
         with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements(loaded),
                         map_only=True) as c:
-            accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm, weight=weight)
+            # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
+            # the workers) unless the report's figures need whole tables
+            from ..thread_client import ThreadClient
+
+            spill = scratch if isinstance(c, ThreadClient) else None
+            accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm, weight=weight,
+                                   ranged=report is None, spill_dir=spill)
                     for m, cm in zip(loaded, costs)]
             if bootstrap:
                 from .bootstrap import table_calibration_map_band
 
                 # a seeded sample of the evaluated rows scored where they are read, never the whole table here
                 bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
+            # ranged tables are read by tasks of this client, in this scratch directory: every number is
+            # computed before either goes away (freeze keeps the answers and drops the ranges)
+            results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
+            drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
+            for a in accs:
+                for acc in a.values():
+                    if hasattr(acc, "freeze"):
+                        acc.freeze()
         result = Evaluation(
             models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
-            labels=model_labels(loaded, sources), accumulators=accs,
-            results=[{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs],
-            drifts=[a["calibrated"].drift_check(alpha=alpha) for a in accs], bands=bands, report=report,
+            labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts, bands=bands,
+            report=report,
         )
         if report is not None:
             _write_report(result, files)
@@ -180,11 +193,13 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
 
 
 def _metrics(acc, seed: int) -> dict:
-    """An accumulator's result; a :class:`~calengine.metrics.measures.MetricAccumulator`'s with the
+    """An accumulator's result; a :class:`~calengine.metrics.measures.MetricAccumulator`'s (or its range-partitioned
+    :class:`~calengine.metrics.range_eval.RangedTables`') with the
     calibration metric suite (:mod:`calengine.metrics.suite`) added, its bootstrap drawn with ``seed``."""
     from .measures import MetricAccumulator
+    from .range_eval import RangedTables
 
-    if isinstance(acc, MetricAccumulator):
+    if isinstance(acc, (MetricAccumulator, RangedTables)):
         return {**acc.result(), **acc.calibration_suite(seed=seed)}
     return acc.result()
 
@@ -250,13 +265,9 @@ def check_report_dir(path: str) -> None:
         raise DataError(f"--report directory '{path}' already exists and is not empty; choose a new directory")
 
 
-def _curve_points(curve: dict, max_points: int = 101) -> dict:
-    """The error-reject curve thinned to at most ``max_points`` points (JSON stays small)."""
-    import numpy as np
-
-    n = len(curve["reject_rate"])
-    idx = np.unique(np.linspace(0, n - 1, min(n, max_points)).round().astype(int))
-    return {k: [float(v) for v in np.asarray(curve[k])[idx]] for k in ("threshold", "reject_rate", "error_rate")}
+def _curve_points(curve: dict) -> dict:
+    """The thinned error-reject curve (at most 101 points: JSON stays small) as lists of floats."""
+    return {k: [float(v) for v in curve[k]] for k in ("threshold", "reject_rate", "error_rate")}
 
 
 def _write_report(ev: Evaluation, files: list[str]) -> None:

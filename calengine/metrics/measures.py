@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, ParameterError
-from .corp import corp_sum, isotonic_recalibration
-from .drift import calibration_drift
+from .corp import isotonic_recalibration
+from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import as_counts
 from .tables import empty_table as _empty_table
 from .tables import group_rows as _group_rows
@@ -83,25 +83,6 @@ _ARRAY_KEYS = (
 
 # --------------------------------------------------------------------------------------------------
 # grouped tables: (sorted distinct values, positive counts, negative counts), see calengine.metrics.tables
-
-
-def _binary_auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Exact AUC of one grouped table sorted by increasing value; ties count one half; NaN if undefined.
-
-    ``AUC = Σ_i n_i⁺ (n_i⁻/2 + negatives strictly below i) / (N⁺ N⁻)``.  The doubled numerator is an
-    integer, accumulated in int64 while it provably fits and in float64 beyond that.
-    """
-    n_pos, n_neg = pos.sum(), neg.sum()
-    if n_pos == 0 or n_neg == 0:
-        return math.nan
-    below = np.cumsum(neg) - neg
-    if pos.dtype.kind == "f" or neg.dtype.kind == "f":  # fractional weights
-        twice = float(np.dot(pos, 2.0 * below + neg))
-    elif 2 * int(n_pos) * int(n_neg) < 2**62:
-        twice = int(np.dot(pos, 2 * below + neg))
-    else:
-        twice = float(np.dot(pos.astype(np.float64), (2 * below + neg).astype(np.float64)))
-    return twice / (2.0 * float(n_pos) * float(n_neg))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -358,21 +339,6 @@ class MetricAccumulator:
             raise DataError("no rows to evaluate (or every weight is 0); pass at least one labelled prediction"
                             " with a positive weight")
 
-    def _brier_parts(self, c: int):
-        """(brier, calibration, refinement) sums, not yet divided by n, of one-vs-rest column ``c``.
-
-        Per segment (value v, a positives, b negatives, m = a + b):
-        ``a(1-v)² + b v² = (a - m v)²/m + a b/m`` (calibration + refinement), both sides computed
-        directly so the identity is a check rather than an assumption.
-        """
-        v, a, b = self._cls[c]
-        af, bf = a.astype(np.float64), b.astype(np.float64)
-        m = af + bf
-        brier = float(np.sum(af * (1.0 - v) ** 2 + bf * v**2))
-        cal = float(np.sum((af - m * v) ** 2 / m))
-        ref = float(np.sum(af * bf / m))
-        return brier, cal, ref
-
     def result(self) -> dict[str, Any]:
         """All metrics of the rows seen so far; raises DataError when there are none.
 
@@ -399,56 +365,12 @@ class MetricAccumulator:
         multiclass: sums over the one-vs-rest columns plus ``per_class``.
         """
         self._require_rows()
-        k, n = self.n_classes, self.n
-        cols = [1] if k == 2 else list(range(k))
-        brier = cal = ref = 0.0
-        for c in cols:
-            b_c, cal_c, ref_c = self._brier_parts(c)
-            brier += b_c
-            cal += cal_c
-            ref += ref_c
+        return core_result([[t] for t in self._cls], [self._top], n=self.n, unit=self._unit(), clip=LOG_LOSS_CLIP)
 
-        nll = 0.0
-        for c in range(k):
-            v, a, _ = self._cls[c]
-            nll += float(np.dot(a.astype(np.float64), -np.log(np.clip(v, LOG_LOSS_CLIP, 1.0))))
-        log_loss = nll / n
-
-        if k == 2:
-            auc = _binary_auc(self._cls[1][1], self._cls[1][2])
-        else:
-            aucs = [_binary_auc(self._cls[c][1], self._cls[c][2]) for c in range(k)]
-            aucs = [x for x in aucs if not math.isnan(x)]
-            auc = float(np.mean(aucs)) if aucs else math.nan
-
-        tv, tc, tw = self._top
-        n_wrong = tw.sum()
-        error_rate = n_wrong / n
-        q = float(np.sum(tc * (1.0 - tv) ** 2 + tw * tv**2)) / n
-        rho = q / error_rate - 0.5 if n_wrong else math.nan
-
-        cnt, conf_sum, pos_sum = self._binned(tv, tc, tw, np.linspace(0.0, 1.0, ECE_BINS + 1))
-        nonempty = cnt > 0
-        gap = np.abs(pos_sum - conf_sum)
-        ece = float(gap.sum()) / n
-        mce = float(np.max(gap[nonempty] / cnt[nonempty]))
-
-        return {
-            "n": n,
-            "n_classes": k,
-            "brier": brier / n,
-            "log_loss": log_loss,
-            "log_loss_bits": log_loss / math.log(2.0),
-            "auc": auc,
-            "error_rate": error_rate,
-            "ece": ece,
-            "mce": mce,
-            "calibration_loss": cal / n,
-            "refinement_loss": ref / n,
-            "confidence_q": q,
-            "confidence_rho": rho,
-            **corp_sum(self._cls, clip=LOG_LOSS_CLIP),
-        }
+    def _unit(self):
+        """Fractional weights: the kernels count them in integer units of ``total / 2**52``
+        (:func:`calengine.metrics.kernels.counts`); None for integer counts."""
+        return float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
 
     def calibration_suite(self, seed: int = 0) -> dict:
         """The calibration metric suite of issue 22 (equal-mass and class-wise ECE, the debiased L2
@@ -458,14 +380,12 @@ class MetricAccumulator:
         from .suite import calibration_suite
 
         self._require_rows()
-        # fractional weights: the kernels count them in integer units of total / 2**52
-        unit = float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
-        return calibration_suite([[t] for t in self._cls], [self._top], unit=unit, seed=seed)
+        return calibration_suite([[t] for t in self._cls], [self._top], unit=self._unit(), seed=seed)
 
     def drift_check(self, alpha: float = 0.01) -> dict:
         """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`."""
         self._require_rows()
-        return calibration_drift(self._cls, alpha=alpha)
+        return ranged_drift([[t] for t in self._cls], alpha, unit=self._unit())
 
     # ---- report curves ----------------------------------------------------------------------------
 
@@ -562,6 +482,21 @@ class MetricAccumulator:
             "error_rate": err,
             "n_accepted": accepted.astype(np.int64) if correct.dtype.kind != "f" else accepted,
         }
+
+    def error_reject_points(self, max_points: int = 101) -> dict:
+        """:meth:`error_reject_curve` thinned to at most ``max_points`` evenly spread points (the
+        first rejects nothing, the last everything): ``threshold``, ``reject_rate``, ``error_rate``
+        and ``n_accepted``, as a range-partitioned evaluation computes them
+        (:func:`calengine.metrics.ranged.error_reject_points`)."""
+        self._require_rows()
+        return error_reject_points([self._top], max_points=max_points, unit=self._unit())
+
+    def error_reject_at(self, rates) -> list:
+        """The error rate among accepted rows at the last point of :meth:`error_reject_curve` whose
+        reject rate is at most each of ``rates`` (the text table of ``evaluate``); see
+        :func:`calengine.metrics.ranged.error_reject_at`."""
+        self._require_rows()
+        return error_reject_at([self._top], rates, unit=self._unit())
 
     def roc_curve(self, cls: int | None = None) -> dict:
         """One-vs-rest ROC curve of column ``cls`` (default: class 1 when there are two classes).

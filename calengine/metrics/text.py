@@ -122,24 +122,19 @@ def _metrics_by_model(rows, keys: list[str], limit: int) -> str:
     return "\n".join(lines)
 
 
+#: the reject rates of the text error-reject table.
+REJECT_RATES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+
+
 def format_error_reject(labels: list[str], accs: list, width: int | None = None, ids: list[str] | None = None) -> str:
     """Error rate among accepted rows at a few reject rates (the error-reject curve, Duin & Tax) of
     each :class:`~calengine.metrics.measures.MetricAccumulator` in ``accs``: models across while that
     fits ``width`` (the terminal's), else one row per model.  ``ids``: the models' numbers in a legend
     already printed (the metrics table's), used instead of long labels."""
-    import numpy as np
-
-    targets = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
-    curves = [acc.error_reject_curve() for acc in accs]
-    table = []
-    for c in curves:
-        r = np.asarray(c["reject_rate"])
-        e = np.asarray(c["error_rate"])
-        row = []
-        for t in targets:
-            ok = np.flatnonzero(r <= t + 1e-12)
-            row.append(float(e[ok[-1]]) if len(ok) else None)
-        table.append(row)
+    targets = REJECT_RATES
+    # each accumulator finds the last curve point at or below each reject rate (range by range when
+    # its tables are cut into score ranges): the whole curve is never built here
+    table = [acc.error_reject_at(targets) for acc in accs]
     cell = max(14, *(len(lb) for lb in labels))
     limit = terminal_width(width)
     if 14 + (cell + 2) * len(labels) > limit:

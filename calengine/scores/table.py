@@ -382,11 +382,16 @@ def evaluate_table(
     progress: Progress | None = None,
     cost_matrix=None,
     weight: str | None = None,
+    ranged: bool = False,
+    spill_dir: str | None = None,
 ) -> dict[str, dict]:
     """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks.
 
     With ``cost_matrix`` also ``"decisions"``: the merged :class:`~calengine.decisions.DecisionAccumulator`.
-    ``weight``: a column of non-negative row weights every metric uses (a weight counts as rows)."""
+    ``weight``: a column of non-negative row weights every metric uses (a weight counts as rows).
+    ``ranged``: from :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows on, the tables are cut
+    into score ranges that no process holds whole (:func:`calengine.metrics.range_eval.evaluate_ranged`,
+    written to ``spill_dir`` when given) and the values are :class:`~calengine.metrics.range_eval.RangedTables`."""
     from ..parquet.data import check_columns
     from ..metrics.measures import MetricAccumulator
 
@@ -400,7 +405,12 @@ def evaluate_table(
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the evaluation table has no rows")
+    from ..metrics import range_eval
+
     model_f = share_model(client, model)
+    if ranged and sum(c.n_rows for c in chunks) >= range_eval.RANGED_MIN_ROWS:
+        return range_eval.evaluate_ranged(client, evaluate_chunk, model_f, model.n_classes, chunks, target, batch_rows,
+                                          with_raw, cost_matrix, weight, spill_dir, progress)
     futures = [
         client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
         for chunk in chunks

@@ -1,0 +1,147 @@
+#!/usr/bin/env python
+"""Evaluation in bounded memory (issue 22 §1): ``calengine evaluate`` beside ``calengine score`` of the
+same table in one run, and beside the old in-memory accumulator path.
+
+For a gaussian_nb + sigmoid model (``--mode refit``: continuous probabilities, so every row is its own
+distinct value) fitted on the generated table, it times at each ``--rows-list`` size, launch to exit:
+
+* **score**: ``calengine score MODEL TABLE --output OUT`` (the reference the issue sets: evaluate
+  within 3x of it);
+* **evaluate (ranges)**: ``calengine evaluate MODEL TABLE --target y --json`` with tables cut into
+  score ranges spilled to the scratch directory (:mod:`calengine.metrics.range_eval`; the command does
+  that from ``RANGED_MIN_ROWS`` = 1M rows on, the benchmark forces it at every size);
+* **evaluate (accumulator)**: the same command with the range cut disabled
+  (``range_eval.RANGED_MIN_ROWS`` set past the table), i.e. every chunk's tables merged in this
+  process as before issue 22 §1: the named baseline.  Skipped above ``--baseline-max-rows``.
+
+Every command runs without ``--cluster`` (chunk tasks on a thread per core).  Medians of ``--repeats``
+interleaved runs, the peak RSS of the process (``ru_maxrss`` of the tree: one process here), and the
+ratios evaluate / score; it checks that the two evaluate paths print the same JSON.  Writes
+``results/evaluate_scale.{md,json}``.
+
+    python benchmarks/bench_evaluate_scale.py [--rows-list 1000000,10000000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import _common as C  # noqa: E402
+import gen_table as G  # noqa: E402
+
+REPO_ROOT = HERE.parent
+
+#: the evaluate command with the range cut forced on (``{min_rows}`` = 0: at any size) or off (the
+#: accumulator path, the baseline); from 1M rows on the plain command cuts ranges as the first does
+EVALUATE = r"""
+import sys
+from calengine.metrics import range_eval
+range_eval.RANGED_MIN_ROWS = {min_rows}
+from calengine.cli import entry
+sys.argv = ["calengine", *sys.argv[1:]]
+entry()
+"""
+
+FIT = ["--learner", "gaussian_nb", "--method", "sigmoid", "--mode", "refit"]
+
+
+def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baseline: bool) -> dict[str, list]:
+    kinds = ["score", "ranges"] + (["accumulator"] if baseline else [])
+    runs: dict[str, list] = {k: [] for k in kinds}
+    for _ in range(repeats):
+        for kind in kinds:
+            if kind == "score":
+                out = work / "scored"
+                shutil.rmtree(out, ignore_errors=True)
+                cmd = [*calengine, "score", str(model), str(table), "--output", str(out)]
+            else:
+                args = ["--quiet", "evaluate", str(model), str(table), "--target", "y", "--json"]
+                script = EVALUATE.format(min_rows=0 if kind == "ranges" else 1 << 62)
+                cmd = [sys.executable, "-P", "-c", script, *args]
+            r = C.run_measured(cmd, timeout=7200)
+            if r.returncode != 0:
+                raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
+            runs[kind].append(r)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows-list", default="1000000,10000000", help="comma-separated table sizes")
+    ap.add_argument("--model-rows", type=int, default=None, help="rows the model is fitted on (default: the smallest size)")
+    ap.add_argument("--baseline-max-rows", type=int, default=10_000_000,
+                    help="run the accumulator baseline up to this size (it needs ~0.4 GB per million rows)")
+    ap.add_argument("--cols", type=int, default=20)
+    ap.add_argument("--files", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--work-dir", default="/tmp/calengine-bench")
+    ap.add_argument("--results-dir", default=str(HERE / "results"))
+    ap.add_argument("--no-write", action="store_true", help="print only; write no result files")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.rows_list.split(",") if s.strip()]
+    if not sizes or any(s < 1 for s in sizes):
+        raise SystemExit("error: --rows-list needs positive sizes, e.g. 1000000,10000000")
+    work = Path(args.work_dir)
+
+    def table_of(rows: int) -> Path:
+        table = work / "tables" / G.table_name("train", rows, args.cols, args.files, args.seed)
+        G.ensure_table(table, G.TableSpec(rows, args.cols, args.seed), args.files, min(1_000_000, rows), G.TRAIN_STREAM)
+        return table
+
+    calengine = [sys.executable, "-P", "-m", "calengine", "--quiet"]
+    model_table = table_of(args.model_rows or min(sizes))
+    model = work / "evaluate-models" / f"single-{model_table.name}"
+    if not (model / "manifest.json").exists():
+        shutil.rmtree(model, ignore_errors=True)
+        subprocess.run([*calengine, "fit", str(model_table), "--target", "y", *FIT, "--output", str(model)], check=True)
+    results = []
+    for rows in sizes:
+        runs = _runs(calengine, model, table_of(rows), work, args.repeats, rows <= args.baseline_max_rows)
+        med = {k: C.median([r.wall_s for r in v]) for k, v in runs.items()}
+        peak = {k: max(r.rusage["maxrss_bytes"] for r in v) / C.MiB for k, v in runs.items()}
+        same = None
+        if "accumulator" in runs:
+            same = json.loads(runs["ranges"][0].stdout) == json.loads(runs["accumulator"][0].stdout)
+        results.append({
+            "rows": rows, "wall_s": med, "peak_rss_mib": peak,
+            "ratio_ranges_over_score": C.ratio(med["ranges"], med["score"]),
+            "ratio_accumulator_over_score": C.ratio(med.get("accumulator"), med["score"]),
+            "same_json": same, "runs": {k: [r.wall_s for r in v] for k, v in runs.items()},
+        })
+    table_rows = [[f"{d['rows']:,}", C.fmt(d["wall_s"]["score"]), C.fmt(d["wall_s"]["ranges"]),
+                   C.fmt(d["wall_s"].get("accumulator")), f"**{C.fmt(d['ratio_ranges_over_score'])}**",
+                   C.fmt(d["ratio_accumulator_over_score"]),
+                   " / ".join(f"{d['peak_rss_mib'][k]:.0f}" if k in d["peak_rss_mib"] else "—"
+                              for k in ("score", "ranges", "accumulator")),
+                   {True: "yes", False: "**no**", None: "—"}[d["same_json"]]] for d in results]
+    md = "\n".join([
+        "# Evaluation in bounded memory: `calengine evaluate` beside `score`, and the old accumulator path",
+        "",
+        f"Command: `{C.command_line()}`; tables: {', '.join(f'{s:,}' for s in sizes)} rows × {args.cols} float32"
+        f" columns in {args.files} files (`gen_table.py`), gaussian_nb + sigmoid (refit) fitted on {model_table.name};"
+        " no `--cluster`; medians of interleaved runs, launch to exit; peak RSS of the process.",
+        "",
+        C.markdown_table(["rows", "score s", "evaluate (ranges) s", "evaluate (accumulator) s", "ranges / score",
+                          "accumulator / score", "peak RSS MiB score / ranges / accumulator", "same JSON"],
+                         table_rows),
+        "",
+        f"Machine: {C.machine_info()}.  Load before: {C.load_snapshot()}.  Git: {C.git_commit(REPO_ROOT)}.",
+    ])
+    print(md)
+    if not args.no_write:
+        for path in C.write_results(args.results_dir, "evaluate_scale", {"results": results, "command": C.command_line()}, md):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""Evaluation of a large table in bounded memory: grouped tables partitioned by score range (issue 22 §1).
+
+Why: :class:`~calengine.metrics.measures.MetricAccumulator` keeps every distinct predicted value of
+every class column; merged in one process that is three numbers per row and column (4.2 GB at 10M
+rows of continuous probabilities).  Here no process ever holds a whole table:
+
+1. **chunks** (:func:`chunk_tables`, one task per chunk of rows): the chunk's accumulators, built as
+   ``evaluate`` always built them, are written to the scratch directory as ``.npy`` files when the
+   client runs in this process (``spill_dir``), or stay in the worker's memory as the task's result
+   on a cluster (Dask spills those past the worker's budget); only a sketch comes back: each table's
+   size and its values at :data:`SKETCH_POINTS` evenly spaced count quantiles;
+2. **range cuts** (:func:`range_boundaries`): from the merged sketches, boundaries at equal row counts,
+   so each range holds about ``1/R`` of the rows, ``R`` chosen for about :data:`RANGE_VALUES` values per
+   range; deterministic for a given table and chunking (no randomness), and results never depend on
+   them (the metrics are bit-identical for any cut);
+3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
+   falling in the range merged in chunk order (exactly as the accumulator merges), written back to
+   the scratch directory or kept on the worker;
+4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
+   run as tasks on the ranges (:meth:`RangedTables.mapper`) and this process combines their small
+   answers (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
+
+The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
+``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
+give results bit-identical to the in-memory accumulator; fractional weights are counted in integer
+units of ``total / 2**52`` of a total added in chunk order, so they agree with it to the last few bits.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .ranged import core_result, error_reject_at, error_reject_points, local_map, ranged_drift
+from .tables import cut_points, merge_tables
+
+__all__ = ["RangedTables", "chunk_tables", "range_boundaries", "build_range", "SKETCH_POINTS", "RANGE_VALUES",
+           "RANGED_MIN_ROWS", "evaluate_ranged"]
+
+#: count quantiles each chunk reports per table (the sketch the range cuts are chosen from).
+SKETCH_POINTS = 256
+#: about this many distinct values per range: a range's table is 24 bytes a value (6 MB).
+RANGE_VALUES = 250_000
+#: at most this many ranges per table.
+MAX_RANGES = 512
+#: ``evaluate`` cuts tables into ranges from this many rows on (and without ``--report``, whose figures
+#: read whole tables): below it one process holds the tables comfortably and the in-memory accumulator
+#: needs fewer tasks.
+RANGED_MIN_ROWS = 1_000_000
+
+_NAMES = ("value", "pos", "neg")
+
+
+def _save(table, path: str) -> tuple:
+    for name, arr in zip(_NAMES, table):
+        np.save(f"{path}.{name}.npy", np.ascontiguousarray(arr))
+    return ("disk", path)
+
+
+def _load(handle, lo_value=None, hi_value=None):
+    """A stored table, or with bounds only its values in ``[lo_value, hi_value)`` (memory-mapped and
+    sliced: a range task reads its slice of each chunk's table, not the table)."""
+    kind, data = handle
+    if kind == "disk":
+        arrays = [np.load(f"{data}.{name}.npy", mmap_mode="r") for name in _NAMES]
+    else:
+        arrays = list(data)
+    if lo_value is None and hi_value is None:
+        return tuple(np.array(a) for a in arrays)
+    v = arrays[0]
+    lo = 0 if lo_value is None else int(np.searchsorted(v, lo_value, side="left"))
+    hi = v.size if hi_value is None else int(np.searchsorted(v, hi_value, side="left"))
+    return tuple(np.array(a[lo:hi]) for a in arrays)
+
+
+def _sketch(table) -> dict:
+    v, a, b = table
+    m = np.asarray(a, dtype=np.float64) + np.asarray(b, dtype=np.float64)
+    if v.size == 0:
+        return {"size": 0, "values": [], "weight": 0.0}
+    cum = np.cumsum(m)
+    levels = cum[-1] * (np.arange(1, SKETCH_POINTS + 1) / SKETCH_POINTS)
+    idx = np.minimum(np.searchsorted(cum, levels, side="left"), v.size - 1)
+    return {"size": int(v.size), "values": v[idx].tolist(), "weight": float(cum[-1]) / SKETCH_POINTS}
+
+
+def _tables_of(arrays: dict) -> list:
+    """A :meth:`MetricAccumulator.to_arrays` dict as its k class tables and the top-label table."""
+    ptr = arrays["class_ptr"]
+    cls = [(arrays["class_value"][lo:hi], arrays["class_pos"][lo:hi], arrays["class_neg"][lo:hi])
+           for lo, hi in zip(ptr[:-1], ptr[1:])]
+    return cls + [(arrays["top_value"], arrays["top_correct"], arrays["top_wrong"])]
+
+
+def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix, weight,
+                 spill_dir: str | None, index: int) -> dict:
+    """One chunk's tables (task): ``{"tables": {kind: [handle per table]}, "sketch": {kind: [...]},
+    "n": {kind: n}, "decisions": ...}``; handles are paths in ``spill_dir`` or the arrays themselves.
+    ``evaluate_chunk``: :func:`calengine.scores.table.evaluate_chunk` (passed in: the scores side calls
+    this module, not the other way round)."""
+    part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight)
+    out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions")}
+    for kind in ("calibrated", "raw"):
+        arrays = part[kind]
+        if arrays is None:
+            continue
+        tables = _tables_of(arrays)
+        out["n"][kind] = arrays["n"].item()
+        out["sketch"][kind] = [_sketch(t) for t in tables]
+        if spill_dir is not None:
+            out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) for j, t in enumerate(tables)]
+        else:
+            out["tables"][kind] = [("mem", tuple(np.ascontiguousarray(x) for x in t)) for t in tables]
+    return out
+
+
+def small_part(part: dict) -> dict:
+    """What the client needs of a chunk task's result (task): everything but in-memory tables."""
+    return {"sketch": part["sketch"], "n": part["n"], "decisions": part["decisions"]}
+
+
+def range_boundaries(sketches: list[dict], values_per_range: int | None = None) -> list[float]:
+    """Strictly increasing boundaries cutting one table into ranges of about equal row counts, from
+    the chunks' sketches; ``R = ceil(Σ sizes / values_per_range)`` ranges at most (ties may merge;
+    default :data:`RANGE_VALUES`)."""
+    values_per_range = RANGE_VALUES if values_per_range is None else values_per_range
+    total_size = sum(s["size"] for s in sketches)
+    R = int(min(MAX_RANGES, max(1, -(-total_size // max(1, values_per_range)))))
+    if R == 1:
+        return []
+    vals = np.concatenate([np.asarray(s["values"], dtype=np.float64) for s in sketches if s["size"]])
+    wts = np.concatenate([np.full(len(s["values"]), s["weight"]) for s in sketches if s["size"]])
+    order = np.argsort(vals, kind="stable")
+    vals, cum = vals[order], np.cumsum(wts[order])
+    levels = cum[-1] * np.arange(1, R) / R
+    picks = vals[np.minimum(np.searchsorted(cum, levels, side="left"), vals.size - 1)]
+    return sorted(set(float(x) for x in picks if x > vals[0]))
+
+
+def build_range(bounds: tuple, spill_path: str | None, *handles):
+    """One range's table (task): the chunks' slices in ``[bounds[0], bounds[1])`` (None: unbounded)
+    merged in chunk order, stored at ``spill_path`` or returned as arrays."""
+    table = None
+    for h in handles:
+        piece = _load(h, *bounds)
+        table = piece if table is None else merge_tables(table, piece)
+    if spill_path is not None:
+        return _save(table, spill_path)
+    return ("mem", table)
+
+
+def run_kernel(kernel, handle, request):
+    """A kernel on one stored range (task)."""
+    return kernel(_load(handle), request)
+
+
+class RangedTables:
+    """The grouped tables of one evaluation, every table a list of range handles living in tasks'
+    results (futures of ``client``): the same metric methods as :class:`MetricAccumulator` that
+    ``evaluate`` reads, computed range by range (see the module docstring)."""
+
+    def __init__(self, client, n_classes: int, n, class_ranges: list[list], top_ranges: list):
+        self.client, self.n_classes, self.n = client, n_classes, n
+        self.class_ranges, self.top_ranges = class_ranges, top_ranges
+        self._cache: dict = {}
+
+    def _cached(self, key, compute):
+        """Answers are kept: the ranges live only as long as the client and the scratch directory."""
+        if key not in self._cache:
+            if self.client is None:
+                from ..errors import ParameterError
+
+                raise ParameterError(f"{key[0]} was not computed before this evaluation's ranges were released;"
+                                     " call it while evaluate_models runs, or evaluate with a report")
+            self._cache[key] = compute()
+        return self._cache[key]
+
+    def freeze(self) -> "RangedTables":
+        """Compute what ``evaluate`` prints from these tables later (the thinned error-reject curve and
+        its text table) and release the ranges: after this only answers already computed are available."""
+        from .text import REJECT_RATES
+
+        self.error_reject_points()
+        self.error_reject_at(REJECT_RATES)
+        self.client, self.class_ranges, self.top_ranges = None, None, None
+        return self
+
+    def mapper(self, kernel, ranges, requests):
+        futures = [self.client.submit(run_kernel, kernel, r, q, pure=False) for r, q in zip(ranges, requests)]
+        return self.client.gather(futures)
+
+    def _unit(self):
+        return float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
+
+    def _require_rows(self) -> None:
+        from ..errors import DataError
+
+        if self.n == 0:
+            raise DataError("no rows to evaluate (or every weight is 0); pass at least one labelled prediction"
+                            " with a positive weight")
+
+    def result(self) -> dict:
+        from .measures import LOG_LOSS_CLIP
+
+        self._require_rows()
+        return self._cached(("result",), lambda: core_result(
+            self.class_ranges, self.top_ranges, n=self.n, unit=self._unit(), clip=LOG_LOSS_CLIP, mapper=self.mapper))
+
+    def calibration_suite(self, seed: int = 0) -> dict:
+        from . import core_kernels as ck
+        from .suite import calibration_suite
+
+        self._require_rows()
+        unit = self._unit()
+
+        def compute():
+            tallies = self.mapper(ck.tally, self.top_ranges, [{"unit": unit}] * len(self.top_ranges))
+            scale = float(sum(t["pos"] + t["neg"] for t in tallies))
+            return calibration_suite(self.class_ranges, self.top_ranges, unit=unit, scale=scale, seed=seed,
+                                     mapper=self.mapper)
+
+        return self._cached(("calibration_suite", seed), compute)
+
+    def drift_check(self, alpha: float = 0.01) -> dict:
+        self._require_rows()
+        return self._cached(("drift_check", alpha),
+                            lambda: ranged_drift(self.class_ranges, alpha, unit=self._unit(), mapper=self.mapper))
+
+    def error_reject_points(self, max_points: int = 101) -> dict:
+        self._require_rows()
+        return self._cached(("error_reject_points", max_points), lambda: error_reject_points(
+            self.top_ranges, max_points=max_points, unit=self._unit(), mapper=self.mapper))
+
+    def error_reject_at(self, rates) -> list:
+        self._require_rows()
+        return self._cached(("error_reject_at", tuple(rates)), lambda: error_reject_at(
+            self.top_ranges, rates, unit=self._unit(), mapper=self.mapper))
+
+    def __repr__(self) -> str:
+        return f"RangedTables(n_classes={self.n_classes}, n={self.n})"
+
+
+def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, label: str) -> list:
+    bounds = range_boundaries(sketches)
+    edges = [None, *bounds, None]
+    out = []
+    for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
+        out.append(client.submit(build_range, (lo, hi), path, *handles, pure=False))
+    return out
+
+
+def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str, batch_rows: int, with_raw: bool,
+                    cost_matrix, weight, spill_dir: str | None, progress=None) -> dict:
+    """``{"calibrated": RangedTables, "raw": RangedTables}`` (and ``"decisions"``) of ``chunks``:
+    what :func:`calengine.scores.table.evaluate_table` returns, without a whole table anywhere.
+    ``evaluate_chunk`` evaluates one chunk (see :func:`chunk_tables`); ``model_f`` is the model as
+    shared with the client, ``k`` its number of classes.  ``spill_dir``: where tables are written (the
+    embedded case), or None to keep them on the workers."""
+    from ..errors import DataError
+    from ..progress import gather_in_order
+
+    parts = [client.submit(chunk_tables, evaluate_chunk, model_f, c, target, batch_rows, with_raw, cost_matrix,
+                           weight, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
+    small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
+    out = {}
+    for kind in ("calibrated", "raw"):
+        if kind not in small[0]["n"]:
+            continue
+        n = small[0]["n"][kind]
+        for s in small[1:]:
+            n = n + s["n"][kind]
+        if weight and n == 0:
+            raise DataError(f"--weight column '{weight}' is 0 on every row; give the rows to evaluate a positive weight")
+        ranges = []
+        for j in range(k + 1):
+            # the handle of table j of every chunk, picked where the chunk's result lives
+            hs = [client.submit(_pick, p, kind, j, pure=False) for p in parts]
+            ranges.append(_ranges_of_table(client, hs, [s["sketch"][kind][j] for s in small], spill_dir, f"{kind}-{j}"))
+        out[kind] = RangedTables(client, k, n, ranges[:k], ranges[k])
+    if cost_matrix is not None:
+        out["decisions"] = small[0]["decisions"]
+        for s in small[1:]:
+            out["decisions"].merge(s["decisions"])
+    return out
+
+
+def _pick(part: dict, kind: str, j: int):
+    return part["tables"][kind][j]

@@ -1,0 +1,215 @@
+"""Evaluation from grouped tables cut into score ranges (issue 22 §1).
+
+The oracle is :class:`MetricAccumulator` on the whole table: the range-partitioned functions of
+:mod:`calengine.metrics.ranged` must reproduce its results *bit for bit* for any partitioning of the
+rows into chunks and any cut of the tables into ranges, and the thinned error-reject curve must be the
+accumulator's full curve at the same points.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from calengine.metrics.measures import MetricAccumulator
+from calengine.metrics.ranged import core_result, error_reject_at, error_reject_points, ranged_drift
+from calengine.metrics.tables import cut_points, slice_range
+
+
+def same(a, b, path="") -> None:
+    """Exact equality of nested results (NaN equals NaN), naming the first difference."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), path
+        for key in a:
+            same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple, np.ndarray)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape, path
+        assert a.dtype.kind == b.dtype.kind, path
+        if a.dtype.kind == "f":
+            assert np.array_equal(a, b, equal_nan=True), f"{path}: {a} != {b}"
+        else:
+            assert np.array_equal(a, b), path
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), f"{path}: {a} != {b}"
+    else:
+        assert a == b and type(a) is type(b), f"{path}: {a!r} != {b!r}"
+
+
+def cut(table, boundaries):
+    idx = cut_points(table, boundaries)
+    return [slice_range(table, lo, hi) for lo, hi in zip(idx[:-1], idx[1:])]
+
+
+@st.composite
+def cases(draw):
+    k = draw(st.integers(2, 4))
+    n = draw(st.integers(1, 60))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    grid = draw(st.sampled_from([None, 3, 11]))  # None: continuous; else values on a coarse grid (ties)
+    raw = rng.random((n, k)) if grid is None else rng.integers(0, grid, (n, k)) + 0.5
+    if draw(st.booleans()):
+        raw[:, 0] = 0.0  # zeros and ones in the table
+    P = raw / raw.sum(axis=1, keepdims=True)
+    y = rng.integers(0, k, n)
+    weights = draw(st.sampled_from([None, "int", "float"]))
+    w = None if weights is None else (rng.integers(0, 4, n) if weights == "int" else rng.random(n) * 3)
+    if w is not None and not np.any(w > 0):
+        w[0] = 1
+    chunks = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
+    # range boundaries: strictly increasing values drawn from [0, 1], some at values of the table
+    picks = draw(st.lists(st.one_of(st.floats(0, 1), st.integers(0, n * k - 1)), max_size=6))
+    bounds = sorted({float(P.reshape(-1)[p]) if isinstance(p, int) else p for p in picks})
+    return k, y, P, w, chunks, bounds
+
+
+def accumulate(k, y, P, w, chunks):
+    acc = MetricAccumulator(k)
+    edges = [0, *chunks, len(y)]
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        acc.merge(MetricAccumulator(k).add(y[lo:hi], P[lo:hi], None if w is None else w[lo:hi]))
+    return acc
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_ranges_reproduce_the_accumulator_bit_for_bit(case):
+    k, y, P, w, chunks, bounds = case
+    acc = accumulate(k, y, P, w, chunks)
+    whole = acc
+    if w is None or w.dtype.kind != "f":
+        # integer counts merge exactly: the partitioning changes nothing either (fractional weights are
+        # added in chunk order, so there the oracle is the accumulator of the same chunks)
+        whole = MetricAccumulator(k).add(y, P, w)
+        same(whole.result(), acc.result())
+    unit = acc._unit()
+    cls = [cut(t, bounds) for t in acc._cls]
+    top = cut(acc._top, bounds)
+    same(whole.result(), core_result(cls, top, n=acc.n, unit=unit))
+    same(whole.drift_check(0.01), ranged_drift(cls, 0.01, unit=unit))
+    same(whole.error_reject_points(), error_reject_points(top, unit=unit))
+    rates = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+    same(whole.error_reject_at(rates), error_reject_at(top, rates, unit=unit))
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_thinned_error_reject_curve_is_the_full_curve_at_its_points(case):
+    k, y, P, w, _, _ = case
+    if w is not None and w.dtype.kind == "f":
+        # fractional weights: the full curve subtracts float totals (a last point may accept 1e-16 of a
+        # row), the thinned one integer units; integer weights compare exactly
+        w = np.rint(w) + 1
+    acc = MetricAccumulator(k).add(y, P, w)
+    full = acc.error_reject_curve()
+    n = len(full["reject_rate"])
+    idx = np.unique(np.linspace(0, n - 1, min(n, 101)).round().astype(int))
+    thin = acc.error_reject_points()
+    assert np.array_equal(thin["threshold"], full["threshold"][idx])
+    np.testing.assert_allclose(thin["reject_rate"], full["reject_rate"][idx], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(thin["error_rate"], full["error_rate"][idx], rtol=1e-9, atol=1e-12, equal_nan=True)
+    rates = (0.0, 0.1, 0.3, 0.5)
+    for rate, got in zip(rates, acc.error_reject_at(rates)):
+        ok = np.flatnonzero(full["reject_rate"] <= rate + 1e-12)
+        want = float(full["error_rate"][ok[-1]]) if len(ok) else None
+        if want is None or got is None:
+            assert want is None and got is None
+        else:
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-12, nan_ok=True)
+
+
+def test_core_metrics_match_scikit_learn_on_continuous_scores():
+    """The fixed-point sums change nothing a user sees: the sums agree with scikit-learn's to 1e-12."""
+    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+    rng = np.random.default_rng(3)
+    p = rng.random(5000)
+    y = (rng.random(5000) < p).astype(int)
+    res = MetricAccumulator(2).add(y, p).result()
+    assert res["brier"] == pytest.approx(brier_score_loss(y, p), rel=1e-12)
+    assert res["log_loss"] == pytest.approx(log_loss(y, np.column_stack((1 - p, p))), rel=1e-12)
+    assert res["auc"] == pytest.approx(roc_auc_score(y, p), rel=1e-14)
+    assert res["calibration_loss"] + res["refinement_loss"] == pytest.approx(res["brier"], rel=1e-12)
+    corp = res["corp_brier"]
+    assert corp["score"] == pytest.approx(corp["mcb"] - corp["dsc"] + corp["unc"], rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------------
+# evaluate on a table cut into ranges, spilled to the scratch directory
+
+
+@pytest.fixture(scope="module")
+def pima_model(tmp_path_factory):
+    from cli_helpers import REPO, run_cli
+
+    base = tmp_path_factory.mktemp("ranges")
+    pima = REPO / "data" / "pima.parquet"
+    r = run_cli("--quiet", "fit", pima, "--target", "class", "--cv", "3", "--workers", "1", "--method", "sigmoid",
+                "--output", base / "model")
+    assert r.returncode == 0, r
+    import pandas as pd
+
+    df = pd.read_parquet(pima)
+    df["w"] = np.random.default_rng(0).integers(0, 4, len(df))
+    parts = base / "parts"
+    parts.mkdir()
+    for i, lo in enumerate(range(0, len(df), 300)):  # three files: three chunks
+        df.iloc[lo:lo + 300].to_parquet(parts / f"part{i}.parquet")
+    return base / "model", parts
+
+
+@pytest.mark.parametrize("weight", [None, "w"])
+def test_evaluate_cut_into_ranges_prints_what_the_accumulator_prints(pima_model, tmp_path, monkeypatch, weight):
+    """The whole command: chunks spilled, about 15 ranges per table, every metric, the drift check and the
+    error-reject curve as the in-memory accumulator gives them (the JSON and the text to the byte), and
+    the scratch directory gone afterwards."""
+    import tempfile
+
+    import calengine
+    from calengine.metrics import range_eval
+
+    model, parts = pima_model
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 10**12)
+    old = calengine.evaluate_models(model, str(parts), "class", weight=weight)
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+    monkeypatch.setattr(range_eval, "RANGE_VALUES", 50)
+    written = []
+    save = range_eval._save
+    monkeypatch.setattr(range_eval, "_save", lambda t, p: written.append(p) or save(t, p))
+    new = calengine.evaluate_models(model, str(parts), "class", weight=weight)
+    assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
+    assert sum(re.search(r"-r\d+$", p) is not None for p in written) >= 3 * 2 * 10  # 3 tables x 2 kinds
+    assert sum(os.path.basename(p).startswith("c2-") for p in written) == 6  # third chunk: 3 tables x 2
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+    assert new.to_text(width=120) == old.to_text(width=120)
+    assert os.listdir(scratch) == []
+
+
+def test_evaluate_cut_into_ranges_on_a_cluster_keeps_the_tables_on_the_workers(pima_model, monkeypatch):
+    """With a Dask client (two worker processes) nothing is spilled here: the chunks' and the ranges'
+    tables are task results on the workers, and the answers are the accumulator's."""
+    import calengine
+    from calengine.metrics import range_eval
+    from calengine.testing_cluster import local_client
+
+    model, parts = pima_model
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 10**12)
+    old = calengine.evaluate_models(model, str(parts), "class")
+    with local_client(2) as client:
+        # the workers are other processes: the thresholds travel as arguments, so set them here only
+        monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+        monkeypatch.setattr(range_eval, "RANGE_VALUES", 100)
+        new = calengine.evaluate_models(model, str(parts), "class", client=client)
+    assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
