@@ -29,6 +29,24 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     code-matrix column; default: the learner's own multiclass scores, normalised).  ``learner`` may
     be a list: each base learner is calibrated on its own and their posteriors are combined by
     ``combine`` (``"min"``, ``"max"``, ``"median"``, ``"mean"`` or ``"product"``; Duin & Tax).
+
+    ``sample_weight`` works with every learner.  A learner without ``sample_weight`` (``knn``,
+    ``fisher_lda``, ``qda``, ``bayes_full``, some scikit-learn classes) trains on a seeded costing
+    sample of its training rows, each kept with probability ``w / max(w)`` (Zadrozny, Langford & Abe
+    2003), exactly as ``calengine fit --weight`` trains it; the calibrators get the weights
+    themselves.  Why not refuse the weights, or ignore them as scikit-learn's
+    ``CalibratedClassifierCV`` does (with a warning that the result is "likely to be incorrect")?
+    Costing trains the learner on the weighted distribution, is exact for 0/1 weights, and gives
+    the CLI's model; its price is that weights are not the same as repeated rows (a sample, not a
+    count), which is why ``check_sample_weight_equivalence_*`` is declared for these learners in
+    :func:`expected_failed_checks`.
+
+    ``cv`` defaults to 5 folds and a class with fewer rows than folds is refused (one line naming
+    ``cv``), as scikit-learn's ``CalibratedClassifierCV`` refuses it ("Requesting 5-fold
+    cross-validation but provided less than 5 examples for at least one class"): a fold without
+    held-out rows of a class would calibrate that class on nothing.  scikit-learn's own checks run
+    ``CalibratedClassifierCV`` with ``cv=3``; with the default here ``check_fit2d_1feature`` (10 rows,
+    the rarer class 3 of them) is therefore a declared expected failure, not a change of the rule.
     """
 
     # ``groups`` is for the cv splitter, which requests it itself (see ``get_metadata_routing``): it
@@ -73,17 +91,32 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         """Whether every base learner takes CSR input (so sparse ``X`` is refused up front otherwise)."""
         return self._dense_only_learner() is None
 
-    def _dense_only_learner(self) -> str | None:
-        """The name of the first base learner that needs dense input ("" when the learners cannot be
-        resolved: an unknown name fails in fit with its own message), None when all take CSR."""
+    def _base_learners(self) -> list | None:
+        """The base learners ``learner`` names, resolved; None when they cannot be (an unknown name
+        fails in fit with its own message)."""
         from .fit.training import FitConfig, resolve_learner, split_learners
 
         try:
             from .plugins import get_plugins
 
             plugins = get_plugins()
-            learners = [resolve_learner(FitConfig(learner=lr), plugins) for lr in split_learners(self.learner)]
+            return [resolve_learner(FitConfig(learner=lr), plugins) for lr in split_learners(self.learner)]
         except Exception:  # noqa: BLE001 - an unknown name fails in fit with its own message
+            return None
+
+    def _learner_without_weights(self) -> str | None:
+        """The name of the first base learner without ``sample_weight`` (trained on a costing sample
+        when weights are given), None when all take weights or the learners cannot be resolved."""
+        for lr in self._base_learners() or []:
+            if not lr.accepts_sample_weight:
+                return str(getattr(lr, "name", type(lr).__name__))
+        return None
+
+    def _dense_only_learner(self) -> str | None:
+        """The name of the first base learner that needs dense input ("" when the learners cannot be
+        resolved: an unknown name fails in fit with its own message), None when all take CSR."""
+        learners = self._base_learners()
+        if learners is None:
             return ""
         for lr in learners:
             accepts = getattr(lr, "accepts_sparse", None)
@@ -124,9 +157,10 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                 raise DataError("CalibratedClassifier requires y to be passed, but the target y is None")
             y = column_or_1d(np.asarray(y) if not isinstance(y, pd.Series) else y.to_numpy(), warn=True)
             encoder = FeatureEncoder().fit(X)
-            for attr in ("n_features_in_", "feature_names_in_"):
-                if hasattr(self, attr):
-                    delattr(self, attr)
+            if hasattr(self, "feature_names_in_"):
+                delattr(self, "feature_names_in_")
+            if all(isinstance(c, str) for c in X.columns):  # scikit-learn's rule: string names only
+                self.feature_names_in_ = np.asarray(list(X.columns), dtype=object)
             return encoder, encoder.transform(X), y
         self._refuse_sparse(X)
         sparse = "csr" if self._accepts_sparse() else False
@@ -142,7 +176,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
 
         if self.encoder_ is not None:
             if not isinstance(X, pd.DataFrame):
-                raise DataError("this model was fitted on a DataFrame; pass a DataFrame with the same columns")
+                X = self._as_fitted_frame(X)
             _check_unique_columns(X)
             return self.encoder_.transform(X)
         self._refuse_sparse(X)
@@ -151,6 +185,32 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             return validate_data(self, X, accept_sparse=sparse, dtype=np.float64, ensure_all_finite=True, reset=False)
         except ValueError as exc:  # scikit-learn's wording (its checks match it), typed as ours
             raise DataError(f"{' '.join(str(exc).split()).rstrip('.')}; pass the same columns as in fit, all finite") from exc
+
+    def _as_fitted_frame(self, X):
+        """Array input to a model fitted on a DataFrame, scikit-learn's way: a ``UserWarning`` that X
+        has no feature names, then the columns taken in the order of fit (encoded by the same rules).
+        A sparse matrix or another number of columns is one line naming the fix."""
+        import warnings
+
+        import pandas as pd
+        import scipy.sparse as sp
+
+        columns = list(getattr(self, "feature_names_in_", self.encoder_.input_columns))
+        if sp.issparse(X):
+            raise DataError("this model was fitted on a DataFrame; pass a DataFrame (or a dense array) of its columns")
+        arr = np.asarray(X)
+        if arr.ndim != 2:
+            raise DataError(f"X must be 2-D (rows x features), got shape {arr.shape}")
+        if arr.shape[1] != len(columns):
+            raise DataError(
+                f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting {len(columns)} features"
+                f" as input (the columns of the DataFrame it was fitted on); pass those columns in that order"
+            )
+        warnings.warn(
+            f"X does not have valid feature names, but {type(self).__name__} was fitted with feature names",
+            UserWarning,
+        )
+        return pd.DataFrame(arr, columns=columns)
 
     def fit(self, X, y=None, sample_weight=None, groups=None, *, X_cal=None, y_cal=None, **fit_params):
         """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
@@ -307,7 +367,8 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.model_ = model
         self.encoder_ = encoder
         self.classes_ = np.asarray(labels.classes)
-        self.n_features_in_ = Xm.shape[1]
+        # scikit-learn's meaning: columns of the input (a DataFrame's, before encoding)
+        self.n_features_in_ = X.shape[1] if encoder is not None else Xm.shape[1]
         return self
 
     def predict_proba(self, X) -> np.ndarray:
@@ -346,6 +407,16 @@ def expected_failed_checks(estimator) -> dict[str, str]:
             f"10 rows in 3 classes: the rarest class has fewer rows than cv={estimator.cv} folds, and calibration"
             " refuses a fold without held-out rows of a class (the error says so, not '1 feature')"
         )
+    unweighted = estimator._learner_without_weights() if estimator.method not in ("probing", "bagging") else None
+    if unweighted:
+        reason = (
+            f"learner '{unweighted}' takes no sample_weight, so weighted rows train it as a seeded costing sample"
+            " (each row kept with probability w / max w): a sample of the weighted distribution, not the"
+            " repeated rows this check compares with (see CalibratedClassifier's docstring)"
+        )
+        out["check_sample_weight_equivalence_on_dense_data"] = reason
+        if estimator._accepts_sparse():
+            out["check_sample_weight_equivalence_on_sparse_data"] = reason
     combiner = (estimator.multiclass or "").rpartition(":")[2]
     if estimator.multiclass and combiner in ("coupling", "pairwise_coupling", "wu_lin_weng", ""):
         reason = (

@@ -125,9 +125,11 @@ def test_lazy_state_is_still_checked_when_loaded(models, tmp_path):
 
 
 def test_logistic_regression_scores_the_pipelines_bits_from_its_arrays():
-    """The arrays path of a dense two-class logistic regression gives exactly the Pipeline's
-    ``predict_proba`` (C- and Fortran-ordered input, lazily restored or freshly fitted), and leaves
-    what it does not cover to the Pipeline: several classes, non-finite input (scikit-learn's error)."""
+    """The arrays path of a dense two-class logistic regression gives exactly the bits of the scaled
+    path (the fitted Pipeline's steps, products row-wise so that no row depends on its batch), within
+    rounding of the Pipeline's ``predict_proba`` (C- and Fortran-ordered input, lazily restored or
+    freshly fitted), and leaves what it does not cover to the scaled path: several classes,
+    non-finite input (scikit-learn's error)."""
     from calengine_builtins.learners import LogisticRegressionLearner
 
     rng = np.random.default_rng(7)
@@ -138,7 +140,8 @@ def test_logistic_regression_scores_the_pipelines_bits_from_its_arrays():
         lazy = LogisticRegressionLearner(C=0.5).from_state(fitted.to_state())
         assert "_pending_state" in vars(lazy)
         for Xq in (X, np.asfortranarray(X), X[::2], rng.normal(size=(17, d)) * 100):
-            expected = fitted.estimator_.predict_proba(Xq)[:, 1]
+            expected = fitted._sklearn_score(Xq)
+            np.testing.assert_allclose(expected, fitted.estimator_.predict_proba(Xq)[:, 1], rtol=1e-12, atol=1e-15)
             np.testing.assert_array_equal(fitted.score(Xq), expected)
             np.testing.assert_array_equal(lazy.score(Xq), expected)
         assert "_pending_state" in vars(lazy)  # never needed the Pipeline
@@ -148,7 +151,7 @@ def test_logistic_regression_scores_the_pipelines_bits_from_its_arrays():
         lazy.score(bad)
     y3 = rng.integers(0, 3, size=X.shape[0])
     three = LogisticRegressionLearner().fit(X, y3)
-    np.testing.assert_array_equal(three.score(X), three.estimator_.predict_proba(X))
+    np.testing.assert_allclose(three.score(X), three.estimator_.predict_proba(X), rtol=1e-12, atol=1e-15)
 
 
 class _Mine(Params):

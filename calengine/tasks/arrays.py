@@ -137,13 +137,48 @@ def column_targets(y: np.ndarray, n_columns: int) -> list[np.ndarray]:
 
 
 def fit_learner(data: TrainingData, idx: np.ndarray | None, learner, seed: int):
-    """Fit a fresh copy of ``learner`` on the rows ``idx`` (all rows when None)."""
+    """Fit a fresh copy of ``learner`` on the rows ``idx`` (all rows when None); weighted rows reach a
+    learner without ``sample_weight`` as a costing sample (:func:`costing_sample`)."""
     X, y, w = data.rows(idx)
+    if w is not None and not learner.accepts_sample_weight:
+        X, y, w = costing_sample(X, y, w, seed)
     pin_native_threads()
     est = seeded(learner, seed)
     with learner_errors(est):
         est.fit(X, y, sample_weight=w) if w is not None else est.fit(X, y)
     return est
+
+
+#: the costing sample's own random stream beside a fit's seed (the learner's random_state uses the seed)
+_COSTING_STREAM = 0xC0571
+
+
+def costing_sample(X, y: np.ndarray, w: np.ndarray, seed: int):
+    """``(X, y, None)`` of the rows of a costing sample: each row kept with probability ``w / max(w)``
+    (Zadrozny, Langford & Abe 2003), as ``calengine fit --weight`` trains such learners, so a learner
+    without ``sample_weight`` trains on the weighted distribution.  Seeded by the fit's seed: the
+    same model on any scheduler.  Weights 0 and 1 give exactly the rows of weight 1."""
+    from ..errors import DataError
+
+    top = float(w.max()) if w.size else 0.0
+    if not top > 0:
+        raise DataError("sample_weight sums to zero; at least one row needs a positive weight")
+    keys = np.random.default_rng([int(seed), _COSTING_STREAM]).random(w.shape[0])
+    keep = np.flatnonzero(keys < w / top)
+    check_costing_sample(y[keep], np.unique(y).size)
+    return X[keep], y[keep], None
+
+
+def check_costing_sample(t: np.ndarray, n_classes: int) -> None:
+    """A costing sample must still hold every class (else the learner could not be fitted)."""
+    from ..errors import DataError
+
+    if np.unique(t).size < n_classes:
+        raise DataError(
+            "the costing sample of the weighted rows lacks a class (the weights of its rows are"
+            " small beside the largest weight); use a learner that accepts sample weights, or weights of"
+            " less extreme range"
+        )
 
 
 def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:

@@ -219,7 +219,7 @@ def fit_unit_learner(
     """
     import scipy.sparse as sp
 
-    from .arrays import TrainingData, fit_learner
+    from .arrays import TrainingData, check_costing_sample, fit_learner
 
     Xs, ts, ks, ws = [], [], [], []
     for fragment in fragments:
@@ -258,16 +258,6 @@ def fit_unit_learner(
     if costing is not None:
         check_costing_sample(t, enc.labels.n_classes if unit.column is None else 2)
     return fit_learner(TrainingData(X, t, w), None, learner, seed)
-
-
-def check_costing_sample(t: np.ndarray, n_classes: int) -> None:
-    """A costing sample must still hold every class (else the learner could not be fitted)."""
-    if np.unique(t).size < n_classes:
-        raise DataError(
-            "the costing sample of the weighted rows lacks a class (the weights of its rows are"
-            " small beside the largest weight); use a learner that accepts sample weights, or weights of"
-            " less extreme range"
-        )
 
 
 @trims_heap

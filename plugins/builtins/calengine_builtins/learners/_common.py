@@ -17,8 +17,8 @@ from calengine.errors import DataError, ParameterError
 
 def _no_weights_error(name: str) -> ParameterError:
     return ParameterError(
-        f"learner '{name}' does not accept sample weights; use costing "
-        "(--method-param weighting=costing) instead"
+        f"learner '{name}' does not accept sample weights; fit it through calengine fit --weight or"
+        " CalibratedClassifier.fit(sample_weight=...), which train it on a costing sample of the weighted rows"
     )
 
 

@@ -11,6 +11,7 @@ from calengine_builtins.deferred import expit
 
 from ._array_state import _STANDARD_SCALER, _ArrayState, _built_for_sparse, _scaler_attributes
 from ._common import _scaler
+from ._rowwise import linear_decision, row_matmul, softmax, transform_head
 
 
 class LinearSVMLearner(SklearnLearner):
@@ -36,6 +37,11 @@ class LinearSVMLearner(SklearnLearner):
 
         svm = LinearSVC(C=self.C, dual="auto", max_iter=self.max_iter, random_state=self.random_state)
         return Pipeline([("scale", _scaler(sparse_input)), ("svm", svm)])
+
+    def score(self, X) -> np.ndarray:
+        """LinearSVC's ``decision_function`` after the scaler, row-wise (:mod:`._rowwise`): the same
+        bits for a row whatever batch it is scored in."""
+        return _linear_scores(self, X)
 
 
 class LogisticRegressionLearner(_ArrayState, SklearnLearner):
@@ -91,19 +97,41 @@ class LogisticRegressionLearner(_ArrayState, SklearnLearner):
     def score(self, X) -> np.ndarray:
         """P(class 1) of a dense two-class model computed from its arrays with scikit-learn's own
         operations in its order: StandardScaler's copy (same memory layout) minus ``mean_`` divided
-        by ``scale_``, ``X @ coef_.T + intercept_`` and expit.  The same bits as the Pipeline's
-        ``predict_proba`` (tested), without importing scikit-learn.  Anything else (sparse or
-        non-float64 input, another width, several classes, non-finite values) goes through the
-        Pipeline, for its checks and messages."""
+        by ``scale_``, ``X @ coef_.T + intercept_`` (row-wise, :mod:`._rowwise`) and expit.  The same
+        bits as the scaled path below (tested), within rounding of the Pipeline's ``predict_proba``,
+        without importing scikit-learn.  Anything else (sparse or non-float64 input, another width,
+        several classes, non-finite values) goes through the scaled path, for scikit-learn's checks
+        and messages."""
         arrays = self._dense_arrays()
         if (arrays is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64
                 or X.shape[0] == 0 or X.shape[1] != arrays[0].shape[0]):
-            return super().score(X)
+            return self._sklearn_score(X)
         mean, scale, coef, intercept = arrays
         Xs = np.array(X, copy=True, order="K")
         Xs -= mean
         Xs /= scale
-        decision = (Xs @ coef.T + intercept).reshape(-1)
+        decision = row_matmul(Xs, coef.T).reshape(-1) + intercept
         if not np.isfinite(decision).all():
-            return super().score(X)
+            return self._sklearn_score(X)
         return expit(decision, out=decision)
+
+    def _sklearn_score(self, X) -> np.ndarray:
+        return _linear_scores(self, X)
+
+
+def _linear_scores(learner, X) -> np.ndarray:
+    """A scaled linear model's scores as scikit-learn computes them (scaler, ``X @ coef_.T +
+    intercept_``, then expit or softmax for logistic regression), with the product row-wise
+    (:mod:`._rowwise`), so a row's score does not depend on the batch it is scored in."""
+    from calengine.base import reject_sparse
+    from sklearn.utils.validation import validate_data
+
+    reject_sparse(learner, X)
+    Xs, model = transform_head(learner.estimator_, X)
+    Xs = validate_data(model, Xs, accept_sparse="csr", reset=False, dtype=np.float64)
+    decision = linear_decision(Xs, model.coef_, model.intercept_)
+    if learner.score_kind == "decision":
+        return decision
+    if decision.ndim == 1:
+        return expit(decision)
+    return softmax(decision)

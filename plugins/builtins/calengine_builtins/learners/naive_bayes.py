@@ -16,6 +16,7 @@ from calengine.errors import DataError, ParameterError
 
 from ._array_state import _DISCRETE_NB, _ArrayState, _scaler_attributes
 from ._common import _check_input, _parse_positive_int, _scaler
+from ._rowwise import column_sum, normalise_log, row_matmul, transform_head
 from ._nb_stats import (
     _chan_merge,
     _check_stats,
@@ -44,6 +45,22 @@ def _derive_discrete_nb(steps: dict[str, Any], nb_step: str) -> None:
         scaler.scale_ = _zero_scale_to_one(scaler.max_abs_)
 
 
+def _discrete_nb_score(learner, X) -> np.ndarray:
+    """Multinomial/Bernoulli naive Bayes ``predict_proba`` (class 1 for two classes) with scikit-learn's
+    formulas, its scalers and its input checks, but row-wise (:mod:`._rowwise`): a row's probability
+    does not depend on the batch it is scored in, which scikit-learn's batched product does not promise."""
+    Xt, nb = transform_head(learner.estimator_, X)
+    Xt = nb._check_X(Xt)  # scikit-learn's validation (width, finiteness) and BernoulliNB's binarising
+    flp = nb.feature_log_prob_
+    if type(nb).__name__ == "BernoulliNB":
+        neg = np.log(1.0 - np.exp(flp))
+        jll = row_matmul(Xt, (flp - neg).T) + (nb.class_log_prior_ + neg.sum(axis=1))
+    else:
+        jll = row_matmul(Xt, flp.T) + nb.class_log_prior_
+    P = normalise_log(jll)
+    return P[:, 1].copy() if P.shape[1] == 2 else P
+
+
 class GaussianNBLearner(_ArrayState, SklearnLearner):
     """Gaussian naive Bayes: the classic badly calibrated (overconfident) probability estimator."""
 
@@ -68,7 +85,7 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
         full-size temporaries per class and sums 20-value rows one by one, which made scoring the
         largest share of a naive Bayes fit.  The per-row sum runs over features in order, so the log
         likelihoods differ from scikit-learn's by rounding only (about 1e-15) and are the same bits on
-        every machine.  Anything unusual (not a dense float64 matrix of the fitted width, non-finite
+        every machine and for every batch (:mod:`._rowwise`: numpy's ``sum`` of a lone row is pairwise).  Anything unusual (not a dense float64 matrix of the fitted width, non-finite
         values) goes through scikit-learn, for its checks and messages."""
         theta = self._stored("theta_")
         if (theta is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64
@@ -88,13 +105,11 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
                 np.subtract(Xt, theta[i][:, None], out=b)
                 np.multiply(b, b, out=b)
                 np.divide(b, var[i][:, None], out=b)
-                jll[i, start : start + Xt.shape[1]] = const[i] - 0.5 * b.sum(axis=0)
+                jll[i, start : start + Xt.shape[1]] = const[i] - 0.5 * column_sum(b)
         if not np.isfinite(jll).all():
             return super().score(X)
-        top = jll.max(axis=0)
-        log_norm = top + np.log(np.exp(jll - top).sum(axis=0))
-        proba = np.exp(jll - log_norm)
-        return np.ascontiguousarray(proba[1]) if k == 2 else np.ascontiguousarray(proba.T)
+        proba = normalise_log(np.ascontiguousarray(jll.T))
+        return np.ascontiguousarray(proba[:, 1]) if k == 2 else proba
 
     # -- fitting from statistics (see calengine.base.Learner) -----------------------------------
     #
@@ -305,6 +320,9 @@ class BernoulliNBLearner(_ArrayState, SklearnLearner):
     def _derive(self, steps: dict[str, Any]) -> None:
         _derive_discrete_nb(steps, "nb" if "nb" in steps else "")
 
+    def score(self, X) -> np.ndarray:
+        return _discrete_nb_score(self, X)
+
     # -- fitting from statistics (see calengine.base.Learner), standardize=False only ------------
     #
     # Per class: rows, weighted count and weighted counts of ``x > binarize`` (raw sums when
@@ -383,6 +401,9 @@ class MultinomialNBLearner(_ArrayState, SklearnLearner):
     def fit(self, X, y, sample_weight=None):
         _refuse_negative_sparse(X)
         return super().fit(X, y, sample_weight)
+
+    def score(self, X) -> np.ndarray:
+        return _discrete_nb_score(self, X)
 
     # -- fitting from statistics (see calengine.base.Learner) -----------------------------------
     #
@@ -490,7 +511,9 @@ class CategoricalNBLearner(SklearnLearner):
 
     def score(self, X) -> np.ndarray:
         X = _check_input(self, X, n_features=self.edges_.shape[0])
-        return super().score(apply_bins(X, self.edges_))
+        # scikit-learn's per-feature sums, normalised row-wise (its logsumexp sums a lone row pairwise)
+        P = normalise_log(self.estimator_.predict_joint_log_proba(apply_bins(X, self.edges_)))
+        return P[:, 1].copy() if P.shape[1] == 2 else P
 
     def to_state(self) -> dict[str, Any]:
         state = super().to_state()

@@ -23,6 +23,7 @@ from ._common import (
     _parse_positive_int,
     _split_proba,
 )
+from ._rowwise import normalise_log, row_matmul, row_sum, squared_distances
 
 #: number of float64 entries in one temporary block of distances (16 MiB); bounds the memory of the
 #: k-NN, Parzen and bandwidth computations whatever the number of rows.
@@ -178,7 +179,10 @@ class KNNLearner(Learner):
         cache = self.__dict__.setdefault("_index_cache", {})
         if cls not in cache:
             Z = self.X_ if cls is None else self.X_[self.y_ == cls]
-            cache[cls] = NearestNeighbors().fit(Z) if len(Z) else None
+            # a k-d tree measures each query against training rows one pair at a time, so a row's
+            # neighbours never depend on the batch; brute force ("auto" picks it for small or wide
+            # sets) computes distances by batched matrix products, whose last bits, and so ties, do
+            cache[cls] = NearestNeighbors(algorithm="kd_tree").fit(Z) if len(Z) else None
         return cache[cls]
 
     def fit(self, X, y, sample_weight=None):
@@ -318,13 +322,14 @@ class NearestMeanLearner(Learner):
         X = _check_input(self, X, n_features=self.means_.shape[1])
         mu = self.means_
         mu_sq = np.einsum("ij,ij->i", mu, mu)
+        # products row-wise (:mod:`._rowwise`): a row's score does not depend on its batch
         if self.n_classes_ == 2:
-            return np.asarray(2.0 * (X @ (mu[1] - mu[0]))).ravel() + (mu_sq[0] - mu_sq[1])
+            return 2.0 * row_matmul(X, (mu[1] - mu[0])[:, None]).ravel() + (mu_sq[0] - mu_sq[1])
         if is_sparse(X):
             x_sq = np.asarray(X.multiply(X).sum(axis=1)).ravel()
         else:
-            x_sq = np.einsum("ij,ij->i", X, X)
-        return np.asarray(2.0 * (X @ mu.T)) - mu_sq[None, :] - x_sq[:, None]
+            x_sq = row_sum(X * X)
+        return 2.0 * row_matmul(X, mu.T) - mu_sq[None, :] - x_sq[:, None]
 
     def to_state(self) -> dict[str, Any]:
         return {"n_classes": self.n_classes_, "means": self.means_}
@@ -445,33 +450,30 @@ class ParzenLearner(Learner):
     # -- scoring ---------------------------------------------------------------------------------
 
     def _class_log_sums(self, Z: np.ndarray) -> np.ndarray:
-        """``log sum_{n in c} w_n exp(-|z - x_n|^2 / 2h^2)`` per row and class, in row blocks."""
-        from scipy.special import logsumexp
+        """``log sum_{n in c} w_n exp(-|z - x_n|^2 / 2h^2)`` per row and class, in row blocks.
 
+        Row-wise in a fixed order (:mod:`._rowwise`): distances summed feature by feature, kernel
+        sums training row by training row, so a row's posterior does not depend on its batch."""
         X_tr, y_tr = self.X_, self.y_
         c = self.n_classes_
         bounds = np.searchsorted(y_tr, np.arange(c + 1))
         log_w = np.log(self.w_)
-        tr_sq = np.einsum("ij,ij->i", X_tr, X_tr)
         inv2h2 = 1.0 / (2.0 * self.bandwidth_**2)
         out = np.full((Z.shape[0], c), -np.inf)
         for sl in _row_blocks(Z.shape[0], X_tr.shape[0]):
-            A = _squared_distances(Z[sl], X_tr, tr_sq)
+            A = squared_distances(Z[sl], X_tr)
             A *= -inv2h2
             A += log_w[None, :]
             for cls in range(c):
                 s, e = bounds[cls], bounds[cls + 1]
                 if e > s:
-                    out[sl, cls] = logsumexp(A[:, s:e], axis=1)
+                    out[sl, cls] = _row_logsumexp_t(np.ascontiguousarray(A[:, s:e].T))
         return out
 
     def score(self, X) -> np.ndarray:
-        from scipy.special import logsumexp
-
         X = _check_input(self, X, n_features=self.X_.shape[1])
         L = self._class_log_sums((X - self.mean_) / self.scale_)
-        P = np.exp(L - logsumexp(L, axis=1, keepdims=True))
-        return _split_proba(P)
+        return _split_proba(normalise_log(L))
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -493,6 +495,19 @@ class ParzenLearner(Learner):
         self.y_ = np.asarray(state["y"], dtype=np.intp)
         self.w_ = np.asarray(state["w"], dtype=np.float64)
         return self
+
+
+def _row_logsumexp_t(At: np.ndarray) -> np.ndarray:
+    """``logsumexp`` of each *column* of ``At`` (training rows by scored rows), summed training row
+    by training row in order: contiguous adds, one per training row."""
+    from ._rowwise import column_sum
+
+    top = At.max(axis=0)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    At -= safe
+    np.exp(At, out=At)
+    with np.errstate(divide="ignore"):
+        return np.log(column_sum(At)) + safe
 
 
 def _loo_log_likelihood(Z, y, w, hs, n_classes) -> np.ndarray | None:

@@ -10,6 +10,7 @@ from calengine.base import SklearnLearner
 from calengine.errors import ParameterError
 
 from ._common import _parse_positive_int, _scaler
+from ._rowwise import row_matmul, softmax, transform_head
 
 
 def _hidden_layers(value) -> tuple[int, ...]:
@@ -63,3 +64,23 @@ class MLPLearner(SklearnLearner):
             random_state=self.random_state,
         )
         return Pipeline([("scale", _scaler(sparse_input)), ("mlp", mlp)])
+
+    def score(self, X) -> np.ndarray:
+        """The network's forward pass as scikit-learn's ``predict_proba`` computes it (same weights,
+        activations and output function), with each layer's product row-wise (:mod:`._rowwise`): a
+        row's probability does not depend on the batch it is scored in."""
+        from sklearn.neural_network._base import ACTIVATIONS
+        from sklearn.utils.validation import validate_data
+
+        Xs, mlp = transform_head(self.estimator_, X)
+        a = validate_data(mlp, Xs, accept_sparse=["csr"], reset=False, dtype=np.float64)
+        hidden = ACTIVATIONS[mlp.activation]
+        for i in range(mlp.n_layers_ - 1):
+            a = row_matmul(a, mlp.coefs_[i])
+            a += mlp.intercepts_[i]
+            if i != mlp.n_layers_ - 2:
+                hidden(a)
+        if mlp.out_activation_ == "softmax":
+            return softmax(a)
+        ACTIVATIONS[mlp.out_activation_](a)
+        return a.ravel() if a.shape[1] == 1 else a
