@@ -335,3 +335,16 @@ def test_partitioned_score_column_fit_equals_the_in_memory_fit(name, params):
     np.testing.assert_allclose(cal.intercept_, ref.intercept_, atol=1e-6)
     P = model.predict_proba(df[["s0", "s1", "s2"]])
     np.testing.assert_allclose(P, ref.predict(log_softmax(Z, axis=1)), atol=1e-9)
+
+
+def test_refit_mode_fits_one_scaling_on_the_out_of_fold_scores():
+    """mode='refit' (in memory): the out-of-fold scores of every row calibrate one scaling."""
+    from calengine import CalibratedClassifier
+
+    df = _features_table(14, n=600)
+    X, y = df.drop(columns="y").to_numpy(), df["y"].to_numpy()
+    clf = CalibratedClassifier(learner="logistic_regression", method="vector_scaling", cv=3, mode="refit").fit(X, y)
+    (member,) = clf.model_.members
+    (cal,) = member.calibrators
+    assert cal.coef_.shape == (3,) and not cal.binary_
+    np.testing.assert_allclose(clf.predict_proba(X[:5]).sum(axis=1), 1.0)

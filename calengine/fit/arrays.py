@@ -14,7 +14,7 @@ import numpy as np
 
 from ..tasks import arrays as tasks
 from ..errors import ParameterError
-from ..model.calibrated import Member, RawMap
+from ..model.calibrated import Member, RawMap, raw_kind_of
 from ..progress import Progress, gather_in_order
 
 MODES = ("ensemble", "refit")
