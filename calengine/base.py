@@ -490,6 +490,22 @@ class Calibrator(Params, metaclass=ABCMeta):
 
     name: ClassVar[str] = ""
     monotone: ClassVar[bool] = True
+    #: a *multiclass scaling*: for a k-class model (k score columns) the engine hands this calibrator
+    #: the whole ``(n, k)`` score matrix instead of fitting one clone per one-vs-rest column, and the
+    #: member keeps this one calibrator for all k columns.  It is a flag on the calibrator kind, not a
+    #: fourth plugin kind, because such a calibrator is still chosen with ``--method``, still fitted by
+    #: the same four reduction methods, and still calibrates one column for a two-class model (k = 2 is
+    #: its one-column case, so one registry name covers both, as ``temperature`` does).  Contract when
+    #: ``True`` (besides the one-column contract above):
+    #:
+    #: * ``fit(S, y, sample_weight, score_kind)`` with ``S`` of shape ``(n, k)``, ``k >= 2``, and ``y``
+    #:   class indices ``0..k-1``; ``predict(S)`` then returns ``(n, k)`` probabilities whose rows sum
+    #:   to 1 (the scaling is the combiner: ``--multiclass`` is refused with it).
+    #: * ``reduction_start(score_kind, n_classes=k)`` starts the matrix form of the protocol: pieces
+    #:   are ``(S (n, k), y class indices, sample_weight)``, always unsorted (table partitions merged
+    #:   in a fixed order); it must return a request (a multiclass scaling is always a reduction).
+    #:   Without ``n_classes`` it is the one-column protocol.
+    multiclass: ClassVar[bool] = False
 
     @abstractmethod
     def fit(self, scores, y, sample_weight=None, score_kind="decision"):

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..tasks import arrays as tasks
 from ..errors import ParameterError
-from ..model.calibrated import Member, RawMap
+from ..model.calibrated import Member, RawMap, raw_kind_of
 from ..progress import Progress, gather_in_order
 
 MODES = ("ensemble", "refit")
@@ -85,7 +85,7 @@ def _fit_refit(client, data, data_f, plan: CalibrationPlan, progress) -> list[Me
     for fold, scores in enumerate(fold_scores):
         S[data.folds == fold] = scores
     cal_future = client.submit(
-        tasks.fit_calibrators_on_scores, S, data_f, plan.calibrator, learner.score_kind, pure=False
+        tasks.fit_calibrators_on_scores, S, data_f, plan.calibrator, learner.score_kind, raw_kind_of(learner), pure=False
     )
     calibrators = cal_future.result()
     return [Member([learner], [list(range(S.shape[1]))], calibrators, RawMap.fit(S, learner.score_kind))]

@@ -21,7 +21,7 @@ from ..plan.memory import check_fits_memory, range_rows_for
 from ..progress import gather_in_order
 from ..tasks import partitions as pt
 
-__all__ = ["fit_calibrators"]
+__all__ = ["fit_calibrators", "calibration_problems", "refuse_code_matrix"]
 
 
 def _merge_summaries(parts: list[dict]) -> dict:
@@ -49,8 +49,32 @@ def _boundaries(summary: dict, column: int, n_ranges: int) -> np.ndarray:
     return np.unique(cuts)
 
 
+def calibration_problems(merged: list[dict], calibrator) -> list[tuple[int, int | None]]:
+    """The (calibration set, score column) problems of a fit: one per score column, or, for a multiclass
+    scaling (``calibrator.multiclass``) of a set with k > 1 columns, one ``(set, None)`` for the whole
+    score matrix."""
+    out: list[tuple[int, int | None]] = []
+    for i, m in enumerate(merged):
+        n_cols = len(m["min"])
+        if getattr(calibrator, "multiclass", False) and n_cols > 1:
+            out.append((i, None))
+        else:
+            out.extend((i, b) for b in range(n_cols))
+    return out
+
+
+def refuse_code_matrix(calibrator, multiclass: str | None, k: int) -> None:
+    """``--multiclass CODE:COMBINER`` with a multiclass scaling is one line: the scaling maps the k
+    scores to class probabilities itself, it is the combiner."""
+    if multiclass and k > 2 and getattr(calibrator, "multiclass", False):
+        raise ParameterError(
+            f"--method {calibrator.name} calibrates the k-class score vector as a whole and is its own combiner;"
+            " drop --multiclass (or pick a one-column method such as sigmoid or isotonic)"
+        )
+
+
 def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx,
-                    progress) -> list:
+                    progress, raw_kind: str = "") -> list:
     """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
 
     Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
@@ -61,6 +85,9 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     keeps in cluster memory, so when a round cuts them into score ranges and nothing else needs them,
     they are released as soon as each block is cut (``holder[0] = None``); a later round that needs
     them again recomputes them with ``make_blocks()`` (same tasks, same bits).
+
+    A problem ``(set, None)`` (:func:`calibration_problems`) fits a multiclass scaling on the set's whole
+    score matrix, read as :func:`calengine.model.calibrated.matrix_scores` reads ``raw_kind`` scores.
     """
 
     def blocks():
@@ -74,9 +101,15 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     from ..plugin_calls import plugin_errors
 
     requests = []
-    for cal in cals:
+    for cal, (cs, col) in zip(cals, problems):
         with plugin_errors(cal, "fit"):
-            requests.append(cal.reduction_start(score_kind))
+            if col is None:  # a multiclass scaling of the whole score matrix: always unsorted
+                request = cal.reduction_start(score_kind, n_classes=len(summaries[cs]["min"]))
+                if request is None or request.get("sorted"):
+                    raise ParameterError(f"multiclass calibrator '{cal.name}' must start an unsorted reduction")
+                requests.append(request)
+            else:
+                requests.append(cal.reduction_start(score_kind))
     fallback = [i for i, r in enumerate(requests) if r is None]
     if len(fallback) < len(requests):
         from ..reductions.agreement import check_reduction_once
@@ -93,7 +126,7 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
         sorted_ = [i for i in pending if requests[i].get("sorted")]
         block_futures = []
         if unsorted:
-            args = [(problems[i][0], problems[i][1], cals[i], requests[i]) for i in unsorted]
+            args = [(problems[i][0], problems[i][1], cals[i], requests[i], raw_kind) for i in unsorted]
             block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
         new = [i for i in sorted_ if i not in pieces_of]
         if new:

@@ -97,11 +97,23 @@ def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], 
         X = model.encoder.transform(df, order="F")
         S = {m: model.members[m].scores(X) for m in members}
         for p, (m, b) in enumerate(problems):
+            if b is None:  # a multiclass scaling's whole score matrix, targets one-hot per class
+                keep = slice(None) if w is None else w > 0
+                T = (y[keep, None] == np.arange(k)[None, :]).astype(np.int8)
+                parts[p].append((S[m][keep], T, None if w is None else w[keep]))
+                continue
             code = M[y, b]
             keep = code != 0 if w is None else (code != 0) & (w > 0)  # weight 0: the row is absent
             parts[p].append((S[m][keep, b], (code[keep] == 1).astype(np.int8), None if w is None else w[keep]))
     sets = []
-    for pieces in parts:
+    for (_, b), pieces in zip(problems, parts):
+        if b is None:
+            n_cols = model.members[problems[0][0]].n_columns if not pieces else pieces[0][0].shape[1]
+            s2 = np.concatenate([q[0] for q in pieces]) if pieces else np.empty((0, n_cols))
+            t2 = np.concatenate([q[1] for q in pieces]) if pieces else np.empty((0, n_cols), dtype=np.int8)
+            ws = (np.concatenate([q[2] for q in pieces]) if pieces else np.empty(0)) if weight else None
+            sets.append((s2, t2, ws))
+            continue
         s = np.concatenate([q[0] for q in pieces]) if pieces else np.empty(0)
         t = np.concatenate([q[1] for q in pieces]) if pieces else np.empty(0, dtype=np.int8)
         ws = (np.concatenate([q[2] for q in pieces]) if pieces else np.empty(0)) if weight else None
@@ -142,6 +154,11 @@ def check_recalibratable(model, update: bool, forget: float) -> None:
     if not update:
         return
     for m in model.members:
+        if getattr(m, "scales_matrix", False):
+            raise ParameterError(
+                f"--update merges one-column statistics, and this model's '{m.calibrators[0].name}' calibrates the"
+                " k-class score vector as a whole; recalibrate without --update to refit it on the new data"
+            )
         for cal in m.calibrators:
             if cal.name not in UPDATABLE:
                 raise ParameterError(
@@ -320,7 +337,7 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
 
     from sklearn.base import clone
 
-    from ..model.calibrated import RawMap
+    from ..model.calibrated import RawMap, calibrator_kind
     from ..parquet.data import check_columns
     from ..plan.memory import worker_memory_limit
     from ..plugin_calls import plugin_errors
@@ -337,12 +354,13 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the new data has no rows; recalibration needs labelled rows of every class")
-    problems = [(m, b) for m, member in enumerate(model.members) for b in range(member.n_columns)]
+    problems = [(m, None if cols is None else cols[0]) for m, member in enumerate(model.members)
+                for cols in member.calibrator_columns()]
     position = {problem: i for i, problem in enumerate(problems)}
 
     def stored(i):  # the model's calibrator of problem i
         m, b = problems[i]
-        return model.members[m].calibrators[b]
+        return model.members[m].calibrators[0 if b is None else b]
 
     model_f = share_model(client, model)
 
@@ -390,8 +408,11 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
         groups.setdefault(key, []).append(i)
     for idx in groups.values():
         proto = clone(stored(idx[0]))
-        fitted = fit_calibrators(client, holder, make_blocks, merged, [(i, 0) for i in idx], proto,
-                                 model.members[problems[idx[0]][0]].raw.score_kind, budget, progress)
+        raw_kind = model.members[problems[idx[0]][0]].raw.score_kind
+        fitted = fit_calibrators(client, holder, make_blocks, merged,
+                                 [(i, None if problems[i][1] is None else 0) for i in idx], proto,
+                                 calibrator_kind(raw_kind) if raw_kind == "logit" else raw_kind, budget, progress,
+                                 raw_kind)
         for i, cal in zip(idx, fitted):
             new_cals[i] = cal
     if update:
@@ -419,11 +440,11 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
 
     members = []
     for m, member in enumerate(model.members):
-        here = [position[(m, b)] for b in range(member.n_columns)]
+        here = [position[(m, None if cols is None else cols[0])] for cols in member.calibrator_columns()]
         cals = [new_cals[i] for i in here]
         raw = member.raw
         if raw.score_kind == "decision":
-            a = np.array([max(abs(float(merged[i]["min"][0])), abs(float(merged[i]["max"][0]))) for i in here])
+            a = np.concatenate([np.maximum(np.abs(merged[i]["min"]), np.abs(merged[i]["max"])) for i in here])
             if update:
                 a = np.maximum(a, np.maximum(np.abs(raw.lo), np.abs(raw.hi)))
             raw = RawMap("decision", -a, a)

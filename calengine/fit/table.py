@@ -37,7 +37,7 @@ from .. import registry
 from ..errors import DataError, ParameterError
 from ..plan.memory import check_fits_memory, fragment_rows_for, worker_memory_limit
 from ..progress import Progress, gather_in_order
-from .calibrators import _merge_summaries, fit_calibrators
+from .calibrators import _merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix
 
 ROUTES = ("auto", "stats", "in-memory", "sample")
 
@@ -320,6 +320,7 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     if config.mode not in MODES:
         raise ParameterError(f"unknown --mode '{config.mode}'; choose one of {', '.join(MODES)}")
     M = combiner = None
+    refuse_code_matrix(calibrator, config.multiclass, k)
     if config.multiclass and k > 2:
         M, combiner = resolve_multiclass(config.multiclass, k, config.seed, plugins, config.combiner_params)
         if cal_mode or uncalibrated:
@@ -366,10 +367,11 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     for i, m in enumerate(merged):
         if m["n"] == 0:
             raise DataError("a calibration set is empty; lower --cv or add data")
-    problems = [(i, b) for i, m in enumerate(merged) for b in range(len(m["min"]))]
+    problems = calibration_problems(merged, calibrator)
     holder = [blocks]
     del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
-    cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx, progress)
+    cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx, progress,
+                           raw_kind_of(learner))
     learner_objs = client.gather(fitted)
     by_set: dict[int, list] = {}
     for (i, _), cal in zip(problems, cals):

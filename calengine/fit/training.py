@@ -255,6 +255,9 @@ def fit_model(
             seed=config.seed,
             uncalibrated=uncalibrated,
         )
+        from .calibrators import refuse_code_matrix
+
+        refuse_code_matrix(calibrator, config.multiclass, k)
         if config.multiclass and k > 2:
             code_matrix, combiner = resolve_multiclass(
                 config.multiclass, k, config.seed, plugins, config.combiner_params

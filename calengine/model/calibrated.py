@@ -86,6 +86,17 @@ def checked_raw_map(score_kind: str, arrays: dict[str, np.ndarray], n_cols: int)
     return RawMap(score_kind, lo, hi)
 
 
+def matrix_scores(S: np.ndarray, raw_kind: str) -> np.ndarray:
+    """The score matrix a multiclass scaling (``Calibrator.multiclass``) reads.  Log-odds columns
+    (``raw_kind="logit"``: a score-column model's k logits arrive as each class's one-vs-rest log-odds
+    ``o_j``, see :func:`calengine.score_columns.one_vs_rest_log_odds`) become ``log σ(o_j)``, the log
+    of the model's softmax, which differs from its logits by a per-row constant only -- softmax-based
+    scalings see the logits themselves.  Other kinds pass unchanged."""
+    if raw_kind != "logit":
+        return S
+    return -np.logaddexp(0.0, -np.asarray(S, dtype=np.float64))
+
+
 def as_columns(score: np.ndarray) -> np.ndarray:
     """A learner score, (n,) or (n, k), as a 2-D (n, l) column block."""
     score = np.asarray(score, dtype=np.float64)
@@ -124,14 +135,26 @@ class Member:
         n_cols = sum(len(c) for c in columns)
         if len(columns) != len(learners) or sorted(c for cols in columns for c in cols) != list(range(n_cols)):
             raise ValueError(f"member columns {columns} do not match its {len(learners)} learners")
-        if len(calibrators) != n_cols:
+        whole = len(calibrators) == 1 and n_cols > 1 and getattr(calibrators[0], "multiclass", False)
+        if len(calibrators) != n_cols and not whole:
             raise ValueError(f"a member with {n_cols} score columns has {len(calibrators)} calibrators")
         raw = checked_raw_map(meta["score_kind"], arrays, n_cols)
         return cls(list(learners), columns, list(calibrators), raw)
 
     @property
     def n_columns(self) -> int:
-        return len(self.calibrators)
+        return sum(len(c) for c in self.columns)
+
+    @property
+    def scales_matrix(self) -> bool:
+        """Whether one multiclass scaling (``Calibrator.multiclass``) calibrates all the member's k > 1
+        score columns at once; its probabilities are then the class probabilities themselves."""
+        return len(self.calibrators) == 1 and self.n_columns > 1
+
+    def calibrator_columns(self) -> list[list[int] | None]:
+        """The score columns each calibrator reads: ``[b]`` for the b-th, or ``None`` (the whole matrix)
+        for a multiclass scaling."""
+        return [None] if self.scales_matrix else [[b] for b in range(len(self.calibrators))]
 
     def scores(self, X) -> np.ndarray:
         n_cols = sum(len(c) for c in self.columns)
@@ -143,6 +166,15 @@ class Member:
 
     def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
         S = self.scores(X) if S is None else S
+        if self.scales_matrix:
+            cal = self.calibrators[0]
+            with plugin_errors(cal, "predict"):
+                R = np.asarray(cal.predict(matrix_scores(S, self.raw.score_kind)), dtype=np.float64)
+            if R.shape != S.shape:
+                from ..errors import PluginError
+
+                raise PluginError(f"calibrator '{cal.name}' returned shape {R.shape} for scores of shape {S.shape}")
+            return np.clip(R, 0.0, 1.0)
         R = np.empty_like(S)
         for b, cal in enumerate(self.calibrators):
             with plugin_errors(cal, "predict"):

@@ -103,7 +103,7 @@ def _concatenate(pieces: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]):
         return None
 
 
-def fit_by_reduction(calibrator, pieces: Sequence[Piece], score_kind: str = "decision"):
+def fit_by_reduction(calibrator, pieces: Sequence[Piece], score_kind: str = "decision", n_classes: int | None = None):
     """Fit ``calibrator`` by its reduction protocol over ``pieces``; returns the calibrator.
 
     ``pieces`` is a list of ``(scores, y, sample_weight)`` (weight ``None``: ones).  Unsorted requests
@@ -111,8 +111,16 @@ def fit_by_reduction(calibrator, pieces: Sequence[Piece], score_kind: str = "dec
     ``len(pieces)`` score ranges by :func:`sorted_pieces` (the same cut in every round).  If
     ``reduction_start`` returns ``None`` the calibrator is fitted with ``fit`` on the concatenation.
     Raises :class:`calengine.errors.DataError` when every piece is empty.
+
+    ``n_classes``: the matrix form of a multiclass scaling (``Calibrator.multiclass``): pieces hold
+    ``(n, k)`` scores and class indices, and ``reduction_start`` is called with ``n_classes=k``.
     """
-    request = calibrator.reduction_start(score_kind)
+    if n_classes is None:
+        request = calibrator.reduction_start(score_kind)
+    else:
+        request = calibrator.reduction_start(score_kind, n_classes=n_classes)
+        if request is None or request.get("sorted"):
+            raise TypeError(f"multiclass calibrator '{calibrator.name}' must start an unsorted reduction")
     given = [_arrays(p) for p in pieces]
     live = [p for p in given if p[0].ndim == 0 or p[0].shape[0] > 0]
     if not live:

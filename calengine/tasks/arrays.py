@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.calibrated import Member, RawMap, as_columns
+from ..model.calibrated import Member, RawMap, as_columns, matrix_scores, raw_kind_of
 from ..plugin_calls import plugin_errors
 
 
@@ -188,10 +188,17 @@ def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarra
         return as_columns(learner.score(X))
 
 
-def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str) -> list:
-    """One fresh calibrator per score column, fitted on that column's one-vs-rest targets."""
+def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str,
+                    raw_kind: str = "") -> list:
+    """One fresh calibrator per score column, fitted on that column's one-vs-rest targets; a multiclass
+    scaling (``calibrator.multiclass``) of k > 1 columns: one calibrator of the whole matrix."""
     from sklearn.base import clone
 
+    if getattr(calibrator, "multiclass", False) and S.shape[1] > 1:
+        cal = clone(calibrator)
+        with plugin_errors(cal, "fit"):
+            cal.fit(matrix_scores(S, raw_kind), y, sample_weight=w, score_kind=score_kind)
+        return [cal]
     fitted = []
     for b, target in enumerate(column_targets(y, S.shape[1])):
         cal = clone(calibrator)
@@ -219,7 +226,7 @@ def fit_member(
     source = cal_data if cal_data is not None else data
     S = score_rows(fitted, source, None if cal_data is not None else cal_idx)
     _, y_cal, w_cal = source.rows(None if cal_data is not None else cal_idx)
-    calibrators = fit_calibrators(S, y_cal, w_cal, calibrator, fitted.score_kind)
+    calibrators = fit_calibrators(S, y_cal, w_cal, calibrator, fitted.score_kind, raw_kind_of(fitted))
     n_cols = S.shape[1]
     return Member([fitted], [list(range(n_cols))], calibrators, RawMap.fit(S, fitted.score_kind))
 
@@ -231,8 +238,8 @@ def fit_and_score(data: TrainingData, fold: int, learner, seed: int) -> np.ndarr
     return score_rows(fitted, data, held_idx)
 
 
-def fit_calibrators_on_scores(S: np.ndarray, data: TrainingData, calibrator, score_kind: str) -> list:
-    return fit_calibrators(S, data.y, data.w, calibrator, score_kind)
+def fit_calibrators_on_scores(S: np.ndarray, data: TrainingData, calibrator, score_kind: str, raw_kind: str = "") -> list:
+    return fit_calibrators(S, data.y, data.w, calibrator, score_kind, raw_kind)
 
 
 def column_rows(data: TrainingData, M: np.ndarray, column: int, fold: int | None):

@@ -362,12 +362,22 @@ def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
 
 
 def block_partial_stats(block: ScoreBlock, requests: list) -> list:
-    """``partial_stats`` of each (calset, column, calibrator, request) on this block (None: no rows)."""
+    """``partial_stats`` of each (calset, column, calibrator, request) on this block (None: no rows).
+    Column ``None``: a multiclass scaling's whole score matrix (read by
+    :func:`calengine.model.calibrated.matrix_scores` for the raw kind given as a fifth entry) with the
+    rows' class indices."""
     out = []
-    for cs_index, column, cal, request in requests:
+    from ..model.calibrated import matrix_scores
+
+    for cs_index, column, cal, request, *raw_kind in requests:
         S, T, W = block.sets[cs_index]
         if S.shape[0] == 0:
             out.append(None)
+            continue
+        if column is None:
+            Z = matrix_scores(np.ascontiguousarray(S, dtype=np.float64), raw_kind[0] if raw_kind else "")
+            with plugin_errors(cal, "fit"):
+                out.append(cal.partial_stats(Z, np.argmax(T, axis=1), _weights(W, S.shape[0]), request))
             continue
         s = np.ascontiguousarray(S[:, column], dtype=np.float64)
         with plugin_errors(cal, "fit"):

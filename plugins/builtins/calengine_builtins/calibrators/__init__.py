@@ -9,8 +9,11 @@ Registry names and sources:
 * ``binning`` — equal-frequency histogram binning (Zadrozny & Elkan 2001), bins chosen by CV.
 * ``rocch`` — ROC convex hull calibration (Fawcett & Niculescu-Mizil 2007; Flach & Matsubara 2007).
 * ``beta`` — beta calibration (Kull, Silva Filho & Flach 2017).
-* ``temperature`` — temperature scaling (Guo et al. 2017) of one logit.
+* ``temperature`` — temperature scaling (Guo et al. 2017) of one logit, or of a k-class model's whole
+  logit vector (``softmax(z / T)``, :mod:`.multiclass_scaling`).
 * ``sigmoid_nobias`` — Duin & Tax's sigmoid without bias, so a zero score keeps probability 1/2.
+* ``vector_scaling``, ``matrix_scaling`` (ODIR), ``dirichlet`` (full or diagonal) — linear maps of a
+  k-class model's logit (or log-probability) vector, Kull et al. 2019 (:mod:`.multiclass_scaling`).
 * ``venn_abers`` — inductive Venn–ABERS (Vovk & Petej 2014): a (p0, p1) interval per score and its merge.
 
 Shared behaviour: every ``fit`` validates its input with :func:`calengine.reductions.pav.check_binary_data`
@@ -26,7 +29,8 @@ the score except for ``binning`` (bin fractions follow the data) and ``rocch`` w
 (the correction can reorder hull edges), as documented on those classes.
 
 Layout, one module per family: :mod:`.baseline` (``none``), :mod:`.scaling` (``sigmoid``, ``beta``,
-``temperature``, ``sigmoid_nobias``), :mod:`.isotonic`, :mod:`.binning`, :mod:`.hull` (``rocch``) and
+``temperature``, ``sigmoid_nobias``), :mod:`.multiclass_scaling` (calibrators of the whole k-column
+score matrix: ``temperature``'s k-class form), :mod:`.isotonic`, :mod:`.binning`, :mod:`.hull` (``rocch``) and
 :mod:`.venn_abers`; the private :mod:`._base` (validation, state round-trip, reduction plumbing) and
 :mod:`._solvers` (the Newton solvers of the scaling methods) serve them.  This package is the
 plugin's ``calibrators`` entry point: it holds the ``register_calibrators`` hook and re-exports every
@@ -44,7 +48,13 @@ from .baseline import NoCalibration
 from .binning import BinningCalibrator
 from .hull import ROCHullCalibrator
 from .isotonic import IsotonicCalibrator
-from .scaling import BetaCalibrator, SigmoidCalibrator, SigmoidNoBiasCalibrator, TemperatureCalibrator
+from .multiclass_scaling import (
+    DirichletCalibrator,
+    MatrixScalingCalibrator,
+    TemperatureCalibrator,
+    VectorScalingCalibrator,
+)
+from .scaling import BetaCalibrator, SigmoidCalibrator, SigmoidNoBiasCalibrator
 from .venn_abers import VennAbersCalibrator
 
 __all__ = [
@@ -57,6 +67,9 @@ __all__ = [
     "TemperatureCalibrator",
     "SigmoidNoBiasCalibrator",
     "VennAbersCalibrator",
+    "VectorScalingCalibrator",
+    "MatrixScalingCalibrator",
+    "DirichletCalibrator",
     "register_calibrators",
 ]
 
@@ -71,6 +84,9 @@ CALIBRATORS = (
     TemperatureCalibrator,
     SigmoidNoBiasCalibrator,
     VennAbersCalibrator,
+    VectorScalingCalibrator,
+    MatrixScalingCalibrator,
+    DirichletCalibrator,
 )
 
 
