@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from calengine.base import BoosterLearner
+from calengine.booster_checks import BoosterSummary
 from calengine.errors import DataError, LearnerError, ModelFormatError, ParameterError
 from calengine.params import with_parent_params
 from calengine.testing import check_learner, make_data
@@ -93,6 +94,22 @@ class FakeBoost(BoosterLearner):
     def read_errors(self):
         return (self.library_module().BadBooster,)
 
+    #: the stand-in is pure Python: nothing to contain in a child process
+    native_library = False
+
+    def validate_booster(self, data, n_features, n_classes):
+        self.validated.append(bytes(data))
+        try:
+            doc = json.loads(bytes(data).decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            raise ModelFormatError("the FakeBoost booster file is not JSON; fit the model again") from None
+        means = np.asarray(doc.get("means", [[0.0] * (n_features or 1)] * max(2, n_classes or 2)), dtype=np.float64)
+        if means.ndim != 2 or not np.all(np.isfinite(means)) or (n_features is not None and means.shape[1] != n_features):
+            raise ModelFormatError(f"the FakeBoost booster file does not fit {n_features} features; fit the model again")
+        return BoosterSummary(means.shape[1], means.shape[0], 1)
+
+    validated: list = []
+
 
 class FakeBoostDask(FakeBoost):
     name = "fakeboost_dask"
@@ -141,10 +158,42 @@ def test_unreadable_booster_bytes_are_one_model_format_line(fakeboost):
     X, y = make_data()
     state = FakeBoost().fit(X, y).to_state()
     with pytest.raises(ModelFormatError) as info:
-        FakeBoost().from_state({**state, "booster.json": b"\x00 not json"})
+        FakeBoost().from_state({**state, "booster.json": b'{"no_means": 1}'})
     message = str(info.value)
     assert message.startswith("the FakeBoost booster of learner 'fakeboost' cannot be read (not a fakeboost model")
     assert message.endswith("; fit the model again") and "\n" not in message
+
+
+def test_the_validator_sees_the_bytes_before_the_library(fakeboost, monkeypatch):
+    X, y = make_data()
+    state = FakeBoost().fit(X, y).to_state()
+    FakeBoost.validated.clear()
+    monkeypatch.setattr(_Means, "from_bytes", classmethod(lambda cls, blob: pytest.fail("the library read unchecked bytes")))
+    with pytest.raises(ModelFormatError, match="^the FakeBoost booster file is not JSON; fit the model again$"):
+        FakeBoost().from_state({**state, "booster.json": b"\x00 not json"})
+    assert FakeBoost.validated == [b"\x00 not json"]
+
+
+class Lenient(FakeBoost):
+    """A validator that accepts anything."""
+
+    name = "lenient"
+
+    def validate_booster(self, data, n_features, n_classes):
+        return BoosterSummary(n_features, max(2, n_classes), 1)
+
+
+def test_the_kit_requires_a_booster_plugin_to_declare_its_validator(fakeboost):
+    class NoValidator(BoosterLearner):  # FakeBoost's library side, without validate_booster
+        name, library, library_title, booster_key = "novalidator", "fakeboost", "FakeBoost", "booster.json"
+        booster_params, train_booster, predict_booster = FakeBoost.booster_params, FakeBoost.train_booster, FakeBoost.predict_booster
+        booster_bytes, booster_from_bytes = FakeBoost.booster_bytes, FakeBoost.booster_from_bytes
+
+    with pytest.raises(AssertionError, match="must declare validate_booster"):
+        check_learner(NoValidator)
+
+    with pytest.raises(AssertionError, match="validate_booster accepted a booster file cut in half"):
+        check_learner(Lenient)
 
 
 def test_parameters_out_of_range_are_one_parameter_error_line(fakeboost):

@@ -124,6 +124,12 @@ class XGBoost(BoosterLearner):
         booster.set_param({"nthread": int(self.n_jobs)})
         return booster
 
+    def validate_booster(self, data, n_features, n_classes):
+        """:func:`calengine.booster_checks.validate_xgboost`: the file checked in Python before the library reads it."""
+        from calengine.booster_checks import validate_xgboost
+
+        return validate_xgboost(data, n_features, n_classes)
+
     def read_errors(self):
         return (self.library_module().core.XGBoostError,)
 
