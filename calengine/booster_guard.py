@@ -7,7 +7,9 @@ command.
   a buffer instead of the user's terminal; the library's exception, if any, still says what went wrong.
 * :func:`probe_in_child` -- the first load of a booster file (by content hash) in a process happens in a
   short-lived child process (``python -P -m calengine.booster_guard``) that loads it with the plugin's own
-  class and scores probe rows.  A crash there (SIGSEGV, an abort), a hang (``PROBE_TIMEOUT`` seconds),
+  class and scores probe rows.  The child serves the boosters of one model load in turn (a model with
+  five folds pays for one interpreter start and one library import, not five) and exits after
+  ``PROBE_IDLE`` seconds without work or when the parent exits.  A crash there (SIGSEGV, an abort), a hang (``PROBE_TIMEOUT`` seconds),
   or non-finite or out-of-range probabilities become one :class:`~calengine.errors.ModelFormatError`
   line; the verdict is cached per content hash for the life of the process, so a model is probed once
   however many times it is loaded.  Its cost is one interpreter start plus importing the library
@@ -35,8 +37,10 @@ from .errors import ModelFormatError
 
 #: seconds the child may take to load and probe a booster before it counts as hung
 PROBE_TIMEOUT = 120.0
-#: exit code of the child when the library refused the file with an exception (its line on stdout)
-_REFUSED = 3
+
+#: seconds the probing child waits for the next booster before it exits
+PROBE_IDLE = 20.0
+_IDLE_EXIT = "\0idle"
 
 _verdicts: dict[str, str | None] = {}
 _lock = threading.Lock()
@@ -94,36 +98,82 @@ def probe_in_child(cls: type, blob: bytes, n_features: int, n_classes: int) -> N
         raise ModelFormatError(verdict)
 
 
-def _run_child(cls: type, blob: bytes, n_features: int, n_classes: int) -> str | None:
-    title = getattr(cls, "library_title", "") or cls.__name__
-    header = json.dumps({"module": cls.__module__, "qualname": cls.__qualname__,
-                         "n_features": int(n_features), "n_classes": int(n_classes)})
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-P", "-m", "calengine.booster_guard"], input=header.encode() + b"\n" + bytes(blob),
-            capture_output=True, timeout=PROBE_TIMEOUT, env={**os.environ, "PYTHONFAULTHANDLER": ""},
-        )
-    except subprocess.TimeoutExpired:
-        return (f"loading the {title} booster did not finish within {PROBE_TIMEOUT:.0f} s (a hang in the library);"
-                " the model is damaged: fit it again")
-    except OSError as exc:
-        return f"could not start a process to check the {title} booster ({exc}); check the Python installation"
-    if proc.returncode == 0:
-        return None
-    said = proc.stdout.decode("utf-8", "replace").strip().splitlines()
-    if proc.returncode == _REFUSED and said:
-        return said[-1][:400]
-    reason = native_reason(proc.stderr.decode("utf-8", "replace"))
-    if proc.returncode < 0:
+class _ProbeServer:
+    """One child process per parent process, probing boosters one after another (so the interpreter
+    start and the library import are paid once, not per booster file).  A probe that kills or hangs
+    the child gives its verdict and the next probe starts a fresh child."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.log = None
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            self.log = tempfile.TemporaryFile()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", "calengine.booster_guard"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=self.log, env={**os.environ, "PYTHONFAULTHANDLER": ""},
+            )
+        return self.proc
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def probe(self, cls: type, blob: bytes, n_features: int, n_classes: int) -> str | None:
+        import select
+
+        title = getattr(cls, "library_title", "") or cls.__name__
+        header = json.dumps({"module": cls.__module__, "qualname": cls.__qualname__, "n_features": int(n_features),
+                             "n_classes": int(n_classes), "bytes": len(blob)})
         try:
-            how = signal.Signals(-proc.returncode).name
-        except ValueError:
-            how = f"signal {-proc.returncode}"
-        how = f"crashed {title} ({how})"
-    else:
-        how = f"made {title} exit with code {proc.returncode}"
-    return (f"loading the {title} booster {how}{f': {reason}' if reason else ''}; the model is damaged: fit it"
-            " again")
+            proc = self._start()
+            self.log.seek(0, 2)
+            mark = self.log.tell()
+            proc.stdin.write(header.encode() + b"\n" + bytes(blob))
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], PROBE_TIMEOUT)
+            line = proc.stdout.readline() if ready else None
+        except OSError as exc:  # the child died while reading what we sent: reported below
+            line = b""
+            if self.proc is None:
+                return f"could not start a process to check the {title} booster ({exc}); check the Python installation"
+        if line is None:
+            self.stop()
+            return (f"loading the {title} booster did not finish within {PROBE_TIMEOUT:.0f} s (a hang in the"
+                    " library); the model is damaged: fit it again")
+        said = line.decode("utf-8", "replace").strip()
+        if said == "ok":
+            return None
+        if said.startswith("refused "):
+            return said[len("refused "):][:400]
+        rc = self.proc.wait()
+        if rc == 0:
+            self.proc = None
+            return _IDLE_EXIT
+        self.log.seek(mark)
+        reason = native_reason(self.log.read().decode("utf-8", "replace"))
+        self.proc = None
+        if rc < 0:
+            try:
+                how = f"crashed {title} ({signal.Signals(-rc).name})"
+            except ValueError:
+                how = f"crashed {title} (signal {-rc})"
+        else:
+            how = f"made {title} exit with code {rc}"
+        return f"loading the {title} booster {how}{f': {reason}' if reason else ''}; the model is damaged: fit it again"
+
+
+_server = _ProbeServer()
+
+
+def _run_child(cls: type, blob: bytes, n_features: int, n_classes: int) -> str | None:
+    verdict = _server.probe(cls, blob, n_features, n_classes)
+    if verdict == _IDLE_EXIT:  # the child left on its idle timeout as this request arrived: once more
+        verdict = _server.probe(cls, blob, n_features, n_classes)
+    return verdict
 
 
 def _probe_rows(n_features: int) -> np.ndarray:
@@ -132,12 +182,27 @@ def _probe_rows(n_features: int) -> np.ndarray:
 
 
 def _child_main() -> int:
-    """The child: read the header line and the booster from stdin, load, score, check."""
+    """The child: for each request on stdin (a JSON header line, then the booster's bytes), load,
+    score, check, and answer one line (``ok`` or ``refused <message>``); exit at end of input."""
+    import select
+
+    stdin = sys.stdin.buffer
+    while True:
+        if not select.select([stdin], [], [], PROBE_IDLE)[0]:
+            return 0  # idle: the parent starts another child when it next needs one
+        head = stdin.readline()
+        if not head:
+            return 0
+        spec: dict[str, Any] = json.loads(head)
+        blob = stdin.read(int(spec["bytes"]))
+        verdict = _probe_one(spec, blob)
+        sys.stdout.write(("ok" if verdict is None else "refused " + " ".join(verdict.split())) + "\n")
+        sys.stdout.flush()
+
+
+def _probe_one(spec: dict[str, Any], blob: bytes) -> str | None:
     import importlib
 
-    data = sys.stdin.buffer.read()
-    head, _, blob = data.partition(b"\n")
-    spec: dict[str, Any] = json.loads(head)
     cls = importlib.import_module(spec["module"])
     for part in spec["qualname"].split("."):
         cls = getattr(cls, part)
@@ -155,15 +220,13 @@ def _child_main() -> int:
                 raise ModelFormatError(f"the {cls.library_title} booster cannot be read ({first}); fit the model again") from None
     except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
         reason = native_reason(said() if said is not str else "")
-        print(f"checking the {cls.library_title} booster failed ({type(exc).__name__}: {str(exc)[:200]})"
-              f"{f' [{reason}]' if reason else ''}; the model is damaged: fit it again", flush=True)
-        return _REFUSED
+        return (f"checking the {cls.library_title} booster failed ({type(exc).__name__}: {str(exc)[:200]})"
+                f"{f' [{reason}]' if reason else ''}; the model is damaged: fit it again")
     P = np.asarray(P, dtype=np.float64)
     if not np.all(np.isfinite(P)) or np.any(P < 0) or np.any(P > 1):
-        print(f"the {cls.library_title} booster gives probabilities that are not finite values in [0, 1];"
-              " the model is damaged: fit it again", flush=True)
-        return _REFUSED
-    return 0
+        return (f"the {cls.library_title} booster gives probabilities that are not finite values in [0, 1];"
+                " the model is damaged: fit it again")
+    return None
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ plugins' own suites (plugins/xgboost/tests, plugins/lightgbm/tests) test it with
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import types
@@ -266,3 +267,69 @@ def test_with_parent_params_refuses_an_init_it_cannot_describe():
         @with_parent_params(FakeBoost)
         def __init__(self, *, timeout=300):  # noqa: F811 - nothing passes the parent's parameters on
             pass
+
+
+_CRASHBOOST = '''
+import ctypes, time
+import numpy as np
+from calengine.base import BoosterLearner
+from calengine.booster_checks import BoosterSummary
+
+
+class CrashBoost(BoosterLearner):
+    """A 'native' library whose reader segfaults, aborts or hangs on chosen bytes."""
+
+    name, library, library_title, booster_key = "crashboost", "numpy", "CrashBoost", "booster.bin"
+
+    def booster_params(self, n_classes):
+        return {}
+
+    def train_booster(self, X, y, sample_weight, n_classes):
+        return b"ok"
+
+    def predict_booster(self, X):
+        return np.full(len(X), 0.5)
+
+    def booster_bytes(self):
+        return self.booster_
+
+    def booster_from_bytes(self, blob):
+        if blob == b"segfault":
+            ctypes.string_at(0)
+        if blob == b"hang":
+            time.sleep(600)
+        if blob == b"refuse":
+            raise ValueError("no such model")
+        return blob
+
+    def validate_booster(self, data, n_features, n_classes):
+        return BoosterSummary(3, 2, 1)
+'''
+
+
+def test_what_validation_misses_is_contained_in_a_child_process(tmp_path, monkeypatch):
+    """A reader that segfaults, hangs or raises in the probing child is one ModelFormatError line in
+    the parent, which survives; a sound file passes; verdicts are cached per content."""
+    from calengine import booster_guard
+
+    (tmp_path / "crashboost.py").write_text(_CRASHBOOST)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the child imports crashboost as a plugin module (no empty entry: that would be the checkout)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(booster_guard, "PROBE_TIMEOUT", 10.0)
+    monkeypatch.setattr(booster_guard, "_verdicts", {})
+    import crashboost
+
+    cls = crashboost.CrashBoost
+    booster_guard.probe_in_child(cls, b"sound", 3, 2)
+    with pytest.raises(ModelFormatError, match=r"^loading the CrashBoost booster crashed CrashBoost \(SIGSEGV\)"):
+        booster_guard.probe_in_child(cls, b"segfault", 3, 2)
+    with pytest.raises(ModelFormatError, match=r"did not finish within 10 s"):
+        booster_guard.probe_in_child(cls, b"hang", 3, 2)
+    with pytest.raises(ModelFormatError, match=r"failed \(ValueError: no such model\)"):
+        booster_guard.probe_in_child(cls, b"refuse", 3, 2)
+    booster_guard.probe_in_child(cls, b"sound", 3, 2)  # a fresh child after the crashes, or the cache
+    monkeypatch.setattr(booster_guard._server, "probe", lambda *a: pytest.fail("a cached verdict was probed again"))
+    with pytest.raises(ModelFormatError, match="SIGSEGV"):
+        booster_guard.probe_in_child(cls, b"segfault", 3, 2)
+    booster_guard.probe_in_child(cls, b"sound", 3, 2)
