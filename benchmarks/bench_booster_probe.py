@@ -1,0 +1,96 @@
+#!/usr/bin/env python
+"""What checking booster files costs (issue 24 §1): ``calengine score`` on an XGBoost and a LightGBM
+model, with the booster checks and the child-process probe (as shipped) against a named baseline
+*without the child probe* (``calengine.booster_guard.probe_in_child`` replaced by a no-op in that run),
+side by side, each a fresh process per repeat.
+
+Reported per learner: median wall time of the whole ``score`` command in each mode and their ratio,
+the number of booster files probed (one child process each), the median time of the Python checks
+alone (``validate_xgboost``/``validate_lightgbm`` on each booster file, in this process), and the peak
+RSS of the scoring process and of the largest probe child.
+
+    python benchmarks/bench_booster_probe.py [--repeats 5] [--cv 5] [--n-estimators 100] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PIMA = ROOT / "data" / "pima.parquet"
+
+_SCORE = """
+import sys, resource
+if sys.argv[1] == "baseline":
+    import calengine.booster_guard as g
+    g.probe_in_child = lambda *a, **k: None
+from calengine.cli import main
+rc = main(["score", *sys.argv[2:]])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(rc)
+"""
+
+
+def score_once(mode: str, model: Path, out: Path) -> tuple[float, int, int]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-P", "-c", _SCORE, mode, str(model), str(PIMA), "--output", str(out)],
+                          capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - start
+    self_kb, child_kb = (int(x) for x in proc.stdout.split()[-2:])
+    return wall, self_kb, child_kb
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cv", type=int, default=5)
+    ap.add_argument("--n-estimators", type=int, default=100)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+
+    from calengine.booster_checks import validate_lightgbm, validate_xgboost
+    from calengine.cli import main as cli
+
+    rows, results = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for learner, check in (("xgboost", validate_xgboost), ("lightgbm", validate_lightgbm)):
+            model = Path(tmp) / learner
+            assert cli(["fit", str(PIMA), "--target", "class", "--learner", learner, "--learner-param",
+                        f"n_estimators={args.n_estimators}", "--cv", str(args.cv), "--seed", "0", "--output", str(model)]) == 0
+            files = sorted(model.glob("members/*/learner_*.booster.*"))
+            blobs = [f.read_bytes() for f in files]
+            validate = _common.median_seconds(lambda: [check(b) for b in blobs], args.repeats)
+            runs = {}
+            for mode in ("baseline", "probed"):
+                walls, rss, child = [], [], []
+                for r in range(args.repeats):
+                    w, s, c = score_once(mode, model, Path(tmp) / f"out-{learner}-{mode}-{r}")
+                    walls.append(w), rss.append(s), child.append(c)
+                runs[mode] = {"wall_s": _common.median(walls), "peak_rss_kib": max(rss), "child_peak_rss_kib": max(child)}
+            ratio = _common.ratio(runs["probed"]["wall_s"], runs["baseline"]["wall_s"])
+            results[learner] = {"booster_files": len(files), "validate_s": validate, **runs, "ratio": ratio}
+            rows.append([learner, len(files), _common.fmt(validate * 1e3, 1), _common.fmt(runs["baseline"]["wall_s"]),
+                         _common.fmt(runs["probed"]["wall_s"]), _common.fmt(ratio), runs["probed"]["peak_rss_kib"] // 1024,
+                         runs["probed"]["child_peak_rss_kib"] // 1024])
+    table = _common.markdown_table(
+        ["learner", "booster files", "Python checks (ms, all files)", "score, no probe (s)", "score, probed (s)",
+         "probed / no probe", "score peak RSS (MiB)", "probe child peak RSS (MiB)"], rows)
+    print(table)
+    if not args.no_write:
+        env = _common.environment(ROOT, ["xgboost", "lightgbm", "numpy"])
+        _common.write_results(ROOT / "benchmarks" / "results", "booster_probe",
+                              {"environment": env, "args": vars(args), "results": results},
+                              f"# Booster checks and probe\n\n`{_common.command_line()}`\n\n{table}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
