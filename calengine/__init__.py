@@ -27,7 +27,7 @@ from .version import MODEL_FORMAT_VERSION, __version__  # noqa: E402
 
 __all__ = [
     "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "score_table", "evaluate_models",
-    "cross_validate_table", "load_model", "recalibrate", "table_splits",
+    "cross_validate_table", "load_model", "recalibrate", "table_splits", "calibrate_scores",
 ]
 
 
@@ -60,6 +60,10 @@ def __getattr__(name: str):
         from .fit.recalibrate import recalibrate
 
         return recalibrate
+    if name == "calibrate_scores":
+        from .fit.scores_api import calibrate_scores
+
+        return calibrate_scores
     if name == "load_model":
         from .model.artifact import load_model
 

@@ -59,6 +59,16 @@ class Learner(Params, metaclass=ABCMeta):
     accepts_sample_weight: ClassVar[bool] = True
     score_kind: ClassVar[str] = "proba"
     accepts_sparse: ClassVar[bool] = False
+    #: a learner that arrives fitted -- the score columns of a model computed elsewhere
+    #: (:class:`calengine.score_columns.ScoreColumns`), or a model loaded from a file: the engine never
+    #: clones or fits it, reads its input through the model's reader of named columns
+    #: (:class:`calengine.plan.columns.ColumnReader`) and calibrates it on every row of the table (or of
+    #: ``--calibration-data``), without folds.  Methods that fit learners (Probing, bagging) refuse it.
+    prefit: ClassVar[bool] = False
+    #: what the "raw learner" baseline of ``evaluate`` makes of the scores when it is not ``score_kind``:
+    #: ``"logit"`` reads them as log-odds (the logistic function of each column).  None:
+    #: ``score_kind`` (probabilities as they are; decision values by Zadrozny & Elkan's rescaling).
+    raw_score_kind: ClassVar[str | None] = None
     #: extra fully qualified type names skops must trust to load this learner's state, beyond
     #: calengine's core allowlist (see ``calengine.model.artifact``).
     trusted_types: ClassVar[tuple[str, ...]] = ()

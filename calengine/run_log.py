@@ -68,14 +68,9 @@ class _Run:
 
 _current: _Run | None = None
 
-#: the real paths of the outputs this process has published (a staging directory renamed onto its
-#: target, see :func:`calengine.parquet.data.staged_directory`)
-PUBLISHED: list[str] = []
-
-
-def note_published(path: str) -> None:
-    """Record that ``path`` is now complete and in place: a Ctrl-C from here on cannot undo it."""
-    PUBLISHED.append(os.path.realpath(path))
+# the record of published outputs is a stdlib-only module beside parquet.data, which publishes (the
+# import graph stays acyclic and --help lean); these names stay importable from here
+from .parquet.published import PUBLISHED, note_published  # noqa: E402, F401
 
 
 def output_published(args) -> str | None:

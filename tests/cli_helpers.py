@@ -49,3 +49,14 @@ def assert_one_line_error(result: CLIResult, *fragments: str) -> None:
 # one copy of the process helpers, the one plugin authors get (calengine.testing_cluster)
 from calengine.testing_cluster import free_port  # noqa: E402,F401 - re-exported for the tests
 from calengine.testing_cluster import stop_processes as stop_process_groups  # noqa: E402,F401
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a command a test interrupts with SIGINT: the child starts with SIGINT's default
+    disposition and unblocked, as a terminal's foreground command does.  A child inherits an ignored or
+    blocked SIGINT from the test process (something earlier in a full run left the pytest process so),
+    and Python then installs no KeyboardInterrupt handler: the Ctrl-C would never reach the command."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

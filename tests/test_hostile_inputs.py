@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from calengine.testing_cluster import start_cli, start_dask_scheduler, start_dask_worker, stop_processes
-from cli_helpers import REPO, CLIResult
+from cli_helpers import REPO, CLIResult, default_sigint
 
 PIMA = REPO / "data" / "pima.parquet"
 
@@ -427,7 +427,8 @@ def _interrupt_when(cmd: list, cwd: Path, ready, timeout: float = 120) -> CLIRes
     """Start the CLI in its own process group, send Ctrl-C to the group (as a terminal does) once
     ``ready()`` is true, and return what it printed."""
     proc = subprocess.Popen([sys.executable, "-P", "-m", "calengine", *map(str, cmd)], cwd=str(cwd), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=default_sigint)
     deadline = time.monotonic() + timeout
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

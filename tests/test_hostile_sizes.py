@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from cli_helpers import REPO, CLIResult, run_cli
+from cli_helpers import REPO, CLIResult, default_sigint, run_cli
 from test_hostile_inputs import PIMA, Zygote, _mount_tmpfs, assert_nothing_left, assert_one_error
 
 
@@ -247,7 +247,8 @@ def test_ctrl_c_right_after_publishing_exits_0_with_the_output_whole(env, tmp_pa
     out, log = tmp_path / "m", tmp_path / "run.json"
     proc = subprocess.run(
         [sys.executable, "-P", "-c", _INTERRUPT_AT_PUBLISH, "fit", str(PIMA), "--target", "class", "--output", str(out),
-         "--json-log", str(log)], capture_output=True, text=True, cwd=str(REPO), timeout=300)
+         "--json-log", str(log)], capture_output=True, text=True, cwd=str(REPO), timeout=300,
+        preexec_fn=default_sigint)
     r = CLIResult(proc)
     assert r.returncode == 0, r
     assert r.stderr.splitlines() == [f"warning: interrupted after '{out}' was published; it is complete"], r

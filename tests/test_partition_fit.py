@@ -360,13 +360,18 @@ def test_grouped_split_gives_each_range_the_rows_of_per_block_splits_in_block_or
     for n in sizes:
         S = rng.integers(0, 6, size=(n, 2)).astype(np.float64) / 5
         T = rng.integers(0, 2, size=(n, 2)).astype(np.int8)
-        blocks.append(pt.ScoreBlock([(S, T)]))
+        W = rng.random(n) if seed % 2 else None  # weighted fits carry a weight per row (None: unweighted)
+        blocks.append(pt.ScoreBlock([(S, T, W)]))
     bounds = np.unique(rng.integers(0, 6, n_bounds) / 5)
     problems = [(0, 0, 0, bounds), (1, 0, 1, bounds[:1])]
     single = [pt.split_block(b, problems) for b in blocks]
     for start in range(0, len(blocks), group):
         grouped = pt.split_blocks(problems, *blocks[start : start + group])
-        for key, (s, t) in grouped.items():
+        for key, (s, t, w) in grouped.items():
             np.testing.assert_array_equal(s, np.concatenate([sp[key][0] for sp in single[start : start + group]]))
             np.testing.assert_array_equal(t, np.concatenate([sp[key][1] for sp in single[start : start + group]]))
+            if seed % 2:
+                np.testing.assert_array_equal(w, np.concatenate([sp[key][2] for sp in single[start : start + group]]))
+            else:
+                assert w is None
         assert set(grouped) == set(single[0])

@@ -32,7 +32,8 @@ def run(args) -> int:
     config, spec, plugins, requirements = options.prepare_fit(args)
     with options.client(args, *requirements) as client:
         result = cross_validate(client, spec, config, folds=args.folds, plugins=plugins)
-    label = f"{args.learner} + {args.method}" + "".join(
+    what = f"scores {args.scores}" if args.scores else (args.learner or "gaussian_nb")
+    label = f"{what} + {args.method}" + "".join(
         f" [{x}]" for x in (args.multiclass, "refit" if args.mode == "refit" else None) if x
     )
     if args.json:

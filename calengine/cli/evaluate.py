@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
     p.add_argument("paths", nargs="+", metavar="MODEL_DIR... DATA",
                    help="one or more model directories, then the data to evaluate on")
     p.add_argument("--target", required=True, metavar="COL")
+    p.add_argument("--weight", metavar="COL",
+                   help="column of non-negative row weights: every metric and test weighs rows by it (a weight of 2"
+                        " counts as the row twice)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     p.add_argument("--alpha", type=float, default=0.01, metavar="A",
@@ -38,7 +41,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..errors import ParameterError
     from ..metrics.drift import check_alpha
-    from ..metrics.evaluation import check_bootstrap, evaluate_models
+    from ..metrics.evaluation import check_bootstrap, check_weight_option, evaluate_models
 
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
@@ -46,11 +49,14 @@ def run(args) -> int:
         check_alpha(args.alpha)
     except ParameterError:
         raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
+    check_weight_option(args.weight, cost_matrix=args.cost_matrix, bootstrap=args.bootstrap,
+                        report=args.report or None)
     if args.bootstrap:
         check_bootstrap(args.bootstrap)
         if not args.report and not args.json:
             raise ParameterError("--bootstrap draws its band in the report or writes it in the JSON; add --report DIR or --json")
-    result = evaluate_models(args.paths[:-1], args.paths[-1], args.target, cost_matrix=args.cost_matrix,
+    result = evaluate_models(args.paths[:-1], args.paths[-1], args.target, weight=args.weight,
+                             cost_matrix=args.cost_matrix,
                              bootstrap=args.bootstrap, seed=args.seed, alpha=args.alpha, report=args.report or None,
                              trust=args.trust_type, client=options.connect(args, map_only=True),
                              progress=options.progress(args))

@@ -35,6 +35,7 @@ def run(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from ..errors import DataError
+    from ..fit.score_columns import score_columns_info
     from ..fit.table import fit_table
     from ..model.artifact import save_model
 
@@ -67,9 +68,24 @@ def run(args) -> int:
             f"note: dropped {training['dropped_missing_target']} rows whose target '{args.target}' is missing\n"
         )
     n_members = len(model.members)
+    extras = []
+    if training.get("weight"):
+        extras.append(f"weighted by '{training['weight']}'" + (" (costing)" if training.get("weighting") == "costing" else ""))
+    if model.class_rates is not None:
+        extras.append("sampling-corrected")
+    extra = f", {', '.join(extras)}" if extras else ""
+    scores = score_columns_info(model)
+    if scores is not None:
+        columns = ", ".join(f"'{c}'" for c in scores["columns"])
+        rows = training.get("calibration_rows") or training.get("rows")
+        sys.stderr.write(
+            f"calibrated score column{'s' if len(scores['columns']) > 1 else ''} {columns} ({scores['kind']}) with"
+            f" {args.method} on {rows} rows, {model.labels.n_classes} classes{extra} -> {args.output}\n"
+        )
+        return 0
     sys.stderr.write(
         f"fitted {model.info['learner']} + {args.method} on {training.get('rows')} rows"
         f" ({training.get('route')} route), {model.labels.n_classes} classes,"
-        f" {n_members} member{'s' if n_members != 1 else ''} -> {args.output}\n"
+        f" {n_members} member{'s' if n_members != 1 else ''}{extra} -> {args.output}\n"
     )
     return 0

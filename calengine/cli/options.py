@@ -74,7 +74,7 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
     by :func:`fit_inputs`."""
     p.add_argument("--target", required=True, metavar="COL", help="the class column")
     p.add_argument("--positive", metavar="VALUE", help="the positive class of a two-class target")
-    p.add_argument("--learner", default="gaussian_nb", metavar="NAME[,NAME...]",
+    p.add_argument("--learner", default=None, metavar="NAME[,NAME...]",
                    help="registered learner name or scikit-learn import path (default: gaussian_nb); several,"
                    " separated by commas, are each calibrated and combined by --combine")
     p.add_argument("--combine", choices=("min", "max", "median", "mean", "product"), default=None,
@@ -83,7 +83,7 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="isotonic", metavar="NAME",
                    help="calibrator name, or probing / bagging (default: isotonic)")
     p.add_argument("--method-param", action="append", metavar="K=V", help="method parameter (repeatable)")
-    p.add_argument("--mode", choices=("ensemble", "refit"), default="ensemble",
+    p.add_argument("--mode", choices=("ensemble", "refit"), default=None,
                    help="ensemble: k learner/calibrator pairs averaged; refit: out-of-fold scores calibrate,"
                    " learner refitted on all rows (default: ensemble)")
     p.add_argument("--multiclass", metavar="CODE[:COMBINER]",
@@ -93,13 +93,32 @@ def add_config_options(p: argparse.ArgumentParser) -> None:
                    " (e.g. all_pairs:coupling; default: the learner's own multiclass scores, normalised)")
     p.add_argument("--combiner-param", action="append", metavar="K=V",
                    help="parameter of the --multiclass combiner, e.g. tol=1e-6 for coupling (repeatable)")
-    p.add_argument("--cv", type=int, default=5, metavar="K", help="stratified folds (default: 5)")
+    p.add_argument("--cv", type=int, default=None, metavar="K", help="stratified folds (default: 5)")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed for folds and learners (default: 0)")
     p.add_argument("--features", metavar="COLS", help="comma-separated feature columns (default: all but target)")
     p.add_argument("--exclude", action="append", metavar="COL", help="leave this column out (repeatable)")
     p.add_argument("--text-column", action="append", metavar="COL", help="encode as hashed bag of words")
     p.add_argument("--max-categories", type=int, default=100, metavar="N",
                    help="one-hot columns per categorical column; rarer values share <other> (default: 100)")
+    p.add_argument("--scores", metavar="S[,S2,...]",
+                   help="calibrate these score columns of a model computed elsewhere instead of fitting a learner:"
+                   " one column for two classes (the positive class's score), or one per class, matched to the"
+                   " classes by --classes, else by the columns' names (the class itself, or ending in _CLASS, -CLASS,"
+                   " .CLASS, :CLASS or =CLASS, e.g. p_0,p_1,p_2); every row calibrates, no folds")
+    p.add_argument("--score-kind", choices=("proba", "decision", "logit"), default="proba",
+                   help="what --scores hold: probabilities in [0, 1], decision values (any number, larger ="
+                   " more likely) or logits (log-odds; softmax over k columns) (default: proba)")
+    p.add_argument("--classes", metavar="C1,C2,...",
+                   help="the classes of the --scores columns, in the columns' order")
+    p.add_argument("--weight", metavar="COL",
+                   help="a column of frequency weights (>= 0; weight 2 = the row twice): learners get them as"
+                   " sample_weight (a costing sample for learners without weights), every calibrator sums them")
+    sampling = p.add_mutually_exclusive_group()
+    sampling.add_argument("--negative-sampling", type=float, default=None, metavar="RATE",
+                          help="the negative class was kept at RATE in (0, 1] (positives all): probabilities are"
+                          " corrected to the population, p' = p / (p + (1 - p) / RATE) (Elkan 2001)")
+    sampling.add_argument("--class-sampling", metavar="CLASS=RATE,...",
+                          help="each named class was kept at RATE (others at 1): p'_c proportional to p_c / RATE_c")
 
 
 def add_cost_matrix_option(p: argparse.ArgumentParser, required: bool = False, evaluate: bool = False) -> None:
@@ -130,17 +149,33 @@ def fit_inputs(args):
     from ..fit.table import TableSpec
     from ..fit.training import FitConfig
 
+    from ..errors import ParameterError
+    from ..methods.sampling import parse_class_sampling
+
+    scores = tuple(c.strip() for c in args.scores.split(",") if c.strip()) if args.scores else None
+    if args.scores is not None and not scores:
+        raise ParameterError("--scores needs at least one column name")
+    if scores:
+        given = [flag for flag, value in (("--learner", args.learner), ("--learner-param", args.learner_param),
+                                          ("--cv", args.cv), ("--mode", args.mode)) if value is not None]
+        if given:
+            raise ParameterError(
+                f"{given[0]} applies to learners, and --scores fits none: every row calibrates the score columns"
+                " (for the out-of-fold evaluation of that calibration, run calengine cv DATA --scores ... --folds K)"
+            )
     config = FitConfig(
-        learner=args.learner,
+        learner=args.learner or "gaussian_nb",
         learner_params=parse_params(args.learner_param, "--learner-param"),
         method=args.method,
         method_params=parse_params(args.method_param, "--method-param"),
-        mode=args.mode,
-        cv=args.cv,
+        mode=args.mode or "ensemble",
+        cv=5 if args.cv is None else args.cv,
         seed=args.seed,
         multiclass=args.multiclass,
         combiner_params=parse_params(args.combiner_param, "--combiner-param"),
         combine=args.combine,
+        negative_sampling=args.negative_sampling,
+        class_sampling=parse_class_sampling(args.class_sampling),
     )
     spec = TableSpec(
         data=args.data,
@@ -153,6 +188,10 @@ def fit_inputs(args):
         calibration_data=args.calibration_data,
         max_train_rows=args.max_train_rows,
         route=args.route,
+        weight=args.weight,
+        scores=scores,
+        score_kind=args.score_kind,
+        classes=tuple(c.strip() for c in args.classes.split(",")) if args.classes else None,
     )
     return config, spec
 

@@ -37,6 +37,8 @@ def add_parser(sub) -> None:
                    help="with --update: multiply the stored statistics' weights by LAMBDA in [0, 1] first"
                    " (1: keep all, the default; 0: for isotonic the same as a plain recalibration, for binning the"
                    " old bins with only the new counts)")
+    p.add_argument("--weight", metavar="COL",
+                   help="a column of frequency weights of NEW_DATA (>= 0; weight 2 = the row twice) for every calibrator")
     options.add_trust_option(p)
     options.add_cluster_options(p)
 
@@ -55,11 +57,12 @@ def run(args) -> int:
     check_recalibratable(model, args.update, args.forget)
     files = resolve_parquet_files(args.data)
     # a misspelt --target fails from the Parquet footers, before a cluster starts
-    check_columns(files, list(dict.fromkeys(list(model.encoder.input_columns) + [args.target])))
+    check_columns(files, list(dict.fromkeys(list(model.encoder.input_columns) + [args.target]
+                                            + ([args.weight] if args.weight else []))))
     with options.client(args, *model_requirements([model])) as client:
         new_model, info = recalibrate_with_lineage(
             client, model, parent_record(args.model), files, args.target, update=args.update, forget=args.forget,
-            command=["calengine", "recalibrate", *_argv(args)], progress=options.progress(args),
+            command=["calengine", "recalibrate", *_argv(args)], progress=options.progress(args), weight=args.weight,
         )
     save_model(new_model, out, overwrite=args.overwrite)
     ex = info["exact"]
@@ -75,6 +78,8 @@ def _argv(args) -> list[str]:
     argv = [args.model, args.data, "--target", args.target, "--output", args.output]
     if args.update:
         argv += ["--update", "--forget", repr(args.forget)]
+    if args.weight:
+        argv += ["--weight", args.weight]
     if args.overwrite:
         argv.append("--overwrite")
     if args.cluster is not None:

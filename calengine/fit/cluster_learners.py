@@ -35,7 +35,11 @@ class ClusterTraining:
     * ``n_classes``: classes of the target (2 for a code-matrix column); target values are ``0..n-1``;
     * ``n_rows``: training rows (exact, from the planning pass's label counts);
     * ``n_features``: width of the encoded feature matrix;
-    * ``seed``: the seed the engine derived for this fit (also set as the learner's ``random_state``).
+    * ``seed``: the seed the engine derived for this fit (also set as the learner's ``random_state``);
+    * ``costing``: with ``--weight``, the table's largest weight: the rows are a costing sample, each
+      kept with probability w / costing (Zadrozny, Langford & Abe 2003), so the learner trains on the
+      weighted distribution without taking weights (``n_rows`` then counts the table's rows, an upper
+      bound); None: every row.
     """
 
     fragments: tuple
@@ -46,6 +50,7 @@ class ClusterTraining:
     n_rows: int
     n_features: int
     seed: int
+    costing: float | None = None
 
     @property
     def feature_names(self) -> list[str]:
@@ -69,7 +74,7 @@ class ClusterTraining:
             raise DataError("the cluster has no workers; start workers and run the fit again")
         token = self.token()
         parts = [
-            client.submit(unit_frame, fr, self.enc, self.plan, self.unit, np.dtype(dtype).str,
+            client.submit(unit_frame, fr, self.enc, self.plan, self.unit, np.dtype(dtype).str, self.costing,
                           key=f"calengine-unit-frame-{token}-{i}", workers=[workers[i % len(workers)]],
                           allow_other_workers=True, pure=False)
             for i, fr in enumerate(self.fragments)
@@ -81,16 +86,19 @@ class ClusterTraining:
         from dask.base import tokenize
 
         return tokenize(self.fragments, self.plan.cv, self.plan.seed, self.unit.fold, self.unit.column,
-                        None if self.plan.code_matrix is None else self.plan.code_matrix.tolist())
+                        None if self.plan.code_matrix is None else self.plan.code_matrix.tolist(), self.costing)
 
 
-def unit_frame(fragment, enc: pt.Encoding, plan: pt.FoldPlan, unit: pt.Unit, dtype: str):
-    """One fragment's training rows of ``unit`` as a pandas DataFrame (runs on a worker)."""
+def unit_frame(fragment, enc: pt.Encoding, plan: pt.FoldPlan, unit: pt.Unit, dtype: str, costing: float | None = None):
+    """One fragment's training rows of ``unit`` as a pandas DataFrame (runs on a worker); ``costing``:
+    only the rows of the costing sample (see :class:`ClusterTraining`)."""
     import pandas as pd
     import scipy.sparse as sp
 
-    part = pt.load_part(fragment, enc, plan)
+    part = pt.load_part(fragment, enc, plan, costing=costing is not None)
     mask, target = pt.unit_rows(part, unit, plan)
+    if costing is not None:
+        mask &= part.costing_mask(costing)
     idx = np.flatnonzero(mask)
     X = part.X[idx]
     if sp.issparse(X):
@@ -105,10 +113,12 @@ def _identity(obj):
     return obj
 
 
-def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows, learner, progress=None) -> list:
+def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows, learner, progress=None,
+                         costing: float | None = None) -> list:
     """Fit ``learner`` for every unit, one unit after another, each across the whole cluster.
 
     ``unit_rows``: the training rows of each unit (from the planning pass's label counts).
+    ``costing``: weighted rows reach the learner as a costing sample (see :class:`ClusterTraining`).
 
     Returns one future per unit holding the fitted learner, as the other routes do (the fitted object
     is embedded in its task, so a lost worker's copy is recomputed rather than lost).
@@ -131,6 +141,7 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows
         training = ClusterTraining(
             fragments=tuple(ctx.fragments), enc=ctx.enc, plan=plan, unit=unit,
             n_classes=k if unit.column is None else 2, n_rows=int(rows), n_features=n_features, seed=seed,
+            costing=costing,
         )
         est = seeded(learner, seed)
         # the client is "current" during the fit: libraries that look it up (distributed.get_client(),

@@ -14,10 +14,16 @@ client thread and submits its learner/calibrator tasks to the same cluster, and 
 is scored in a task.  The table is read into the client's memory (this is the in-memory fit path of
 the Python API, meant for tables that fit one machine, as every shipped dataset does); a fold's
 encoder sees only its training rows, so the held-out fold never leaks into the model.
+
+Score columns (``--scores``) and weighted rows (``--weight``) take the partition-native fit instead:
+each fold's training rows are written to a scratch Parquet file and fitted by
+:func:`calengine.fit.table.fit_table`, exactly as ``calengine fit`` would fit them, so ``cv --scores``
+is the out-of-fold evaluation of the calibration itself.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,16 +53,20 @@ class CVResult:
                 "per_fold": self.per_fold}
 
 
-def fold_metrics(model, X, y: np.ndarray) -> dict[str, Any]:
-    """Metrics of ``model`` on one held-out fold, calibrated and raw (runs in a task)."""
+def fold_metrics(model, X, y: np.ndarray, sample_weight: np.ndarray | None = None) -> dict[str, Any]:
+    """Metrics of ``model`` on one held-out fold, calibrated and raw (runs in a task).
+
+    ``sample_weight`` (``--weight``): the held-out rows' frequency weights, which every metric reads as
+    ``calengine evaluate --weight`` does (``n`` stays the fold's row count; the metrics' own ``n`` is the
+    total weight)."""
     from ..metrics.measures import MetricAccumulator
 
     P, Q = model.both_proba_features(X)
     k = model.n_classes
     return {
         "n": int(len(y)),
-        "calibrated": MetricAccumulator(k).add(y, P).result(),
-        "raw": MetricAccumulator(k).add(y, Q).result(),
+        "calibrated": MetricAccumulator(k).add(y, P, sample_weight=sample_weight).result(),
+        "raw": MetricAccumulator(k).add(y, Q, sample_weight=sample_weight).result(),
     }
 
 
@@ -91,8 +101,12 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     from ..parquet.data import parquet_columns
 
     names = parquet_columns(files, root)
-    feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
-    df = read_table(files, list(dict.fromkeys(feature_cols + [spec.target])), root)
+    weight = [spec.weight] if getattr(spec, "weight", None) else []
+    if getattr(spec, "scores", None):
+        feature_cols = list(spec.scores)
+    else:
+        feature_cols = select_feature_columns(names, spec.target, spec.features, list(spec.exclude or []) + weight)
+    df = read_table(files, list(dict.fromkeys(feature_cols + [spec.target] + weight)), root)
     present = df[spec.target].notna().to_numpy()
     df = df.loc[present].reset_index(drop=True)
     labels = LabelSpace.from_series(df[spec.target], spec.target, spec.positive)
@@ -102,8 +116,18 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     except DataError as exc:  # the shared check names --cv; here the outer folds are --folds
         raise DataError(str(exc).replace("--cv", "--folds")) from exc
 
+    by_table = bool(getattr(spec, "scores", None) or weight)
+    scratch = tempfile.TemporaryDirectory(prefix="calengine-cv-") if by_table else None
+
     def run_fold(i: int):
         train, test = outer[i]
+        if by_table:
+            # score columns and weighted rows: the fold's training rows go through fit_table, the fit
+            # `calengine fit` runs (its checks, its weighted reductions, no learner for --scores)
+            model = _fit_fold_table(client, spec, config, df.iloc[train], scratch.name, i, plugins)
+            X_test = model.encoder.transform(df.iloc[test])
+            w_test = df[spec.weight].to_numpy(dtype=np.float64)[test] if weight else None
+            return client.submit(fold_metrics, model, X_test, y[test], w_test, pure=False).result()
         encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
         encoder.fit(df.iloc[train][feature_cols])
         data = TrainingData(X=encoder.transform(df.iloc[train]), y=y[train])
@@ -111,12 +135,30 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
         X_test = encoder.transform(df.iloc[test])
         return client.submit(fold_metrics, model, X_test, y[test], pure=False).result()
 
-    with ThreadPoolExecutor(max_workers=int(folds), thread_name_prefix="calengine-cv") as pool:
-        per_fold = list(pool.map(run_fold, range(int(folds))))
+    try:
+        with ThreadPoolExecutor(max_workers=int(folds), thread_name_prefix="calengine-cv") as pool:
+            per_fold = list(pool.map(run_fold, range(int(folds))))
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
     if not per_fold:
         raise DataError("cross-validation produced no folds")
     return CVResult(folds=int(folds), seed=config.seed, rows=int(len(y)), per_fold=per_fold,
                     summary=summarise(per_fold))
+
+
+def _fit_fold_table(client, spec, config, train_rows, scratch: str, i: int, plugins):
+    """A fold's model fitted by :func:`calengine.fit.table.fit_table` on its training rows, written to
+    ``scratch`` (the workers read them there: a scratch directory of the client's machine, so this
+    path needs workers that share its file system, as every local cluster does)."""
+    import os
+    from dataclasses import replace
+
+    from .table import fit_table
+
+    path = os.path.join(scratch, f"fold-{i}.parquet")
+    train_rows.to_parquet(path, index=False)
+    return fit_table(client, replace(spec, data=path), config, plugins=plugins)
 
 
 def summarise(per_fold: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

@@ -7,7 +7,7 @@ calibrators again:
 
 * **refit** (default): each calibrator is fitted from scratch on the new data, with the method and
   parameters stored in the model.  This runs the calibrators' own reduction protocol over the new
-  table's partitions, exactly as ``calengine fit`` fits them (:func:`calengine.fit.table.fit_calibrators`):
+  table's partitions, exactly as ``calengine fit`` fits them (:func:`calengine.fit.calibrators.fit_calibrators`):
   the scores stay on the workers, only small statistics travel, and a calibrator without a reduction
   has its scores gathered on one worker (never the client).
 * **update** (``update=True``): the new data's statistics are merged with statistics stored in the
@@ -57,22 +57,29 @@ class RecalBlock(ScoreBlock):
 
     class_counts: Any = None
     missing: int = 0
+    #: with ``weight``: the chunk's total weight per class (None: unweighted)
+    class_weights: Any = None
 
 
 @trims_heap
-def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], batch_rows: int) -> RecalBlock:
+def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], batch_rows: int,
+                    weight: str | None = None) -> RecalBlock:
     """Scores and 0/1 targets of one chunk for each ``(member, column)`` problem (runs in tasks).
 
     A column's rows are those the code matrix uses (code != 0), as at fit time; the learners' scores
     are computed by the stored learners (:meth:`Member.scores`), so they are the scores ``score`` sees.
+    ``weight``: a column of frequency weights, checked (one line for a bad one) and carried with the
+    rows into every calibrator's reduction.
     """
+    from ..reductions.column_stats import row_weights
     from ..scores.table import _batches
 
     M = model.code_matrix
     k = model.n_classes
-    columns = sorted(set(model.encoder.input_columns) | {target})
-    parts: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in problems]
+    columns = sorted(set(model.encoder.input_columns) | {target} | ({weight} if weight else set()))
+    parts: list[list[tuple]] = [[] for _ in problems]
     counts = np.zeros(k, dtype=np.int64)
+    class_weights = np.zeros(k) if weight else None
     missing = 0
     members = sorted({m for m, _ in problems})
     for df in _batches(chunk, columns, batch_rows):
@@ -84,27 +91,31 @@ def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], 
             continue
         y = model.labels.encode(df[target])
         counts += np.bincount(y, minlength=k)
+        w = row_weights(df[weight], weight, "the new data") if weight else None
+        if w is not None:
+            class_weights += np.bincount(y, weights=w, minlength=k)
         X = model.encoder.transform(df, order="F")
         S = {m: model.members[m].scores(X) for m in members}
         for p, (m, b) in enumerate(problems):
             code = M[y, b]
-            keep = code != 0
-            parts[p].append((S[m][keep, b], (code[keep] == 1).astype(np.int8)))
+            keep = code != 0 if w is None else (code != 0) & (w > 0)  # weight 0: the row is absent
+            parts[p].append((S[m][keep, b], (code[keep] == 1).astype(np.int8), None if w is None else w[keep]))
     sets = []
     for pieces in parts:
         s = np.concatenate([q[0] for q in pieces]) if pieces else np.empty(0)
         t = np.concatenate([q[1] for q in pieces]) if pieces else np.empty(0, dtype=np.int8)
-        sets.append((s[:, None], t[:, None]))
-    return RecalBlock(sets, counts, missing)
+        ws = (np.concatenate([q[2] for q in pieces]) if pieces else np.empty(0)) if weight else None
+        sets.append((s[:, None], t[:, None], ws))
+    return RecalBlock(sets, counts, missing, class_weights)
 
 
-def block_counts(block: RecalBlock) -> tuple[np.ndarray, int]:
-    return block.class_counts, block.missing
+def block_counts(block: RecalBlock) -> tuple[np.ndarray, int, Any]:
+    return block.class_counts, block.missing, block.class_weights
 
 
 @dataclass
 class _Budget:
-    """What :func:`calengine.fit.table.fit_calibrators` reads of a fit's context."""
+    """What :func:`calengine.fit.calibrators.fit_calibrators` reads of a fit's context."""
 
     n_rows: int
     memory_limit: float
@@ -297,12 +308,13 @@ def lineage_record(parent: dict[str, Any], files: list[str], rows: int, update: 
 
 
 def recalibrate_table(client, model, files: list[str], target: str, *, update: bool = False, forget: float = 1.0,
-                      batch_rows: int = 65536, chunk_rows: int = 1_000_000, progress=None):
+                      batch_rows: int = 65536, chunk_rows: int = 1_000_000, progress=None, weight: str | None = None):
     """The model with every learner kept and its calibrators fitted again on ``files``.
 
     Returns ``(new_model, info)`` with ``info = {"rows", "missing", "exact"}``; ``exact`` counts
     calibrators whose update was exact / approximate (see :func:`merge_isotonic`).  The new model's
-    ``info`` does not yet hold the lineage: :func:`recalibrate` adds it.
+    ``info`` does not yet hold the lineage: :func:`recalibrate` adds it.  ``weight``: a column of
+    frequency weights of the new rows (weight 2 = the row twice), for every calibrator's sums.
     """
     import copy
 
@@ -315,10 +327,12 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     from ..progress import gather_in_order
     from ..scores.table import plan_chunks, share_model
     from ..tasks import partitions as pt
-    from .table import _merge_summaries, fit_calibrators
+    from .calibrators import _merge_summaries, fit_calibrators
 
     check_recalibratable(model, update, forget)
-    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target]))
+    if weight is not None and (weight == target or weight in model.encoder.input_columns):
+        raise DataError(f"--weight {weight} is a column the model reads (or the target); give a column of weights")
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + ([weight] if weight else [])))
     check_columns(files, columns)
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
@@ -333,14 +347,21 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     model_f = share_model(client, model)
 
     def make_blocks():
-        return [client.submit(score_new_chunk, model_f, c, target, problems, batch_rows, pure=False) for c in chunks]
+        return [client.submit(score_new_chunk, model_f, c, target, problems, batch_rows, weight, pure=False)
+                for c in chunks]
 
     blocks = make_blocks()
     summaries = gather_in_order(client, [client.submit(pt.block_summary, b, pure=False) for b in blocks],
                                 progress, "new scores")
     counted = client.gather([client.submit(block_counts, b, pure=False) for b in blocks])
-    class_counts = np.sum([c for c, _ in counted], axis=0)
-    missing = int(sum(m for _, m in counted))
+    class_counts = np.sum([c for c, _, _ in counted], axis=0)
+    missing = int(sum(m for _, m, _ in counted))
+    if weight is not None:
+        from ..reductions.column_stats import WeightStat
+
+        totals = np.sum([cw for _, _, cw in counted], axis=0)
+        WeightStat(weight, dict(zip(model.labels.classes, map(float, totals)))).check(model.labels.classes,
+                                                                                      "the new data")
     absent = [str(c) for c, n in zip(model.labels.classes, class_counts) if n == 0]
     if absent:
         raise DataError(
@@ -427,10 +448,13 @@ def parent_record(path) -> dict[str, Any]:
 
 def recalibrate_with_lineage(client, model, parent: dict[str, Any], files: list[str], target: str, *,
                              update: bool = False, forget: float = 1.0, command: list[str] | None = None,
-                             progress=None, recorded_paths: list[str] | None = None):
+                             progress=None, recorded_paths: list[str] | None = None, weight: str | None = None):
     """:func:`recalibrate_table` plus the lineage record in the new model's ``info["lineage"]``."""
-    new_model, info = recalibrate_table(client, model, files, target, update=update, forget=forget, progress=progress)
+    new_model, info = recalibrate_table(client, model, files, target, update=update, forget=forget, progress=progress,
+                                        weight=weight)
     lineage = lineage_record(parent, files, info["rows"], update, forget, target, command, info["exact"])
+    if weight is not None:  # only weighted recalibrations record it, so every other lineage stays as it was
+        lineage["weight"] = weight
     if recorded_paths is not None:
         lineage["data"]["paths"] = list(recorded_paths)
     if model.info.get("lineage"):
@@ -441,13 +465,13 @@ def recalibrate_with_lineage(client, model, parent: dict[str, Any], files: list[
 
 def recalibrate(model, data, target: str, *, update: bool = False, forget: float = 1.0, output=None,
                 overwrite: bool = False, cluster=None, workers=None, worker_memory=None, progress=None,
-                client=None):
+                client=None, weight: str | None = None):
     """Recalibrate a model on new labelled data, keeping its learners (``calengine recalibrate``).
 
     ``model``: a model directory (recorded as the parent, with its content hash) or a loaded model
     (parent path and hash then unknown: ``None``).  ``data``: a Parquet path (file, directory or
     glob), a list of them, or a pandas DataFrame (written to a temporary Parquet file first).
-    ``update``/``forget``: see the module docstring.  ``client``: as for
+    ``update``/``forget``: see the module docstring.  ``weight``: a column of frequency weights.  ``client``: as for
     :func:`calengine.cluster.job_client` (e.g. an existing Dask client); otherwise
     ``cluster``/``workers``/``worker_memory`` as for :func:`calengine.fit_table`, the workers checked
     for the model's plugins.  With ``output`` the
@@ -477,7 +501,7 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
         with job_client(client, cluster=cluster, workers=workers, memory_limit=worker_memory,
                         requirements=model_requirements([model])) as c:
             new_model, _ = recalibrate_with_lineage(c, model, parent, files, target, update=update, forget=forget,
-                                                    progress=prog, recorded_paths=recorded)
+                                                    progress=prog, recorded_paths=recorded, weight=weight)
     if output is not None:
         save_model(new_model, output, overwrite=overwrite)
     return new_model

@@ -35,8 +35,9 @@ import numpy as np
 from ..tasks import partitions as pt
 from .. import registry
 from ..errors import DataError, ParameterError
-from ..plan.memory import check_fits_memory, fragment_rows_for, range_rows_for, worker_memory_limit
+from ..plan.memory import check_fits_memory, fragment_rows_for, worker_memory_limit
 from ..progress import Progress, gather_in_order
+from .calibrators import _merge_summaries, fit_calibrators
 
 ROUTES = ("auto", "stats", "in-memory", "sample")
 
@@ -60,6 +61,14 @@ class TableSpec:
     route: str = "auto"
     #: rows per fragment (whole row groups); None: sized from the workers' memory limit, at most 1M
     fragment_rows: int | None = None
+    #: ``--weight``: a column of frequency weights (learners' ``sample_weight``, or a costing sample for
+    #: learners without weights; every calibrator's sums); never a feature
+    weight: str | None = None
+    #: ``--scores``: score columns of a model computed elsewhere; no learner is fitted (see
+    #: :mod:`calengine.score_columns`), ``score_kind`` says what they hold, ``classes`` their classes
+    scores: tuple[str, ...] | None = None
+    score_kind: str = "proba"
+    classes: tuple | None = None
 
 
 @dataclass
@@ -75,6 +84,10 @@ class Context:
     class_counts: np.ndarray
     cal_fragments: tuple = ()
     memory_limit: float = math.inf
+    #: ``--weight``: the training table's weight sums per label and largest weight (WeightStat)
+    weights: Any = None
+    #: labelled rows of ``--calibration-data`` (0 without one)
+    cal_rows: int = 0
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -82,10 +95,12 @@ class Context:
 
 def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Context:
     """Describe the table, reduce its column statistics, and fit the encoding and label space."""
-    from ..parquet.data import LabelSpace, check_columns, parquet_columns, resolve_parquet_files
+    from ..parquet.data import LabelSpace, parquet_columns, resolve_parquet_files
     from ..parquet.dataset import dataset_root, describe_dataset, describe_files
+    from ..plan.columns import check_numeric_columns
     from ..plan.features import FeatureEncoder, select_feature_columns
     from ..parquet.storage import absolute
+    from .score_columns import check_table_columns, score_reader
 
     if spec.max_categories < 1:
         raise ParameterError(f"--max-categories must be at least 1, got {spec.max_categories}")
@@ -96,45 +111,63 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     files = resolve_parquet_files(spec.data)
     root = dataset_root(spec.data, [absolute(f) for f in files])
     names = parquet_columns(files, root)  # with the Hive partition keys below DATA
-    if spec.target not in names:
-        check_columns(files, [spec.target], root)
-    feature_cols = select_feature_columns(names, spec.target, spec.features, spec.exclude)
+    check_table_columns(files, root, names, spec)
+    weight = [spec.weight] if spec.weight else []
+    if spec.scores:
+        feature_cols, stats_cols = list(spec.scores), []  # read as they are: no statistics to encode them
+    else:
+        feature_cols = select_feature_columns(names, spec.target, spec.features, list(spec.exclude or []) + weight)
+        stats_cols = feature_cols
     memory_limit = worker_memory_limit(client)
     fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
-    dataset = describe_files(files, root, feature_cols + [spec.target], fragment_rows)
+    dataset = describe_files(files, root, feature_cols + [spec.target] + weight, fragment_rows)
+    check_numeric_columns(dataset, list(spec.scores or ()), "score")
+    check_numeric_columns(dataset, weight, "weight")
     if not dataset.fragments:
         raise DataError("the training table has no rows")
     stats = tree_merge(
-        client, lambda fr: client.submit(pt.fragment_table_stats, fr, feature_cols, spec.target, spec.text_columns,
-                                         pure=False),
+        client, lambda fr: client.submit(pt.fragment_table_stats, fr, stats_cols, spec.target, spec.text_columns,
+                                         spec.weight, pure=False),
         dataset.fragments, progress, "statistics",
     )
     labels = LabelSpace.from_values(stats.target.totals().keys(), spec.target, spec.positive)
-    encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
-    encoder.fit_stats(stats)
+    if spec.scores:
+        encoder = score_reader(spec, labels)
+    else:
+        encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
+        encoder.fit_stats(stats)
+    if stats.weights is not None:
+        stats.weights.check(labels.classes, "the training table")
     group_counts = _class_counts_per_group(stats.target, labels)
     class_counts = np.sum(list(group_counts.values()), axis=0) if group_counts else np.zeros(labels.n_classes)
     ctx = Context(
-        spec=spec, fragments=dataset.fragments, enc=pt.Encoding(encoder, labels, spec.target),
+        spec=spec, fragments=dataset.fragments, enc=pt.Encoding(encoder, labels, spec.target, spec.weight),
         n_rows=int(class_counts.sum()), dropped=int(stats.target.missing), group_counts=group_counts,
-        class_counts=np.asarray(class_counts, dtype=np.int64), memory_limit=memory_limit,
+        class_counts=np.asarray(class_counts, dtype=np.int64), memory_limit=memory_limit, weights=stats.weights,
     )
     if spec.calibration_data:
-        cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target], fragment_rows)
+        cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target] + weight, fragment_rows)
+        check_numeric_columns(cal, list(spec.scores or ()), "score")
+        check_numeric_columns(cal, weight, "weight")
         if not cal.fragments:
             raise DataError("the --calibration-data table has no rows")
         counts = gather_in_order(
-            client, [client.submit(pt.fragment_label_counts, fr, spec.target, pure=False) for fr in cal.fragments],
+            client, [client.submit(pt.fragment_label_counts, fr, spec.target, spec.weight, pure=False)
+                     for fr in cal.fragments],
             None, "calibration labels",
         )
-        unknown = set(pt.merge_all(*counts).target.totals()) - set(labels.classes)
+        merged = pt.merge_all(*counts)
+        unknown = set(merged.target.totals()) - set(labels.classes)
         unknown = {v for v in unknown if str(v) not in {str(c) for c in labels.classes}}
         if unknown:
             raise DataError(
                 f"--calibration-data holds label {sorted(map(str, unknown))[0]!r}, not seen in the training"
                 f" table (classes: {', '.join(map(str, labels.classes))}); use tables with the same labels"
             )
+        if merged.weights is not None:
+            merged.weights.check(labels.classes, "--calibration-data")
         ctx.cal_fragments = cal.fragments
+        ctx.cal_rows = int(sum(merged.target.totals().values()))
     return ctx
 
 
@@ -197,10 +230,17 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     from .training import check_seed
 
     check_seed(config.seed)
+    from .score_columns import check_score_options, check_sampling, check_weighted_method, score_learner, with_sampling
+
+    check_score_options(config, spec)
+    check_weighted_method(config, spec)
     ctx = ctx or plan_table(client, spec, progress)
+    check_sampling(config, ctx.enc.labels.classes)
+    if spec.scores:
+        return with_sampling(_fit_calibrated(client, ctx, score_learner(ctx), config, progress, plugins), config)
     learners = split_learners(config.learner)
     if len(learners) > 1 or config.combine:
-        return _fit_combined(client, ctx, config, learners, progress, plugins)
+        return with_sampling(_fit_combined(client, ctx, config, learners, progress, plugins), config)
     from .training import resolve_learner
 
     learner = resolve_learner(config, plugins)
@@ -209,31 +249,53 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
 
         raise sparse_input_error(learner)
     if config.method in ENGINE_METHODS:
-        return _fit_reduction_method(client, ctx, learner, config, progress, plugins)
-    return _fit_calibrated(client, ctx, learner, config, progress, plugins)
+        return with_sampling(_fit_reduction_method(client, ctx, learner, config, progress, plugins), config)
+    return with_sampling(_fit_calibrated(client, ctx, learner, config, progress, plugins), config)
 
 
 def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
     from .training import model_info
 
-    return {
-        **model_info(learner, config, ctx.spec.calibration_data is not None),
-        "x_training": {
-            "route": route,
-            "rows": ctx.n_rows,
-            "dropped_missing_target": ctx.dropped,
-            "fragments": len(ctx.fragments),
-            "max_train_rows": ctx.spec.max_train_rows,
-        },
+    training = {
+        "route": route,
+        "rows": ctx.n_rows,
+        "dropped_missing_target": ctx.dropped,
+        "fragments": len(ctx.fragments),
+        "max_train_rows": ctx.spec.max_train_rows,
     }
+    if ctx.spec.weight:  # only weighted fits record it, so every other manifest stays as it was
+        training["weight"] = ctx.spec.weight
+        training["weighting"] = "costing" if _costing(ctx, learner, route) is not None else "weights"
+    if ctx.cal_rows:
+        training["calibration_rows"] = ctx.cal_rows
+    return {**model_info(learner, config, ctx.spec.calibration_data is not None), "x_training": training}
+
+
+def _costing(ctx: Context, learner, route: str) -> float | None:
+    """The largest weight when the learner meets weighted rows as a costing sample (learners without
+    ``sample_weight``, and learners that train on the cluster, whose rows arrive as a data frame), else
+    None.  A prefit learner is never fitted: its weights go to the calibrators only."""
+    if not ctx.spec.weight or route == "prefit":
+        return None
+    if route == "cluster" or not learner.accepts_sample_weight:
+        return float(ctx.weights.max)
+    return None
 
 
 def _route(ctx: Context, learner) -> str:
     from .cluster_learners import check_cluster_route
 
+    if getattr(learner, "prefit", False):
+        return "prefit"
     if check_cluster_route(ctx.spec, learner):
         return "cluster"
+    weights_by_costing = bool(ctx.spec.weight) and not learner.accepts_sample_weight
     if ctx.spec.route != "auto":
+        if ctx.spec.route == "stats" and weights_by_costing:
+            raise ParameterError(
+                f"learner '{learner.name}' takes no sample weights, so --weight draws a costing sample for it,"
+                " which statistics cannot do; drop --route stats"
+            )
         if ctx.spec.route == "stats" and not getattr(learner, "supports_stats", False):
             raise ParameterError(f"learner '{learner.name}' cannot be fitted from statistics; drop --route stats")
         if ctx.spec.route == "sample" and not ctx.spec.max_train_rows:
@@ -241,13 +303,13 @@ def _route(ctx: Context, learner) -> str:
         return ctx.spec.route
     if ctx.spec.max_train_rows:
         return "sample"
-    return "stats" if getattr(learner, "supports_stats", False) else "in-memory"
+    return "stats" if getattr(learner, "supports_stats", False) and not weights_by_costing else "in-memory"
 
 
 def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     from .arrays import MODES
     from ..plan.folds import check_folds, fold_class_counts
-    from ..model.calibrated import CalibratedModel, one_vs_all_matrix
+    from ..model.calibrated import CalibratedModel, one_vs_all_matrix, raw_kind_of
     from .training import resolve_multiclass
 
     labels = ctx.enc.labels
@@ -265,7 +327,8 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
                 "--multiclass with a code matrix needs cross-validated calibration; drop"
                 " --calibration-data / --method none, or drop --multiclass"
             )
-    cv = None if (uncalibrated or cal_mode) else config.cv
+    prefit = getattr(learner, "prefit", False)  # nothing to fit: every row (or cal table) calibrates
+    cv = None if (uncalibrated or cal_mode or prefit) else config.cv
     if cv is not None:
         if not isinstance(cv, int) or cv < 2:
             raise DataError(f"--cv must be at least 2 (got {cv}); or use --calibration-data for a hold-out table")
@@ -311,7 +374,7 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     by_set: dict[int, list] = {}
     for (i, _), cal in zip(problems, cals):
         by_set.setdefault(i, []).append(cal)
-    members = _members(learner_objs, uidx, calsets, merged, by_set, learner.score_kind, M, folds, refit)
+    members = _members(learner_objs, uidx, calsets, merged, by_set, raw_kind_of(learner), M, folds, refit)
     if M is not None:
         counts = ((M != 0) * ctx.class_counts[:, None]).sum(axis=0).astype(np.int64)
         code_matrix = M
@@ -341,13 +404,16 @@ def _unit_seed(seed: int, unit: pt.Unit, cv: int | None, code: bool) -> int:
 def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progress) -> list:
     """A future of the fitted learner of every unit, by ``route``."""
     k = ctx.enc.labels.n_classes
+    if route == "prefit":  # arrived fitted: handed on as it is, never cloned
+        return [client.submit(pt.as_given, learner, pure=False) for _ in units]
+    costing = _costing(ctx, learner, route)
     if route == "cluster":
         from .cluster_learners import fit_units_on_cluster
         from ..plan.folds import fold_class_counts
 
         fold_counts = fold_class_counts(ctx.group_counts, k, plan.cv, plan.seed) if plan.cv else None
         rows = [int(_unit_target_counts(ctx, plan, u, fold_counts).sum()) for u in units]
-        return fit_units_on_cluster(client, ctx, plan, units, seeds, rows, learner, progress)
+        return fit_units_on_cluster(client, ctx, plan, units, seeds, rows, learner, progress, costing)
     if route == "stats":
         columns = tuple(dict.fromkeys(u.column for u in units))
         futures = [
@@ -381,9 +447,8 @@ def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progres
             rates = np.minimum(1.0, quotas * 1.05 / np.maximum(target_counts, 1) + 64.0 / np.maximum(target_counts, 1))
             rows = int(quotas.sum() * 1.05 + 64 * len(quotas))
         check_fits_memory(ctx, rows, "one learner's training rows")
-        out.append(
-            client.submit(pt.fit_unit_learner, ctx.fragments, ctx.enc, plan, u, learner, seed, quotas, rates, pure=False)
-        )
+        out.append(client.submit(pt.fit_unit_learner, ctx.fragments, ctx.enc, plan, u, learner, seed, quotas, rates,
+                                 costing, pure=False))
     return out
 
 
@@ -412,146 +477,13 @@ def _quotas(counts: np.ndarray, n: int) -> np.ndarray:
     return q
 
 
-def _merge_summaries(parts: list[dict]) -> dict:
-    live = [p for p in parts if p["n"]]
-    if not live:
-        return {"n": 0}
-    n = sum(p["n"] for p in live)
-    lo = np.min([p["min"] for p in live], axis=0)
-    hi = np.max([p["max"] for p in live], axis=0)
-    values = np.concatenate([p["quantiles"] for p in live], axis=0)
-    weights = np.concatenate([np.full(len(p["quantiles"]), p["n"] / len(p["quantiles"])) for p in live])
-    return {"n": n, "min": lo, "max": hi, "values": values, "weights": weights}
-
-
-def _boundaries(summary: dict, column: int, n_ranges: int) -> np.ndarray:
-    """Score values cutting a problem's scores into about ``n_ranges`` ranges of similar size."""
-    if n_ranges <= 1:
-        return np.empty(0)
-    v = summary["values"][:, column]
-    order = np.argsort(v, kind="stable")
-    v, w = v[order], summary["weights"][order]
-    cum = np.cumsum(w)
-    targets = cum[-1] * np.arange(1, n_ranges) / n_ranges
-    cuts = v[np.minimum(np.searchsorted(cum, targets), v.size - 1)]
-    return np.unique(cuts)
-
-
-def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx: Context,
-                    progress) -> list:
-    """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
-
-    Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
-    (or per score range for sorted rounds) and merges the returned statistics in a fixed order; the
-    others get their scores gathered on one worker.
-
-    ``holder[0]`` is the list of score-block futures.  Held-out scores are the one O(rows) thing a fit
-    keeps in cluster memory, so when a round cuts them into score ranges and nothing else needs them,
-    they are released as soon as each block is cut (``holder[0] = None``); a later round that needs
-    them again recomputes them with ``make_blocks()`` (same tasks, same bits).
-    """
-
-    def blocks():
-        if holder[0] is None:
-            holder[0] = make_blocks()
-        return holder[0]
-
-    from sklearn.base import clone
-
-    cals = [clone(calibrator) for _ in problems]
-    from ..plugin_calls import plugin_errors
-
-    requests = []
-    for cal in cals:
-        with plugin_errors(cal, "fit"):
-            requests.append(cal.reduction_start(score_kind))
-    fallback = [i for i, r in enumerate(requests) if r is None]
-    pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
-    rounds = 0
-    while True:
-        pending = [i for i, r in enumerate(requests) if r is not None]
-        if not pending:
-            break
-        rounds += 1
-        unsorted = [i for i in pending if not requests[i].get("sorted")]
-        sorted_ = [i for i in pending if requests[i].get("sorted")]
-        block_futures = []
-        if unsorted:
-            args = [(problems[i][0], problems[i][1], cals[i], requests[i]) for i in unsorted]
-            block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
-        new = [i for i in sorted_ if i not in pieces_of]
-        if new:
-            specs = []
-            for i in new:
-                cs, col = problems[i]
-                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
-                specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
-            bl = blocks()
-            size = _split_group_size(len(bl), ctx, len(client.scheduler_info().get("workers", {})))
-            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], pure=False) for j in range(0, len(bl), size)]
-            for i, _, _, bounds in specs:
-                pieces_of[i] = [
-                    [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)
-                ]
-        if not unsorted and not fallback and all(i in pieces_of for i in pending):
-            holder[0] = None  # each block is freed once its split has run
-        range_futures = {
-            i: [client.submit(pt.range_partial_stats, cals[i], requests[i], *pieces, pure=False) for pieces in pieces_of[i]]
-            for i in sorted_
-        }
-        flat = block_futures + [f for i in sorted_ for f in range_futures[i]]
-        results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators")
-        block_results = results[: len(block_futures)]
-        pos = len(block_futures)
-        merged: dict[int, Any] = {}
-        for j, i in enumerate(unsorted):
-            merged[i] = _calibrator_stats(cals[i], [r[j] for r in block_results])
-        for i in sorted_:
-            n = len(range_futures[i])
-            merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
-            pos += n
-        for i in pending:
-            with plugin_errors(cals[i], "fit"):
-                requests[i] = cals[i].reduction_step(merged[i], requests[i])
-        if rounds > 500:
-            raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
-    for i in fallback:
-        cs, col = problems[i]
-        check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
-        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks()]
-        cals[i] = client.submit(pt.fit_calibrator_gathered, cals[i], score_kind, *pieces, pure=False)
-    if fallback:
-        done = client.gather([cals[i] for i in fallback])
-        for i, cal in zip(fallback, done):
-            cals[i] = cal
-    return cals
-
-
-def _split_group_size(n_blocks: int, ctx: Context, n_workers: int) -> int:
-    """Consecutive score blocks cut into ranges by one task: groups of about four ranges' rows (a
-    task's memory stays a small multiple of a range task's), and at least one group per worker."""
-    rows_per_group = 4 * range_rows_for(ctx.memory_limit)
-    groups = max(max(1, n_workers), math.ceil(ctx.n_rows / rows_per_group))
-    return max(1, math.ceil(n_blocks / groups))
-
-
-def _calibrator_stats(cal, parts: list):
-    from ..plugin_calls import plugin_errors
-
-    with plugin_errors(cal, "fit"):
-        merged = pt.merge_in_order(parts, cal.merge_stats)
-    if merged is None:
-        raise DataError("calibration data is empty; pass at least one example of each class")
-    return merged
-
-
 def _members(learners, uidx, calsets, merged, by_set, score_kind, M, folds, refit) -> list:
     from .arrays import _column_member
     from ..model.calibrated import Member, RawMap
 
     def raw(i):
         m = merged[i]
-        if score_kind == "proba":
+        if score_kind in ("proba", "logit"):
             return RawMap(score_kind, np.zeros(len(m["min"])), np.ones(len(m["min"])))
         a = np.maximum(np.abs(m["min"]), np.abs(m["max"]))
         return RawMap(score_kind, -a, a)

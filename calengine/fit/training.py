@@ -45,6 +45,11 @@ class FitConfig:
     #: with several learners (a list, or names separated by commas): the rule combining their
     #: calibrated posteriors (min, max, median, mean, product; Duin & Tax)
     combine: str | None = None
+    #: the data were class-sampled: two classes, the share of negatives kept (``--negative-sampling``),
+    #: or ``{class: rate}`` (``--class-sampling``); probabilities are corrected to the population
+    #: after calibration (:mod:`calengine.methods.sampling`) and the manifest records the rates
+    negative_sampling: float | None = None
+    class_sampling: dict[str, float] | None = None
 
 
 #: seeds are 32-bit (numpy's and scikit-learn's ``random_state`` limit); larger values would alias
@@ -182,7 +187,15 @@ def resolve_learner(config: FitConfig, plugins: PluginSet):
 
     learner = config.learner
     if isinstance(learner, str):
-        return registry.make_learner(learner, config.learner_params, plugins)
+        made = registry.make_learner(learner, config.learner_params, plugins)
+        if getattr(made, "prefit", False):
+            # score_columns (and any learner that arrives fitted) is what --scores builds, not a
+            # learner one can fit on feature columns
+            raise ParameterError(
+                f"learner '{learner}' is not fitted on features; to calibrate score columns use --scores COL"
+                " (calengine.calibrate_scores in Python)"
+            )
+        return made
     if not isinstance(learner, Learner):
         if not (hasattr(learner, "fit") and (hasattr(learner, "predict_proba") or hasattr(learner, "decision_function"))):
             raise ParameterError(
@@ -331,12 +344,22 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
         raise ParameterError(
             f"--multiclass does not apply to --method {config.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
         )
-    base = split_learners(config.learner)
-    learners = [
-        resolve_learner(replace(config, learner=lr, learner_params=_params_for(lr, i, config.learner_params, plugins)
-                                if len(base) > 1 else config.learner_params), plugins)
-        for i, lr in enumerate(base)
-    ]
+    if getattr(spec, "scores", None):
+        from ..score_columns import ScoreColumns
+
+        learners = [ScoreColumns()]  # its module must import on the workers
+    else:
+        base = split_learners(config.learner)
+        learners = [
+            resolve_learner(replace(config, learner=lr, learner_params=_params_for(lr, i, config.learner_params, plugins)
+                                    if len(base) > 1 else config.learner_params), plugins)
+            for i, lr in enumerate(base)
+        ]
+    from ..methods.sampling import sampling_rates
+
+    if config.negative_sampling is not None or config.class_sampling:  # the rates' own checks, early
+        sampling_rates(list((config.class_sampling or {}).keys()) or [0, 1], config.negative_sampling,
+                       config.class_sampling)
     calibrator = None
     if config.method not in ENGINE_METHODS:
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)

@@ -47,6 +47,12 @@ from ..reductions.pav import pav
 __all__ = ["corp_column", "corp_sum", "isotonic_recalibration", "with_brier_rows"]
 
 
+def _counts(x) -> np.ndarray:
+    """Counts as given: int64, or float64 when rows carry fractional weights."""
+    x = np.asarray(x)
+    return x.astype(np.float64) if x.dtype.kind == "f" else x.astype(np.int64)
+
+
 def isotonic_recalibration(v: np.ndarray, pos: np.ndarray, neg: np.ndarray):
     """PAV of the outcome on a grouped table: ``(starts, block_pos, block_neg)``.
 
@@ -55,8 +61,7 @@ def isotonic_recalibration(v: np.ndarray, pos: np.ndarray, neg: np.ndarray):
     belongs to block ``searchsorted(starts, i, 'right') - 1``); the block counts are integer sums.
     """
     v = np.asarray(v, dtype=np.float64)
-    a = np.asarray(pos, dtype=np.int64)
-    b = np.asarray(neg, dtype=np.int64)
+    a, b = _counts(pos), _counts(neg)
     if v.size == 1:
         return np.zeros(1, np.intp), a.copy(), b.copy()
     # one "row" per (value, outcome) with the count as its weight: the project's PAV pools the two
@@ -91,8 +96,8 @@ def corp_column(v, pos, neg, clip: float = 1e-15) -> dict:
     over the rows).  Needs at least one row.
     """
     v = np.asarray(v, dtype=np.float64)
-    a = np.asarray(pos, dtype=np.int64).astype(np.float64)
-    b = np.asarray(neg, dtype=np.int64).astype(np.float64)
+    a = _counts(pos).astype(np.float64)
+    b = _counts(neg).astype(np.float64)
     n = float(a.sum() + b.sum())
     starts, ba, bb = isotonic_recalibration(v, pos, neg)
     ba, bb = ba.astype(np.float64), bb.astype(np.float64)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["Evaluation", "evaluate_models", "model_labels", "check_bootstrap", "check_report_dir"]
+__all__ = ["Evaluation", "evaluate_models", "model_labels", "check_bootstrap", "check_report_dir", "check_weight_option"]
 
 
 @dataclass
@@ -78,13 +78,14 @@ class Evaluation:
         table, the decisions under a cost matrix and the report's path, each fitted to ``width``
         columns (default: the terminal's, ``$COLUMNS``)."""
         from .corp import with_brier_rows
-        from .text import format_decisions, format_drift, format_error_reject, format_metrics_table
+        from .text import format_decisions, format_drift, format_error_reject, format_metrics_table, with_suite_rows
 
         several = len(self.models) > 1
         rows = []
         for lb, res, m, name in zip(self.labels, self.results, self.models, self.names):
-            rows.append((f"raw {m.info.get('learner')} ({name})" if several else "raw learner", with_brier_rows(res.get("raw"))))
-            rows.append((lb, with_brier_rows(res["calibrated"])))
+            rows.append((f"raw {m.info.get('learner')} ({name})" if several else "raw learner",
+                         with_suite_rows(with_brier_rows(res.get("raw")))))
+            rows.append((lb, with_suite_rows(with_brier_rows(res["calibrated"]))))
         table = format_metrics_table(rows, width)
         # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models below
         ids = [f"[{i}]" for i in range(2, 2 * len(self.models) + 1, 2)] if table.startswith("[1] ") else None
@@ -105,14 +106,17 @@ class Evaluation:
         return "\n".join(lines)
 
 
-def evaluate_models(models, data, target: str, *, cost_matrix=None, bootstrap: int = 0, seed: int = 0,
-                    alpha: float = 0.01, report=None, trust=(), client=None, cluster=None, workers=None,
-                    progress=None) -> Evaluation:
+def evaluate_models(models, data, target: str, *, weight: str | None = None, cost_matrix=None, bootstrap: int = 0,
+                    seed: int = 0, alpha: float = 0.01, report=None, trust=(), client=None, cluster=None,
+                    workers=None, progress=None) -> Evaluation:
     """Evaluate one or more fitted models on a labelled table, exactly as ``calengine evaluate`` does.
 
     ``models``: a model directory or loaded :class:`~calengine.model.calibrated.CalibratedModel`, or a
     list of them (``trust``: extra types skops may load).  ``data``: a Parquet path (file, directory,
-    glob or URL), a list of them, or a pandas DataFrame; ``target``: its class column.
+    glob or URL), a list of them, or a pandas DataFrame; ``target``: its class column; ``weight``: a
+    column of non-negative row weights that every metric and test uses (a weight of 2 is the row
+    twice; not with ``cost_matrix``, ``bootstrap`` or ``report``, which do not weigh rows yet).
+    ``seed`` also draws the bootstrap interval of ``l2_ce_debiased``.
     ``cost_matrix`` (a :class:`~calengine.decisions.costs.CostMatrix`, a dict, a JSON/YAML file or
     inline JSON): also the profit or cost of each policy's decisions.  ``bootstrap`` B >= 2: a 90 %
     pointwise band on each two-class model's calibration map from B refits on resamples drawn with
@@ -134,6 +138,7 @@ def evaluate_models(models, data, target: str, *, cost_matrix=None, bootstrap: i
     from .drift import check_alpha
 
     alpha = check_alpha(alpha)
+    check_weight_option(weight, cost_matrix=cost_matrix, bootstrap=bootstrap, report=report)
     parsed_costs = None if cost_matrix is None else load_cost_matrix(cost_matrix)
     given = list(models) if isinstance(models, (list, tuple)) else [models]
     if not given:
@@ -156,7 +161,7 @@ def evaluate_models(models, data, target: str, *, cost_matrix=None, bootstrap: i
         bands = None
         with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements(loaded),
                         map_only=True) as c:
-            accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm)
+            accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm, weight=weight)
                     for m, cm in zip(loaded, costs)]
             if bootstrap:
                 from .bootstrap import table_calibration_map_band
@@ -166,12 +171,22 @@ def evaluate_models(models, data, target: str, *, cost_matrix=None, bootstrap: i
         result = Evaluation(
             models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
             labels=model_labels(loaded, sources), accumulators=accs,
-            results=[{k: acc.result() for k, acc in a.items()} for a in accs],
+            results=[{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs],
             drifts=[a["calibrated"].drift_check(alpha=alpha) for a in accs], bands=bands, report=report,
         )
         if report is not None:
             _write_report(result, files)
     return result
+
+
+def _metrics(acc, seed: int) -> dict:
+    """An accumulator's result; a :class:`~calengine.metrics.measures.MetricAccumulator`'s with the
+    calibration metric suite (:mod:`calengine.metrics.suite`) added, its bootstrap drawn with ``seed``."""
+    from .measures import MetricAccumulator
+
+    if isinstance(acc, MetricAccumulator):
+        return {**acc.result(), **acc.calibration_suite(seed=seed)}
+    return acc.result()
 
 
 def model_labels(models, dirs) -> list[str]:
@@ -195,6 +210,20 @@ def model_labels(models, dirs) -> list[str]:
 
 #: the most bootstrap replicates a band is drawn from (the CLI's bound, calengine.cli.limits, is the same)
 MAX_BOOTSTRAP = 10_000
+
+
+def check_weight_option(weight, *, cost_matrix=None, bootstrap: int = 0, report=None) -> None:
+    """``weight`` is a column name, and only with what weighs rows: the metrics and the drift check
+    (the decisions, the bootstrap bands and the report's figures do not weigh rows yet)."""
+    if weight is None:
+        return
+    if not isinstance(weight, str) or not weight:
+        raise ParameterError(f"weight must be a column name, got {weight!r}; e.g. --weight w")
+    for given, name in ((cost_matrix is not None, "--cost-matrix"), (bool(bootstrap), "--bootstrap"),
+                        (report is not None, "--report")):
+        if given:
+            raise ParameterError(f"--weight cannot be combined with {name} yet (it does not weigh rows); "
+                                 f"run the weighted metrics and {name} as two commands")
 
 
 def check_bootstrap(replicates, models=()) -> None:

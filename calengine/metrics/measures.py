@@ -13,8 +13,8 @@ probabilities") all depend on *which rows share a predicted value*.  The accumul
 for every class column ``c``, the sorted distinct values of ``P[:, c]`` with how many rows at that
 value have ``y == c`` (positives) and ``y != c`` (negatives), and one more table of the same shape for
 the top-label confidence (``max_c P[:, c]``, split into correctly and wrongly classified rows).  Counts
-are integers and the value keys are exact floats, so merging in any order produces bit-identical
-tables, and every metric is a deterministic function of them: results do not depend on the partition
+are integers (the sums of the rows' weights when they are given: float64 only for fractional weights)
+and the value keys are exact floats, so merging in any order produces bit-identical tables, and every metric is a deterministic function of them: results do not depend on the partition
 layout at all.  The price is memory proportional to the number of *distinct* predicted values; scores
 with few distinct values (trees, isotonic, binning) cost almost nothing, continuous scores cost
 three numbers per distinct value and class.
@@ -43,6 +43,10 @@ import numpy as np
 from ..errors import DataError, ParameterError
 from .corp import corp_sum, isotonic_recalibration
 from .drift import calibration_drift
+from .tables import as_counts
+from .tables import empty_table as _empty_table
+from .tables import group_rows as _group_rows
+from .tables import merge_tables as _merge_tables
 
 __all__ = [
     "LOG_LOSS_CLIP",
@@ -78,49 +82,7 @@ _ARRAY_KEYS = (
 
 
 # --------------------------------------------------------------------------------------------------
-# grouped tables: (sorted distinct values, positive counts, negative counts)
-
-
-def _collapse(values: np.ndarray, pos: np.ndarray, neg: np.ndarray, kind: str | None = None):
-    """Sum ``pos``/``neg`` over equal ``values``; returns the three arrays sorted by value.
-
-    ``kind="stable"`` suits concatenations of already sorted tables (the merge case), which it
-    sorts in close to linear time; unsorted rows are faster with numpy's default sort.
-    """
-    if values.size == 0:
-        return np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64)
-    order = np.argsort(values, kind=kind)
-    v = values[order]
-    starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
-    return (
-        v[starts],
-        np.add.reduceat(pos[order], starts).astype(np.int64, copy=False),
-        np.add.reduceat(neg[order], starts).astype(np.int64, copy=False),
-    )
-
-
-def _group_rows(values: np.ndarray, is_pos: np.ndarray):
-    """Grouped table of one batch of rows: ``values`` (n,) floats, ``is_pos`` (n,) booleans."""
-    pos = is_pos.astype(np.int64)
-    return _collapse(values, pos, 1 - pos)
-
-
-def _merge_tables(a, b):
-    """Union of two grouped tables, counts of equal values summed."""
-    if a[0].size == 0:
-        return b
-    if b[0].size == 0:
-        return a
-    return _collapse(
-        np.concatenate((a[0], b[0])),
-        np.concatenate((a[1], b[1])),
-        np.concatenate((a[2], b[2])),
-        kind="stable",
-    )
-
-
-def _empty_table():
-    return np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64)
+# grouped tables: (sorted distinct values, positive counts, negative counts), see calengine.metrics.tables
 
 
 def _binary_auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -129,15 +91,17 @@ def _binary_auc(pos: np.ndarray, neg: np.ndarray) -> float:
     ``AUC = Σ_i n_i⁺ (n_i⁻/2 + negatives strictly below i) / (N⁺ N⁻)``.  The doubled numerator is an
     integer, accumulated in int64 while it provably fits and in float64 beyond that.
     """
-    n_pos, n_neg = int(pos.sum()), int(neg.sum())
+    n_pos, n_neg = pos.sum(), neg.sum()
     if n_pos == 0 or n_neg == 0:
         return math.nan
     below = np.cumsum(neg) - neg
-    if 2 * n_pos * n_neg < 2**62:
+    if pos.dtype.kind == "f" or neg.dtype.kind == "f":  # fractional weights
+        twice = float(np.dot(pos, 2.0 * below + neg))
+    elif 2 * int(n_pos) * int(n_neg) < 2**62:
         twice = int(np.dot(pos, 2 * below + neg))
     else:
         twice = float(np.dot(pos.astype(np.float64), (2 * below + neg).astype(np.float64)))
-    return twice / (2.0 * n_pos * n_neg)
+    return twice / (2.0 * float(n_pos) * float(n_neg))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,8 +182,36 @@ def _validate(y, P, n_classes: int | None):
     return y, P
 
 
+def _total(table):
+    """The rows (total weight) of a table: an int for integer counts, a float for fractional weights."""
+    t = table[1].sum() + table[2].sum()
+    return float(t) if table[1].dtype.kind == "f" else int(t)
+
+
+def _check_weight(sample_weight, n: int):
+    """``sample_weight`` as counts (int64 when every weight is an integer, else float64), or None."""
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight)
+    if w.dtype == object or not (np.issubdtype(w.dtype, np.number) or w.dtype == bool):
+        raise DataError(f"sample_weight must be numeric, got dtype {w.dtype}; pass one non-negative weight per row")
+    if w.shape != (n,):
+        raise DataError(f"sample_weight has shape {w.shape} but there are {n} rows; pass one weight per row")
+    w = w.astype(np.float64)
+    if not np.all(np.isfinite(w)):
+        raise DataError("sample_weight contains NaN or infinite values; give every row a finite weight >= 0")
+    if w.size and w.min() < 0.0:
+        raise DataError(f"sample_weight contains negative values (min {w.min():g}); weights must be >= 0")
+    return as_counts(w)
+
+
 # --------------------------------------------------------------------------------------------------
 # the accumulator
+
+
+def _count_array(x) -> np.ndarray:
+    x = np.asarray(x)
+    return x.astype(np.float64) if x.dtype.kind == "f" else x.astype(np.int64)
 
 
 class MetricAccumulator:
@@ -242,23 +234,31 @@ class MetricAccumulator:
 
     # ---- building ---------------------------------------------------------------------------------
 
-    def add(self, y: np.ndarray, P: np.ndarray) -> "MetricAccumulator":
-        """Fold in one batch: ``y`` (n,) class indices, ``P`` (n, k) probabilities; returns ``self``.
+    def add(self, y: np.ndarray, P: np.ndarray, sample_weight=None) -> "MetricAccumulator":
+        """Fold in one batch: ``y`` (n,) class indices, ``P`` (n, k) probabilities and optionally
+        ``sample_weight`` (n,) non-negative weights; returns ``self``.
 
+        A weight is a count: a row of weight 2 is the row given twice, in every metric (the tests'
+        sample size is the total weight).  Integer weights keep the tables' counts exact integers;
+        fractional ones make them float64 (merged in chunk order).  Rows of weight 0 are left out.
         Raises :class:`~calengine.errors.DataError` on shape mismatch, NaN/inf, values outside
-        ``[0, 1]``, rows not summing to 1 within ``1e-6`` or labels outside ``0..k-1``; the
-        accumulator is left unchanged in that case.
+        ``[0, 1]``, rows not summing to 1 within ``1e-6``, labels outside ``0..k-1`` or negative,
+        NaN or non-numeric weights; the accumulator is left unchanged in that case.
         """
         y, P = _validate(y, P, self.n_classes)
+        w = _check_weight(sample_weight, y.size)
+        if w is not None and not np.all(w > 0):
+            keep = w > 0
+            y, P, w = y[keep], P[keep], w[keep]
         if y.size == 0:
             return self
         P = P + 0.0  # fold -0.0 into 0.0 so the two never form separate segments
         for c in range(self.n_classes):
-            self._cls[c] = _merge_tables(self._cls[c], _group_rows(P[:, c], y == c))
+            self._cls[c] = _merge_tables(self._cls[c], _group_rows(P[:, c], y == c, w))
         pred = np.argmax(P, axis=1)
         conf = P[np.arange(P.shape[0]), pred]
-        self._top = _merge_tables(self._top, _group_rows(conf, pred == y))
-        self.n += int(y.size)
+        self._top = _merge_tables(self._top, _group_rows(conf, pred == y, w))
+        self.n = _total(self._top)
         return self
 
     def merge(self, other: "MetricAccumulator") -> "MetricAccumulator":
@@ -273,7 +273,7 @@ class MetricAccumulator:
         for c in range(self.n_classes):
             self._cls[c] = _merge_tables(self._cls[c], other._cls[c])
         self._top = _merge_tables(self._top, other._top)
-        self.n += other.n
+        self.n = _total(self._top)
         return self
 
     # ---- serialisation ----------------------------------------------------------------------------
@@ -289,7 +289,7 @@ class MetricAccumulator:
         sizes = [t[0].size for t in self._cls]
         return {
             "n_classes": np.asarray(self.n_classes, dtype=np.int64),
-            "n": np.asarray(self.n, dtype=np.int64),
+            "n": np.asarray(self.n, dtype=np.float64 if isinstance(self.n, float) else np.int64),
             "class_ptr": np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
             "class_value": np.concatenate([t[0] for t in self._cls]),
             "class_pos": np.concatenate([t[1] for t in self._cls]),
@@ -316,12 +316,11 @@ class MetricAccumulator:
         self = cls(k)
         ptr = np.asarray(arrays["class_ptr"], dtype=np.int64)
         cv = np.asarray(arrays["class_value"], dtype=np.float64)
-        cp = np.asarray(arrays["class_pos"], dtype=np.int64)
-        cn = np.asarray(arrays["class_neg"], dtype=np.int64)
+        cp, cn = _count_array(arrays["class_pos"]), _count_array(arrays["class_neg"])
         tv = np.asarray(arrays["top_value"], dtype=np.float64)
-        tc = np.asarray(arrays["top_correct"], dtype=np.int64)
-        tw = np.asarray(arrays["top_wrong"], dtype=np.int64)
-        n = int(np.asarray(arrays["n"]))
+        tc, tw = _count_array(arrays["top_correct"]), _count_array(arrays["top_wrong"])
+        n_arr = np.asarray(arrays["n"])
+        n = float(n_arr) if n_arr.dtype.kind == "f" else int(n_arr)
         ok = (
             ptr.shape == (k + 1,)
             and ptr[0] == 0
@@ -336,7 +335,7 @@ class MetricAccumulator:
             bounds = [slice(ptr[c], ptr[c + 1]) for c in range(k)]
             tables = [(cv[sl], cp[sl], cn[sl]) for sl in bounds]
             ok = all(
-                int(t[1].sum() + t[2].sum()) == n
+                math.isclose(float(t[1].sum() + t[2].sum()), n, rel_tol=1e-9)
                 and np.all(t[1] >= 0)
                 and np.all(t[2] >= 0)
                 and np.all(np.diff(t[0]) > 0)
@@ -356,7 +355,8 @@ class MetricAccumulator:
 
     def _require_rows(self) -> None:
         if self.n == 0:
-            raise DataError("no rows to evaluate; pass at least one labelled prediction")
+            raise DataError("no rows to evaluate (or every weight is 0); pass at least one labelled prediction"
+                            " with a positive weight")
 
     def _brier_parts(self, c: int):
         """(brier, calibration, refinement) sums, not yet divided by n, of one-vs-rest column ``c``.
@@ -422,7 +422,7 @@ class MetricAccumulator:
             auc = float(np.mean(aucs)) if aucs else math.nan
 
         tv, tc, tw = self._top
-        n_wrong = int(tw.sum())
+        n_wrong = tw.sum()
         error_rate = n_wrong / n
         q = float(np.sum(tc * (1.0 - tv) ** 2 + tw * tv**2)) / n
         rho = q / error_rate - 0.5 if n_wrong else math.nan
@@ -449,6 +449,18 @@ class MetricAccumulator:
             "confidence_rho": rho,
             **corp_sum(self._cls, clip=LOG_LOSS_CLIP),
         }
+
+    def calibration_suite(self, seed: int = 0) -> dict:
+        """The calibration metric suite of issue 22 (equal-mass and class-wise ECE, the debiased L2
+        error with its bootstrap interval drawn with ``seed``, smooth ECE, KS, Kuiper, ECCE and
+        Hosmer-Lemeshow tests, the Cox calibration slope and intercept, ICI) from this accumulator's
+        tables, each table one score range; see :mod:`calengine.metrics.suite`."""
+        from .suite import calibration_suite
+
+        self._require_rows()
+        # fractional weights: the kernels count them in integer units of total / 2**52
+        unit = float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
+        return calibration_suite([[t] for t in self._cls], [self._top], unit=unit, seed=seed)
 
     def drift_check(self, alpha: float = 0.01) -> dict:
         """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`."""
@@ -523,7 +535,7 @@ class MetricAccumulator:
             "bin_edges": edges,
             "mean_predicted": mean_pred,
             "observed_frequency": observed,
-            "count": np.rint(cnt).astype(np.int64),
+            "count": np.rint(cnt).astype(np.int64) if pos.dtype.kind != "f" else cnt,
         }
 
     def error_reject_curve(self) -> dict:
@@ -548,7 +560,7 @@ class MetricAccumulator:
             "threshold": np.concatenate((v, [np.inf])),
             "reject_rate": rejected / self.n,
             "error_rate": err,
-            "n_accepted": accepted.astype(np.int64),
+            "n_accepted": accepted.astype(np.int64) if correct.dtype.kind != "f" else accepted,
         }
 
     def roc_curve(self, cls: int | None = None) -> dict:
@@ -580,7 +592,8 @@ class MetricAccumulator:
         starts, bpos, bneg = isotonic_recalibration(v, pos, neg)
         ends = np.concatenate((starts[1:], [v.size])) - 1
         cnt = bpos + bneg
-        return {"lo": v[starts], "hi": v[ends], "value": bpos / cnt, "count": cnt.astype(np.int64)}
+        return {"lo": v[starts], "hi": v[ends], "value": bpos / cnt,
+                "count": cnt if cnt.dtype.kind == "f" else cnt.astype(np.int64)}
 
     def __repr__(self) -> str:
         return f"MetricAccumulator(n_classes={self.n_classes}, n={self.n})"

@@ -14,19 +14,25 @@ import math
 
 __all__ = [
     "METRIC_ORDER", "SHORT_METRIC", "terminal_width", "format_metrics_table", "format_error_reject",
-    "format_drift", "format_decisions", "finite",
+    "format_drift", "format_decisions", "finite", "with_suite_rows",
 ]
 
 #: the rows of the metrics table, in order (a metric no model has is left out)
 METRIC_ORDER = (
     "n", "brier", "log_loss", "log_loss_bits", "auc", "error_rate", "ece", "mce",
     "calibration_loss", "refinement_loss", "brier_mcb", "brier_dsc", "brier_unc", "confidence_q", "confidence_rho",
+    "ece_equal_mass", "ece_classwise", "l2_ce_debiased", "l2_ce_low", "l2_ce_high", "smece", "ks", "ks_pvalue",
+    "kuiper", "kuiper_pvalue", "ecce_pvalue", "hosmer_lemeshow_pvalue", "calibration_slope", "calibration_intercept",
+    "ici",
 )
 
 #: column headers of the models-as-rows layout (the JSON keys, shortened where long)
 SHORT_METRIC = {"log_loss_bits": "ll_bits", "error_rate": "error", "calibration_loss": "cal_loss",
                 "refinement_loss": "ref_loss", "confidence_q": "q", "confidence_rho": "rho",
-                "brier_mcb": "mcb", "brier_dsc": "dsc", "brier_unc": "unc"}
+                "brier_mcb": "mcb", "brier_dsc": "dsc", "brier_unc": "unc", "ece_equal_mass": "ece_em",
+                "ece_classwise": "ece_cw", "l2_ce_debiased": "l2_ce", "ks_pvalue": "ks_p", "kuiper_pvalue": "kuiper_p",
+                "ecce_pvalue": "ecce_p", "hosmer_lemeshow_pvalue": "hl_p", "calibration_slope": "slope",
+                "calibration_intercept": "intercept"}
 
 
 def terminal_width(width: int | None = None) -> int:
@@ -46,6 +52,15 @@ def finite(obj):
     if isinstance(obj, list):
         return [finite(v) for v in obj]
     return obj
+
+
+def with_suite_rows(metrics: dict | None) -> dict | None:
+    """``metrics`` with the debiased L2 error's ``{value, low, high}`` as the flat rows ``l2_ce_debiased``,
+    ``l2_ce_low`` and ``l2_ce_high`` of the text tables (the JSON keeps the dict)."""
+    if metrics is None or not isinstance(metrics.get("l2_ce_debiased"), dict):
+        return metrics
+    l2 = metrics["l2_ce_debiased"]
+    return {**metrics, "l2_ce_debiased": l2["value"], "l2_ce_low": l2["low"], "l2_ce_high": l2["high"]}
 
 
 def format_metrics_table(rows: list[tuple[str, dict | None]], width: int | None = None) -> str:

@@ -47,7 +47,7 @@ from .checks import check_estimator, check_manifest, probe_model
 from .files import FileWriter, canonical_skops, check_zip_size, digest, load_npz, npz_bytes
 from .files import read_manifest_bytes, read_member_file
 from ..errors import CalengineError, ModelFormatError, PluginError, UnknownPluginError
-from ..plan.features import FeatureEncoder
+from ..plan.columns import encoder_from_json
 from ..plugins import PluginSet, get_plugins
 
 MANIFEST = "manifest.json"
@@ -291,6 +291,11 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
         if info.get("lineage") is not None:
             # only recalibrated models carry it, so every other model stays byte-identical to before
             manifest["lineage"] = _jsonable(info["lineage"], "model lineage")
+        if model.class_rates is not None:
+            # only models of class-sampled data carry it (see calengine.methods.sampling)
+            from ..methods.sampling import sampling_json
+
+            manifest["sampling"] = sampling_json(model.class_rates, info.get("negative_sampling"))
         manifest["content_hash"] = content_hash(manifest)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=False))
     return Path(path)
@@ -471,7 +476,7 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         _plugin_class("combiners", c["name"], manifest, plugins)
         with _restoring("combiners", c["name"], manifest, plugins):
             combiner = registry.make("combiners", c["name"], c["params"], plugins)
-    encoder = FeatureEncoder.from_json(manifest["features"]) if manifest.get("features") else None
+    encoder = encoder_from_json(manifest.get("features"))
     info = {
         "learner": manifest["learner"].get("name"),
         "learner_params": manifest["learner"]["params"],
@@ -486,6 +491,12 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
     }
     if manifest.get("lineage") is not None:
         info["lineage"] = manifest["lineage"]
+    class_rates = None
+    if manifest.get("sampling") is not None:
+        from ..methods.sampling import check_sampling_json
+
+        class_rates = check_sampling_json(manifest["sampling"], len(manifest["labels"]["classes"]))
+        info["negative_sampling"] = manifest["sampling"].get("negative_sampling")
     return CalibratedModel(
         encoder=encoder,
         labels=LabelSpace.from_json(manifest["labels"]),
@@ -496,4 +507,5 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         info=info,
         member_groups=list(manifest.get("member_groups") or []),
         combine_rule=manifest.get("combine"),
+        class_rates=class_rates,
     )

@@ -28,10 +28,28 @@ def one_vs_all_matrix(k: int) -> np.ndarray:
     return M
 
 
+#: what a raw map reads scores as (see :class:`RawMap`)
+RAW_KINDS = ("proba", "decision", "logit")
+
+
+def raw_kind_of(learner) -> str:
+    """How the raw map of ``learner``'s scores reads them: its ``raw_score_kind`` if it sets one
+    (``"logit"``), else its ``score_kind``."""
+    return getattr(learner, "raw_score_kind", None) or learner.score_kind
+
+
+def calibrator_kind(raw_kind: str) -> str:
+    """The ``score_kind`` calibrators receive for scores a raw map reads as ``raw_kind``: log-odds are
+    decision values to them (unbounded, larger = more likely)."""
+    return "decision" if raw_kind == "logit" else raw_kind
+
+
 @dataclass
 class RawMap:
     """The learner's own probability per column: identity for probability scores; for decision
-    scores Zadrozny & Elkan's (f + a) / 2a with a = max |f| over the calibration scores, clipped.
+    scores Zadrozny & Elkan's (f + a) / 2a with a = max |f| over the calibration scores, clipped;
+    for log-odds (``"logit"``, score columns of a model computed elsewhere) the logistic function of
+    each column (one-vs-rest log-odds: for k logits, those of their softmax).
 
     Unlike a min-max rescaling this keeps f = 0 at probability 1/2, so the "raw learner" that
     evaluation compares against makes exactly the learner's own decisions.
@@ -43,19 +61,24 @@ class RawMap:
 
     @classmethod
     def fit(cls, S: np.ndarray, score_kind: str) -> "RawMap":
-        if score_kind == "proba":
+        if score_kind in ("proba", "logit"):
             return cls(score_kind, np.zeros(S.shape[1]), np.ones(S.shape[1]))
         a = np.abs(S).max(axis=0)
         return cls(score_kind, -a, a)
 
     def apply(self, S: np.ndarray) -> np.ndarray:
+        if self.score_kind == "logit":
+            # log-odds per column (a score-column model hands k logits on as each class's one-vs-rest
+            # log-odds, see calengine.score_columns): the logistic function of each, which for the
+            # log-odds of a softmax is that softmax exactly
+            return 0.5 + 0.5 * np.tanh(0.5 * S)
         span = np.where(self.hi > self.lo, self.hi - self.lo, 1.0)
         return np.clip((S - self.lo) / span, 0.0, 1.0)
 
 
 def checked_raw_map(score_kind: str, arrays: dict[str, np.ndarray], n_cols: int) -> RawMap:
     """The stored :class:`RawMap` of a member with ``n_cols`` score columns; ValueError if malformed."""
-    if score_kind not in ("proba", "decision"):
+    if score_kind not in RAW_KINDS:
         raise ValueError(f"unknown score kind {score_kind!r}")
     lo, hi = (np.asarray(arrays[k], dtype=np.float64) for k in ("raw_lo", "raw_hi"))
     if lo.shape != (n_cols,) or hi.shape != (n_cols,) or not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
@@ -150,6 +173,9 @@ class CalibratedModel:
     member_groups: list[int] = field(default_factory=list)
     #: the rule combining the base learners' posteriors: min, max, median, mean or product
     combine_rule: str | None = None
+    #: the rate at which each class was kept in the data the model was calibrated on (class order), or
+    #: None: probabilities are corrected to the population by :mod:`calengine.methods.sampling`
+    class_rates: np.ndarray | None = None
 
     @property
     def n_classes(self) -> int:
@@ -170,10 +196,26 @@ class CalibratedModel:
             by_group.setdefault(g, []).append(P)
         averaged = [np.mean(by_group[g], axis=0) for g in sorted(by_group)]
         if len(averaged) == 1:
-            return averaged[0]
+            return self._population(averaged[0])
         from ..methods.combining import combine_posteriors
 
-        return combine_posteriors(averaged, self.combine_rule or "mean")
+        return self._population(combine_posteriors(averaged, self.combine_rule or "mean"))
+
+    def _population(self, P: np.ndarray) -> np.ndarray:
+        """Class probabilities corrected for class-sampled calibration data (``class_rates``)."""
+        if self.class_rates is None:
+            return P
+        from ..methods.sampling import correct
+
+        return correct(P, self.class_rates)
+
+    def _population_positive(self, p: np.ndarray) -> np.ndarray:
+        """:meth:`_population` of a two-class model's positive-class probabilities (interval ends)."""
+        if self.class_rates is None:
+            return p
+        from ..methods.sampling import correct_positive
+
+        return correct_positive(p, self.class_rates)
 
     @property
     def classes_(self) -> np.ndarray:
@@ -246,8 +288,10 @@ class CalibratedModel:
             p0s.append(np.clip(p0, 0.0, 1.0))
             p1s.append(np.clip(p1, 0.0, 1.0))
         if len(p0s) == 1:
-            return p0s[0], p1s[0], merge_pair(p0s[0], p1s[0])
-        return cvap_pairs(p0s, p1s)
+            out = p0s[0], p1s[0], merge_pair(p0s[0], p1s[0])
+        else:
+            out = cvap_pairs(p0s, p1s)
+        return tuple(self._population_positive(v) for v in out)
 
     def raw_proba_features(self, X) -> np.ndarray:
         """The uncalibrated learners' probabilities (see :class:`RawMap`), aggregated the same way."""
@@ -327,7 +371,8 @@ class CalibratedModel:
             for m in self.members:
                 extra = getattr(m, "extra_outputs", None)
                 if extra is not None:
-                    out.update(extra(X))
+                    out.update({k: self._population_positive(v) if k in ("p_low", "p_high") else v
+                                for k, v in extra(X).items()})
                     break
         return pd.DataFrame(out, index=df.index)
 

@@ -107,6 +107,14 @@ def check_manifest(manifest: Any) -> None:
     _check_features(manifest.get("features"))
     if "lineage" in manifest:
         check_lineage(manifest["lineage"])
+    if "sampling" in manifest:
+        from ..errors import DataError
+        from ..methods.sampling import check_sampling_json
+
+        try:
+            check_sampling_json(manifest["sampling"], k)
+        except DataError as exc:
+            raise _damaged(str(exc)) from None
     members = _need(manifest, "members", list, "the manifest")
     if not members:
         raise _damaged("the manifest lists no members")
@@ -170,6 +178,9 @@ def _check_features(features: Any) -> None:
         return
     if not isinstance(features, dict):
         raise _damaged("'features' in the manifest is not an object")
+    if features.get("kind") == "columns":
+        _check_reader(features)
+        return
     _need(features, "max_categories", int, "features")
     bits = features.get("text_hash_bits", 18)
     if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= _MAX_HASH_BITS:
@@ -191,6 +202,24 @@ def _check_features(features: Any) -> None:
             raise _damaged(f"feature column '{c['name']}' has malformed categories or fill")
         if not isinstance(c.get("missing_indicator", False), bool) or not isinstance(c.get("other", False), bool):
             raise _damaged(f"feature column '{c['name']}' has a non-boolean flag")
+
+
+def _check_reader(features: dict) -> None:
+    """A model that reads named columns as they are (:class:`calengine.plan.columns.ColumnReader`)."""
+    from ..plan.columns import READ_KINDS, ROLES
+
+    allowed = {"kind", "columns", "role", "score_kind", "allow_missing"}
+    if set(features) - allowed:
+        raise _damaged(f"features has unknown fields {sorted(set(features) - allowed)}")
+    columns = _need(features, "columns", list, "features")
+    if not columns or not all(isinstance(c, str) for c in columns) or len(set(columns)) != len(columns):
+        raise _damaged("features.columns must name distinct columns")
+    if features.get("role", "score") not in ROLES:
+        raise _damaged(f"features.role is {json_preview(features.get('role'))}, not one of {', '.join(ROLES)}")
+    if features.get("score_kind") is not None and features["score_kind"] not in READ_KINDS:
+        raise _damaged(f"features.score_kind is {json_preview(features['score_kind'])}, not one of {', '.join(READ_KINDS)}")
+    if not isinstance(features.get("allow_missing", False), bool):
+        raise _damaged("features.allow_missing is not a boolean")
 
 
 def json_preview(value: Any) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .published import PUBLISHED, note_published  # noqa: F401  (re-exported)
 from ..errors import DataError
 
 
@@ -360,8 +361,6 @@ def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
                 elif target.exists():
                     target.rmdir()
                 os.rename(staging, target)
-                from ..run_log import note_published
-
                 note_published(str(target))
                 if old is not None:
                     shutil.rmtree(old, ignore_errors=True)

@@ -54,6 +54,7 @@ class Dataset:
     fragments: tuple[Fragment, ...]
     columns: tuple[str, ...]
     types: dict = field(default_factory=dict)  # column -> Arrow type string (first file that has it)
+    kinds: dict = field(default_factory=dict)  # column -> "numeric" or "string" (all-null columns: absent)
 
     @property
     def n_rows(self) -> int:
@@ -164,7 +165,8 @@ def describe_files(
         key = relative_key(path, root)
         fragments += _cut(path, key, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)], fragment_rows,
                           partition)
-    return Dataset(root=root, fragments=tuple(fragments), columns=tuple(names or ()), types=types)
+    return Dataset(root=root, fragments=tuple(fragments), columns=tuple(names or ()), types=types,
+                   kinds={c: k for c, (k, _) in kinds.items()})
 
 
 def _cut(path: str, key: str, group_rows: list[int], fragment_rows: int, partition: tuple = ()) -> list[Fragment]:

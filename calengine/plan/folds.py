@@ -13,6 +13,8 @@ which is how a too-rare class is caught before any learner runs.
 
 Bounded samples (``--max-train-rows``) draw a seeded uniform number per row from the same identity;
 a unit's sample is the rows with the smallest numbers, per class in proportion to the class sizes.
+Costing samples (``--weight`` for a learner without weights) draw another, independent number per
+row (:func:`fragment_costing_keys`) and keep a row when it is below w / max w.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..errors import DataError
 
 _FOLD_STREAM = 0x464F4C44  # "FOLD"
 _SAMPLE_STREAM = 0x53414D50  # "SAMP"
+_COST_STREAM = 0x434F5354  # "COST"
 
 
 def _rng(seed: int, stream: int, file_key: str, group: int, extra: int = 0) -> np.random.Generator:
@@ -104,6 +107,14 @@ def check_folds(counts: np.ndarray, class_names: list, k: int) -> None:
 def sample_keys(n: int, seed: int, file_key: str, group: int) -> np.ndarray:
     """A seeded uniform number in [0, 1) per row of a row group, for bounded samples."""
     return _rng(seed, _SAMPLE_STREAM, file_key, group).random(n)
+
+
+def fragment_costing_keys(fragment, seed: int) -> np.ndarray:
+    """A seeded uniform number in [0, 1) per row of a fragment for costing (rejection) samples: its own
+    stream, so a costing sample is independent of ``--max-train-rows``'s sample keys."""
+    return np.concatenate([
+        _rng(seed, _COST_STREAM, fragment.file_key, g).random(n) for g, n in zip(fragment.row_groups, fragment.group_rows)
+    ]) if fragment.group_rows else np.empty(0)
 
 
 def fragment_sample_keys(fragment, seed: int) -> np.ndarray:

@@ -218,10 +218,69 @@ class TargetStat:
 
 
 @dataclass
+class WeightStat:
+    """The ``--weight`` column: total weight per label value and the largest weight (what the all-zero
+    check, the per-class check and costing's acceptance rate w / max w need)."""
+
+    name: str
+    per_label: dict[Any, float] = field(default_factory=dict)
+    max: float = 0.0
+
+    def merge(self, other: "WeightStat") -> "WeightStat":
+        per_label = dict(self.per_label)
+        for v, w in other.per_label.items():
+            per_label[v] = per_label.get(v, 0.0) + w
+        return WeightStat(self.name, per_label, max(self.max, other.max))
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.per_label.values()))
+
+    def check(self, classes: list, where: str) -> None:
+        """One line when the weights cannot fit anything: all zero, or a class whose rows all weigh 0."""
+        if not self.total > 0:
+            raise DataError(
+                f"weight column '{self.name}' is 0 on every row of {where}; at least one row of each class"
+                " needs a positive weight"
+            )
+        totals = {str(v): w for v, w in self.per_label.items()}
+        for c in classes:
+            if not totals.get(str(c), 0.0) > 0:
+                raise DataError(
+                    f"every row of class {c!r} has weight 0 in {where} (weight column '{self.name}'); a class"
+                    " needs a positive weight to be learnt or calibrated"
+                )
+
+
+def row_weights(series, name: str, where: str = "the table") -> np.ndarray:
+    """The ``--weight`` column ``series`` as float64, every value checked: a missing, NaN, infinite
+    or negative weight, or a column of text, is one :class:`DataError` naming the column, the place
+    and the fix.  Weights act as frequencies: a row of weight 2 counts as the row given twice."""
+    from pandas.api import types as pdt
+
+    if not (pdt.is_numeric_dtype(series.dtype) or pdt.is_bool_dtype(series.dtype)):
+        raise DataError(
+            f"weight column '{name}' has type {series.dtype} in {where}, not numbers; give --weight a numeric"
+            " column (a frequency weight per row)"
+        )
+    w = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        value = "missing" if np.isnan(w[i]) else f"{w[i]:g}"
+        raise DataError(
+            f"weight column '{name}' holds {value} (row {i} of {where}); weights must be finite and >= 0:"
+            " fix or drop those rows"
+        )
+    return w
+
+
+@dataclass
 class TableStats:
     n_rows: int
     columns: dict[str, ColumnStat]
     target: TargetStat | None = None
+    weights: WeightStat | None = None
 
     def __sizeof__(self) -> int:
         """The bytes held (Dask sizes task results with ``sys.getsizeof``: without this a fragment's
@@ -241,7 +300,8 @@ class TableStats:
         target = None
         if self.target is not None:
             target = self.target.merge(other.target)
-        return TableStats(self.n_rows + other.n_rows, columns, target)
+        weights = None if self.weights is None else self.weights.merge(other.weights)
+        return TableStats(self.n_rows + other.n_rows, columns, target, weights)
 
 
 def column_kind(series, name: str) -> str:
@@ -281,14 +341,17 @@ def as_text(series) -> np.ndarray:
 def partition_stats(
     df, feature_columns: list[str], target: str | None = None, where: str = "the table",
     group_keys: list[tuple[str, int]] | None = None, group_rows: list[int] | None = None,
-    text_columns: tuple[str, ...] = (),
+    text_columns: tuple[str, ...] = (), weight: str | None = None,
 ) -> TableStats:
     """Statistics of one partition's rows (runs in tasks).
 
     ``group_keys``/``group_rows``: the (file key, row group) and row count of each row group the rows
     come from, in order; the target's label counts are kept per row group (for stratified folds).
     Columns named in ``text_columns`` are hashed, which needs no statistics beyond their kind.
+    ``weight``: the ``--weight`` column, checked (:func:`row_weights`) and summed per label.
     """
+    import pandas as pd
+
     from ..parquet.data import _plain
 
     columns: dict[str, ColumnStat] = {}
@@ -315,4 +378,9 @@ def partition_stats(
             per_group[tuple(key)] = {_plain(v): int(c) for v, c in counts.items()}
             start += n
         stats.target = TargetStat(target, per_group, int(missing.sum()))
+        if weight is not None:
+            w = row_weights(df[weight], weight, where)
+            sums = pd.Series(w[~missing]).groupby(y[~missing].to_numpy()).sum()
+            stats.weights = WeightStat(weight, {_plain(v): float(t) for v, t in sums.items()},
+                                       float(w.max()) if w.size else 0.0)
     return stats

@@ -315,10 +315,31 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
 # ---------------------------------------------------------------------------------------------- evaluate
 
 
+def _weight_column(df, weight: str | None):
+    """The batch's weights as float64, or None; a weight column that is not numeric or has missing
+    values is one line naming it."""
+    if not weight:
+        return None
+    import numpy as np
+
+    col = df[weight]
+    try:
+        w = col.to_numpy(dtype="float64", na_value=float("nan"))
+    except (TypeError, ValueError):
+        raise DataError(f"--weight column '{weight}' is not numeric ({col.dtype}); pass a column of weights >= 0") from None
+    if not np.all(np.isfinite(w)):
+        raise DataError(f"--weight column '{weight}' has missing or infinite values; give every row a finite weight >= 0")
+    if w.size and w.min() < 0:
+        raise DataError(f"--weight column '{weight}' has negative weights (min {w.min():g}); weights must be >= 0")
+    return w
+
+
 @trims_heap
-def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix=None) -> dict:
-    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities; with
-    ``cost_matrix``, also a :class:`~calengine.decisions.DecisionAccumulator` of both's decisions."""
+def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix=None,
+                   weight: str | None = None) -> dict:
+    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities, rows
+    weighted by the column ``weight`` when given; with ``cost_matrix``, also a
+    :class:`~calengine.decisions.DecisionAccumulator` of both's decisions."""
     from ..metrics.measures import MetricAccumulator
 
     k = model.n_classes
@@ -331,16 +352,17 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
 
         decisions = DecisionAccumulator(cost_matrix)
         cost_columns = set(cost_matrix.columns)
-    columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns)
+    columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns | ({weight} if weight else set()))
     for df in _batches(chunk, columns, batch_rows):
         y = model.labels.encode(df[target])
+        w = _weight_column(df, weight)
         X = model.encoder.transform(df)
         if with_raw:
             P, Q = model.both_proba_features(X)
-            raw.add(y, Q)
+            raw.add(y, Q, sample_weight=w)
         else:
             P = model.predict_proba_features(X)
-        cal.add(y, P)
+        cal.add(y, P, sample_weight=w)
         if decisions is not None:
             decisions.add(y, P, Q if with_raw else None, df)
     out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
@@ -359,17 +381,20 @@ def evaluate_table(
     chunk_rows: int = 1_000_000,
     progress: Progress | None = None,
     cost_matrix=None,
+    weight: str | None = None,
 ) -> dict[str, dict]:
     """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks.
 
-    With ``cost_matrix`` also ``"decisions"``: the merged :class:`~calengine.decisions.DecisionAccumulator`."""
+    With ``cost_matrix`` also ``"decisions"``: the merged :class:`~calengine.decisions.DecisionAccumulator`.
+    ``weight``: a column of non-negative row weights every metric uses (a weight counts as rows)."""
     from ..parquet.data import check_columns
     from ..metrics.measures import MetricAccumulator
 
     if cost_matrix is not None:
         cost_matrix = cost_matrix.for_classes(list(model.labels.classes))
     cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
-    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns))
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns
+                                 + ([weight] if weight else [])))
     check_columns(files, columns)
     batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
@@ -377,7 +402,7 @@ def evaluate_table(
         raise DataError("the evaluation table has no rows")
     model_f = share_model(client, model)
     futures = [
-        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, cost_matrix, pure=False)
+        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
         for chunk in chunks
     ]
     parts = gather_in_order(client, futures, progress, "evaluate")
@@ -388,6 +413,8 @@ def evaluate_table(
         acc = MetricAccumulator.from_arrays(parts[0][key])
         for p in parts[1:]:
             acc.merge(MetricAccumulator.from_arrays(p[key]))
+        if weight and acc.n == 0:
+            raise DataError(f"--weight column '{weight}' is 0 on every row; give the rows to evaluate a positive weight")
         out[key] = acc
     if cost_matrix is not None:
         merged = parts[0]["decisions"]

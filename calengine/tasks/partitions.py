@@ -22,11 +22,12 @@ from .heap import trims_heap
 
 @dataclass(frozen=True)
 class Encoding:
-    """How a task turns a fragment into features and class indices."""
+    """How a task turns a fragment into features, class indices and (``--weight``) row weights."""
 
-    encoder: Any  # FeatureEncoder
+    encoder: Any  # FeatureEncoder, or a ColumnReader for a model whose learner arrived fitted
     labels: Any  # LabelSpace
     target: str
+    weight: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,24 +61,35 @@ class CalSet:
 
 @dataclass
 class Part:
-    """A fragment's labelled rows, encoded: features, class indices, folds and sample keys."""
+    """A fragment's labelled rows, encoded: features, class indices, folds, sample keys, row weights
+    (None: unweighted) and costing keys (None unless asked for)."""
 
     X: Any
     y: np.ndarray
     folds: np.ndarray | None
     keys: np.ndarray | None
+    w: np.ndarray | None = None
+    cost_keys: np.ndarray | None = None
+
+    def costing_mask(self, w_max: float) -> np.ndarray:
+        """Rows a costing sample keeps: each with probability w / ``w_max`` (Zadrozny, Langford & Abe
+        2003), drawn from the row's own seeded number, so the sample is the same on any worker."""
+        return self.cost_keys < self.w / w_max
 
 
-def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = False, order: str = "C") -> Part:
+def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = False, order: str = "C",
+              costing: bool = False) -> Part:
     """Read and encode a fragment; rows whose label is missing are dropped (the client counted them).
 
     ``order="F"``: dense features in Fortran order (see :meth:`FeatureEncoder.transform`), for the
     statistics and scoring passes, which take rows by fancy indexing (a C-ordered copy) or read
-    columns; it saves a transposing copy of the fragment.
+    columns; it saves a transposing copy of the fragment.  ``costing``: also the rows' costing keys
+    (:meth:`Part.costing_mask`).  Weights were checked by the planning pass; they are read as they are.
     """
     from ..parquet.dataset import read_fragment
+    from ..plan.folds import fragment_costing_keys
 
-    columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target]))
+    columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target] + ([enc.weight] if enc.weight else [])))
     df = read_fragment(fragment, columns)
     series = df[enc.target]
     present = series.notna().to_numpy()
@@ -90,7 +102,9 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
     keys = fragment_sample_keys(fragment, plan.seed if plan else 0)[present] if with_keys else None
     kept = df.loc[present] if not present.all() else df
     X = enc.encoder.transform(kept, order=order)
-    return Part(X, y_all[present], folds, keys)
+    w = kept[enc.weight].to_numpy(dtype=np.float64, na_value=np.nan) if enc.weight else None
+    cost_keys = fragment_costing_keys(fragment, plan.seed if plan else 0)[present] if costing else None
+    return Part(X, y_all[present], folds, keys, w, cost_keys)
 
 
 def unit_rows(part: Part, unit: Unit, plan: FoldPlan) -> tuple[np.ndarray, np.ndarray]:
@@ -108,18 +122,24 @@ def unit_rows(part: Part, unit: Unit, plan: FoldPlan) -> tuple[np.ndarray, np.nd
 
 
 @trims_heap
-def fragment_table_stats(fragment, feature_columns, target, text_columns):
-    """Column statistics and per-row-group label counts of one fragment (the encoding's reduction)."""
+def fragment_table_stats(fragment, feature_columns, target, text_columns, weight: str | None = None):
+    """Column statistics, per-row-group label counts and (``weight``) the checked weights' sums of one
+    fragment (the encoding's reduction)."""
     from ..reductions.column_stats import partition_stats
     from ..parquet.dataset import read_fragment
 
-    cols = list(dict.fromkeys(list(feature_columns) + ([target] if target else [])))
+    cols = list(dict.fromkeys(list(feature_columns) + ([target] if target else []) + ([weight] if weight else [])))
     df = read_fragment(fragment, cols)
     keys = [(fragment.file_key, g) for g in fragment.row_groups]
     return partition_stats(
         df, list(feature_columns), target, where=f"'{fragment.path}'", group_keys=keys,
-        group_rows=list(fragment.group_rows), text_columns=tuple(text_columns),
+        group_rows=list(fragment.group_rows), text_columns=tuple(text_columns), weight=weight,
     )
+
+
+def as_given(obj):
+    """``obj`` itself: a learner that arrived fitted, held by the scheduler like any fitted learner."""
+    return obj
 
 
 def merge_in_order(parts: list, merge):
@@ -137,9 +157,9 @@ def merge_all(*parts):
     return merge_in_order(list(parts), lambda a, b: a.merge(b))
 
 
-def fragment_label_counts(fragment, target):
-    """Per-row-group label counts of a calibration table fragment (no feature statistics)."""
-    return fragment_table_stats(fragment, [], target, ())
+def fragment_label_counts(fragment, target, weight: str | None = None):
+    """Per-row-group label counts (and checked weight sums) of a fragment, without feature statistics."""
+    return fragment_table_stats(fragment, [], target, (), weight)
 
 
 @trims_heap
@@ -158,12 +178,13 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
         mask, target = unit_rows(part, Unit(None, column), plan)
         n_classes = enc.labels.n_classes if column is None else 2
         groups = part.folds if plan.cv else np.zeros(part.y.shape[0], dtype=np.int64)
-        X = part.X
+        X, w = part.X, part.w
         if not mask.all():
             idx = np.flatnonzero(mask)
             X, target, groups = X[idx], target[idx], groups[idx]
+            w = None if w is None else w[idx]
         with plugin_errors(learner, "fit"):
-            stats = learner.partial_stats_groups(X, target, groups, n_groups, None, n_classes)
+            stats = learner.partial_stats_groups(X, target, groups, n_groups, w, n_classes)
         for g in range(n_groups):
             out[(g if plan.cv else None, column)] = stats[g]
     return out
@@ -186,21 +207,26 @@ def fit_learner_from_stats(learner, stats, n_classes: int, seed: int):
 @trims_heap
 def fit_unit_learner(
     fragments, enc: Encoding, plan: FoldPlan, unit: Unit, learner, seed: int,
-    quotas: np.ndarray | None = None, rates: np.ndarray | None = None,
+    quotas: np.ndarray | None = None, rates: np.ndarray | None = None, costing: float | None = None,
 ):
     """Assemble a unit's training rows on this worker from the fragments and fit ``learner`` on them.
 
     With ``quotas`` (rows to keep per class of the unit's target) the rows are a bounded, stratified
     sample: per class the rows with the smallest seeded sample keys (prefiltered with ``rates``).
+    Weighted rows (``--weight``) reach the learner as ``sample_weight``; with ``costing`` (the
+    table's largest weight, for a learner without weights) they become a costing sample instead:
+    each row kept with probability w / max w, unweighted.
     """
     import scipy.sparse as sp
 
     from .arrays import TrainingData, fit_learner
 
-    Xs, ts, ks = [], [], []
+    Xs, ts, ks, ws = [], [], [], []
     for fragment in fragments:
-        part = load_part(fragment, enc, plan, with_keys=quotas is not None)
+        part = load_part(fragment, enc, plan, with_keys=quotas is not None, costing=costing is not None)
         mask, target = unit_rows(part, unit, plan)
+        if costing is not None:
+            mask &= part.costing_mask(costing)
         if quotas is not None:
             mask &= part.keys < rates[target]
         idx = np.flatnonzero(mask)
@@ -210,10 +236,13 @@ def fit_unit_learner(
         ts.append(target[idx])
         if quotas is not None:
             ks.append(part.keys[idx])
+        if part.w is not None and costing is None:
+            ws.append(part.w[idx])
     if not Xs:
         raise DataError("a learner's training rows are empty; check the data, --cv and --multiclass")
     X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
     t = np.concatenate(ts)
+    w = np.concatenate(ws) if ws else None
     del Xs
     if quotas is not None:
         keys = np.concatenate(ks)
@@ -225,7 +254,20 @@ def fit_unit_learner(
             keep.append(rows)
         idx = np.sort(np.concatenate(keep))
         X, t = X[idx], t[idx]
-    return fit_learner(TrainingData(X, t), None, learner, seed)
+        w = None if w is None else w[idx]
+    if costing is not None:
+        check_costing_sample(t, enc.labels.n_classes if unit.column is None else 2)
+    return fit_learner(TrainingData(X, t, w), None, learner, seed)
+
+
+def check_costing_sample(t: np.ndarray, n_classes: int) -> None:
+    """A costing sample must still hold every class (else the learner could not be fitted)."""
+    if np.unique(t).size < n_classes:
+        raise DataError(
+            "the costing sample of the weighted rows lacks a class (the weights of its rows are"
+            " small beside the largest weight); use a learner that accepts sample weights, or weights of"
+            " less extreme range"
+        )
 
 
 @trims_heap
@@ -250,15 +292,18 @@ def assemble_training(fragments, enc: Encoding):
 
 @dataclass
 class ScoreBlock:
-    """Held-out scores of one fragment for every calibration set: ``sets[i] = (S, T)`` with ``S`` the
-    (n, l) scores and ``T`` the (n, l) 0/1 targets of each score column."""
+    """Held-out scores of one fragment for every calibration set: ``sets[i] = (S, T, W)`` with ``S`` the
+    (n, l) scores, ``T`` the (n, l) 0/1 targets of each score column and ``W`` the rows' weights
+    (``--weight``; None: unweighted, every row weighs 1)."""
 
-    sets: list[tuple[np.ndarray, np.ndarray]]
+    sets: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 
     def __sizeof__(self) -> int:
         # Dask sizes task results with sys.getsizeof; without this a block of a million rows counted as
         # 56 bytes, so workers never spilled held-out scores and their memory grew with the table.
-        return object.__sizeof__(self) + sum(S.nbytes + T.nbytes for S, T in self.sets)
+        return object.__sizeof__(self) + sum(
+            S.nbytes + T.nbytes + (0 if W is None else W.nbytes) for S, T, W in self.sets
+        )
 
 
 def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarray:
@@ -284,6 +329,9 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
             mask &= part.folds == cs.fold
         if cs.column is not None:
             mask &= plan.code_matrix[part.y, cs.column] != 0
+        if part.w is not None:
+            # frequency weights: a row of weight 0 is a row absent, so its score bounds no bin or block
+            mask &= part.w > 0
         idx = np.flatnonzero(mask)
         if cs.per_fold:
             S = None
@@ -305,7 +353,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 S = as_columns(learners[cs.learners[0]].score(part.X[idx])) if idx.size else np.empty((0, 1))
             if cs.column is not None:
                 S = S[:, :1]
-        out.append((S, _targets(part.y[idx], S.shape[1], cs.column, plan)))
+        out.append((S, _targets(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))
     return ScoreBlock(out)
 
 
@@ -313,7 +361,7 @@ def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
     """Per calibration set: rows, per-column min / max, and a small quantile summary of each column
     (used to cut score ranges for sorted calibrator rounds and for the raw-learner map)."""
     out = []
-    for S, _ in block.sets:
+    for S, _, _ in block.sets:
         n = S.shape[0]
         if n == 0:
             out.append({"n": 0})
@@ -327,33 +375,41 @@ def block_partial_stats(block: ScoreBlock, requests: list) -> list:
     """``partial_stats`` of each (calset, column, calibrator, request) on this block (None: no rows)."""
     out = []
     for cs_index, column, cal, request in requests:
-        S, T = block.sets[cs_index]
+        S, T, W = block.sets[cs_index]
         if S.shape[0] == 0:
             out.append(None)
             continue
         s = np.ascontiguousarray(S[:, column], dtype=np.float64)
         with plugin_errors(cal, "fit"):
-            out.append(cal.partial_stats(s, T[:, column].astype(np.int64), np.ones(s.shape[0]), request))
+            out.append(cal.partial_stats(s, T[:, column].astype(np.int64), _weights(W, s.shape[0]), request))
     return out
 
 
+def _weights(W: np.ndarray | None, n: int) -> np.ndarray:
+    """A piece's weights as the calibrator protocol takes them (ones when unweighted)."""
+    return np.ones(n) if W is None else np.asarray(W, dtype=np.float64)
+
+
 def split_block(block: ScoreBlock, problems: list) -> dict:
-    """Cut each (calset, column) problem's scores into score ranges: ``{(problem, range): (s, t)}``.
+    """Cut each (calset, column) problem's scores into score ranges: ``{(problem, range): (s, t, w)}``
+    (``w`` None when unweighted).
 
     ``problems``: ``(problem id, calset index, column, boundaries)``; a score ``s`` falls in range
     ``searchsorted(boundaries, s, side="right")``, so tied scores always share a range.
     """
     out = {}
     for pid, cs_index, column, boundaries in problems:
-        S, T = block.sets[cs_index]
+        S, T, W = block.sets[cs_index]
         r = np.searchsorted(boundaries, S[:, column], side="right")
         order = np.argsort(r, kind="stable")
-        # in range order (targets stay int8: 9 bytes a row)
+        # in range order (targets stay int8: 9 bytes a row, 17 with weights)
         s, t = S[order, column], T[order, column]
+        w = None if W is None else W[order]
         cuts = np.searchsorted(r[order], np.arange(len(boundaries) + 2))
         for rng in range(len(boundaries) + 1):
             # own copies, not views of one sorted array: a piece Dask spills to disk frees its memory
-            out[(pid, rng)] = (s[cuts[rng] : cuts[rng + 1]].copy(), t[cuts[rng] : cuts[rng + 1]].copy())
+            a, b = cuts[rng], cuts[rng + 1]
+            out[(pid, rng)] = (s[a:b].copy(), t[a:b].copy(), None if w is None else w[a:b].copy())
     return out
 
 
@@ -369,8 +425,16 @@ def split_blocks(problems: list, *blocks: ScoreBlock) -> dict:
     splits = [split_block(b, problems) for b in blocks]
     if len(splits) == 1:
         return splits[0]
-    return {key: (np.concatenate([sp[key][0] for sp in splits]), np.concatenate([sp[key][1] for sp in splits]))
-            for key in splits[0]}
+    return {key: _concatenate_pieces([sp[key] for sp in splits]) for key in splits[0]}
+
+
+def _concatenate_pieces(pieces: list) -> tuple:
+    """``(s, t, w)`` pieces of one problem concatenated in order (``w`` None when none is weighted)."""
+    s = np.concatenate([p[0] for p in pieces])
+    t = np.concatenate([p[1] for p in pieces])
+    if all(p[2] is None for p in pieces):
+        return s, t, None
+    return s, t, np.concatenate([_weights(p[2], p[0].shape[0]) for p in pieces])
 
 
 def take(mapping: dict, key):
@@ -384,23 +448,24 @@ def range_partial_stats(cal, request, *pieces):
     pieces = [p for p in pieces if p[0].size]
     if not pieces:
         return None
-    s = np.concatenate([p[0] for p in pieces])
-    t = np.concatenate([p[1] for p in pieces]).astype(np.int64)
+    s, t, w = _concatenate_pieces(pieces)
     with plugin_errors(cal, "fit"):
-        return cal.partial_stats(s, t, np.ones(s.shape[0]), request)
+        return cal.partial_stats(s, t.astype(np.int64), _weights(w, s.shape[0]), request)
 
 
 @trims_heap
 def fit_calibrator_gathered(cal, score_kind: str, *pieces):
     """The in-memory fallback: every score of one problem on this worker, then ``fit``."""
-    s = np.concatenate([p[0] for p in pieces]) if pieces else np.empty(0)
-    t = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, dtype=np.int64)
+    if pieces:
+        s, t, w = _concatenate_pieces(list(pieces))
+    else:
+        s, t, w = np.empty(0), np.empty(0, dtype=np.int64), None
     with plugin_errors(cal, "fit"):
-        cal.fit(s, t, sample_weight=None, score_kind=score_kind)
+        cal.fit(s, t.astype(np.int64), sample_weight=w, score_kind=score_kind)
     return cal
 
 
 def block_column(block: ScoreBlock, cs_index: int, column: int):
-    """(scores, targets) of one calibration problem in one block."""
-    S, T = block.sets[cs_index]
-    return np.ascontiguousarray(S[:, column]), T[:, column].astype(np.int64)
+    """(scores, targets, weights or None) of one calibration problem in one block."""
+    S, T, W = block.sets[cs_index]
+    return np.ascontiguousarray(S[:, column]), T[:, column].astype(np.int64), W

@@ -1,0 +1,157 @@
+"""Calibrators fitted as reductions over the held-out score blocks of a table fit (step 6 of
+:mod:`calengine.fit.table`), and of ``calengine recalibrate`` (:mod:`calengine.fit.recalibrate`).
+
+A calibrator with the reduction protocol (:class:`calengine.base.Calibrator`) runs it in rounds: each
+round sends one small task per score block, or per score range for rounds that need sorted scores
+(the blocks are cut at boundaries read off merged quantile summaries, so a range's rows fit a
+worker), and merges the returned statistics in a fixed order, so the fit is the same bits on any
+number of workers.  A calibrator without the protocol gets its scores gathered on one worker, after a
+check that they fit its memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError, ParameterError
+from ..plan.memory import check_fits_memory, range_rows_for
+from ..progress import gather_in_order
+from ..tasks import partitions as pt
+
+__all__ = ["fit_calibrators"]
+
+
+def _merge_summaries(parts: list[dict]) -> dict:
+    live = [p for p in parts if p["n"]]
+    if not live:
+        return {"n": 0}
+    n = sum(p["n"] for p in live)
+    lo = np.min([p["min"] for p in live], axis=0)
+    hi = np.max([p["max"] for p in live], axis=0)
+    values = np.concatenate([p["quantiles"] for p in live], axis=0)
+    weights = np.concatenate([np.full(len(p["quantiles"]), p["n"] / len(p["quantiles"])) for p in live])
+    return {"n": n, "min": lo, "max": hi, "values": values, "weights": weights}
+
+
+def _boundaries(summary: dict, column: int, n_ranges: int) -> np.ndarray:
+    """Score values cutting a problem's scores into about ``n_ranges`` ranges of similar size."""
+    if n_ranges <= 1:
+        return np.empty(0)
+    v = summary["values"][:, column]
+    order = np.argsort(v, kind="stable")
+    v, w = v[order], summary["weights"][order]
+    cum = np.cumsum(w)
+    targets = cum[-1] * np.arange(1, n_ranges) / n_ranges
+    cuts = v[np.minimum(np.searchsorted(cum, targets), v.size - 1)]
+    return np.unique(cuts)
+
+
+def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx,
+                    progress) -> list:
+    """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
+
+    Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
+    (or per score range for sorted rounds) and merges the returned statistics in a fixed order; the
+    others get their scores gathered on one worker.
+
+    ``holder[0]`` is the list of score-block futures.  Held-out scores are the one O(rows) thing a fit
+    keeps in cluster memory, so when a round cuts them into score ranges and nothing else needs them,
+    they are released as soon as each block is cut (``holder[0] = None``); a later round that needs
+    them again recomputes them with ``make_blocks()`` (same tasks, same bits).
+    """
+
+    def blocks():
+        if holder[0] is None:
+            holder[0] = make_blocks()
+        return holder[0]
+
+    from sklearn.base import clone
+
+    cals = [clone(calibrator) for _ in problems]
+    from ..plugin_calls import plugin_errors
+
+    requests = []
+    for cal in cals:
+        with plugin_errors(cal, "fit"):
+            requests.append(cal.reduction_start(score_kind))
+    fallback = [i for i, r in enumerate(requests) if r is None]
+    pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
+    rounds = 0
+    while True:
+        pending = [i for i, r in enumerate(requests) if r is not None]
+        if not pending:
+            break
+        rounds += 1
+        unsorted = [i for i in pending if not requests[i].get("sorted")]
+        sorted_ = [i for i in pending if requests[i].get("sorted")]
+        block_futures = []
+        if unsorted:
+            args = [(problems[i][0], problems[i][1], cals[i], requests[i]) for i in unsorted]
+            block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
+        new = [i for i in sorted_ if i not in pieces_of]
+        if new:
+            specs = []
+            for i in new:
+                cs, col = problems[i]
+                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
+                specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
+            bl = blocks()
+            size = _split_group_size(len(bl), ctx, len(client.scheduler_info().get("workers", {})))
+            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], pure=False) for j in range(0, len(bl), size)]
+            for i, _, _, bounds in specs:
+                pieces_of[i] = [
+                    [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)
+                ]
+        if not unsorted and not fallback and all(i in pieces_of for i in pending):
+            holder[0] = None  # each block is freed once its split has run
+        range_futures = {
+            i: [client.submit(pt.range_partial_stats, cals[i], requests[i], *pieces, pure=False) for pieces in pieces_of[i]]
+            for i in sorted_
+        }
+        flat = block_futures + [f for i in sorted_ for f in range_futures[i]]
+        results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators")
+        block_results = results[: len(block_futures)]
+        pos = len(block_futures)
+        merged: dict[int, Any] = {}
+        for j, i in enumerate(unsorted):
+            merged[i] = _calibrator_stats(cals[i], [r[j] for r in block_results])
+        for i in sorted_:
+            n = len(range_futures[i])
+            merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
+            pos += n
+        for i in pending:
+            with plugin_errors(cals[i], "fit"):
+                requests[i] = cals[i].reduction_step(merged[i], requests[i])
+        if rounds > 500:
+            raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
+    for i in fallback:
+        cs, col = problems[i]
+        check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
+        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks()]
+        cals[i] = client.submit(pt.fit_calibrator_gathered, cals[i], score_kind, *pieces, pure=False)
+    if fallback:
+        done = client.gather([cals[i] for i in fallback])
+        for i, cal in zip(fallback, done):
+            cals[i] = cal
+    return cals
+
+
+def _split_group_size(n_blocks: int, ctx, n_workers: int) -> int:
+    """Consecutive score blocks cut into ranges by one task: groups of about four ranges' rows (a
+    task's memory stays a small multiple of a range task's), and at least one group per worker."""
+    rows_per_group = 4 * range_rows_for(ctx.memory_limit)
+    groups = max(max(1, n_workers), math.ceil(ctx.n_rows / rows_per_group))
+    return max(1, math.ceil(n_blocks / groups))
+
+
+def _calibrator_stats(cal, parts: list):
+    from ..plugin_calls import plugin_errors
+
+    with plugin_errors(cal, "fit"):
+        merged = pt.merge_in_order(parts, cal.merge_stats)
+    if merged is None:
+        raise DataError("calibration data is empty; pass at least one example of each class")
+    return merged

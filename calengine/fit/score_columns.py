@@ -1,0 +1,139 @@
+"""Fitting on the score columns of a table (``calengine fit --scores``): options, reader, API.
+
+A learner with :attr:`calengine.base.Learner.prefit` -- today :class:`calengine.score_columns.ScoreColumns`,
+the scores of a model computed elsewhere -- goes through the ordinary partition-native fit of
+:mod:`calengine.fit.table` with three differences, all made there: no folds (nothing is fitted, so
+every row of DATA, or of ``--calibration-data``, feeds the calibrators through the same reductions),
+the learner handed on as it is (never cloned), and the model's encoder a
+:class:`~calengine.plan.columns.ColumnReader` of exactly the columns it reads.  This module holds the
+rest: which options apply (one line for each that cannot), how the score columns become that reader
+and learner, the class-sampling correction every fit can record (``--negative-sampling``,
+``--class-sampling``); the Python API, :func:`calengine.fit.scores_api.calibrate_scores`, is apart.
+
+The multiclass calibration of a k-column score matrix is whatever the engine does for any learner's
+(n, k) scores (today one calibrator per column and the ``normalize`` combiner), so a calibrator of
+whole score vectors plugs in for score columns and learners alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import DataError, ParameterError
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
+    """The target, ``--weight`` and ``--scores`` columns exist and play one part each (one line each)."""
+    from ..parquet.data import check_columns
+    from ..score_columns import SCORE_COLUMN_KINDS
+
+    if spec.target not in names:
+        check_columns(files, [spec.target], root)
+    if spec.weight:
+        if spec.weight not in names:
+            check_columns(files, [spec.weight], root)
+        if spec.weight == spec.target:
+            raise DataError(f"--weight {spec.weight} is the target column; give a column of weights")
+        if spec.weight in (spec.features or ()) or spec.weight in (spec.scores or ()):
+            raise DataError(f"--weight column '{spec.weight}' cannot also be a feature or a score column")
+    if not spec.scores:
+        if spec.classes or spec.score_kind != "proba":
+            raise ParameterError("--classes and --score-kind describe score columns; they need --scores")
+        return
+    missing = [c for c in spec.scores if c not in names]
+    if missing:
+        check_columns(files, missing, root)
+    if spec.target in spec.scores:
+        raise DataError(f"the target '{spec.target}' cannot also be a score column; remove it from --scores")
+    if spec.score_kind not in SCORE_COLUMN_KINDS:
+        raise ParameterError(f"--score-kind must be one of {', '.join(SCORE_COLUMN_KINDS)}, got {spec.score_kind!r}")
+
+
+def check_score_options(config, spec) -> None:
+    """Refuse, in one line each, the options that need a learner to fit, for ``--scores``."""
+    if not spec.scores:
+        return
+    from .training import ENGINE_METHODS
+
+    if config.method in ENGINE_METHODS:
+        raise ParameterError(
+            f"--method {config.method} fits many classifiers on the features, and --scores fits none; choose a"
+            " calibrator (isotonic, sigmoid, beta, temperature, binning, rocch, venn_abers, ...)"
+        )
+    if config.method == "none" and spec.score_kind != "proba":
+        raise ParameterError(
+            f"--method none with --score-kind {spec.score_kind} would rescale the scores linearly; the logistic"
+            " map of logits is what evaluate shows as the raw scores: choose a calibrator (temperature, sigmoid, ...)"
+        )
+    refused = [
+        ("--combine", config.combine), ("--multiclass", config.multiclass),
+        ("--max-train-rows", spec.max_train_rows), ("--route", spec.route != "auto"),
+        ("--features", spec.features), ("--exclude", spec.exclude), ("--text-column", spec.text_columns),
+    ]
+    for flag, given in refused:
+        if given:
+            raise ParameterError(
+                f"{flag} applies to learners fitted on feature columns; --scores fits no learner and reads only"
+                " the score columns: drop it"
+            )
+
+
+def check_weighted_method(config, spec) -> None:
+    """``--weight`` with Probing or bagging: refused until their votes weigh rows (one line)."""
+    from .training import ENGINE_METHODS
+
+    if spec.weight and config.method in ENGINE_METHODS:
+        raise ParameterError(
+            f"--weight is not supported with --method {config.method} (its classifiers weigh rows by their own"
+            " importance weights); use a calibrator such as isotonic or sigmoid, or drop --weight"
+        )
+
+
+def check_sampling(config, classes: list) -> None:
+    """The sampling rates fit the target's classes (before anything is fitted)."""
+    from ..methods.sampling import sampling_rates
+
+    sampling_rates(classes, config.negative_sampling, config.class_sampling)
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def score_reader(spec, labels):
+    """The model's reader of ``spec.scores``, in class order (:func:`calengine.score_columns.order_score_columns`)."""
+    from ..plan.columns import ColumnReader
+    from ..score_columns import order_score_columns
+
+    return ColumnReader(order_score_columns(list(spec.scores), labels, list(spec.classes or ()) or None),
+                        role="score", score_kind=spec.score_kind)
+
+
+def score_learner(ctx):
+    """The :class:`~calengine.score_columns.ScoreColumns` learner of a planned ``--scores`` fit."""
+    from ..score_columns import ScoreColumns
+
+    return ScoreColumns(columns=list(ctx.enc.encoder.columns), kind=ctx.spec.score_kind,
+                        n_classes=ctx.enc.labels.n_classes)
+
+
+def with_sampling(model, config):
+    """``model`` with the class-sampling correction of ``config`` recorded (unchanged without one)."""
+    from ..methods.sampling import sampling_rates
+
+    rates = sampling_rates(list(model.labels.classes), config.negative_sampling, config.class_sampling)
+    if rates is not None:
+        model.class_rates = rates
+        model.info["negative_sampling"] = config.negative_sampling
+    return model
+
+
+def score_columns_info(model) -> dict[str, Any] | None:
+    """``{"columns", "kind"}`` of a score-column model (what the CLI prints), else None."""
+    for m in model.members:
+        for lr in getattr(m, "learners", ()):
+            if getattr(lr, "prefit", False) and hasattr(lr, "kind"):
+                return {"columns": list(lr.columns), "kind": lr.kind}
+    return None

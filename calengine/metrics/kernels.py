@@ -1,0 +1,207 @@
+"""What one score range of a grouped table contributes to each metric: the code that runs where the
+range lives (a Dask task, a thread, or the in-memory accumulator's one range).
+
+Every function takes one range ``(v, pos, neg)`` (see :mod:`calengine.metrics.tables`) and a small
+request dict, and returns a small dict: integers, fixed-point sums (:mod:`calengine.metrics.exact`)
+and a few floats read off the table.  The client (:mod:`calengine.metrics.engine`) sends each range
+what it needs from the ranges before it (the counts and fixed-point residuals below it, the global
+index of its first value) and combines the answers, so results do not depend on where the table was
+cut: every count is an integer, every sum fixed-point, every prefix an exact integer.
+
+Fractional weights are turned into integers at the start of every kernel: counts in units of
+``unit = W * 2**-52`` (``W`` the total weight, known before any range is read), so float tables take
+the same integer paths as counted ones (a weight below ``unit`` counts as zero).
+
+Requests share these keys: ``unit`` (None for integer counts), ``scale`` (the global bound every
+fixed-point sum uses: the total count), ``clip`` (the logit's probability clip, :func:`irls` only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .exact import fixed_sum, fixed_sum_bins, fixed_units
+
+__all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms"]
+
+#: number of equal-width bins of ``ece``/``mce``, ``ece_classwise`` and the uniform reliability diagrams.
+ECE_BINS = 15
+
+
+def counts(table, unit):
+    """``(v, a, b, m)`` with integer counts: as stored, or float weights in units of ``unit``."""
+    v, a, b = table
+    if unit is not None and (a.dtype.kind == "f" or b.dtype.kind == "f"):
+        a = np.rint(np.asarray(a, dtype=np.float64) / unit).astype(np.int64)
+        b = np.rint(np.asarray(b, dtype=np.float64) / unit).astype(np.int64)
+    else:
+        a = np.asarray(a, dtype=np.int64)
+        b = np.asarray(b, dtype=np.int64)
+    return np.asarray(v, dtype=np.float64), a, b, a + b
+
+
+def grid_histograms(v, a, m, size: int, scale: float):
+    """relplot's ``smooth_round_to_grid`` of this range on a grid of ``size`` points of [0, 1]: each
+    row's weight split linearly between its two neighbouring grid points, summed per point for the
+    weight itself, the forecast and the event; three lists of fixed-point sums."""
+    pos = (v * (size - 1)).astype(np.int64).clip(0, size - 2)
+    frac = v * (size - 1) - pos
+    idx = np.concatenate((pos, pos + 1))
+    share = np.concatenate((1.0 - frac, frac))
+    mf, af = m.astype(np.float64), a.astype(np.float64)
+    return [fixed_sum_bins(idx, share * np.concatenate((x, x)), scale, size)
+            for x in (mf, mf * v, af)]
+
+
+def census(table, req: dict) -> dict:
+    """First pass over a range: its size and counts, ``Σ m v (1 - v)`` (the spread of the cumulative
+    calibration differences), its residual ``Σ (a - m v)`` in :func:`fixed_units` (what the next range's
+    path starts from) and on request its equal-width bins and smooth-ECE grid histograms.
+
+    ``req``: ``unit``, ``scale``; flags ``bins`` (the :data:`ECE_BINS` equal-width bins of this
+    column), ``grid`` (a grid size for the smooth ECE, or None)."""
+    v, a, b, m = counts(table, req["unit"])
+    S = req["scale"]
+    af, mf = a.astype(np.float64), m.astype(np.float64)
+    out = {"size": int(v.size), "pos": int(a.sum()), "neg": int(b.sum()),
+           "lo": float(v[0]) if v.size else None, "hi": float(v[-1]) if v.size else None}
+    if v.size == 0:
+        return out
+    resid = af - mf * v
+    out["sums"] = {"var": fixed_sum(mf * v * (1.0 - v), S)}
+    out["resid_units"] = int(fixed_units(resid, S).sum())
+    if req.get("bins"):
+        edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
+        idx = np.clip(np.searchsorted(edges[1:-1], v, side="right"), 0, ECE_BINS - 1)
+        out["bins"] = {"count": np.bincount(idx, weights=mf, minlength=ECE_BINS).astype(np.int64).tolist(),
+                       "pos": np.bincount(idx, weights=af, minlength=ECE_BINS).astype(np.int64).tolist(),
+                       "mv": fixed_sum_bins(idx, mf * v, S, ECE_BINS)}
+    if req.get("grid"):
+        out["grid"] = {req["grid"]: grid_histograms(v, a, m, req["grid"], S)}
+    return out
+
+
+def grids(table, req: dict) -> dict:
+    """The smooth ECE's grid histograms of a range for each size in ``req["sizes"]``."""
+    v, a, _, m = counts(table, req["unit"])
+    if v.size == 0:
+        return {}
+    return {size: grid_histograms(v, a, m, size, req["scale"]) for size in req["sizes"]}
+
+
+def _bin_index(first, rule: str, B: int, N: int):
+    """Equal-count bin of each value group from the count of rows below it (``first``).
+
+    ``"floor"``: ``floor(first * B / N)`` (the inverted-CDF quantile bins of the reliability diagram
+    and the drift chi-square); ``"split"``: ``numpy.array_split`` of the sorted rows into ``B`` parts
+    (the first ``N mod B`` parts one row longer), the binning of Kumar et al.'s estimator."""
+    if rule == "floor":
+        return np.minimum(first * B // max(N, 1), B - 1)
+    q, r = divmod(N, B)
+    if q == 0:
+        return np.minimum(first, B - 1)
+    big = r * (q + 1)
+    return np.where(first < big, first // (q + 1), r + (first - big) // max(q, 1)).clip(0, B - 1)
+
+
+def sweep(table, req: dict) -> dict:
+    """Second pass over a range, given what lies below it.
+
+    ``req``: ``unit``, ``scale``, ``offset`` (global index of the range's first value),
+    ``pos_before``/``neg_before`` (integer counts below the range), ``resid_before`` (fixed-point
+    residual units below it), ``N`` (the total count); optional ``ks`` (bool: the maximum and minimum
+    of the cumulative calibration differences in fixed units), ``binnings`` (``[(name, rule, B)]``:
+    per equal-count bin the count, events and the fixed-point sums of ``m v``, ``m v²``, ``a v``),
+    ``levels`` (``{name: [L, ...]}``: the global index and value of the first value whose inclusive
+    count reaches ``L``, or None in every other range)."""
+    v, a, b, m = counts(table, req["unit"])
+    out: dict = {}
+    if v.size == 0:
+        return out
+    cum_pos = req["pos_before"] + np.cumsum(a)
+    cum_neg = req["neg_before"] + np.cumsum(b)
+    first = cum_pos + cum_neg - m
+    incl = cum_pos + cum_neg
+    S, N = req["scale"], req["N"]
+    if req.get("ks"):
+        resid = a.astype(np.float64) - m.astype(np.float64) * v
+        path = req["resid_before"] + np.cumsum(fixed_units(resid, S))
+        out["ks"] = (int(path.max()), int(path.min()))
+    mf = m.astype(np.float64)
+    for name, rule, B in req.get("binnings", ()):
+        idx = _bin_index(first, rule, B, N)
+        out[name] = {
+            "count": np.bincount(idx, weights=mf, minlength=B).astype(np.int64).tolist(),
+            "pos": np.bincount(idx, weights=a.astype(np.float64), minlength=B).astype(np.int64).tolist(),
+            "mv": fixed_sum_bins(idx, mf * v, S, B),
+            "mvv": fixed_sum_bins(idx, mf * v * v, S, B),
+            "av": fixed_sum_bins(idx, a * v, S, B),
+        }
+    levels = {}
+    for name, targets in req.get("levels", {}).items():
+        found = []
+        for L in targets:
+            i = int(np.searchsorted(incl, L, side="left"))
+            found.append((req["offset"] + i, float(v[i])) if i < v.size and (i > 0 or first[0] < L) else None)
+        levels[name] = found
+    if levels:
+        out["levels"] = levels
+    return out
+
+
+def logit_basis(v, clip: float, knots):
+    """Columns of the calibration fits' design at forecasts ``v``: ``[1, x]`` with ``x = logit(clip(v))``
+    (Cox), or with ``knots`` (4 increasing logits) also the two restricted cubic spline terms of
+    Harrell's parametrisation (scaled by the squared knot span)."""
+    p = np.clip(v, clip, 1.0 - clip)
+    x = np.log(p) - np.log1p(-p)
+    cols = [np.ones_like(x), x]
+    if knots is not None:
+        t = np.asarray(knots, dtype=np.float64)
+        k = t.size
+        norm = (t[-1] - t[0]) ** 2
+
+        def cube(u):
+            u = np.maximum(u, 0.0)
+            return u * u * u  # not u ** 3: the power function costs several times more
+
+        for j in range(k - 2):
+            s = (cube(x - t[j]) - cube(x - t[k - 2]) * (t[k - 1] - t[j]) / (t[k - 1] - t[k - 2])
+                 + cube(x - t[k - 1]) * (t[k - 2] - t[j]) / (t[k - 1] - t[k - 2]))
+            cols.append(s / norm)
+    return cols
+
+
+def irls(table, req: dict) -> dict:
+    """One Newton round of each logistic calibration fit over a range: the gradient and Hessian of the
+    log-likelihood at ``req["fits"][name]["theta"]`` (with its ``knots``, or None for Cox's line), as
+    fixed-point sums (the gradient's and the upper triangle's terms interleaved row by row); with
+    ``req["ici"]`` then ``Σ m |expit(Bθ) - p|``; last the log-likelihood itself."""
+    v, a, _, m = counts(table, req["unit"])
+    out = {}
+    if v.size == 0:
+        return out
+    S = req["scale"]
+    af, mf = a.astype(np.float64), m.astype(np.float64)
+    for name, fit in req["fits"].items():
+        B = logit_basis(v, req["clip"], fit.get("knots"))
+        # B @ theta as elementwise products added column by column: a BLAS product may round differently
+        # for different row counts, which would make the sums depend on where the table was cut
+        eta = np.zeros(v.size)
+        for col, th in zip(B, np.asarray(fit["theta"], dtype=np.float64)):
+            eta = eta + col * th
+        mu = 0.5 + 0.5 * np.tanh(0.5 * eta)  # expit, overflow-free
+        resid = af - mf * mu
+        wt = mf * mu * (1.0 - mu)
+        scale = S * 100.0
+        sums = []
+        for i, bi in enumerate(B):
+            sums.append(fixed_sum(resid * bi, scale))
+            wb = wt * bi
+            for bj in B[i:]:
+                sums.append(fixed_sum(wb * bj, scale))
+        if req.get("ici"):
+            sums.append(fixed_sum(mf * np.abs(mu - v), scale))
+        sums.append(fixed_sum(af * eta - mf * np.logaddexp(0.0, eta), scale))  # the log-likelihood, for the step search
+        out[name] = sums
+    return out

@@ -1,0 +1,280 @@
+"""The calibration metric suite of issue 22, computed exactly from grouped tables cut into score ranges.
+
+Every metric here reads the distinct-value tables ``(v, pos, neg)`` of
+:class:`~calengine.metrics.measures.MetricAccumulator` (see :mod:`calengine.metrics.tables`), given as
+*ranges*: a list of tables in increasing value order, none splitting a value group.  The in-memory
+accumulator passes its whole table as one range.  The work on the rows of a range is done by the kernels
+of :mod:`calengine.metrics.kernels`, called through ``mapper(kernel, ranges, requests)`` (in this process
+by default; a client holding the ranges on workers maps them there), and this module combines their
+small answers: integer counts, fixed-point sums (:mod:`calengine.metrics.exact`) and exact integer
+prefixes, which is why every result is bit-identical however the table was cut (tested with hypothesis
+over random cuts).  The client side holds O(ranges + bins + grid points).
+
+Which column each metric reads (``k`` classes):
+
+* the *score column*: ``P[:, 1]`` against ``y == 1`` for two classes, the top-label confidence against
+  "correctly classified" for more: ``smece``, ``ks``/``kuiper`` and their p-values, ``ecce_pvalue``,
+  ``hosmer_lemeshow_pvalue``, ``calibration_slope``/``calibration_intercept`` and ``ici``;
+* the top-label confidence (like today's ``ece``): ``ece_equal_mass``;
+* every class column one-vs-rest, averaged: ``ece_classwise`` (all ``k`` columns) and
+  ``l2_ce_debiased`` (Kumar et al.'s marginal error: column 1 only for two classes, all ``k`` columns
+  otherwise, as the ``uncertainty-calibration`` package does).
+
+The definitions, bin counts and what each p-value tests are in the README ("The calibration metric
+suite"); :mod:`calengine.metrics.statistics` holds the small client-side statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from . import kernels
+from .exact import fixed_to_float
+from .statistics import (debiased_l2, ecce_p_value, hosmer_lemeshow, kuiper_sf, ks_sf, l2_bootstrap, newton_step,
+                         smece_grid_size, smece_search, smooth_ece)
+
+__all__ = ["SUITE_BINS", "HL_GROUPS", "L2_LEVEL", "L2_REPLICATES", "RCS_QUANTILES", "calibration_suite"]
+
+#: bins of ``ece_equal_mass``, ``ece_classwise`` and ``l2_ce_debiased``.
+SUITE_BINS = 15
+#: groups of risk of the Hosmer-Lemeshow test (deciles).
+HL_GROUPS = 10
+#: coverage and replicates of the bootstrap interval of ``l2_ce_debiased``.
+L2_LEVEL, L2_REPLICATES = 0.9, 200
+#: quantiles of logit(p) at which the ICI's restricted cubic spline has its 4 knots (Harrell's default),
+#: as exact fractions (numerator, denominator).
+RCS_QUANTILES = ((5, 100), (35, 100), (65, 100), (95, 100))
+#: forecasts are clipped to [CLIP, 1 - CLIP] before the logit of the calibration fits.
+CLIP = 1e-15
+#: Newton stops when no parameter moves by more than _IRLS_TOL (relative to the largest), or fails
+#: after _IRLS_MAX_ITER rounds.
+_IRLS_MAX_ITER, _IRLS_TOL = 100, 1e-9
+#: the logistic fits' fixed-point sums use ``scale * _IRLS_SCALE``: |logit| <= 34.6, so every term is
+#: below 12 of those units (see :func:`calengine.metrics.kernels.irls`).
+_IRLS_SCALE = 100.0
+
+Mapper = Callable[[Callable, list, list], list]
+
+
+def _local_map(fn, ranges, requests):
+    return [fn(r, q) for r, q in zip(ranges, requests)]
+
+
+def _add_lists(lists):
+    out = None
+    for x in lists:
+        out = list(x) if out is None else [p + q for p, q in zip(out, x)]
+    return out
+
+
+class _Column:
+    """One table (a list of ranges) and what the first pass learned about it."""
+
+    def __init__(self, ranges, mapper: Mapper, unit, scale: float, *, grid: int | None = None, bins: bool = False):
+        self.ranges, self.mapper, self.unit, self.S = list(ranges), mapper, unit, float(scale)
+        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid}
+        self.census = mapper(kernels.census, self.ranges, [req] * len(self.ranges))
+        self.n_pos = sum(c["pos"] for c in self.census)
+        self.n_neg = sum(c["neg"] for c in self.census)
+        self.N = self.n_pos + self.n_neg
+        #: one integer unit of the kernels in weight units: what turns sums back into weights
+        self.w = 1.0 if unit is None else float(unit)
+        self._grids = {}
+        if grid:
+            self._grids[grid] = self._combine_grids([c.get("grid", {}).get(grid) for c in self.census])
+
+    def fsum(self, total: int) -> float:
+        return fixed_to_float(total, self.S)
+
+    def sum_of(self, key: str) -> float:
+        return self.fsum(sum(c["sums"][key] for c in self.census if "sums" in c))
+
+    def equal_width_bins(self) -> dict:
+        parts = [c["bins"] for c in self.census if "bins" in c]
+        return {"count": np.asarray(_add_lists(p["count"] for p in parts), dtype=np.float64) * self.w,
+                "pos": np.asarray(_add_lists(p["pos"] for p in parts), dtype=np.float64) * self.w,
+                "mv": np.asarray([self.fsum(t) for t in _add_lists(p["mv"] for p in parts)]) * self.w}
+
+    def _combine_grids(self, parts) -> dict:
+        parts = [p for p in parts if p is not None]
+        sums = [_add_lists(p[i] for p in parts) for i in range(3)]
+        # relplot adds 1e-4 to densities in row units: grid sums are given back in the table's weight units
+        return {name: np.asarray([self.fsum(t) for t in s]) * self.w for name, s in zip(("one", "f", "y"), sums)}
+
+    def grid(self, size: int) -> dict:
+        if size not in self._grids:
+            req = {"unit": self.unit, "scale": self.S, "sizes": [size]}
+            outs = self.mapper(kernels.grids, self.ranges, [req] * len(self.ranges))
+            self._grids[size] = self._combine_grids([o.get(size) for o in outs])
+        return self._grids[size]
+
+    def sweep(self, **request) -> list[dict]:
+        """The second pass: each range gets the counts, residual units and values below it."""
+        reqs, pos, neg, resid, offset = [], 0, 0, 0, 0
+        for c in self.census:
+            reqs.append({"unit": self.unit, "scale": self.S, "clip": CLIP, "offset": offset, "pos_before": pos,
+                         "neg_before": neg, "resid_before": resid, "N": self.N, "n_pos": self.n_pos,
+                         "n_neg": self.n_neg, **request})
+            pos, neg, offset = pos + c["pos"], neg + c["neg"], offset + c["size"]
+            resid += c.get("resid_units", 0)
+        return self.mapper(kernels.sweep, self.ranges, reqs)
+
+    def binning(self, outs, name: str) -> dict:
+        """A sweep's equal-count bins summed over the ranges, in weight units."""
+        parts = [o[name] for o in outs if name in o]
+        out = {k: np.asarray(_add_lists(p[k] for p in parts), dtype=np.float64) * self.w for k in ("count", "pos")}
+        for k in ("mv", "mvv", "av"):
+            out[k] = np.asarray([self.fsum(t) for t in _add_lists(p[k] for p in parts)]) * self.w
+        return out
+
+    def irls(self, fits: dict, ici: bool = False) -> dict:
+        req = {"unit": self.unit, "scale": self.S, "clip": CLIP, "fits": fits, "ici": ici}
+        outs = self.mapper(kernels.irls, self.ranges, [req] * len(self.ranges))
+        return {name: [fixed_to_float(t, self.S * _IRLS_SCALE) for t in _add_lists(o[name] for o in outs if name in o)]
+                for name in fits}
+
+
+# ------------------------------------------------------------------------------------------ metrics
+
+
+def _ece_from_bins(b: dict) -> float:
+    return float(np.sum(np.abs(b["pos"] - b["mv"]))) / float(np.sum(b["count"]))
+
+
+def _l2_stats(col: _Column, outs) -> tuple[float, dict]:
+    b = col.binning(outs, "split")
+    live = b["count"] > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mp = np.where(live, b["mv"] / b["count"], 0.0)
+        my = np.where(live, b["pos"] / b["count"], 0.0)
+    sq = debiased_l2(b["count"], mp, my)
+    stats = {"count": b["count"], "sp": b["mv"], "sy": b["pos"], "spp": b["mvv"], "spy": b["av"]}
+    return max(sq, 0.0), stats
+
+
+def _fit(col: _Column, knots, start) -> tuple[np.ndarray | None, int]:
+    """Newton-Raphson of the logistic fit of the event on the basis (Cox: ``[1, logit p]``; with
+    ``knots`` also the two spline terms) from ``start``, each step halved until the log-likelihood does
+    not decrease (plain Newton overshoots and can diverge far from the optimum, e.g. on forecasts of
+    exactly 0 and 1).  Returns the parameters and the passes over the table, or None when the Hessian is
+    singular, a step cannot improve, or it does not converge in :data:`_IRLS_MAX_ITER` rounds."""
+    theta = np.asarray(start, dtype=np.float64)
+    knots = None if knots is None else list(knots)
+    k = theta.size
+    sums = col.irls({"f": {"theta": theta.tolist(), "knots": knots}})["f"]
+    passes = 1
+    for _ in range(_IRLS_MAX_ITER):
+        grad, hess = _unpack(sums, k)
+        step = newton_step(grad, hess)
+        if step is None:
+            return None, passes
+        for _half in range(40):
+            trial = theta + step
+            new = col.irls({"f": {"theta": trial.tolist(), "knots": knots}})["f"]
+            passes += 1
+            # accept unless the log-likelihood fell by more than its sums' rounding: near the optimum
+            # a Newton step changes it by less than that, and halving would only waste passes
+            if new[-1] >= sums[-1] - 1e-9 * (1.0 + abs(sums[-1])):
+                break
+            step = step / 2.0
+        else:
+            return None, passes
+        theta, sums = trial, new
+        if np.max(np.abs(step)) <= _IRLS_TOL * max(1.0, float(np.max(np.abs(theta)))):
+            return theta, passes
+    return None, passes
+
+
+def _unpack(sums, k: int):
+    grad, hess, pos = np.empty(k), np.empty((k, k)), 0
+    for i in range(k):
+        grad[i] = sums[pos]
+        pos += 1
+        for j in range(i, k):
+            hess[i, j] = hess[j, i] = sums[pos]
+            pos += 1
+    return grad, hess
+
+
+def _knots(col: _Column, outs) -> list[float] | None:
+    found = {}
+    for o in outs:
+        for j, hit in enumerate(o.get("levels", {}).get("knots", ())):
+            if hit is not None:
+                found[j] = hit[1]
+    if len(found) != len(RCS_QUANTILES):
+        return None
+    p = np.clip(np.asarray([found[j] for j in range(len(RCS_QUANTILES))]), CLIP, 1.0 - CLIP)
+    x = np.log(p) - np.log1p(-p)
+    return x.tolist() if np.all(np.diff(x) > 0) else None
+
+
+def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float | None = None,
+                      scale: float | None = None, seed: int = 0, mapper: Mapper | None = None) -> dict:
+    """The suite's metrics from the per-class tables and the top-label table, each a list of ranges.
+
+    ``unit``: None for integer counts; for fractional weights the weight of one integer unit (the
+    kernels count ``round(w / unit)``).  ``scale``: the global bound of every fixed-point sum (the total
+    count in those units; default: counted here).  ``seed``: the bootstrap interval of
+    ``l2_ce_debiased``.  ``mapper(kernel, ranges, requests)``: where the kernels run.
+    Returns the issue's keys (NaN where a metric is undefined, e.g. a column without both outcomes).
+    """
+    mapper = mapper or _local_map
+    k = len(class_ranges)
+    if scale is None:
+        scale = float(sum(int(np.sum(kernels.counts(r, unit)[3])) for r in top_ranges))
+    out: dict = {}
+    # ---- the score column: smooth ECE, cumulative-difference tests, Hosmer-Lemeshow, logistic fits
+    score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=smece_grid_size(1.0))
+    N = score.N
+    levels = [-(-num * N // den) for num, den in RCS_QUANTILES]
+    sw = score.sweep(ks=True, binnings=[("floor", "floor", HL_GROUPS)], levels={"knots": levels})
+    smece, sigma = smece_search(lambda s: smooth_ece(score.grid(smece_grid_size(s)), s))
+    out["smece"], out["smece_sigma"] = smece, sigma
+    hi = max(o["ks"][0] for o in sw if "ks" in o)
+    lo = min(o["ks"][1] for o in sw if "ks" in o)
+    # the path in weight units over its standard deviation sqrt(Σ w p (1 - p)): a weight counts as rows
+    units = scale / float(1 << 52) * score.w
+    spread = math.sqrt(score.sum_of("var") * score.w)
+    if spread > 0:
+        ks = max(abs(hi), abs(lo)) * units / spread
+        kuiper = (hi - lo) * units / spread
+        out.update(ks=ks, ks_pvalue=ks_sf(ks), kuiper=kuiper, kuiper_pvalue=kuiper_sf(kuiper),
+                   ecce_pvalue=ecce_p_value(kuiper))
+    else:
+        out.update(ks=math.nan, ks_pvalue=math.nan, kuiper=math.nan, kuiper_pvalue=math.nan, ecce_pvalue=math.nan)
+    hl_bins = score.binning(sw, "floor")
+    hl = hosmer_lemeshow(hl_bins["count"], hl_bins["pos"], hl_bins["mv"])
+    out.update(hosmer_lemeshow=hl["chi2"], hosmer_lemeshow_df=hl["df"], hosmer_lemeshow_pvalue=hl["p_value"])
+    theta, _ = _fit(score, None, [0.0, 1.0])  # from the identity recalibration
+    out["calibration_intercept"], out["calibration_slope"] = (math.nan, math.nan) if theta is None else map(float, theta)
+    knots = _knots(score, sw)
+    rcs = None if knots is None or theta is None else _fit(score, knots, [*theta, 0.0, 0.0])[0]
+    if rcs is not None:
+        ici_fit = {"theta": rcs.tolist(), "knots": knots}
+    elif theta is not None:
+        ici_fit = {"theta": theta.tolist(), "knots": None}
+    else:
+        ici_fit = None
+    out["ici"] = math.nan if ici_fit is None else score.irls({"f": ici_fit}, ici=True)["f"][-2] / N
+    # ---- the top-label confidence: equal-mass ECE
+    top = score if k > 2 else _Column(top_ranges, mapper, unit, scale)
+    em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
+    out["ece_equal_mass"] = _ece_from_bins(em)
+    # ---- every class column: class-wise ECE (equal width) and Kumar et al.'s debiased L2 error (equal mass)
+    eces, sqs, stats = [], [], []
+    for c in range(k):
+        col = _Column(class_ranges[c], mapper, unit, scale, bins=True)
+        eces.append(_ece_from_bins(col.equal_width_bins()))
+        if k > 2 or c == 1:
+            sq, st = _l2_stats(col, col.sweep(binnings=[("split", "split", SUITE_BINS)]))
+            sqs.append(sq)
+            stats.append(st)
+    out["ece_classwise"] = float(np.mean(eces))
+    value = math.sqrt(float(np.mean(sqs)))
+    low, high = l2_bootstrap(stats, value, replicates=L2_REPLICATES, seed=seed, level=L2_LEVEL)
+    out["l2_ce_debiased"] = {"value": value, "low": float(low), "high": float(high)}
+    return out

@@ -1,0 +1,88 @@
+"""Grouped tables: the sufficient statistic of every evaluation metric, and how they are cut and merged.
+
+A grouped table of one probability column is three arrays of one length: the sorted distinct values
+``v`` of the column, and per value the weight of the rows at that value that have the event
+(``pos``) and that do not (``neg``).  Unweighted rows, and rows whose weights are all integers, are
+counted in int64, so merging tables is exact in any order; fractional weights make the counts
+float64 (merging then adds floats, in the order the pieces are merged: chunk order, on every
+scheduler).  Every metric of :mod:`calengine.metrics` is a function of these tables (AUC with ties,
+the Flach-Matsubara split, CORP's isotonic recalibration, equal-count bins, KS and Kuiper on the
+cumulative differences, the Cox fit of the outcome on logit(p), ...), which is why one structure
+serves the whole suite.
+
+A table can be cut into *score ranges* (:func:`cut_points`): range ``r`` holds the values ``v`` with
+``b_{r-1} <= v < b_r`` for strictly increasing boundaries, so a range never splits a value group and
+ranges are in increasing value order.  The same boundaries cut every chunk's table, and the pieces of
+one range from all chunks merge into that range's table (:func:`merge_tables`, in chunk order).
+:class:`~calengine.metrics.measures.MetricAccumulator` builds and merges its tables with these functions;
+:mod:`calengine.metrics.suite` reads them as lists of ranges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["empty_table", "group_rows", "merge_tables", "cut_points", "slice_range", "is_integral", "as_counts"]
+
+
+def empty_table():
+    return np.empty(0, np.float64), np.empty(0, np.int64), np.empty(0, np.int64)
+
+
+def as_counts(w) -> np.ndarray:
+    """Weights as counts: int64 when every weight is an integer (exact merges), else float64."""
+    w = np.asarray(w, dtype=np.float64)
+    return w.astype(np.int64) if is_integral(w) else w
+
+
+def is_integral(w: np.ndarray) -> bool:
+    return bool(w.size == 0 or (np.all(w == np.floor(w)) and np.max(w) < 2.0**53))
+
+
+def _collapse(values, pos, neg, kind=None):
+    """Sum ``pos``/``neg`` over equal ``values``; the three arrays sorted by value.  ``kind="stable"``
+    suits concatenations of sorted tables (the merge case)."""
+    if values.size == 0:
+        dtype = np.result_type(pos.dtype, neg.dtype)
+        return np.empty(0, np.float64), np.empty(0, dtype), np.empty(0, dtype)
+    order = np.argsort(values, kind=kind)
+    v = values[order]
+    starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+    dtype = np.result_type(pos.dtype, neg.dtype)
+    return (v[starts], np.add.reduceat(pos[order], starts).astype(dtype, copy=False),
+            np.add.reduceat(neg[order], starts).astype(dtype, copy=False))
+
+
+def group_rows(values: np.ndarray, is_pos: np.ndarray, weight: np.ndarray | None = None):
+    """Grouped table of one batch: ``values`` (n,) floats (``-0.0`` is read as ``0.0``), ``is_pos`` (n,)
+    booleans, ``weight`` (n,) non-negative counts (int64 or float64, see :func:`as_counts`) or None."""
+    values = np.asarray(values, dtype=np.float64) + 0.0
+    if weight is None:
+        pos = is_pos.astype(np.int64)
+        return _collapse(values, pos, 1 - pos)
+    w = np.asarray(weight)
+    zero = np.zeros(1, dtype=w.dtype)
+    return _collapse(values, np.where(is_pos, w, zero), np.where(is_pos, zero, w))
+
+
+def merge_tables(a, b):
+    """Union of two grouped tables, the counts of equal values added (``a``'s first)."""
+    dtype = np.result_type(a[1].dtype, b[1].dtype)
+    if a[0].size == 0 or b[0].size == 0:
+        t = b if a[0].size == 0 else a
+        return t if t[1].dtype == dtype else (t[0], t[1].astype(dtype), t[2].astype(dtype))
+    return _collapse(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])), np.concatenate((a[2], b[2])),
+                     kind="stable")
+
+
+def cut_points(table, boundaries) -> np.ndarray:
+    """Indices cutting a sorted table at ``boundaries`` (R - 1 increasing values): range ``r`` is
+    ``table[idx[r]:idx[r + 1]]`` (R + 1 indices, first 0, last the table's size)."""
+    v = table[0]
+    inner = np.searchsorted(v, np.asarray(boundaries, dtype=np.float64), side="left")
+    return np.concatenate(([0], inner, [v.size])).astype(np.intp)
+
+
+def slice_range(table, lo: int, hi: int):
+    """Own copies of entries ``lo:hi`` (a piece Dask may spill frees its memory)."""
+    return table[0][lo:hi].copy(), table[1][lo:hi].copy(), table[2][lo:hi].copy()

@@ -1,0 +1,204 @@
+"""Reading named numeric columns as they are: the "encoding" of a model whose learner is not ours.
+
+A model fitted by calengine encodes its feature columns (:class:`calengine.plan.features.FeatureEncoder`).
+A model that calibrates scores computed elsewhere -- a table's score columns (``calengine fit
+--scores``), or later a fitted model loaded from a file -- has nothing to encode: it reads a fixed list
+of numeric columns, in a fixed order, and hands them to a learner that was never fitted by calengine
+(:attr:`calengine.base.Learner.prefit`).  :class:`ColumnReader` is that reading.  It plays the
+encoder's part everywhere a model is applied (``fit``'s passes, ``score``, ``decide``, ``evaluate``,
+``recalibrate``, ``cv``), so the model records exactly the columns it reads (the manifest's
+``features``), and a table that has them can be scored whatever else it holds.
+
+What it checks, each as one :class:`~calengine.errors.DataError` naming the column and the fix: the
+column exists and is numeric; for score columns every value is finite (a missing, NaN or infinite
+score has no calibrated probability), and with ``score_kind="proba"`` within [0, 1] (up to rounding,
+:data:`PROBA_TOLERANCE`, then clipped).  ``allow_missing=True`` passes NaN through instead (features
+of a fitted booster, whose missing-value handling is its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataError
+
+#: probability scores may leave [0, 1] by this much (rounding in whatever wrote them); they are clipped
+PROBA_TOLERANCE = 1e-9
+
+READER_KIND = "columns"
+ROLES = ("score", "feature")
+READ_KINDS = ("proba", "decision", "logit")
+
+
+@dataclass(frozen=True)
+class _Column:
+    """What :mod:`calengine.plan.memory` and the model probe read of an encoded column."""
+
+    name: str
+    kind: str = "numeric"
+
+    def width(self, hash_bits: int = 0) -> int:
+        return 1
+
+
+@dataclass
+class ColumnReader:
+    """Named numeric columns, read in order into a float64 ``(n, len(columns))`` matrix (see module doc).
+
+    ``role``: ``"score"`` (scores of a model computed elsewhere) or ``"feature"`` (a fitted model's
+    inputs), used in messages.  ``score_kind``: ``"proba"`` checks [0, 1]; ``"decision"`` and
+    ``"logit"`` any finite value; None (features) checks nothing but numbers.
+    """
+
+    columns: list[str]
+    role: str = "score"
+    score_kind: str | None = None
+    allow_missing: bool = False
+    #: the encoder interface: hashed text has no bits here (no text columns)
+    text_hash_bits: int = field(default=0, repr=False)
+
+    def __post_init__(self) -> None:
+        self.columns = [str(c) for c in self.columns]
+        if not self.columns:
+            raise DataError(f"a {self.role} reader needs at least one column")
+        if len(set(self.columns)) != len(self.columns):
+            dup = next(c for c in self.columns if self.columns.count(c) > 1)
+            raise DataError(f"{self.role} column '{dup}' is named twice; name each column once")
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if self.score_kind is not None and self.score_kind not in READ_KINDS:
+            raise ValueError(f"score_kind must be one of {READ_KINDS}, got {self.score_kind!r}")
+
+    # ------------------------------------------------------------------ the encoder interface
+
+    @property
+    def input_columns(self) -> list[str]:
+        return list(self.columns)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.columns)
+
+    @property
+    def is_sparse(self) -> bool:
+        return False
+
+    @property
+    def columns_(self) -> list[_Column]:
+        """One numeric column each (what the memory estimates and the model probe count)."""
+        return [_Column(c) for c in self.columns]
+
+    def transform(self, df, order: str = "C") -> np.ndarray:
+        """The columns of the pandas DataFrame ``df`` as float64 ``(n, m)``, checked (module doc)."""
+        import pandas as pd
+
+        missing = [c for c in self.columns if c not in df.columns]
+        if missing:
+            raise DataError(
+                f"{self.role} column '{missing[0]}' read by the model is not in the table; give a table with"
+                f" the columns {', '.join(self.columns)}"
+            )
+        buf = np.empty((len(self.columns), len(df)), dtype=np.float64)
+        for j, name in enumerate(self.columns):
+            series = df[name]
+            dtype = series.dtype
+            if isinstance(dtype, np.dtype) and dtype.kind in "biuf":
+                np.copyto(buf[j], series.to_numpy(), casting="unsafe")
+            elif pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+                buf[j] = series.to_numpy(dtype=np.float64, na_value=np.nan)
+            else:
+                raise DataError(self._not_numeric(name, str(dtype)))
+        return self._checked(buf, order)
+
+    def reads_arrow(self, schema) -> bool:
+        """Whether :meth:`transform_arrow` reads batches of this Arrow schema (integer or float columns)."""
+        import pyarrow.types as pat
+
+        names = schema.names
+        for c in self.columns:
+            if c not in names:
+                return False
+            kind = schema.field(c).type
+            if not (pat.is_integer(kind) or pat.is_floating(kind)):
+                return False
+        return True
+
+    def transform_arrow(self, batch, order: str = "C"):
+        """:meth:`transform` of an Arrow ``RecordBatch`` without pandas (None when it does not apply)."""
+        if not self.reads_arrow(batch.schema):
+            return None
+        names = batch.schema.names
+        buf = np.empty((len(self.columns), batch.num_rows), dtype=np.float64)
+        for j, c in enumerate(self.columns):
+            np.copyto(buf[j], batch.column(names.index(c)).to_numpy(zero_copy_only=False), casting="unsafe")
+        return self._checked(buf, order)
+
+    def _checked(self, buf: np.ndarray, order: str) -> np.ndarray:
+        """``buf`` (columns x rows) checked and clipped, as an (n, m) matrix in ``order``."""
+        if not self.allow_missing:
+            bad = ~np.isfinite(buf)
+            if bad.any():
+                j, i = np.argwhere(bad)[0]
+                raise DataError(
+                    f"{self.role} column '{self.columns[j]}' holds {_shown(buf[j, i])} (row {int(i)} of a batch);"
+                    f" every {self.role} must be a finite number: drop or fix those rows"
+                )
+        if self.score_kind == "proba":
+            outside = (buf < -PROBA_TOLERANCE) | (buf > 1.0 + PROBA_TOLERANCE)
+            if outside.any():
+                j, i = np.argwhere(outside)[0]
+                raise DataError(
+                    f"{self.role} column '{self.columns[j]}' holds {buf[j, i]:.6g}, outside [0, 1], but --score-kind"
+                    " is proba; pass --score-kind decision (or logit) for scores that are not probabilities"
+                )
+            np.clip(buf, 0.0, 1.0, out=buf)
+        return buf.T if order == "F" else np.ascontiguousarray(buf.T)
+
+    def _not_numeric(self, name: str, type_name: str) -> str:
+        return (
+            f"{self.role} column '{name}' has type {type_name}, not numbers; {self.role} columns must be"
+            " numeric (write them as floats)"
+        )
+
+    # ------------------------------------------------------------------ manifest
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": READER_KIND, "columns": list(self.columns), "role": self.role,
+                "score_kind": self.score_kind, "allow_missing": bool(self.allow_missing)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "ColumnReader":
+        return cls(columns=list(d["columns"]), role=str(d.get("role", "score")), score_kind=d.get("score_kind"),
+                   allow_missing=bool(d.get("allow_missing", False)))
+
+
+def _shown(value: float) -> str:
+    if np.isnan(value):
+        return "a missing value (NaN or null)"
+    return f"{value:g}"
+
+
+def check_numeric_columns(dataset, columns: list[str], role: str) -> None:
+    """Each of ``columns`` is numeric in the described table (from its footers), else one line."""
+    for c in columns:
+        kind = dataset.kinds.get(c)
+        if kind is not None and kind != "numeric":
+            raise DataError(
+                f"{role} column '{c}' has type {dataset.types.get(c, kind)}, not numbers; {role} columns must be"
+                " numeric (write them as floats)"
+            )
+
+
+def encoder_from_json(d: dict[str, Any] | None):
+    """The encoder a manifest's ``features`` describes: a :class:`ColumnReader` (``"kind": "columns"``)
+    or a :class:`calengine.plan.features.FeatureEncoder`; None when there is none."""
+    if not d:
+        return None
+    if d.get("kind") == READER_KIND:
+        return ColumnReader.from_json(d)
+    from .features import FeatureEncoder
+
+    return FeatureEncoder.from_json(d)

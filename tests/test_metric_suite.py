@@ -1,0 +1,182 @@
+"""The calibration metric suite (issue 22) against independent implementations on the same arrays, and
+bit for bit the same however its tables are cut into score ranges.
+
+Oracles (test-only dependencies of the ``test`` extra): MAPIE's KS and Kuiper statistics and p-values,
+relplot's smooth ECE and binned ECE, the ``uncertainty-calibration`` package's debiased L2 error and
+equal-mass plug-in ECE (Kumar, Liang & Ma), statsmodels' logistic GLM for the Cox slope and intercept
+and (on patsy's natural cubic spline basis with the same knots) for the ICI, and scipy's chi-square
+for Hosmer-Lemeshow on the sorted rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from calengine.metrics import suite, tables
+from calengine.metrics.measures import MetricAccumulator
+
+REL = 1e-9
+
+
+def _binary(n=1500, seed=0):
+    rng = np.random.default_rng(seed)
+    p = rng.beta(2.0, 3.0, n)
+    y = (rng.random(n) < np.clip(1.15 * p - 0.05, 0.0, 1.0)).astype(np.int64)
+    return y, p
+
+
+def _extreme(n=1500, seed=2):
+    """A naive-Bayes-like column: most forecasts within 1e-6 of 0 or 1, some exactly 0 or 1 (plain
+    Newton from the identity diverges on such logits; the step search must not)."""
+    rng = np.random.default_rng(seed)
+    p = rng.beta(0.05, 0.05, n)
+    p[:20], p[20:40] = 0.0, 1.0
+    y = (rng.random(n) < 0.2 + 0.6 * p).astype(np.int64)
+    return y, p
+
+
+def _multiclass(n=1500, k=3, seed=1):
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.full(k, 0.8), n)
+    y = np.array([rng.choice(k, p=0.7 * row + 0.3 / k) for row in P])
+    return y, P
+
+
+def _score_column(y, P):
+    """What the suite's tests read: P[:, 1] vs y == 1 for two classes, else top label vs correct."""
+    if P.ndim == 1 or P.shape[1] == 2:
+        p = P if P.ndim == 1 else P[:, 1]
+        return p, (y == 1).astype(np.int64)
+    return P.max(axis=1), (P.argmax(axis=1) == y).astype(np.int64)
+
+
+def _logit(p):
+    p = np.clip(p, suite.CLIP, 1.0 - suite.CLIP)
+    return np.log(p) - np.log1p(-p)
+
+
+def _hosmer_lemeshow(f, o, groups=10):
+    from scipy.stats import chi2
+
+    order = np.argsort(f, kind="stable")
+    f, o = f[order], o[order]
+    g = np.arange(f.size) * groups // f.size
+    n = np.bincount(g, minlength=groups).astype(float)
+    E = np.bincount(g, weights=f, minlength=groups)
+    O = np.bincount(g, weights=o.astype(float), minlength=groups)
+    live = (E > 0) & (E < n)  # a group whose forecasts are all 0 (or all 1) has no variance to test
+    stat = np.sum((O[live] - E[live]) ** 2 / (E[live] * (1 - E[live] / n[live])))
+    return stat, chi2.sf(stat, np.count_nonzero(live) - 2)
+
+
+def _ici_oracle(f, o):
+    import patsy
+    import statsmodels.api as sm
+
+    x = _logit(f)
+    t = [float(np.quantile(x, q, method="inverted_cdf")) for q in (0.05, 0.35, 0.65, 0.95)]
+    X = np.asarray(patsy.dmatrix(f"cr(x, knots=({t[1]!r}, {t[2]!r}), lower_bound={t[0]!r}, upper_bound={t[3]!r}) - 1",
+                                 {"x": x}))
+    fit = sm.GLM(o, X, family=sm.families.Binomial()).fit(tol=1e-13)
+    return float(np.mean(np.abs(fit.predict(X) - f)))
+
+
+@pytest.mark.parametrize("data", [_binary, _extreme, _multiclass], ids=["binary", "extreme", "three-class"])
+def test_suite_matches_the_reference_implementations(data):
+    import calibration as kumar
+    import relplot
+    import statsmodels.api as sm
+    from mapie.metrics import calibration as mapie
+
+    y, P = data()
+    k = 2 if P.ndim == 1 else P.shape[1]
+    P2 = np.column_stack((1 - P, P)) if P.ndim == 1 else P
+    got = MetricAccumulator(k).add(y, P).calibration_suite()
+    f, o = _score_column(y, P)
+
+    # MAPIE jitters scores by 1e-8 (relative) before sorting: agreement to ~1e-7
+    assert got["ks"] == pytest.approx(mapie.kolmogorov_smirnov_statistic(o, f), rel=1e-6)
+    assert got["ks_pvalue"] == pytest.approx(mapie.kolmogorov_smirnov_p_value(o, f), rel=1e-5, abs=1e-10)
+    assert got["kuiper"] == pytest.approx(mapie.kuiper_statistic(o, f), rel=1e-6)
+    assert got["kuiper_pvalue"] == pytest.approx(mapie.kuiper_p_value(o, f), rel=1e-5, abs=1e-10)
+    assert got["ecce_pvalue"] == pytest.approx(got["kuiper_pvalue"], rel=1e-12)  # unclamped here
+
+    sm_ece, sigma = relplot.smECE(f, o, return_width=True)
+    assert (got["smece"], got["smece_sigma"]) == (pytest.approx(sm_ece, rel=REL), sigma)
+
+    marginal = P2[:, 1] if k == 2 else P
+    assert got["l2_ce_debiased"]["value"] == pytest.approx(
+        kumar.lower_bound_scaling_ce(marginal, y, p=2, debias=True, num_bins=15), rel=REL)
+    low, high = got["l2_ce_debiased"]["low"], got["l2_ce_debiased"]["high"]
+    assert 0.0 <= low <= got["l2_ce_debiased"]["value"] <= high
+    assert got["ece_equal_mass"] == pytest.approx(
+        kumar.lower_bound_scaling_ce(P2, y, p=1, debias=False, num_bins=15, mode="top-label"), rel=REL)
+    assert got["ece_classwise"] == pytest.approx(
+        np.mean([relplot.metrics.binnedECE(P2[:, c], (y == c).astype(float), nbins=15) for c in range(k)]), rel=REL)
+
+    cox = sm.GLM(o, sm.add_constant(_logit(f)), family=sm.families.Binomial()).fit(tol=1e-13).params
+    assert got["calibration_intercept"] == pytest.approx(cox[0], rel=1e-8, abs=1e-10)
+    assert got["calibration_slope"] == pytest.approx(cox[1], rel=1e-8)
+    assert got["ici"] == pytest.approx(_ici_oracle(f, o), rel=1e-7)
+
+    stat, pv = _hosmer_lemeshow(f, o)
+    assert got["hosmer_lemeshow_pvalue"] == pytest.approx(pv, rel=1e-8, abs=1e-300)
+    if data is not _extreme:  # there a group expects 1e-17 events, below the sums' fixed-point resolution
+        assert got["hosmer_lemeshow"] == pytest.approx(stat, rel=REL)
+    assert got["hosmer_lemeshow_df"] == (8 if data is not _extreme else got["hosmer_lemeshow_df"])
+
+
+def test_perfectly_calibrated_draws_pass_the_tests_and_a_shifted_model_fails_them():
+    rng = np.random.default_rng(7)
+    p = rng.uniform(0.05, 0.95, 4000)
+    y = (rng.random(p.size) < p).astype(np.int64)
+    good = MetricAccumulator(2).add(y, p).calibration_suite()
+    bad = MetricAccumulator(2).add(y, np.clip(p + 0.08, 0, 1)).calibration_suite()
+    for key in ("ks_pvalue", "kuiper_pvalue", "ecce_pvalue", "hosmer_lemeshow_pvalue"):
+        assert good[key] > 0.01 and bad[key] < 1e-6, key
+    assert good["calibration_slope"] == pytest.approx(1.0, abs=0.15)
+    assert good["ici"] < 0.02 < bad["ici"]
+
+
+def _cut(table, draw):
+    v = table[0]
+    if v.size < 2:
+        return [table]
+    picks = draw(st.lists(st.integers(1, v.size - 1), max_size=4, unique=True))
+    idx = tables.cut_points(table, np.sort(v[picks]))
+    return [tables.slice_range(table, lo, hi) for lo, hi in zip(idx[:-1], idx[1:])]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_suite_is_bit_identical_over_random_range_cuts(data):
+    """The kernels over any cut of the tables into score ranges give the one-range result bit for bit
+    (fixed-point sums, exact integer prefixes): the property behind evaluating ranges where they live."""
+    k = data.draw(st.sampled_from([2, 3]))
+    n = data.draw(st.integers(30, 160))
+    seed = data.draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(k), n)
+    if data.draw(st.booleans()):  # ties: few distinct values
+        P = np.round(P, 1)
+        P[:, -1] = 1.0 - P[:, :-1].sum(axis=1)
+        P = np.clip(P, 0.0, 1.0)
+    y = rng.integers(0, k, n)
+    acc = MetricAccumulator(k).add(y, P)
+    whole = suite.calibration_suite([[t] for t in acc._cls], [acc._top])
+    cut = suite.calibration_suite([_cut(t, data.draw) for t in acc._cls], _cut(acc._top, data.draw))
+    assert repr(cut) == repr(whole)
+
+
+def test_undefined_tests_are_nan_not_errors():
+    y = np.array([1, 1, 0, 0])
+    p = np.array([0.5, 0.5, 0.5, 0.5])
+    got = MetricAccumulator(2).add(y, p).calibration_suite()
+    assert got["ks"] == 0.0 and got["ks_pvalue"] == 1.0
+    assert math.isnan(got["hosmer_lemeshow_pvalue"])  # one group of risk: no degrees of freedom
+    assert math.isnan(got["calibration_slope"])  # no spread in logit(p): the slope is not identified
