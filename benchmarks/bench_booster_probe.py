@@ -1,13 +1,16 @@
 #!/usr/bin/env python
 """What checking booster files costs (issue 24 §1): ``calengine score`` on an XGBoost and a LightGBM
-model, with the booster checks and the child-process probe (as shipped) against a named baseline
-*without the child probe* (``calengine.booster_guard.probe_in_child`` replaced by a no-op in that run),
-side by side, each a fresh process per repeat.
+model as shipped (*validated*: the Python checks of every booster file, then one probing child that
+loads and scores them with the native library) against two named baselines in the same run:
+*unvalidated* (``calengine.booster_checks.validate_xgboost``/``validate_lightgbm`` replaced by a no-op
+and ``calengine.booster_guard.probe_in_child`` too: what ``score`` cost before issue 24) and *checked*
+(the Python checks, no child).  Each ``score`` is a fresh process; the modes take turns within each
+repeat, so the machine's load drifts over all three alike.
 
-Reported per learner: median wall time of the whole ``score`` command in each mode and their ratio,
-the number of booster files probed (one child process each), the median time of the Python checks
-alone (``validate_xgboost``/``validate_lightgbm`` on each booster file, in this process), and the peak
-RSS of the scoring process and of the largest probe child.
+Reported per learner: median wall time of the whole ``score`` command in each mode, the ratio
+validated / unvalidated (the target is <= 1.15), the number of booster files, the median time of the
+Python checks alone (on all booster files, in this process), and the peak RSS of the scoring process
+and of the largest probe child.
 
     python benchmarks/bench_booster_probe.py [--repeats 5] [--cv 5] [--n-estimators 100] [--no-write]
 """
@@ -27,13 +30,20 @@ import _common  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 PIMA = ROOT / "data" / "pima.parquet"
 
+MODES = ("unvalidated", "checked", "validated")
+
 _SCORE = """
 import sys, resource
-if sys.argv[1] == "baseline":
+if sys.argv[1] in ("unvalidated", "checked"):
     import calengine.booster_guard as g
     g.probe_in_child = lambda *a, **k: None
+if sys.argv[1] == "unvalidated":
+    import calengine.booster_checks as c
+    c.validate_xgboost = c.validate_lightgbm = lambda *a, **k: c.BoosterSummary(0, 2, 0)
 from calengine.cli import main
 rc = main(["score", *sys.argv[2:]])
+import calengine.booster_guard as g
+g._server.stop()  # reap the probing child, so that RUSAGE_CHILDREN holds its peak
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.exit(rc)
 """
@@ -68,21 +78,23 @@ def main(argv=None) -> int:
             files = sorted(model.glob("members/*/learner_*.booster.*"))
             blobs = [f.read_bytes() for f in files]
             validate = _common.median_seconds(lambda: [check(b) for b in blobs], args.repeats)
-            runs = {}
-            for mode in ("baseline", "probed"):
-                walls, rss, child = [], [], []
-                for r in range(args.repeats):
-                    w, s, c = score_once(mode, model, Path(tmp) / f"out-{learner}-{mode}-{r}")
-                    walls.append(w), rss.append(s), child.append(c)
-                runs[mode] = {"wall_s": _common.median(walls), "peak_rss_kib": max(rss), "child_peak_rss_kib": max(child)}
-            ratio = _common.ratio(runs["probed"]["wall_s"], runs["baseline"]["wall_s"])
+            walls = {m: [] for m in MODES}
+            rss = {m: [] for m in MODES}
+            child = {m: [] for m in MODES}
+            for r in range(args.repeats):
+                for mode in MODES:
+                    w, peak, child_peak = score_once(mode, model, Path(tmp) / f"out-{learner}-{mode}-{r}")
+                    walls[mode].append(w), rss[mode].append(peak), child[mode].append(child_peak)
+            runs = {m: {"wall_s": _common.median(walls[m]), "walls_s": walls[m], "peak_rss_kib": max(rss[m]),
+                        "child_peak_rss_kib": max(child[m])} for m in MODES}
+            ratio = _common.ratio(runs["validated"]["wall_s"], runs["unvalidated"]["wall_s"])
             results[learner] = {"booster_files": len(files), "validate_s": validate, **runs, "ratio": ratio}
-            rows.append([learner, len(files), _common.fmt(validate * 1e3, 1), _common.fmt(runs["baseline"]["wall_s"]),
-                         _common.fmt(runs["probed"]["wall_s"]), _common.fmt(ratio), runs["probed"]["peak_rss_kib"] // 1024,
-                         runs["probed"]["child_peak_rss_kib"] // 1024])
+            rows.append([learner, len(files), _common.fmt(validate * 1e3, 1),
+                         *(_common.fmt(runs[m]["wall_s"]) for m in MODES), _common.fmt(ratio),
+                         runs["validated"]["peak_rss_kib"] // 1024, runs["validated"]["child_peak_rss_kib"] // 1024])
     table = _common.markdown_table(
-        ["learner", "booster files", "Python checks (ms, all files)", "score, no probe (s)", "score, probed (s)",
-         "probed / no probe", "score peak RSS (MiB)", "probe child peak RSS (MiB)"], rows)
+        ["learner", "booster files", "Python checks (ms, all files)", "score, unvalidated (s)", "score, checked (s)",
+         "score, validated (s)", "validated / unvalidated", "score peak RSS (MiB)", "probe child peak RSS (MiB)"], rows)
     print(table)
     if not args.no_write:
         env = _common.environment(ROOT, ["xgboost", "lightgbm", "numpy"])

@@ -266,8 +266,9 @@ class BoosterLearner(Learner):
        would trust blindly -- indices out of range, trees that are not trees, non-finite values, counts
        that disagree (:mod:`calengine.booster_checks` holds the XGBoost and LightGBM parsers);
     2. the first load of those bytes in this process happens in a short-lived child process that loads
-       and probe-scores them (:func:`calengine.booster_guard.probe_in_child`), so a crash or hang the
-       checks did not foresee is one line too; the verdict is cached per content hash;
+       and probe-scores them (:func:`calengine.booster_guard.probe_in_child`; through
+       :attr:`native_probe` when the plugin declares one), so a crash or hang the checks did not foresee
+       is one line too; the verdict is cached per content hash;
     3. the library then reads them here with its own output kept off the user's terminal
        (:func:`calengine.booster_guard.quiet_native`).
     """
@@ -288,6 +289,12 @@ class BoosterLearner(Learner):
     #: the library runs native code on the file: its first load per process happens in a child process
     #: (set False only for a pure-Python library, which cannot crash the interpreter)
     native_library: ClassVar[bool] = True
+    #: ``"module:function"`` the probing child calls as ``function(blob, n_features, n_classes)`` to load
+    #: and probe-score a booster with the native library alone (returns ``None`` or a one-line refusal),
+    #: e.g. ``"calengine.booster_native:probe_xgboost"``; it must import nothing heavy (that is its
+    #: point: the child then starts in a fraction of a second instead of seconds).  ``None``: the child
+    #: probes with this class (:meth:`booster_from_bytes` and :meth:`score`, importing the library).
+    native_probe: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------ what a subclass implements
 

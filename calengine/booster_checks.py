@@ -91,6 +91,12 @@ def _check_expected(library: str, summary: BoosterSummary, n_features: int | Non
 # ---------------------------------------------------------------------------------------------- UBJSON
 
 _UBJ_SCALARS = {b"i": ">i1", b"U": ">u1", b"I": ">i2", b"l": ">i4", b"L": ">i8", b"d": ">f4", b"D": ">f8"}
+# the same scalars keyed by the marker's byte value, as struct readers (one call per scalar, no numpy)
+_UBJ_STRUCTS = {m[0]: struct.Struct(f) for m, f in
+                {b"i": ">b", b"U": ">B", b"I": ">h", b"l": ">i", b"L": ">q", b"d": ">f", b"D": ">d"}.items()}
+_UBJ_INTS = {k: v for k, v in _UBJ_STRUCTS.items() if k not in b"dD"}
+_NOOP, _STR, _HSTR, _CHAR, _TRUE, _FALSE, _NULL = b"NSHCTFZ"
+_ARR, _OBJ, _ARR_END, _OBJ_END, _TYPE, _COUNT = b"[{]}$#"
 
 
 class _UBJSONError(ValueError):
@@ -99,79 +105,102 @@ class _UBJSONError(ValueError):
 
 class _UBJSON:
     """A UBJSON (draft 12) reader for XGBoost's model files: typed arrays become numpy arrays, every
-    count is checked against the bytes left, and nesting is bounded."""
+    count is checked against the bytes left, and nesting is bounded.  Markers are read as byte values
+    and scalars with :mod:`struct` (a model of 500 trees has ~10^5 of them: numpy per scalar cost
+    seconds)."""
 
     def __init__(self, blob: bytes):
-        self.blob, self.pos = blob, 0
+        self.blob, self.pos, self.end = blob, 0, len(blob)
 
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.blob):
-            raise _UBJSONError(f"ends early (byte {self.pos} of {len(self.blob)})")
-        out = self.blob[self.pos:self.pos + n]
-        self.pos += n
-        return out
+    def _short(self):
+        return _UBJSONError(f"ends early (byte {self.pos} of {self.end})")
 
-    def marker(self) -> bytes:
-        m = self.take(1)
-        while m == b"N":  # no-op
-            m = self.take(1)
-        return m
+    def marker(self) -> int:
+        blob, pos, end = self.blob, self.pos, self.end
+        while True:
+            if pos >= end:
+                self.pos = pos
+                raise self._short()
+            m = blob[pos]
+            pos += 1
+            if m != _NOOP:
+                self.pos = pos
+                return m
 
-    def integer(self, m: bytes | None = None) -> int:
-        m = m or self.marker()
-        if m not in (b"i", b"U", b"I", b"l", b"L"):
-            raise _UBJSONError(f"has a length of type {m!r} at byte {self.pos}")
-        return int(np.frombuffer(self.take(np.dtype(_UBJ_SCALARS[m]).itemsize), dtype=_UBJ_SCALARS[m])[0])
+    def scalar(self, reader: struct.Struct):
+        pos = self.pos
+        if pos + reader.size > self.end:
+            raise self._short()
+        self.pos = pos + reader.size
+        return reader.unpack_from(self.blob, pos)[0]
+
+    def integer(self, m: int | None = None) -> int:
+        m = self.marker() if m is None else m
+        reader = _UBJ_INTS.get(m)
+        if reader is None:
+            raise _UBJSONError(f"has a length of type {bytes([m])!r} at byte {self.pos}")
+        return self.scalar(reader)
 
     def string(self) -> str:
         n = self.integer()
+        pos = self.pos
+        if n < 0 or pos + n > self.end:
+            raise self._short()
+        self.pos = pos + n
         try:
-            return self.take(n).decode("utf-8")
+            return self.blob[pos:pos + n].decode("utf-8")
         except UnicodeDecodeError:
-            raise _UBJSONError(f"has a string that is not UTF-8 at byte {self.pos}") from None
+            raise _UBJSONError(f"has a string that is not UTF-8 at byte {pos}") from None
 
-    def value(self, m: bytes | None = None, depth: int = 0) -> Any:
-        m = m or self.marker()
-        if m in _UBJ_SCALARS:
-            dt = np.dtype(_UBJ_SCALARS[m])
-            v = np.frombuffer(self.take(dt.itemsize), dtype=dt)[0]
-            return float(v) if dt.kind == "f" else int(v)
-        if m == b"S" or m == b"H":
+    def value(self, m: int | None = None, depth: int = 0) -> Any:
+        m = self.marker() if m is None else m
+        reader = _UBJ_STRUCTS.get(m)
+        if reader is not None:
+            return self.scalar(reader)
+        if m == _STR or m == _HSTR:
             return self.string()
-        if m == b"C":
-            return self.take(1).decode("latin-1")
-        if m in (b"T", b"F"):
-            return m == b"T"
-        if m == b"Z":
+        if m == _CHAR:
+            return chr(self.scalar(_UBJ_STRUCTS[b"U"[0]]))
+        if m == _TRUE or m == _FALSE:
+            return m == _TRUE
+        if m == _NULL:
             return None
-        if m in (b"[", b"{"):
+        if m == _ARR or m == _OBJ:
             if depth >= MAX_DEPTH:
                 raise _UBJSONError(f"nests deeper than {MAX_DEPTH} levels")
-            return self.container(m == b"{", depth + 1)
-        raise _UBJSONError(f"has an unknown marker {m!r} at byte {self.pos - 1}")
+            return self.container(m == _OBJ, depth + 1)
+        raise _UBJSONError(f"has an unknown marker {bytes([m])!r} at byte {self.pos - 1}")
 
     def container(self, is_object: bool, depth: int) -> Any:
         typ = count = None
         m = self.marker()
-        if m == b"$":
-            typ = self.take(1)
+        if m == _TYPE:
+            if self.pos >= self.end:
+                raise self._short()
+            typ = self.blob[self.pos]
+            self.pos += 1
             m = self.marker()
-            if m != b"#":
+            if m != _COUNT:
                 raise _UBJSONError("has a typed container without a count")
-        if m == b"#":
+        if m == _COUNT:
             count = self.integer()
-            if count < 0 or count > len(self.blob) - self.pos:
-                raise _UBJSONError(f"declares {count} elements with {len(self.blob) - self.pos} bytes left")
-        if not is_object and typ in _UBJ_SCALARS:
-            dt = np.dtype(_UBJ_SCALARS[typ])
-            return np.frombuffer(self.take(count * dt.itemsize), dtype=dt).astype(dt.newbyteorder("="))
+            if count < 0 or count > self.end - self.pos:
+                raise _UBJSONError(f"declares {count} elements with {self.end - self.pos} bytes left")
+        if not is_object and typ in _UBJ_STRUCTS:
+            dt = np.dtype(_UBJ_SCALARS[bytes([typ])])
+            pos, size = self.pos, count * dt.itemsize
+            if pos + size > self.end:
+                raise self._short()
+            self.pos = pos + size
+            return np.frombuffer(self.blob, dtype=dt, count=count, offset=pos).astype(dt.newbyteorder("="))
         if count is not None:
             if is_object:
                 return {self.string(): self.value(typ, depth) for _ in range(count)}
             return [self.value(typ, depth) for _ in range(count)]
         out: Any = {} if is_object else []
+        close = _OBJ_END if is_object else _ARR_END
         while True:
-            if m == (b"}" if is_object else b"]"):
+            if m == close:
                 return out
             if is_object:
                 self.pos -= 1  # the key's length marker was read as m
@@ -242,32 +271,52 @@ def _array(tree: dict, key: str, n: int, where: str, kind: str) -> np.ndarray:
     return arr.astype(np.int64 if kind == "i" else np.float64)
 
 
-def _check_tree_shape(left: np.ndarray, right: np.ndarray, library: str, where: str, live: int | None = None) -> np.ndarray:
-    """Walk the tree from node 0 over ``left``/``right`` (``-1``: none); every node is reached at most
-    once (no cycle, no shared node) and ``live`` nodes (default all) are reached.  Returns the
-    internal-node mask."""
-    n = left.shape[0]
+def _check_forest(left: np.ndarray, right: np.ndarray, sizes: list[int], live: list[int] | None,
+                  library: str) -> tuple[np.ndarray, np.ndarray]:
+    """Walk every tree at once from its node 0 over ``left``/``right`` (all trees' child arrays one
+    after another, *local* node indices, ``-1``: none): every node is reached at most once (no cycle,
+    no shared node) and ``live[t]`` nodes (default: all) of tree ``t`` are reached.  One numpy pass per
+    tree level, whatever the number of trees.  Returns the mask of reached internal nodes and each
+    node's tree index (to name the tree of a later problem)."""
+    sizes_a = np.asarray(sizes, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes_a)[:-1]])
+    tree_of = np.repeat(np.arange(sizes_a.size), sizes_a)
+
+    def fail(nodes: np.ndarray, what: str):
+        t = int(tree_of[nodes[0]])
+        raise _bad(library, f"has tree {t} {what.format(last=int(sizes_a[t]) - 1)}")
+
     internal = left != -1
-    if np.any((right != -1) != internal):
-        raise _bad(library, f"has {where} with a node that has one child")
-    kids = np.concatenate([left[internal], right[internal]])
-    if np.any(kids < 0) or np.any(kids >= n):
-        raise _bad(library, f"has {where} with a child index out of range 0..{n - 1}")
-    seen = np.zeros(n, dtype=bool)
-    seen[0] = True
-    frontier = np.array([0])
-    reached = 1
+    one = np.flatnonzero((right != -1) != internal)
+    if one.size:
+        fail(one, "with a node that has one child")
+    n_of = sizes_a[tree_of]
+    out = np.flatnonzero(internal & ((left < 0) | (left >= n_of) | (right < 0) | (right >= n_of)))
+    if out.size:
+        fail(out, "with a child index out of range 0..{last}")
+    shift = offsets[tree_of]
+    gl, gr = np.where(internal, left + shift, -1), np.where(internal, right + shift, -1)
+    seen = np.zeros(left.shape[0], dtype=bool)
+    seen[offsets] = True
+    frontier = offsets
+    twice = "that is not a tree (a node reached twice: a cycle or a shared node)"
     while frontier.size:
-        nxt = np.concatenate([left[frontier], right[frontier]])
-        nxt = nxt[nxt != -1]
-        if nxt.size and (np.any(seen[nxt]) or np.unique(nxt).size != nxt.size):
-            raise _bad(library, f"has {where} that is not a tree (a node reached twice: a cycle or a shared node)")
+        frontier = frontier[internal[frontier]]
+        nxt = np.concatenate([gl[frontier], gr[frontier]])
+        again = nxt[seen[nxt]]
+        if again.size:
+            fail(again, twice)
+        ordered = np.sort(nxt)
+        dup = ordered[1:][ordered[1:] == ordered[:-1]]
+        if dup.size:
+            fail(dup, twice)
         seen[nxt] = True
-        reached += nxt.size
         frontier = nxt
-    if reached != (n if live is None else live):
-        raise _bad(library, f"has {where} with nodes no path reaches")
-    return internal & seen
+    reached = np.add.reduceat(seen.astype(np.int64), offsets)
+    short = np.flatnonzero(reached != (sizes_a if live is None else np.asarray(live, dtype=np.int64)))
+    if short.size:
+        fail(offsets[short], "with nodes no path reaches")
+    return internal & seen, tree_of
 
 
 def validate_xgboost(source: bytes | str | os.PathLike, n_features: int | None = None,
@@ -312,12 +361,21 @@ def validate_xgboost(source: bytes | str | os.PathLike, n_features: int | None =
         drop = np.asarray(_get(booster, "weight_drop"), dtype=np.float64)
         if drop.shape != (len(trees),) or not np.all(np.isfinite(drop)):
             raise _bad("XGBoost", "has dart weights inconsistent with its trees")
-    for t, tree in enumerate(trees):
-        _check_xgb_tree(tree, t, nf)
+    arrays = [_xgb_tree_arrays(tree, t) for t, tree in enumerate(trees)]
+    left, right, feature, cond = (np.concatenate([a[i] for a in arrays]) for i in range(4))
+    internal, tree_of = _check_forest(left, right, [a[4] for a in arrays], [a[5] for a in arrays], "XGBoost")
+    wrong = np.flatnonzero(internal & ((feature < 0) | (feature >= nf)))
+    if wrong.size:
+        raise _bad("XGBoost", f"has tree {int(tree_of[wrong[0]])} splitting on a feature index outside 0..{nf - 1}")
+    wrong = np.flatnonzero(~np.isfinite(cond))
+    if wrong.size:
+        raise _bad("XGBoost", f"has tree {int(tree_of[wrong[0]])} with a non-finite split condition or leaf value")
     return _check_expected("XGBoost", BoosterSummary(nf, max(2, num_class), len(trees)), n_features, n_classes)
 
 
-def _check_xgb_tree(tree: Any, t: int, nf: int) -> None:
+def _xgb_tree_arrays(tree: Any, t: int) -> tuple:
+    """Tree ``t``'s ``(left, right, split feature, split condition, num_nodes, live nodes)``, each
+    array of the declared node count; the checks across trees follow in :func:`validate_xgboost`."""
     where = f"tree {t}"
     if not isinstance(tree, dict):
         raise _bad("XGBoost", f"has {where} that is not an object")
@@ -336,11 +394,7 @@ def _check_xgb_tree(tree: Any, t: int, nf: int) -> None:
         _array(tree, key, n, where, "f")
     if "split_type" in tree and np.any(_array(tree, "split_type", n, where, "i") != 0):
         raise _bad("XGBoost", f"has {where} with categorical splits (not supported)")
-    internal = _check_tree_shape(left, right, "XGBoost", where, n - deleted)
-    if np.any(feature[internal] < 0) or np.any(feature[internal] >= nf):
-        raise _bad("XGBoost", f"has {where} splitting on a feature index outside 0..{nf - 1}")
-    if not np.all(np.isfinite(cond)):
-        raise _bad("XGBoost", f"has {where} with a non-finite split condition or leaf value")
+    return left, right, feature, cond, n, n - deleted
 
 
 # ---------------------------------------------------------------------------------------------- LightGBM
@@ -399,8 +453,9 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     if names is not None and len(names.split()) != max_idx + 1:
         raise _bad("LightGBM", f"names {len(names.split())} features and has max_feature_idx {max_idx}")
     blocks = body.split("\nTree=")
-    for t, block in enumerate(blocks):
-        _check_lgb_tree(block, t, max_idx + 1)
+    nodes = [_lgb_tree_nodes(block, t, max_idx + 1) for t, block in enumerate(blocks)]
+    _check_forest(np.concatenate([a[0] for a in nodes]), np.concatenate([a[1] for a in nodes]),
+                  [a[0].shape[0] for a in nodes], None, "LightGBM")
     if len(blocks) % per_iter:
         raise _bad("LightGBM", f"holds {len(blocks)} trees, not a multiple of the {per_iter} trees per iteration")
     sizes = header.get("tree_sizes")
@@ -409,7 +464,10 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     return _check_expected("LightGBM", BoosterSummary(max_idx + 1, max(2, num_class), len(blocks)), n_features, n_classes)
 
 
-def _check_lgb_tree(block: str, t: int, nf: int) -> None:
+def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tree ``t``'s block checked on its own (lengths, ranges, finite values), and its children as one
+    node array -- internal nodes ``0..n-1``, leaf ``j`` as node ``n + j`` -- for the shape check
+    across trees in :func:`validate_lightgbm` (each node and leaf reached once)."""
     lines = block.strip().splitlines()
     where = f"tree {t}"
     if not lines or lines[0].strip() != str(t):
@@ -429,7 +487,7 @@ def _check_lgb_tree(block: str, t: int, nf: int) -> None:
         raise _bad("LightGBM", f"has {where} with a non-finite shrinkage") from None
     n = leaves - 1  # internal nodes
     if n == 0:
-        return
+        return np.full(1, -1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
     feature = _lgb_numbers(fields, "split_feature", n, where, "i")
     _lgb_numbers(fields, "threshold", n, where, "f")
     decision = _lgb_numbers(fields, "decision_type", n, where, "i")
@@ -442,8 +500,7 @@ def _check_lgb_tree(block: str, t: int, nf: int) -> None:
             raise _bad("LightGBM", f"has {where} with a child index outside -{leaves}..{n - 1}")
     if np.any(feature < 0) or np.any(feature >= nf):
         raise _bad("LightGBM", f"has {where} splitting on a feature index outside 0..{nf - 1}")
-    # one node array: internal nodes 0..n-1, leaf j as node n+j; each leaf and node reached once
     as_node = lambda kids: np.where(kids < 0, n + ~kids, kids)  # noqa: E731
     full_l = np.concatenate([as_node(left), np.full(leaves, -1)])
     full_r = np.concatenate([as_node(right), np.full(leaves, -1)])
-    _check_tree_shape(full_l, full_r, "LightGBM", where)
+    return full_l, full_r

@@ -6,14 +6,17 @@ command.
   written by C++ to file descriptor 2, XGBoost's log lines printed through Python, its warnings) goes to
   a buffer instead of the user's terminal; the library's exception, if any, still says what went wrong.
 * :func:`probe_in_child` -- the first load of a booster file (by content hash) in a process happens in a
-  short-lived child process (``python -P -m calengine.booster_guard``) that loads it with the plugin's own
-  class and scores probe rows.  The child serves the boosters of one model load in turn (a model with
-  five folds pays for one interpreter start and one library import, not five) and exits after
-  ``PROBE_IDLE`` seconds without work or when the parent exits.  A crash there (SIGSEGV, an abort), a hang (``PROBE_TIMEOUT`` seconds),
-  or non-finite or out-of-range probabilities become one :class:`~calengine.errors.ModelFormatError`
-  line; the verdict is cached per content hash for the life of the process, so a model is probed once
-  however many times it is loaded.  Its cost is one interpreter start plus importing the library
-  (``benchmarks/bench_booster_probe.py`` measures it).
+  short-lived child process (``python -P -m calengine.booster_guard``) that loads it and scores probe
+  rows: through the plugin's declared ``native_probe`` (the shared library alone, via ctypes:
+  :mod:`calengine.booster_native`), else with the plugin's own class.  The child serves the boosters of
+  one model load in turn (a model with five folds pays for one interpreter start, not five) and exits
+  after ``PROBE_IDLE`` seconds without work or when the parent exits.  A crash there (SIGSEGV, an
+  abort), a hang (``PROBE_TIMEOUT`` seconds), or non-finite or out-of-range probabilities become one
+  :class:`~calengine.errors.ModelFormatError` line; the verdict is cached per content hash for the life
+  of the process, so a model is probed once however many times it is loaded.  Only the process that
+  loads a model probes: Dask workers receive the loaded model, never a file.  Its cost with a native
+  probe is one interpreter start without numpy plus opening the shared library
+  (``benchmarks/bench_booster_probe.py`` measures it against ``score`` without checks).
 """
 
 from __future__ import annotations
@@ -30,8 +33,6 @@ import tempfile
 import threading
 import warnings
 from typing import Any
-
-import numpy as np
 
 from .errors import ModelFormatError
 
@@ -127,7 +128,8 @@ class _ProbeServer:
 
         title = getattr(cls, "library_title", "") or cls.__name__
         header = json.dumps({"module": cls.__module__, "qualname": cls.__qualname__, "n_features": int(n_features),
-                             "n_classes": int(n_classes), "bytes": len(blob)})
+                             "n_classes": int(n_classes), "bytes": len(blob),
+                             "probe": getattr(cls, "native_probe", None)})
         try:
             proc = self._start()
             self.log.seek(0, 2)
@@ -176,9 +178,12 @@ def _run_child(cls: type, blob: bytes, n_features: int, n_classes: int) -> str |
     return verdict
 
 
-def _probe_rows(n_features: int) -> np.ndarray:
-    rng = np.random.default_rng(0)
-    return np.vstack([np.zeros(n_features), np.ones(n_features), rng.standard_normal((6, n_features)) * 1e3])
+def _probe_rows(n_features: int):
+    import numpy as np
+
+    from .booster_native import probe_rows
+
+    return np.asarray(probe_rows(n_features), dtype=np.float64)
 
 
 def _child_main() -> int:
@@ -201,7 +206,28 @@ def _child_main() -> int:
 
 
 def _probe_one(spec: dict[str, Any], blob: bytes) -> str | None:
+    """The verdict on one booster: through the plugin's declared ``native_probe`` (the native library
+    alone, :mod:`calengine.booster_native`) when it has one and the library is where its package puts
+    it, else through the plugin's class (its own loader and ``score``, importing the Python package)."""
     import importlib
+
+    if spec.get("probe"):
+        from .booster_native import NativeLibraryMissing
+
+        module, _, name = str(spec["probe"]).partition(":")
+        try:
+            return getattr(importlib.import_module(module), name)(blob, int(spec["n_features"]), int(spec["n_classes"]))
+        except NativeLibraryMissing:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as one line
+            return f"checking the booster failed ({type(exc).__name__}: {str(exc)[:200]}); the model is damaged: fit it again"
+    return _probe_with_class(spec, blob)
+
+
+def _probe_with_class(spec: dict[str, Any], blob: bytes) -> str | None:
+    import importlib
+
+    import numpy as np
 
     cls = importlib.import_module(spec["module"])
     for part in spec["qualname"].split("."):

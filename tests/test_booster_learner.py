@@ -318,6 +318,9 @@ def test_what_validation_misses_is_contained_in_a_child_process(tmp_path, monkey
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     monkeypatch.setattr(booster_guard, "PROBE_TIMEOUT", 10.0)
     monkeypatch.setattr(booster_guard, "_verdicts", {})
+    # a child of its own: one started by an earlier test (still idle) has another PYTHONPATH
+    server = booster_guard._ProbeServer()
+    monkeypatch.setattr(booster_guard, "_server", server)
     import crashboost
 
     cls = crashboost.CrashBoost
@@ -329,7 +332,8 @@ def test_what_validation_misses_is_contained_in_a_child_process(tmp_path, monkey
     with pytest.raises(ModelFormatError, match=r"failed \(ValueError: no such model\)"):
         booster_guard.probe_in_child(cls, b"refuse", 3, 2)
     booster_guard.probe_in_child(cls, b"sound", 3, 2)  # a fresh child after the crashes, or the cache
-    monkeypatch.setattr(booster_guard._server, "probe", lambda *a: pytest.fail("a cached verdict was probed again"))
+    server.stop()
+    monkeypatch.setattr(server, "probe", lambda *a: pytest.fail("a cached verdict was probed again"))
     with pytest.raises(ModelFormatError, match="SIGSEGV"):
         booster_guard.probe_in_child(cls, b"segfault", 3, 2)
     booster_guard.probe_in_child(cls, b"sound", 3, 2)

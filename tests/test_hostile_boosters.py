@@ -228,3 +228,144 @@ def test_sound_models_of_both_plugins_load_and_score_as_before(models, small_tab
         direct = model.predict_proba(X.drop(columns=["class"]))
         got = scored[[c for c in scored.columns if c.startswith("p_")]].to_numpy()
         np.testing.assert_array_equal(got, np.asarray(direct).reshape(got.shape))
+
+
+# ------------------------------------------------------------------ the batched tree walk, against a plain one
+
+
+def _reference_is_forest(left, right, sizes, live):
+    """Each tree walked node by node from its root, the obvious way: the oracle of _check_forest."""
+    start = 0
+    for n, alive in zip(sizes, live):
+        lt, rt = left[start:start + n], right[start:start + n]
+        start += n
+        if any((a == -1) != (b == -1) for a, b in zip(lt, rt)):
+            return False
+        if any(not 0 <= k < n for a, b in zip(lt, rt) if a != -1 for k in (a, b)):
+            return False
+        seen, stack = {0}, [0]
+        while stack:
+            node = stack.pop()
+            if lt[node] == -1:
+                continue
+            for k in (lt[node], rt[node]):
+                if k in seen:
+                    return False
+                seen.add(k)
+                stack.append(k)
+        if len(seen) != alive:
+            return False
+    return True
+
+
+def _random_tree(rng, n_internal):
+    """A random binary tree of 2*n_internal+1 nodes, numbered in a random order with the root at 0."""
+    n = 2 * n_internal + 1
+    order = np.concatenate([[0], rng.permutation(np.arange(1, n))])
+    left, right = np.full(n, -1), np.full(n, -1)
+    leaves, used = [0], 1
+    for _ in range(n_internal):
+        node = leaves.pop(rng.integers(len(leaves)))
+        left[order[node]], right[order[node]] = order[used], order[used + 1]
+        leaves += [used, used + 1]
+        used += 2
+    return left, right
+
+
+def test_the_batched_tree_walk_agrees_with_a_plain_walk_on_random_forests():
+    from calengine.booster_checks import _check_forest
+
+    rng = np.random.default_rng(24)
+    verdicts = []
+    for _ in range(400):
+        trees = [_random_tree(rng, int(rng.integers(0, 6))) for _ in range(int(rng.integers(1, 5)))]
+        left, right = np.concatenate([t[0] for t in trees]), np.concatenate([t[1] for t in trees])
+        sizes = [t[0].size for t in trees]
+        live = list(sizes)
+        for _ in range(int(rng.integers(0, 3))):  # zero to two random edits
+            what = rng.integers(4)
+            i = int(rng.integers(left.size))
+            if what == 0:
+                (left if rng.random() < 0.5 else right)[i] = int(rng.integers(-2, max(sizes) + 2))
+            elif what == 1:
+                left[i], right[i] = right[i], left[i]
+            elif what == 2:
+                j = int(rng.integers(left.size))
+                left[i], left[j] = left[j], left[i]
+            else:
+                live[int(rng.integers(len(live)))] -= 1
+        expected = _reference_is_forest(left.tolist(), right.tolist(), sizes, live)
+        try:
+            _check_forest(left.astype(np.int64), right.astype(np.int64), sizes, live, "XGBoost")
+            got = True
+        except ModelFormatError as exc:
+            assert "\n" not in str(exc) and "has tree " in str(exc)
+            got = False
+        assert got == expected, (left, right, sizes, live)
+        verdicts.append(got)
+    assert 50 < sum(verdicts) < 350  # both verdicts well represented
+
+
+# ------------------------------------------------------------------ the native probes
+
+
+def _probe_matrix():
+    from calengine.booster_native import probe_rows
+
+    return probe_rows(N_FEATURES)
+
+
+def test_the_native_probes_predict_what_the_python_packages_predict(models):
+    """The probing child calls the libraries' C entry points itself (no Python package): on the probe
+    rows (NaN row included) it must get exactly what Booster.inplace_predict / Booster.predict give."""
+    from calengine.booster_native import predict_lightgbm, predict_xgboost
+
+    rows = _probe_matrix()
+    X = np.asarray(rows, dtype=np.float64)
+    booster = xgboost.Booster()
+    booster.load_model(bytearray(_blob(models, "xgboost")))
+    np.testing.assert_array_equal(np.asarray(predict_xgboost(_blob(models, "xgboost"), rows, N_FEATURES), dtype=np.float32),
+                                  booster.inplace_predict(X).reshape(-1))
+    text = _blob(models, "lightgbm")
+    np.testing.assert_array_equal(predict_lightgbm(text, rows, N_FEATURES),
+                                  lightgbm.Booster(model_str=text.decode()).predict(X).reshape(-1))
+
+
+def test_the_probing_child_loads_only_the_native_library(models, tmp_path):
+    """The probe imports neither the libraries' Python packages nor numpy (seconds per process), and
+    refuses a booster whose outputs disagree with the class count in one line."""
+    import subprocess
+    import sys
+
+    for learner in ("xgboost", "lightgbm"):
+        (tmp_path / learner).write_bytes(_blob(models, learner))
+    code = (
+        "import sys\n"
+        "from calengine.booster_native import probe_lightgbm, probe_xgboost\n"
+        f"x, l = open({str(tmp_path / 'xgboost')!r}, 'rb').read(), open({str(tmp_path / 'lightgbm')!r}, 'rb').read()\n"
+        f"print(repr([probe_xgboost(x, {N_FEATURES}, 2), probe_lightgbm(l, {N_FEATURES}, 2)]))\n"
+        f"print(repr([probe_xgboost(x, {N_FEATURES}, 3), probe_lightgbm(l, {N_FEATURES}, 3)]))\n"
+        "print(sorted(m for m in ('numpy', 'xgboost', 'lightgbm', 'sklearn', 'scipy') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sound, wrong, imported = r.stdout.strip().splitlines()
+    assert sound == "[None, None]"
+    assert "XGBoost booster gives 9 outputs for 27 expected" in wrong
+    assert "LightGBM booster gives 9 outputs for 27 expected" in wrong
+    assert imported == "[]"
+
+
+def test_a_plugin_whose_shared_library_is_elsewhere_is_probed_through_its_class(models, monkeypatch):
+    """NativeLibraryMissing (a conda or source build keeps the library elsewhere): the child falls back
+    to the plugin's own loader and score, with the same verdicts."""
+    from calengine import booster_guard, booster_native
+
+    def missing(*a):
+        raise booster_native.NativeLibraryMissing("xgboost")
+
+    monkeypatch.setattr(booster_native, "find_library", missing)
+    spec = {"module": "calengine_xgboost", "qualname": "XGBoost", "n_features": N_FEATURES, "n_classes": 2,
+            "probe": "calengine.booster_native:probe_xgboost"}
+    assert booster_guard._probe_one(spec, _blob(models, "xgboost")) is None
+    assert "cannot be read" in booster_guard._probe_one(spec, b'{"learner": {}}')

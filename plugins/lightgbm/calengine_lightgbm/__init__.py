@@ -54,6 +54,8 @@ class LightGBM(BoosterLearner):
     library = "lightgbm"
     library_title = "LightGBM"
     booster_key = BOOSTER_KEY
+    #: the probing child loads and scores a booster with the shared library alone (no Python package)
+    native_probe = "calengine.booster_native:probe_lightgbm"
 
     def __init__(
         self,

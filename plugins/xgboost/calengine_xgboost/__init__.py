@@ -57,6 +57,8 @@ class XGBoost(BoosterLearner):
     package = "xgboost-cpu"
     library_title = "XGBoost"
     booster_key = BOOSTER_KEY
+    #: the probing child loads and scores a booster with the shared library alone (no Python package)
+    native_probe = "calengine.booster_native:probe_xgboost"
 
     def __init__(
         self,
