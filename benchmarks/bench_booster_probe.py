@@ -8,9 +8,10 @@ and ``calengine.booster_guard.probe_in_child`` too: what ``score`` cost before i
 repeat, so the machine's load drifts over all three alike.
 
 Reported per learner: median wall time of the whole ``score`` command in each mode, the ratio
-validated / unvalidated (the target is <= 1.15), the number of booster files, the median time of the
-Python checks alone (on all booster files, in this process), and the peak RSS of the scoring process
-and of the largest probe child.
+validated / unvalidated (the target is <= 1.15), the same for CPU time (user + system of the score
+process and its children: far steadier than wall on a shared machine), the number of booster files,
+the median time of the Python checks alone (on all booster files, in this process), and the peak RSS
+of the scoring process and of its largest child (the probing child).
 
     python benchmarks/bench_booster_probe.py [--repeats 5] [--cv 5] [--n-estimators 100] [--no-write]
 """
@@ -44,18 +45,21 @@ from calengine.cli import main
 rc = main(["score", *sys.argv[2:]])
 import calengine.booster_guard as g
 g._server.stop()  # reap the probing child, so that RUSAGE_CHILDREN holds its peak
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(me.ru_maxrss, kids.ru_maxrss, me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime)
 sys.exit(rc)
 """
 
 
-def score_once(mode: str, model: Path, out: Path) -> tuple[float, int, int]:
+def score_once(mode: str, model: Path, out: Path) -> tuple[float, int, int, float]:
+    """Wall seconds, peak RSS (KiB) of the score process and of its largest child, and the CPU seconds
+    (user + system) of both: on a shared machine CPU time moves far less with the load than wall."""
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-P", "-c", _SCORE, mode, str(model), str(PIMA), "--output", str(out)],
                           capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
-    self_kb, child_kb = (int(x) for x in proc.stdout.split()[-2:])
-    return wall, self_kb, child_kb
+    self_kb, child_kb, cpu = proc.stdout.split()[-3:]
+    return wall, int(self_kb), int(child_kb), float(cpu)
 
 
 def main(argv=None) -> int:
@@ -78,23 +82,25 @@ def main(argv=None) -> int:
             files = sorted(model.glob("members/*/learner_*.booster.*"))
             blobs = [f.read_bytes() for f in files]
             validate = _common.median_seconds(lambda: [check(b) for b in blobs], args.repeats)
-            walls = {m: [] for m in MODES}
-            rss = {m: [] for m in MODES}
-            child = {m: [] for m in MODES}
+            walls, rss, child, cpu = ({m: [] for m in MODES} for _ in range(4))
             for r in range(args.repeats):
                 for mode in MODES:
-                    w, peak, child_peak = score_once(mode, model, Path(tmp) / f"out-{learner}-{mode}-{r}")
-                    walls[mode].append(w), rss[mode].append(peak), child[mode].append(child_peak)
-            runs = {m: {"wall_s": _common.median(walls[m]), "walls_s": walls[m], "peak_rss_kib": max(rss[m]),
-                        "child_peak_rss_kib": max(child[m])} for m in MODES}
+                    w, peak, child_peak, c = score_once(mode, model, Path(tmp) / f"out-{learner}-{mode}-{r}")
+                    walls[mode].append(w), rss[mode].append(peak), child[mode].append(child_peak), cpu[mode].append(c)
+            runs = {m: {"wall_s": _common.median(walls[m]), "walls_s": walls[m], "cpu_s": _common.median(cpu[m]),
+                        "cpus_s": cpu[m], "peak_rss_kib": max(rss[m]), "child_peak_rss_kib": max(child[m])} for m in MODES}
             ratio = _common.ratio(runs["validated"]["wall_s"], runs["unvalidated"]["wall_s"])
-            results[learner] = {"booster_files": len(files), "validate_s": validate, **runs, "ratio": ratio}
+            cpu_ratio = _common.ratio(runs["validated"]["cpu_s"], runs["unvalidated"]["cpu_s"])
+            results[learner] = {"booster_files": len(files), "validate_s": validate, **runs, "ratio": ratio,
+                                "cpu_ratio": cpu_ratio}
             rows.append([learner, len(files), _common.fmt(validate * 1e3, 1),
                          *(_common.fmt(runs[m]["wall_s"]) for m in MODES), _common.fmt(ratio),
+                         *(_common.fmt(runs[m]["cpu_s"]) for m in MODES), _common.fmt(cpu_ratio),
                          runs["validated"]["peak_rss_kib"] // 1024, runs["validated"]["child_peak_rss_kib"] // 1024])
     table = _common.markdown_table(
         ["learner", "booster files", "Python checks (ms, all files)", "score, unvalidated (s)", "score, checked (s)",
-         "score, validated (s)", "validated / unvalidated", "score peak RSS (MiB)", "probe child peak RSS (MiB)"], rows)
+         "score, validated (s)", "validated / unvalidated", "CPU, unvalidated (s)", "CPU, checked (s)",
+         "CPU, validated (s)", "CPU validated / unvalidated", "score peak RSS (MiB)", "largest child peak RSS (MiB)"], rows)
     print(table)
     if not args.no_write:
         env = _common.environment(ROOT, ["xgboost", "lightgbm", "numpy"])
