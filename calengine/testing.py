@@ -139,7 +139,8 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
 
 
 def _check_booster_validator(cls, learner, n_features: int, k: int) -> None:
-    """validate_booster accepts the learner's own file with its counts and refuses a truncated one."""
+    """validate_booster accepts the learner's own file with its counts and refuses a truncated one; a
+    declared ``native_probe`` accepts the sound file."""
     from .errors import ModelFormatError
 
     blob = learner.to_state()[cls.booster_key]
@@ -154,6 +155,13 @@ def _check_booster_validator(cls, learner, n_features: int, k: int) -> None:
         except ModelFormatError:
             continue
         _fail(cls, f"validate_booster accepted {what}; it must raise one ModelFormatError line")
+    if cls.native_probe:  # the probing child's loader must accept the plugin's own sound file
+        import importlib
+
+        module, _, name = cls.native_probe.partition(":")
+        verdict = getattr(importlib.import_module(module), name)(blob, n_features, k)
+        if verdict is not None:
+            _fail(cls, f"native_probe {cls.native_probe} refused the booster just fitted ({verdict})")
 
 
 def _check_weights_act_as_duplicates(cls, X, y, k: int) -> None:

@@ -197,6 +197,20 @@ def test_the_kit_requires_a_booster_plugin_to_declare_its_validator(fakeboost):
         check_learner(Lenient)
 
 
+def refuse_every_booster(blob, n_features, n_classes):
+    """A native probe that refuses everything (the kit must notice)."""
+    return "refused by the probe"
+
+
+def test_the_kit_runs_a_declared_native_probe_on_the_plugins_own_file(fakeboost):
+    class Probed(FakeBoost):
+        name = "probed"
+        native_probe = f"{__name__}:refuse_every_booster"
+
+    with pytest.raises(AssertionError, match=r"native_probe .*refuse_every_booster refused the booster just fitted"):
+        check_learner(Probed)
+
+
 def test_parameters_out_of_range_are_one_parameter_error_line(fakeboost):
     X, y = make_data()
     for params, fragment in (({"n_estimators": 0}, "n_estimators must be an integer >= 1, got 0"),
