@@ -258,8 +258,19 @@ class BoosterLearner(Learner):
     plugin module imports, and ``calengine plugins`` lists it, where the library is missing.
 
     Loading goes through one path, :meth:`from_state` -> :meth:`load_booster` ->
-    :meth:`booster_from_bytes`: checks of the booster file itself belong in :meth:`load_booster`, before
-    the library parses the bytes.
+    :meth:`booster_from_bytes`, and no byte of a booster file reaches the library unchecked (a model
+    directory's hashes can be recomputed by whoever edits it; issue 24):
+
+    1. :meth:`validate_booster` (each plugin implements it, the plugin kit checks that it does) parses
+       the file in Python and refuses, in one ModelFormatError line, anything the library's predictor
+       would trust blindly -- indices out of range, trees that are not trees, non-finite values, counts
+       that disagree (:mod:`calengine.booster_checks` holds the XGBoost and LightGBM parsers);
+    2. the first load of those bytes in this process happens in a short-lived child process that loads
+       and probe-scores them (:func:`calengine.booster_guard.probe_in_child`; through
+       :attr:`native_probe` when the plugin declares one), so a crash or hang the checks did not foresee
+       is one line too; the verdict is cached per content hash;
+    3. the library then reads them here with its own output kept off the user's terminal
+       (:func:`calengine.booster_guard.quiet_native`).
     """
 
     accepts_sample_weight: ClassVar[bool] = True
@@ -275,6 +286,15 @@ class BoosterLearner(Learner):
     library_title: ClassVar[str] = ""
     #: the state key of the booster's bytes, and so the suffix of its file, e.g. ``"booster.ubj"``
     booster_key: ClassVar[str] = ""
+    #: the library runs native code on the file: its first load per process happens in a child process
+    #: (set False only for a pure-Python library, which cannot crash the interpreter)
+    native_library: ClassVar[bool] = True
+    #: ``"module:function"`` the probing child calls as ``function(blob, n_features, n_classes)`` to load
+    #: and probe-score a booster with the native library alone (returns ``None`` or a one-line refusal),
+    #: e.g. ``"calengine.booster_native:probe_xgboost"``; it must import nothing heavy (that is its
+    #: point: the child then starts in a fraction of a second instead of seconds).  ``None``: the child
+    #: probes with this class (:meth:`booster_from_bytes` and :meth:`score`, importing the library).
+    native_probe: ClassVar[str | None] = None
 
     # ------------------------------------------------------------------ what a subclass implements
 
@@ -301,6 +321,15 @@ class BoosterLearner(Learner):
     @abstractmethod
     def booster_from_bytes(self, blob: bytes):
         """The booster :meth:`booster_bytes` wrote (raise one of :meth:`read_errors` if unreadable)."""
+
+    @abstractmethod
+    def validate_booster(self, data: bytes, n_features: int | None, n_classes: int | None):
+        """Check ``data`` (this library's model file) in Python, before the library sees it: return a
+        :class:`calengine.booster_checks.BoosterSummary` of a sound file, raise one
+        :class:`~calengine.errors.ModelFormatError` line otherwise.  ``n_features``/``n_classes``: the
+        counts the caller will use, ``None`` when unknown (then the file's own are used, and must be
+        consistent).  Never import or call the library here: this is what stands between a hostile
+        file and native code."""
 
     def read_errors(self) -> tuple[type[BaseException], ...]:
         """The exceptions by which :meth:`booster_from_bytes` says the bytes are not a booster it can
@@ -374,20 +403,29 @@ class BoosterLearner(Learner):
 
         blob, n_classes = read_library_state(state, self.name, self.booster_key, self.library,
                                              self.library_version(), self.package)
-        self.booster_ = self.load_booster(blob)
+        self.booster_ = self.load_booster(blob, n_classes)
         self.n_classes_ = n_classes
         return self
 
-    def load_booster(self, blob: bytes):
-        """:meth:`booster_from_bytes`, with :meth:`read_errors` turned into one ModelFormatError line."""
-        try:
-            return self.booster_from_bytes(blob)
-        except self.read_errors() as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ModelFormatError(
-                f"the {self.library_title} booster of learner '{self.name}' cannot be read ({first}); fit the"
-                " model again"
-            ) from exc
+    def load_booster(self, blob: bytes, n_classes: int | None = None, n_features: int | None = None):
+        """The booster in ``blob``, after :meth:`validate_booster` and (once per content hash per
+        process) a load and probe in a child process; the library's own output is kept off the
+        terminal and :meth:`read_errors` become one ModelFormatError line."""
+        from .booster_guard import native_reason, probe_in_child, quiet_native
+
+        summary = self.validate_booster(blob, n_features, n_classes)
+        if self.native_library:
+            probe_in_child(type(self), blob, summary.n_features, summary.n_classes)
+        with quiet_native() as said:
+            try:
+                return self.booster_from_bytes(blob)
+            except self.read_errors() as exc:
+                failure = exc
+        first = native_reason(said()) or (str(failure).strip().splitlines() or [type(failure).__name__])[0]
+        raise ModelFormatError(
+            f"the {self.library_title} booster of learner '{self.name}' cannot be read ({first}); fit the"
+            " model again"
+        ) from failure
 
     @contextmanager
     def training_on_cluster(self):

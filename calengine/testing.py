@@ -30,7 +30,7 @@ from types import ModuleType
 
 import numpy as np
 
-from .base import Calibrator, Combiner, Learner
+from .base import BoosterLearner, Calibrator, Combiner, Learner
 from .plugin_calls import importable_class_problem
 from .plugins import _NAME_RE, load_plugins
 from .reductions.agreement import REDUCTION_ATOL, probe_rows, reduction_disagreement
@@ -106,6 +106,10 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
     from .model.allowlist import CORE_TRUSTED_TYPES
     from .tasks.arrays import seeded
 
+    if isinstance(cls, type) and issubclass(cls, BoosterLearner) and "validate_booster" in getattr(
+            cls, "__abstractmethods__", ()):
+        _fail(cls, "a BoosterLearner must declare validate_booster(data, n_features, n_classes), which checks"
+                   " the booster file in Python before the library reads it (see calengine.booster_checks)")
     _check_common(cls, Learner)
     proto = cls()
     if proto.score_kind not in ("proba", "decision"):
@@ -130,6 +134,8 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
         if not np.array_equal(np.asarray(again.score(X)), S):
             _fail(cls, "two fits with the same random_state give different scores; seed all randomness")
         _check_state_types(cls, learner.to_state(), learner=True)
+        if isinstance(learner, BoosterLearner):
+            _check_booster_validator(cls, learner, X.shape[1], k)
         restored = _roundtrip_state(learner, trusted)
         if not np.array_equal(np.asarray(restored.score(X)), S):
             _fail(cls, "to_state/from_state does not reproduce the scores exactly")
@@ -145,6 +151,32 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
         _fail(cls, "supports_stats must be a bool (a class attribute or a property of the instance)")
     if supports:
         check_learner_stats(cls, n_classes_list)
+
+
+def _check_booster_validator(cls, learner, n_features: int, k: int) -> None:
+    """validate_booster accepts the learner's own file with its counts and refuses a truncated one; a
+    declared ``native_probe`` accepts the sound file."""
+    from .errors import ModelFormatError
+
+    blob = learner.to_state()[cls.booster_key]
+    summary = learner.validate_booster(blob, n_features, k)
+    if getattr(summary, "n_features", None) != n_features or getattr(summary, "n_classes", None) != k:
+        _fail(cls, f"validate_booster must return a BoosterSummary with n_features={n_features} and n_classes={k}"
+                   f" for the booster it just fitted, got {summary!r}")
+    for bad, what in ((blob[: len(blob) // 2], "a booster file cut in half"),
+                      (blob, f"a booster fitted on {n_features} features given {n_features + 1}")):
+        try:
+            learner.validate_booster(bad, n_features + (bad is blob), k)
+        except ModelFormatError:
+            continue
+        _fail(cls, f"validate_booster accepted {what}; it must raise one ModelFormatError line")
+    if cls.native_probe:  # the probing child's loader must accept the plugin's own sound file
+        import importlib
+
+        module, _, name = cls.native_probe.partition(":")
+        verdict = getattr(importlib.import_module(module), name)(blob, n_features, k)
+        if verdict is not None:
+            _fail(cls, f"native_probe {cls.native_probe} refused the booster just fitted ({verdict})")
 
 
 def _check_weights_act_as_duplicates(cls, X, y, k: int) -> None:

@@ -10,6 +10,7 @@ plugins' own suites (plugins/xgboost/tests, plugins/lightgbm/tests) test it with
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import types
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from calengine.base import BoosterLearner
+from calengine.booster_checks import BoosterSummary
 from calengine.errors import DataError, LearnerError, ModelFormatError, ParameterError
 from calengine.params import with_parent_params
 from calengine.testing import check_learner, make_data
@@ -93,6 +95,22 @@ class FakeBoost(BoosterLearner):
     def read_errors(self):
         return (self.library_module().BadBooster,)
 
+    #: the stand-in is pure Python: nothing to contain in a child process
+    native_library = False
+
+    def validate_booster(self, data, n_features, n_classes):
+        self.validated.append(bytes(data))
+        try:
+            doc = json.loads(bytes(data).decode("ascii"))
+        except (ValueError, UnicodeDecodeError):
+            raise ModelFormatError("the FakeBoost booster file is not JSON; fit the model again") from None
+        means = np.asarray(doc.get("means", [[0.0] * (n_features or 1)] * max(2, n_classes or 2)), dtype=np.float64)
+        if means.ndim != 2 or not np.all(np.isfinite(means)) or (n_features is not None and means.shape[1] != n_features):
+            raise ModelFormatError(f"the FakeBoost booster file does not fit {n_features} features; fit the model again")
+        return BoosterSummary(means.shape[1], means.shape[0], 1)
+
+    validated: list = []
+
 
 class FakeBoostDask(FakeBoost):
     name = "fakeboost_dask"
@@ -141,10 +159,56 @@ def test_unreadable_booster_bytes_are_one_model_format_line(fakeboost):
     X, y = make_data()
     state = FakeBoost().fit(X, y).to_state()
     with pytest.raises(ModelFormatError) as info:
-        FakeBoost().from_state({**state, "booster.json": b"\x00 not json"})
+        FakeBoost().from_state({**state, "booster.json": b'{"no_means": 1}'})
     message = str(info.value)
     assert message.startswith("the FakeBoost booster of learner 'fakeboost' cannot be read (not a fakeboost model")
     assert message.endswith("; fit the model again") and "\n" not in message
+
+
+def test_the_validator_sees_the_bytes_before_the_library(fakeboost, monkeypatch):
+    X, y = make_data()
+    state = FakeBoost().fit(X, y).to_state()
+    FakeBoost.validated.clear()
+    monkeypatch.setattr(_Means, "from_bytes", classmethod(lambda cls, blob: pytest.fail("the library read unchecked bytes")))
+    with pytest.raises(ModelFormatError, match="^the FakeBoost booster file is not JSON; fit the model again$"):
+        FakeBoost().from_state({**state, "booster.json": b"\x00 not json"})
+    assert FakeBoost.validated == [b"\x00 not json"]
+
+
+class Lenient(FakeBoost):
+    """A validator that accepts anything."""
+
+    name = "lenient"
+
+    def validate_booster(self, data, n_features, n_classes):
+        return BoosterSummary(n_features, max(2, n_classes), 1)
+
+
+def test_the_kit_requires_a_booster_plugin_to_declare_its_validator(fakeboost):
+    class NoValidator(BoosterLearner):  # FakeBoost's library side, without validate_booster
+        name, library, library_title, booster_key = "novalidator", "fakeboost", "FakeBoost", "booster.json"
+        booster_params, train_booster, predict_booster = FakeBoost.booster_params, FakeBoost.train_booster, FakeBoost.predict_booster
+        booster_bytes, booster_from_bytes = FakeBoost.booster_bytes, FakeBoost.booster_from_bytes
+
+    with pytest.raises(AssertionError, match="must declare validate_booster"):
+        check_learner(NoValidator)
+
+    with pytest.raises(AssertionError, match="validate_booster accepted a booster file cut in half"):
+        check_learner(Lenient)
+
+
+def refuse_every_booster(blob, n_features, n_classes):
+    """A native probe that refuses everything (the kit must notice)."""
+    return "refused by the probe"
+
+
+def test_the_kit_runs_a_declared_native_probe_on_the_plugins_own_file(fakeboost):
+    class Probed(FakeBoost):
+        name = "probed"
+        native_probe = f"{__name__}:refuse_every_booster"
+
+    with pytest.raises(AssertionError, match=r"native_probe .*refuse_every_booster refused the booster just fitted"):
+        check_learner(Probed)
 
 
 def test_parameters_out_of_range_are_one_parameter_error_line(fakeboost):
@@ -217,3 +281,73 @@ def test_with_parent_params_refuses_an_init_it_cannot_describe():
         @with_parent_params(FakeBoost)
         def __init__(self, *, timeout=300):  # noqa: F811 - nothing passes the parent's parameters on
             pass
+
+
+_CRASHBOOST = '''
+import ctypes, time
+import numpy as np
+from calengine.base import BoosterLearner
+from calengine.booster_checks import BoosterSummary
+
+
+class CrashBoost(BoosterLearner):
+    """A 'native' library whose reader segfaults, aborts or hangs on chosen bytes."""
+
+    name, library, library_title, booster_key = "crashboost", "numpy", "CrashBoost", "booster.bin"
+
+    def booster_params(self, n_classes):
+        return {}
+
+    def train_booster(self, X, y, sample_weight, n_classes):
+        return b"ok"
+
+    def predict_booster(self, X):
+        return np.full(len(X), 0.5)
+
+    def booster_bytes(self):
+        return self.booster_
+
+    def booster_from_bytes(self, blob):
+        if blob == b"segfault":
+            ctypes.string_at(0)
+        if blob == b"hang":
+            time.sleep(600)
+        if blob == b"refuse":
+            raise ValueError("no such model")
+        return blob
+
+    def validate_booster(self, data, n_features, n_classes):
+        return BoosterSummary(3, 2, 1)
+'''
+
+
+def test_what_validation_misses_is_contained_in_a_child_process(tmp_path, monkeypatch):
+    """A reader that segfaults, hangs or raises in the probing child is one ModelFormatError line in
+    the parent, which survives; a sound file passes; verdicts are cached per content."""
+    from calengine import booster_guard
+
+    (tmp_path / "crashboost.py").write_text(_CRASHBOOST)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the child imports crashboost as a plugin module (no empty entry: that would be the checkout)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setattr(booster_guard, "PROBE_TIMEOUT", 10.0)
+    monkeypatch.setattr(booster_guard, "_verdicts", {})
+    # a child of its own: one started by an earlier test (still idle) has another PYTHONPATH
+    server = booster_guard._ProbeServer()
+    monkeypatch.setattr(booster_guard, "_server", server)
+    import crashboost
+
+    cls = crashboost.CrashBoost
+    booster_guard.probe_in_child(cls, b"sound", 3, 2)
+    with pytest.raises(ModelFormatError, match=r"^loading the CrashBoost booster crashed CrashBoost \(SIGSEGV\)"):
+        booster_guard.probe_in_child(cls, b"segfault", 3, 2)
+    with pytest.raises(ModelFormatError, match=r"did not finish within 10 s"):
+        booster_guard.probe_in_child(cls, b"hang", 3, 2)
+    with pytest.raises(ModelFormatError, match=r"failed \(ValueError: no such model\)"):
+        booster_guard.probe_in_child(cls, b"refuse", 3, 2)
+    booster_guard.probe_in_child(cls, b"sound", 3, 2)  # a fresh child after the crashes, or the cache
+    server.stop()
+    monkeypatch.setattr(server, "probe", lambda *a: pytest.fail("a cached verdict was probed again"))
+    with pytest.raises(ModelFormatError, match="SIGSEGV"):
+        booster_guard.probe_in_child(cls, b"segfault", 3, 2)
+    booster_guard.probe_in_child(cls, b"sound", 3, 2)

@@ -54,6 +54,8 @@ class LightGBM(BoosterLearner):
     library = "lightgbm"
     library_title = "LightGBM"
     booster_key = BOOSTER_KEY
+    #: the probing child loads and scores a booster with the shared library alone (no Python package)
+    native_probe = "calengine.booster_native:probe_lightgbm"
 
     def __init__(
         self,
@@ -119,6 +121,12 @@ class LightGBM(BoosterLearner):
 
     def booster_from_bytes(self, blob: bytes):
         return self.library_module().Booster(model_str=blob.decode("utf-8"))
+
+    def validate_booster(self, data, n_features, n_classes):
+        """:func:`calengine.booster_checks.validate_lightgbm`: the file checked in Python before the library reads it."""
+        from calengine.booster_checks import validate_lightgbm
+
+        return validate_lightgbm(data, n_features, n_classes)
 
     def read_errors(self):
         return (self.library_module().basic.LightGBMError, UnicodeDecodeError)

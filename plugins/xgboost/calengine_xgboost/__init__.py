@@ -57,6 +57,8 @@ class XGBoost(BoosterLearner):
     package = "xgboost-cpu"
     library_title = "XGBoost"
     booster_key = BOOSTER_KEY
+    #: the probing child loads and scores a booster with the shared library alone (no Python package)
+    native_probe = "calengine.booster_native:probe_xgboost"
 
     def __init__(
         self,
@@ -123,6 +125,12 @@ class XGBoost(BoosterLearner):
         booster.load_model(bytearray(blob))
         booster.set_param({"nthread": int(self.n_jobs)})
         return booster
+
+    def validate_booster(self, data, n_features, n_classes):
+        """:func:`calengine.booster_checks.validate_xgboost`: the file checked in Python before the library reads it."""
+        from calengine.booster_checks import validate_xgboost
+
+        return validate_xgboost(data, n_features, n_classes)
 
     def read_errors(self):
         return (self.library_module().core.XGBoostError,)
