@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def child_spark(spec: dict) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv, not the PATH's
     spark = (SparkSession.builder.master(f"local[{spec['workers']}]").appName("bench_score_columns")
              .config("spark.driver.memory", spec["driver_memory"]).config("spark.ui.enabled", "false")
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
@@ -374,12 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir)
     (work / "runs").mkdir(parents=True, exist_ok=True)
     grid = write_grid(work / "grid.parquet")
-    results = [run_size(n, args, grid, work) for n in args.rows_list]
+    results = []
+    for n in args.rows_list:  # the page is rewritten after every size: a long run that is cut short keeps its sizes
+        results.append(run_size(n, args, grid, work))
+        data = {"benchmark": args.name, "environment": env, "config": vars(args), "grid_points": len(grid),
+                "results": results, "checks": checks(results), "load_after": C.load_snapshot()}
+        md = render(data)
+        C.write_results(args.results_dir, args.name, data, md)
     shutil.rmtree(work / "runs", ignore_errors=True)
-    data = {"benchmark": args.name, "environment": env, "config": vars(args), "grid_points": len(grid),
-            "results": results, "checks": checks(results), "load_after": C.load_snapshot()}
-    md = render(data)
-    C.write_results(args.results_dir, args.name, data, md)
     print(md)
     return 0
 
