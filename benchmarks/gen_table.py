@@ -43,6 +43,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -144,11 +145,31 @@ def write_table(out_dir: str | os.PathLike, spec: TableSpec, files: int = 10, ro
     complete table can be recognised and reused.
     """
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     if spec.rows < 1 or files < 1 or row_group_rows < 1 or spec.cols < 1:
         raise ValueError("rows, files, row_group_rows and cols must all be at least 1")
-    files = min(files, spec.rows)
+    params = model_params(spec)
+    sch = schema(spec.cols)
+
+    def row_group(g_start, g_stop):
+        X, y = generate_rows(spec, g_start, g_stop, stream, params)
+        arrays = [pa.array(X[:, j]) for j in range(spec.cols)] + [pa.array(y)]
+        return pa.Table.from_arrays(arrays, schema=sch), int(y.sum())
+
+    return write_parts(out_dir, {"spec": asdict(spec), "stream": stream}, spec.rows, files, row_group_rows, sch,
+                       row_group, compression=compression, quiet=quiet, overwrite=overwrite)
+
+
+def write_parts(out_dir: str | os.PathLike, record: dict, rows: int, files: int, row_group_rows: int, sch,
+                row_group: Callable, compression: str = "snappy", quiet: bool = False,
+                overwrite: bool = True) -> dict:
+    """Write ``rows`` rows as ``files`` Parquet files, one row group at a time: ``row_group(start, stop)``
+    returns the global rows ``[start, stop)`` as (pyarrow Table, number of positives).  The table is
+    staged beside ``out_dir`` and renamed when complete, with ``_table.json`` = ``record`` + the layout
+    and counts, so a crash never leaves a table that looks complete.  Shared by every generator here."""
+    import pyarrow.parquet as pq
+
+    files = min(files, rows)
     out = Path(out_dir)
     if out.exists():
         if not overwrite:
@@ -158,30 +179,26 @@ def write_table(out_dir: str | os.PathLike, spec: TableSpec, files: int = 10, ro
     staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    params = model_params(spec)
-    sch = schema(spec.cols)
     t0 = time.perf_counter()
     written = positives = 0
     try:
-        for i, (f_start, f_stop) in enumerate(file_ranges(spec.rows, files)):
+        for i, (f_start, f_stop) in enumerate(file_ranges(rows, files)):
             path = staging / f"part-{i:05d}.parquet"
             # random floats do not dictionary-encode; trying costs more than the rest of the write
             with pq.ParquetWriter(path, sch, compression=compression, use_dictionary=[TARGET]) as writer:
                 for g_start in range(f_start, f_stop, row_group_rows):
                     g_stop = min(g_start + row_group_rows, f_stop)
-                    X, y = generate_rows(spec, g_start, g_stop, stream, params)
-                    arrays = [pa.array(X[:, j]) for j in range(spec.cols)] + [pa.array(y)]
-                    writer.write_table(pa.Table.from_arrays(arrays, schema=sch), row_group_size=g_stop - g_start)
+                    table, pos = row_group(g_start, g_stop)
+                    writer.write_table(table, row_group_size=g_stop - g_start)
                     written += g_stop - g_start
-                    positives += int(y.sum())
-                    del X, y, arrays
+                    positives += pos
+                    del table
             if not quiet:
                 el = time.perf_counter() - t0
-                print(f"  {path.name}: {written:,}/{spec.rows:,} rows, {written / el:,.0f} rows/s", file=sys.stderr)
+                print(f"  {path.name}: {written:,}/{rows:,} rows, {written / el:,.0f} rows/s", file=sys.stderr)
         elapsed = time.perf_counter() - t0
         summary = {
-            "spec": asdict(spec),
-            "stream": stream,
+            **record,
             "files": files,
             "row_group_rows": row_group_rows,
             "compression": compression,
@@ -198,6 +215,14 @@ def write_table(out_dir: str | os.PathLike, spec: TableSpec, files: int = 10, ro
     return summary
 
 
+def read_summary(out_dir: str | os.PathLike) -> dict | None:
+    """The ``_table.json`` record of a complete table at ``out_dir`` (None if there is none)."""
+    try:
+        return json.loads((Path(out_dir) / "_table.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def table_name(kind: str, rows: int, cols: int, files: int, seed: int) -> str:
     """Directory name encoding what decides a table's contents and layout (used for reuse)."""
     return f"{kind}-r{rows}-c{cols}-f{files}-s{seed}"
@@ -207,10 +232,8 @@ def existing_table(out_dir: str | os.PathLike, spec: TableSpec, files: int, stre
                    row_group_rows: int | None = None) -> dict | None:
     """The summary of a complete table at ``out_dir`` with this spec/stream/files (and row-group size,
     if given), else None."""
-    meta = Path(out_dir) / "_table.json"
-    try:
-        summary = json.loads(meta.read_text())
-    except (OSError, ValueError):
+    summary = read_summary(out_dir)
+    if summary is None:
         return None
     if (summary.get("spec") != asdict(spec) or summary.get("stream") != stream
             or summary.get("files") != min(files, spec.rows)):

@@ -271,3 +271,38 @@ def test_bench_evaluate_scale_tiny(tmp_path):
     (d,) = data["results"]
     assert d["rows"] == 20000 and set(d["wall_s"]) == {"score", "ranges", "accumulator"}
     assert d["same_json"] is True
+
+
+def test_bench_score_columns_tiny(tmp_path):
+    """gen_scores_table.py writes the same rows whatever the file layout, with the known link between
+    score and label; bench_score_columns.py runs calengine fit --scores (embedded) beside scikit-learn's
+    IsotonicRegression and finds the two isotonic maps equal on the grid (same tie pooling, same
+    linear interpolation) and near the table's true calibrated probability (isotonic only: each
+    calengine run is two processes, a fit and a score of the grid)."""
+    gs = _load("gen_scores_table")
+    spec = gs.ScoresSpec(rows=30_000, seed=1)
+    gs.write_scores_table(tmp_path / "a", spec, files=3, row_group_rows=4_000, quiet=True)
+    gs.write_scores_table(tmp_path / "b", spec, files=2, row_group_rows=10_000, quiet=True)
+    t = _read(tmp_path / "a")
+    assert t.schema.names == ["s", "y"] and t.schema.field("s").type == pa.float32()
+    assert _read(tmp_path / "b").equals(t)
+    s, y = t.column("s").to_numpy().astype(np.float64), t.column("y").to_numpy()
+    assert 0 < s.min() and s.max() < 1 and len(np.unique(s)) < len(s)  # float32 scores: ties
+    p = gs.true_probability(spec, s)
+    assert abs(y.mean() - p.mean()) < 4 * np.sqrt(p.mean() / len(y))
+    assert np.mean(s) > p.mean() + 0.01  # the score is miscalibrated: overconfident where most rows are
+
+    bench = _load("bench_score_columns")
+    assert bench.main(["--rows-list", "20000", "--methods", "isotonic", "--workers", "0",
+                       "--no-spark", "--repeats", "1", "--rows-per-file", "8000", "--row-group-rows", "5000",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    data = json.loads((tmp_path / "r" / "score_columns.json").read_text())
+    (res,) = data["results"]
+    assert res["rows"] == 20000 and res["files"] == 3
+    sm = res["summary"]
+    assert set(sm) == {"calengine isotonic embedded", "sklearn"}
+    assert all(v["ok"] == 1 and v["wall_s"] > 0 and v["client"] > 0 for v in sm.values())
+    assert res["agreement"]["calengine isotonic embedded vs sklearn"] <= 1e-9
+    assert sm["calengine isotonic embedded"]["max_abs_dp_truth"] < 0.15
+    assert res["skipped"]["spark"] == "--no-spark"
+    assert "## Targets (issue 21)" in (tmp_path / "r" / "score_columns.md").read_text()

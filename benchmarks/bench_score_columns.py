@@ -1,0 +1,392 @@
+#!/usr/bin/env python
+"""``calengine fit --scores s`` on a generated table of 10^6 .. 10^8 rows (issue 21, "Benchmark and
+evidence"), side by side in one run with scikit-learn's and Spark MLlib's ``IsotonicRegression``.
+
+What is measured (each configuration in its own subprocess, launch to exit; medians over ``--repeats``,
+configurations interleaved within a repeat so that other jobs on the machine fall on all of them):
+
+* **calengine** -- ``calengine --quiet fit DATA --target y --scores s --method M --output MODEL`` for M
+  in isotonic (``--method-param interpolation=linear``, scikit-learn's rule), sigmoid and temperature;
+  embedded (the default: tasks as threads of one process) and ``--cluster --workers W`` (a
+  LocalCluster of W worker processes on 127.0.0.1).
+* **scikit-learn** (rows <= ``--sklearn-max-rows``; at 10^8 only if ``--sklearn-min-available-gib``
+  GiB are free) -- one process reads ``s`` (as float64) and ``y`` from the same Parquet files (row group
+  by row group) and fits ``IsotonicRegression(out_of_bounds="clip")``: interpreter, imports, read and fit, the work
+  calengine does end to end except saving a model.
+* **Spark MLlib** (rows <= ``--spark-max-rows``; needs ``pip install pyspark``, an optional benchmark
+  dependency, and Java) -- ``IsotonicRegression`` on ``s`` (cast to double) in ``local[W]``, reading the
+  same Parquet directory; JVM start included.
+
+Peak RSS of every process of each run's tree (``_common.run_measured``: psutil samples plus each
+process's VmHWM): the launched process (``client``; for Spark the Python driver), each Dask worker, and
+Spark's JVM.  Correctness, from the first repeat: every calibrated map evaluated on a grid of scores
+(``calengine score`` on a grid table; ``predict`` of the baselines), isotonic compared with
+scikit-learn's and Spark's (max |dp|), and every method compared with the table's known calibrated
+probability (``gen_scores_table.true_probability``).
+
+    python benchmarks/bench_score_columns.py --rows-list 1000000,10000000 --repeats 3
+    python benchmarks/bench_score_columns.py --rows-list 100000000 --repeats 1 --name score_columns_100m
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import _common as C  # noqa: E402
+import gen_scores_table as GS  # noqa: E402
+from bench_partition_fit import calengine_cmd, parse_marked, read_p1, read_xy  # noqa: E402
+
+NAME = "score_columns"
+MARK = "BASELINE_JSON:"
+METHODS = ("isotonic", "sigmoid", "temperature")
+VERSIONS = ("calengine", "calengine-builtins", "scikit-learn", "pyspark", "numpy", "pyarrow", "dask",
+            "distributed", "psutil")
+TARGETS = {"vs_sklearn": 0.5, "vs_spark": 0.1, "client_gib": 1.0, "flat": 0.20}
+
+
+# ---------------------------------------------------------------------------------------------- children
+
+
+def child_sklearn(spec: dict) -> dict:
+    t_start = time.time()
+    import numpy as np
+    from sklearn.isotonic import IsotonicRegression
+
+    t_imports = time.time()
+    X, y = read_xy(spec["data"], GS.TARGET)  # float64 (n, 1) score column, int64 labels
+    t_read = time.time()
+    iso = IsotonicRegression(out_of_bounds="clip").fit(X[:, 0], y)
+    t_fit = time.time()
+    np.save(spec["grid_out"], iso.predict(np.load(spec["grid"])))
+    return {"interpreter_s": t_start - spec["launched_at"], "imports_s": t_imports - t_start,
+            "read_s": t_read - t_imports, "fit_s": t_fit - t_read, "e2e_s": t_fit - spec["launched_at"],
+            "thresholds": int(len(iso.X_thresholds_))}
+
+
+def child_spark(spec: dict) -> dict:
+    t_start = time.time()
+    import numpy as np
+    from pyspark.ml.regression import IsotonicRegression
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Spark's Python workers: this venv, not the PATH's
+    spark = (SparkSession.builder.master(f"local[{spec['workers']}]").appName("bench_score_columns")
+             .config("spark.driver.memory", spec["driver_memory"]).config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    t_session = time.time()
+    df = spark.read.parquet(spec["data"]).select(F.col(GS.SCORE).cast("double").alias("s"),
+                                                 F.col(GS.TARGET).cast("double").alias("y"))
+    model = IsotonicRegression(featuresCol="s", labelCol="y", isotonic=True).fit(df)
+    t_fit = time.time()
+    grid = np.load(spec["grid"])
+    gdf = spark.createDataFrame([(float(g),) for g in grid], ["s"])
+    pred = {r["s"]: r["prediction"] for r in model.transform(gdf).collect()}
+    np.save(spec["grid_out"], np.array([pred[float(g)] for g in grid]))
+    n_boundaries = len(model.boundaries)
+    spark.stop()
+    return {"interpreter_s": t_start - spec["launched_at"], "session_s": t_session - t_start,
+            "fit_s": t_fit - t_session, "e2e_s": t_fit - spec["launched_at"], "thresholds": n_boundaries}
+
+
+def child(kind: str, spec_json: str) -> int:
+    spec = json.loads(spec_json)
+    out = {"sklearn": child_sklearn, "spark": child_spark}[kind](spec)
+    print(MARK + json.dumps(out), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def fit_argv(data: str, out: str, method: str, workers: int | None) -> list[str]:
+    """``workers`` None: embedded (the default ``calengine fit``); else ``--cluster --workers W``."""
+    argv = ["--quiet", "fit", data, "--target", GS.TARGET, "--scores", GS.SCORE, "--method", method]
+    if method == "isotonic":
+        argv += ["--method-param", "interpolation=linear"]
+    if workers:
+        argv += ["--cluster", "--workers", str(workers)]
+    return argv + ["--output", out]
+
+
+def write_grid(path: Path):
+    """Scores at which every fitted map is compared: 4,001 float32 values (as the table's) spread evenly
+    in logit(s) from -9 to 7 (the table's logit(s) is Normal(-1, 2.5)), as a one-column Parquet table
+    (for ``calengine score``) and a float64 ``.npy`` array (for the baselines)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    z = np.linspace(-9.0, 7.0, 4001)
+    g = np.unique((1.0 / (1.0 + np.exp(-z))).astype(np.float32))
+    pq.write_table(pa.table({GS.SCORE: g}), path)
+    np.save(path.with_suffix(".npy"), g.astype(np.float64))
+    return g.astype(np.float64)
+
+
+def peaks(run: C.RunResult, spark: bool) -> dict:
+    """Peak RSS (bytes) of the run's client, each Dask worker and, for Spark, its JVM: the largest
+    process under the Python driver (spark-submit starts as a shell script that execs java, so the
+    JVM's command line is the script's when first sampled)."""
+    r = run.rss
+    jvm = max((o["peak"] for o in r["others"]), default=None) if spark else None
+    return {"client": r["client"], "workers": r["workers"], "worker_max": r["worker_max"], "jvm": jvm,
+            "tree_peak_sum": r["tree_peak_sum"], "others": r["others"]}
+
+
+def measure(cmd: list[str], args, label: str) -> dict:
+    """One run; CPU seconds are the tree's from ``os.wait4`` (not Spark's: its JVM is not reaped by the
+    driver, so they are left out there)."""
+    run = C.run_measured(cmd, timeout=args.timeout, interval=args.sample_interval)
+    spark = label == "spark"
+    rec = {"label": label, "wall_s": run.wall_s, "returncode": run.returncode, "timed_out": run.timed_out,
+           "peak": peaks(run, spark), "cpu_s": None if spark else run.rusage["user_s"] + run.rusage["sys_s"],
+           "load_before": run.load_before}
+    if run.returncode != 0:
+        rec["stderr_tail"] = run.stderr[-1500:]
+        print(f"  {label}: FAILED rc={run.returncode}: {run.stderr[-600:]}", file=sys.stderr)
+    else:
+        rec["baseline"] = parse_marked(run.stdout, MARK)
+        print(f"  {label}: {run.wall_s:.2f} s, client {C.fmt((run.rss['client'] or 0) / C.MiB, 0)} MiB",
+              file=sys.stderr)
+    return rec
+
+
+def grid_probabilities(model: Path, grid_table: Path, out: Path):
+    r = subprocess.run([*calengine_cmd(), "--quiet", "score", str(model), str(grid_table), "--output", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"calengine score failed: {r.stderr[-800:]}")
+    p = read_p1(str(out))
+    shutil.rmtree(out, ignore_errors=True)
+    return p
+
+
+def available_gib() -> float:
+    import psutil
+
+    return psutil.virtual_memory().available / C.GiB
+
+
+def run_size(rows: int, args, grid, work: Path) -> dict:
+    import numpy as np
+
+    spec = GS.ScoresSpec(rows, args.seed)
+    files = max(2, math.ceil(rows / args.rows_per_file))
+    data = work / "tables" / f"scores-r{rows}-f{files}-s{args.seed}"
+    table = GS.ensure_scores_table(data, spec, files, args.row_group_rows, quiet=True)
+    print(f"{rows:,} rows: {table['files']} files, {table['bytes'] / C.MiB:,.0f} MiB"
+          f" ({'reused' if table['reused'] else 'written'})", file=sys.stderr)
+    configs = [(f"calengine {m} embedded", m, None) for m in args.methods]
+    configs += [(f"calengine {m} cluster", m, args.workers) for m in args.methods if args.workers]
+    skipped = {}
+    do_sklearn = rows <= args.sklearn_max_rows
+    if do_sklearn and rows > 50_000_000 and available_gib() < args.sklearn_min_available_gib:
+        do_sklearn = False
+        skipped["sklearn"] = f"{available_gib():.1f} GiB available < {args.sklearn_min_available_gib}"
+    elif not do_sklearn:
+        skipped["sklearn"] = f"rows > --sklearn-max-rows {args.sklearn_max_rows:,}"
+    do_spark = rows <= args.spark_max_rows and not args.no_spark
+    if do_spark:
+        try:
+            import pyspark  # noqa: F401
+        except ImportError:
+            do_spark, skipped["spark"] = False, "pyspark not installed (pip install pyspark)"
+    else:
+        skipped["spark"] = "--no-spark" if args.no_spark else f"rows > --spark-max-rows {args.spark_max_rows:,}"
+    runs: dict[str, list[dict]] = {label: [] for label, _, _ in configs}
+    if do_sklearn:
+        runs["sklearn"] = []
+    if do_spark:
+        runs["spark"] = []
+    grids: dict[str, np.ndarray] = {}
+    run_dir = work / "runs"
+    for rep in range(args.repeats):
+        for label, method, workers in configs:
+            model = run_dir / f"model-{len(grids)}"
+            shutil.rmtree(model, ignore_errors=True)
+            rec = measure([*calengine_cmd(), *fit_argv(str(data), str(model), method, workers)], args, label)
+            runs[label].append(rec)
+            if rep == 0 and rec["returncode"] == 0:
+                grids[label] = grid_probabilities(model, work / "grid.parquet", run_dir / "grid-scored")
+            shutil.rmtree(model, ignore_errors=True)
+        for kind, on in (("sklearn", do_sklearn), ("spark", do_spark and rep < args.spark_repeats)):
+            if not on:
+                continue
+            out = run_dir / f"grid-{kind}.npy"
+            cspec = {"data": str(data), "grid": str(work / "grid.npy"), "grid_out": str(out),
+                     "launched_at": time.time(), "workers": args.workers or 1, "driver_memory": args.spark_memory}
+            rec = measure([sys.executable, "-P", str(Path(__file__).resolve()), "_child", kind, json.dumps(cspec)],
+                          args, kind)
+            runs[kind].append(rec)
+            if rep == 0 and rec["returncode"] == 0:
+                grids[kind] = np.load(out)
+    truth = GS.true_probability(spec, grid)
+    summary = {}
+    for label, recs in runs.items():
+        ok = [r for r in recs if r["returncode"] == 0]
+        summary[label] = {
+            "ok": len(ok), "runs": len(recs),
+            "wall_s": C.median([r["wall_s"] for r in ok]),
+            "client": C.median([r["peak"]["client"] for r in ok]),
+            "worker_max": C.median([r["peak"]["worker_max"] for r in ok]),
+            "workers": [r["peak"]["workers"] for r in ok],
+            "jvm": C.median([r["peak"]["jvm"] for r in ok]),
+            "cpu_s": C.median([r["cpu_s"] for r in ok]),
+            "fit_s": C.median([(r.get("baseline") or {}).get("fit_s") for r in ok]),
+            "max_abs_dp_truth": float(np.max(np.abs(grids[label] - truth))) if label in grids else None,
+        }
+    agree = {}
+    for label in [lb for lb in grids if "isotonic" in lb]:
+        for ref in ("sklearn", "spark"):
+            if ref in grids:
+                agree[f"{label} vs {ref}"] = float(np.max(np.abs(grids[label] - grids[ref])))
+    if "sklearn" in grids and "spark" in grids:
+        agree["spark vs sklearn"] = float(np.max(np.abs(grids["spark"] - grids["sklearn"])))
+    return {"rows": rows, "files": table["files"], "table_bytes": table["bytes"],
+            "positive_fraction": table["positive_fraction"], "summary": summary, "agreement": agree,
+            "skipped": skipped, "runs": runs}
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+
+def checks(results: list[dict]) -> list[dict]:
+    """The issue's targets, each with the figures it was judged on (None where a figure is missing)."""
+    out = []
+    for res in results:
+        sm, n = res["summary"], res["rows"]
+        sk, sp = (sm.get("sklearn") or {}).get("wall_s"), (sm.get("spark") or {}).get("wall_s")
+        for label, s in sm.items():
+            if not label.startswith("calengine"):
+                continue
+            for ref, wall, limit in (("sklearn", sk, TARGETS["vs_sklearn"]), ("spark", sp, TARGETS["vs_spark"])):
+                r = C.ratio(s["wall_s"], wall)
+                out.append({"rows": n, "what": f"{label} / {ref} wall", "value": r, "target": f"<= {limit}",
+                            "met": None if r is None else r <= limit})
+            gib = None if s["client"] is None else s["client"] / C.GiB
+            out.append({"rows": n, "what": f"{label} client peak GiB", "value": gib,
+                        "target": f"< {TARGETS['client_gib']}", "met": None if gib is None else gib < 1.0})
+        for label, d in res["agreement"].items():
+            if "isotonic" in label and label.endswith("sklearn"):
+                out.append({"rows": n, "what": f"{label} max |dp| on grid", "value": d, "target": "<= 1e-9",
+                            "met": d <= 1e-9})
+    by_rows = {r["rows"]: r for r in results}
+    sizes = sorted(by_rows)
+    if len(sizes) >= 2 and sizes[-1] >= 10 * sizes[-2]:
+        lo, hi = by_rows[sizes[-2]]["summary"], by_rows[sizes[-1]]["summary"]
+        for label in [lb for lb in hi if lb.startswith("calengine") and lb in lo]:
+            for role in ("client", "worker_max"):
+                a, b = lo[label][role], hi[label][role]
+                if a and b:
+                    out.append({"rows": f"{sizes[-2]:,} -> {sizes[-1]:,}", "what": f"{label} {role} peak growth",
+                                "value": b / a - 1, "target": f"within +-{TARGETS['flat']:.0%}",
+                                "met": abs(b / a - 1) <= TARGETS["flat"]})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def render(d: dict) -> str:
+    mib = lambda b: None if b is None else b / C.MiB  # noqa: E731
+    lines = [f"# calengine fit --scores s against scikit-learn and Spark MLlib IsotonicRegression", "",
+             *C.environment_markdown(d["environment"]), "",
+             "Wall = launch to exit of each process (medians over the repeats, configurations interleaved);"
+             " peak RSS per process (psutil samples + VmHWM). `client` is the launched process (for Spark the"
+             " Python driver); `JVM` Spark's Java process. max |dp| vs truth: largest difference on the grid"
+             " from the table's known calibrated probability. CPU s: user + system seconds of the whole process tree (what"
+             " other jobs on a shared machine disturb least; not measured for Spark, whose JVM the driver does not"
+             " reap).", ""]
+    for res in d["results"]:
+        sm = res["summary"]
+        sk = (sm.get("sklearn") or {}).get("wall_s")
+        sp = (sm.get("spark") or {}).get("wall_s")
+        sk_cpu = (sm.get("sklearn") or {}).get("cpu_s")
+        lines += [f"## {res['rows']:,} rows ({res['files']} files, {res['table_bytes'] / C.MiB:,.0f} MiB,"
+                  f" positives {res['positive_fraction']:.3f})", ""]
+        rows = []
+        for label, s in sm.items():
+            workers = ", ".join(C.fmt(mib(w), 0) for w in (s["workers"][0] if s["workers"] else []))
+            rows.append([label, f"{s['ok']}/{s['runs']}", C.fmt(s["wall_s"]), C.fmt(C.ratio(s["wall_s"], sk)),
+                         C.fmt(C.ratio(s["wall_s"], sp)), C.fmt(mib(s["client"]), 0), workers or "-",
+                         C.fmt(mib(s["jvm"]), 0) if s["jvm"] else "-", C.fmt(s["cpu_s"], 1),
+                         C.fmt(C.ratio(s["cpu_s"], sk_cpu)), C.fmt(s["max_abs_dp_truth"], 4)])
+        lines.append(C.markdown_table(
+            ["system", "ok", "wall s", "/ sklearn", "/ Spark", "client MiB", "workers MiB (1st run)", "JVM MiB",
+             "CPU s", "CPU / sklearn", "max abs dp vs truth"], rows, ["<", "<"] + [">"] * 9))
+        if res["agreement"]:
+            lines += ["", "Isotonic maps on the grid: " + "; ".join(
+                f"{k}: max abs dp {C.fmt(v, 3)}" for k, v in res["agreement"].items()) + "."]
+        if res["skipped"]:
+            lines += ["", "Skipped: " + "; ".join(f"{k} ({v})" for k, v in res["skipped"].items()) + "."]
+        lines.append("")
+    lines += ["## Targets (issue 21)", "", C.markdown_table(
+        ["rows", "check", "value", "target", "met"],
+        [[str(c["rows"]), c["what"], C.fmt(c["value"], 3), c["target"], C.fmt(c["met"])] for c in d["checks"]])]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ints = lambda s: [int(float(x)) for x in s.split(",") if x.strip()]  # noqa: E731 - 1e7 is accepted
+    ap.add_argument("--rows-list", type=ints, default=[1_000_000, 10_000_000])
+    ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=list(METHODS))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2, help="--cluster workers and Spark's local[W] (0: no cluster)")
+    ap.add_argument("--rows-per-file", type=int, default=5_000_000)
+    ap.add_argument("--row-group-rows", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sklearn-max-rows", type=int, default=100_000_000)
+    ap.add_argument("--sklearn-min-available-gib", type=float, default=14.0)
+    ap.add_argument("--spark-max-rows", type=int, default=10_000_000)
+    ap.add_argument("--spark-memory", default="12g", help="spark.driver.memory (local mode: the JVM's heap)")
+    ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--spark-repeats", type=int, default=3, help="at most this many Spark runs per size")
+    ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--sample-interval", type=float, default=0.15)
+    ap.add_argument("--work-dir", default=f"/tmp/calengine-bench/{NAME}")
+    ap.add_argument("--results-dir", default=str(HERE / "results"))
+    ap.add_argument("--name", default=NAME, help="result page name (results/NAME.{md,json})")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_child"]:
+        return child(argv[1], argv[2])
+    args = build_parser().parse_args(argv)
+    if args.repeats < 1 or any(n < 1 for n in args.rows_list) or args.rows_per_file < 1 or args.workers < 0:
+        raise SystemExit("error: --repeats, --rows-list, --rows-per-file must be at least 1, --workers at least 0")
+    env = C.environment(REPO_ROOT, VERSIONS)
+    work = Path(args.work_dir)
+    (work / "runs").mkdir(parents=True, exist_ok=True)
+    grid = write_grid(work / "grid.parquet")
+    results = []
+    for n in args.rows_list:  # the page is rewritten after every size: a long run that is cut short keeps its sizes
+        results.append(run_size(n, args, grid, work))
+        data = {"benchmark": args.name, "environment": env, "config": vars(args), "grid_points": len(grid),
+                "results": results, "checks": checks(results), "load_after": C.load_snapshot()}
+        md = render(data)
+        C.write_results(args.results_dir, args.name, data, md)
+    shutil.rmtree(work / "runs", ignore_errors=True)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
