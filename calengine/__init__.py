@@ -28,6 +28,7 @@ from .version import MODEL_FORMAT_VERSION, __version__  # noqa: E402
 __all__ = [
     "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "score_table", "evaluate_models",
     "cross_validate_table", "load_model", "recalibrate", "table_splits", "calibrate_scores",
+    "arrow_udf",
 ]
 
 
@@ -64,6 +65,10 @@ def __getattr__(name: str):
         from .fit.scores_api import calibrate_scores
 
         return calibrate_scores
+    if name == "arrow_udf":
+        from .export.arrow import arrow_udf
+
+        return arrow_udf
     if name == "load_model":
         from .model.artifact import load_model
 

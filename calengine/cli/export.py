@@ -1,0 +1,36 @@
+"""``calengine export``: a saved model as a file another engine scores with (SQL for now).
+
+A shell over :func:`calengine.export.write.export_model`."""
+
+from __future__ import annotations
+
+import sys
+
+from . import options
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export", help="write a model as SQL that scores rows where they live",
+        description="Write MODEL_DIR as one SELECT over a relation (--table, default 'input') returning its columns"
+        " plus p_<class> per class, and PATH.manifest.json naming the model's content hash. SQL expresses models"
+        " of score columns (calengine fit --scores ...) with the sigmoid, sigmoid_nobias, temperature, beta and"
+        " isotonic calibrators and, for several classes, the normalize combiner.",
+    )
+    p.add_argument("model", metavar="MODEL_DIR")
+    p.add_argument("--format", required=True, choices=("sql",), help="what to write")
+    p.add_argument("--dialect", default="duckdb", choices=("duckdb", "spark", "postgres"),
+                   help="SQL dialect (default duckdb)")
+    p.add_argument("--table", default="input", metavar="NAME", help="the relation the query reads (default input)")
+    p.add_argument("--output", required=True, metavar="PATH", help="file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace PATH and its manifest if they exist")
+    options.add_trust_option(p)
+
+
+def run(args) -> int:
+    from ..export.write import export_model
+
+    side = export_model(args.model, args.format, args.output, dialect=args.dialect, table=args.table,
+                        trust=args.trust_type or (), overwrite=args.overwrite)
+    sys.stderr.write(f"exported {args.format} -> {args.output} (manifest {side})\n")
+    return 0

@@ -1,0 +1,65 @@
+"""Writing an export: the exported file and, beside it, ``<PATH>.manifest.json``.
+
+The manifest names the format, the source model's ``content_hash`` (from its own manifest, which
+:func:`calengine.load_model` has checked against every file of the model) and the SHA-256 of the
+exported bytes, so a scored table can be traced back to the model that scored it.  Both files are
+pure functions of the model and the options (no time, no paths), and both are written to a temporary
+name and renamed, so a failed export leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from ..errors import DataError, ParameterError
+
+FORMATS = ("sql",)
+MANIFEST_SUFFIX = ".manifest.json"
+
+
+def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table: str = "input",
+                 trust=(), overwrite: bool = False) -> Path:
+    """Export the model saved at ``model_dir`` as ``fmt`` to ``output``; returns the manifest's path.
+
+    The model is loaded with :func:`calengine.load_model` only (model files are untrusted)."""
+    from .. import __version__
+    from ..model.artifact import load_model, read_manifest
+
+    if fmt not in FORMATS:
+        raise ParameterError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    out = Path(output)
+    side = out.with_name(out.name + MANIFEST_SUFFIX)
+    if not overwrite and (out.exists() or side.exists()):
+        raise DataError(f"'{out}' already exists; choose another --output or pass --overwrite")
+    if not out.parent.is_dir():
+        raise DataError(f"the directory of --output '{out}' does not exist; create it first")
+    model = load_model(model_dir, trust=tuple(trust))
+    source_hash = read_manifest(model_dir)["content_hash"]
+    from .sql import model_sql
+
+    body = model_sql(model, dialect=dialect, table=table).encode()
+    manifest = {
+        "format": fmt,
+        "dialect": dialect,
+        "table": table,
+        "classes": [str(c) for c in model.labels.classes],
+        "columns": [f"p_{c}" for c in model.labels.classes],
+        "model_content_hash": source_hash,
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "calengine_version": __version__,
+    }
+    _write_atomic(out, body)
+    _write_atomic(side, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    return side
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
