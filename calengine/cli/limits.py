@@ -48,7 +48,9 @@ MIN_WORKER_MEMORY = 384 * 2**20
 
 def check(args) -> None:
     """Refuse, in one line naming the bound, any option of ``args`` outside its :data:`LIMITS` row
-    or a ``--worker-memory`` below :data:`MIN_WORKER_MEMORY`."""
+    or a ``--worker-memory`` below :data:`MIN_WORKER_MEMORY`; and an output (``--output``,
+    ``--json-log``, ``--report``) named by a URL other than ``file://`` (see
+    :func:`calengine.parquet.storage.local_output`), before any work."""
     from ..errors import ParameterError
 
     for limit in LIMITS:
@@ -59,6 +61,12 @@ def check(args) -> None:
             raise ParameterError(f"{limit.option} must be at least {limit.low} (and at most {limit.high}), got {value}")
         if value > limit.high:
             raise ParameterError(f"{limit.option} must be at most {limit.high}, got {value} ({limit.why})")
+    from ..parquet.storage import local_output
+
+    for dest, option in (("output", "--output"), ("json_log", "--json-log"), ("report", "--report")):
+        value = getattr(args, dest, None)
+        if isinstance(value, str):  # a URL output is refused now, before any work; file:// is its path
+            setattr(args, dest, local_output(value, option))
     memory = getattr(args, "worker_memory", None)
     if memory is not None:
         from dask.utils import format_bytes, parse_bytes

@@ -30,7 +30,9 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
 
     if fmt not in FORMATS:
         raise ParameterError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
-    out = Path(output)
+    from ..parquet.storage import local_output
+
+    out = Path(local_output(output))
     side = out.with_name(out.name + MANIFEST_SUFFIX)
     if not overwrite and (out.exists() or side.exists()):
         raise DataError(f"'{out}' already exists; choose another --output or pass --overwrite")

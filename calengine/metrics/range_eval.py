@@ -32,8 +32,8 @@ import os
 
 import numpy as np
 
-from .ranged import core_result, error_reject_at, error_reject_points, local_map, ranged_drift
-from .tables import cut_points, merge_tables
+from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
+from .tables import merge_tables
 
 __all__ = ["RangedTables", "chunk_tables", "range_boundaries", "build_range", "SKETCH_POINTS", "RANGE_VALUES",
            "RANGED_MIN_ROWS", "evaluate_ranged"]

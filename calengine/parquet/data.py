@@ -337,7 +337,9 @@ def staged_directory(target: str | os.PathLike, replace: bool = False) -> Iterat
     a :class:`DataError` naming ``target`` and the errno's meaning; so is another run that published
     ``target`` while this one ran (its result is kept, this one's discarded).
     """
-    target = Path(target).resolve()
+    from .storage import local_output
+
+    target = Path(local_output(target)).resolve()
     occupied = target.exists() and not (target.is_dir() and not any(target.iterdir()))
     if occupied and not replace:
         raise DataError(f"output '{target}' already exists; choose a new path or remove it first")

@@ -24,6 +24,33 @@ def is_url(text) -> bool:
     return bool(_URL.match(os.fspath(text) if not isinstance(text, str) else text))
 
 
+def local_output(target, option: str = "--output") -> str:
+    """The local path an output names: ``file://`` URLs become their path, other URLs are refused.
+
+    Outputs are published by renaming a finished staging directory (or file) onto the name the user
+    gave, which is what makes them whole or absent; object stores have no atomic rename, and a URL
+    handed to the local file system used to land in a folder named after the scheme (``./s3:/bucket``)
+    while the command reported success.  So an output is a local (or mounted) path, and anything else
+    is one line naming the way out.
+    """
+    from urllib.parse import unquote
+
+    text = os.fspath(target)
+    if not is_url(text):
+        return text
+    scheme, rest = text.split("://", 1)
+    if scheme.lower() == "file":
+        host, slash, path = rest.partition("/")
+        if slash and host in ("", "localhost"):
+            return unquote("/" + path)
+        raise DataError(f"{option} '{text}' names a file on host '{host}'; give a local path (file:///abs/path)")
+    raise DataError(
+        f"{option} '{text}' is a {scheme}:// URL, and calengine publishes outputs by an atomic rename, which"
+        " object stores do not have: write to a local or mounted path and copy it to the store afterwards"
+        " (inputs may be URLs)"
+    )
+
+
 def absolute(path: str) -> str:
     """A local path made absolute; a URL unchanged."""
     return path if is_url(path) else os.path.abspath(path)
