@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Calibrated class probabilities from any classifier, on Dask.",
     )
     add_global_options(parser, argparse.SUPPRESS)
-    parser.set_defaults(version=False, strict_plugins=False, progress=None)
+    parser.set_defaults(version=False, strict_plugins=False, progress=None, io_timeout=None)
     # every subcommand accepts the global flags too (``calengine fit ... --progress``); their default is
     # SUPPRESS there, so a flag given before the subcommand is not reset by the subcommand's parser
     common = argparse.ArgumentParser(add_help=False)
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import limits
 
         limits.check(args)
+        if args.io_timeout is not None:  # read by calengine.parquet.storage here and in local workers
+            os.environ["CALENGINE_IO_TIMEOUT"] = str(args.io_timeout)
         return run_log.run(COMMANDS[args.command], args, sys.argv[1:] if argv is None else list(argv))
     except CalengineError as exc:
         return _fail(str(exc), EXIT_USAGE)

@@ -41,11 +41,16 @@ def parse_params(pairs: list[str] | None, flag: str) -> dict[str, Any]:
 
 
 def add_global_options(p: argparse.ArgumentParser, default) -> None:
-    """--version, --strict-plugins, --progress/--quiet: accepted before or after the subcommand."""
+    """--version, --strict-plugins, --io-timeout, --progress/--quiet: accepted before or after the subcommand."""
     p.add_argument("--version", action="store_true", default=default, help="print the version and exit")
     p.add_argument(
         "--strict-plugins", action="store_true", default=default,
         help="fail if any plugin fails to load (also: CALENGINE_STRICT_PLUGINS=1)",
+    )
+    p.add_argument(
+        "--io-timeout", type=int, default=default, metavar="SECONDS",
+        help="give up, in one line, on a remote table (an fsspec URL) that does not answer within SECONDS"
+        " (default 60; also CALENGINE_IO_TIMEOUT)",
     )
     progress = p.add_mutually_exclusive_group()
     progress.add_argument("--progress", dest="progress", action="store_true", default=default,

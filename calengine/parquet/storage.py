@@ -56,6 +56,69 @@ def absolute(path: str) -> str:
     return path if is_url(path) else os.path.abspath(path)
 
 
+#: seconds a remote store may take to answer one request before the command gives up in one line
+DEFAULT_IO_TIMEOUT = 60
+IO_TIMEOUT_ENV = "CALENGINE_IO_TIMEOUT"
+
+
+def io_timeout() -> float:
+    """The remote-read timeout in seconds: ``CALENGINE_IO_TIMEOUT`` (set by ``--io-timeout``; a Dask
+    worker started by this process inherits it), else :data:`DEFAULT_IO_TIMEOUT`."""
+    raw = os.environ.get(IO_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return float(DEFAULT_IO_TIMEOUT)
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 86_400:
+        raise DataError(f"{IO_TIMEOUT_ENV}={raw!r} must be a number of seconds between 1 and 86400")
+    return value
+
+
+def _driver_options(url: str) -> dict:
+    """Timeouts and bounded retries for the drivers that take them, so a worker's read of a stalled
+    store also ends (s3fs hands these to botocore: connect and read timeouts, three attempts)."""
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("s3", "s3a"):
+        t = io_timeout()
+        return {"config_kwargs": {"connect_timeout": t, "read_timeout": t,
+                                  "retries": {"max_attempts": 3, "mode": "standard"}}}
+    return {}
+
+
+def with_deadline(work, url: str, what: str):
+    """``work()``, or one :class:`DataError` line if it has not finished within :func:`io_timeout`.
+
+    A store that accepts a connection and never answers used to keep ``fit`` waiting with no message
+    (past 150 s in the issue's test; for ever, for drivers without timeouts of their own).  The client's
+    metadata calls (listing, footers) run here in a daemon thread, so a stalled one is abandoned, not
+    waited for, and the process can still exit.
+    """
+    import threading
+
+    limit = io_timeout()
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="calengine-remote-io", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        raise DataError(
+            f"no answer from '{url}' within {limit:g} s while {what}; check the endpoint and the network, or"
+            f" allow longer with --io-timeout SECONDS (or {IO_TIMEOUT_ENV})"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 def _filesystem(url: str):
     """(fsspec filesystem, path within it) for a URL; a one-line error when the scheme has no driver."""
     try:
@@ -63,7 +126,7 @@ def _filesystem(url: str):
     except ImportError as exc:  # fsspec comes with dask[dataframe]; kept for minimal installs
         raise DataError(f"reading '{url}' needs fsspec; pip install fsspec (or give a local path)") from exc
     try:
-        return url_to_fs(url)
+        return url_to_fs(url, **_driver_options(url))
     except (ImportError, ValueError) as exc:
         scheme = url.split("://", 1)[0]
         raise DataError(
@@ -73,7 +136,12 @@ def _filesystem(url: str):
 
 
 def list_parquet_files(url: str) -> list[str]:
-    """The Parquet files behind a URL (a file, a directory, or a glob), as full URLs, sorted."""
+    """The Parquet files behind a URL (a file, a directory, or a glob), as full URLs, sorted; within
+    :func:`io_timeout`."""
+    return with_deadline(lambda: _list_parquet_files(url), url, "listing its files")
+
+
+def _list_parquet_files(url: str) -> list[str]:
     fs, path = _filesystem(url)
     try:
         if any(ch in path for ch in "*?["):
@@ -117,7 +185,7 @@ def parquet_file(path: str):
 
     if not is_url(path):
         return pq.ParquetFile(path)
-    return pq.ParquetFile(open_binary(path))
+    return with_deadline(lambda: pq.ParquetFile(open_binary(path)), path, "reading its Parquet footer")
 
 
 def relative_key(path: str, root: str) -> str:
