@@ -184,12 +184,14 @@ class Lenient(FakeBoost):
         return BoosterSummary(n_features, max(2, n_classes), 1)
 
 
-def test_the_kit_requires_a_booster_plugin_to_declare_its_validator(fakeboost):
-    class NoValidator(BoosterLearner):  # FakeBoost's library side, without validate_booster
-        name, library, library_title, booster_key = "novalidator", "fakeboost", "FakeBoost", "booster.json"
-        booster_params, train_booster, predict_booster = FakeBoost.booster_params, FakeBoost.train_booster, FakeBoost.predict_booster
-        booster_bytes, booster_from_bytes = FakeBoost.booster_bytes, FakeBoost.booster_from_bytes
+class _NoValidator(BoosterLearner):  # FakeBoost's library side, without validate_booster
+    name, library, library_title, booster_key = "novalidator", "fakeboost", "FakeBoost", "booster.json"
+    booster_params, train_booster, predict_booster = FakeBoost.booster_params, FakeBoost.train_booster, FakeBoost.predict_booster
+    booster_bytes, booster_from_bytes = FakeBoost.booster_bytes, FakeBoost.booster_from_bytes
 
+
+def test_the_kit_requires_a_booster_plugin_to_declare_its_validator(fakeboost):
+    NoValidator = _NoValidator
     with pytest.raises(AssertionError, match="must declare validate_booster"):
         check_learner(NoValidator)
 
@@ -202,11 +204,13 @@ def refuse_every_booster(blob, n_features, n_classes):
     return "refused by the probe"
 
 
-def test_the_kit_runs_a_declared_native_probe_on_the_plugins_own_file(fakeboost):
-    class Probed(FakeBoost):
-        name = "probed"
-        native_probe = f"{__name__}:refuse_every_booster"
+class _Probed(FakeBoost):
+    name = "probed"
+    native_probe = f"{__name__}:refuse_every_booster"
 
+
+def test_the_kit_runs_a_declared_native_probe_on_the_plugins_own_file(fakeboost):
+    Probed = _Probed
     with pytest.raises(AssertionError, match=r"native_probe .*refuse_every_booster refused the booster just fitted"):
         check_learner(Probed)
 
