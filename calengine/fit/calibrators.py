@@ -95,9 +95,9 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
             holder[0] = make_blocks()
         return holder[0]
 
-    from sklearn.base import clone
+    from ..base import fresh_copy
 
-    cals = [clone(calibrator) for _ in problems]
+    cals = [fresh_copy(calibrator) for _ in problems]
     from ..plugin_calls import plugin_errors
 
     requests = []

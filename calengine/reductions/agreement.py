@@ -144,7 +144,7 @@ def check_reduction_once(calibrator, kind: str) -> None:
     with _LOCK:
         if key in _CHECKED:
             return
-    from sklearn.base import clone
+    from ..base import fresh_copy as clone
 
     s, y, grid = probe_rows(120, kind, seed=0)
     w = np.ones(len(s))

@@ -401,7 +401,9 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     for pid, cs_index, column, boundaries in problems:
         S, T, W = block.sets[cs_index]
         r = np.searchsorted(boundaries, S[:, column], side="right")
-        order = np.argsort(r, kind="stable")
+        # range ids are small integers: as uint16 numpy's stable sort is a radix sort, O(n) and ~7x
+        # faster than on int64 (the same order); this split is a pass over every held-out score
+        order = np.argsort(r.astype(np.uint16) if len(boundaries) < 2**16 - 1 else r, kind="stable")
         # in range order (targets stay int8: 9 bytes a row, 17 with weights)
         s, t = S[order, column], T[order, column]
         w = None if W is None else W[order]
