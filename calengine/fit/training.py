@@ -351,6 +351,10 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
         from ..score_columns import ScoreColumns
 
         learners = [ScoreColumns()]  # its module must import on the workers
+    elif getattr(spec, "prefit", None):
+        from ..prefit import requirement_learners
+
+        learners = requirement_learners(spec.prefit)  # the file itself is read by fit_table
     else:
         base = split_learners(config.learner)
         learners = [
