@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import calengine
+from calengine.errors import CalengineError
 from cli_helpers import REPO, assert_one_line_error
 
 ADULT = REPO / "data" / "adult" / "train.parquet"
@@ -145,3 +146,48 @@ def test_a_tampered_booster_or_a_missing_column_is_one_line_and_publishes_nothin
     assert_one_line_error(cli("fit", data, "--target", "y", "--prefit", folder / "named.json", "--method", "bagging",
                               "--output", tmp_path / "m"), "--method bagging", "--prefit")
     assert not (tmp_path / "m").exists()
+
+
+def test_calibrate_scores_takes_a_prefit_model_and_equals_the_cli(tmp_path, cli, adult):
+    df, data, folder, preds = adult
+    model = calengine.calibrate_scores(data, "y", prefit=folder / "gbm.txt", features=NUMERIC, method="isotonic")
+    got = model.predict_frame(df[NUMERIC])["p_1"].to_numpy()
+    np.testing.assert_allclose(got, _isotonic(preds["lightgbm"], df["y"]), atol=1e-9, rtol=0)
+    with pytest.raises(CalengineError, match="not both"):
+        calengine.calibrate_scores(data, "y", scores="age", prefit=folder / "gbm.txt")
+    with pytest.raises(CalengineError, match="allowlist: _operator.neg; .* --trust-type"):
+        calengine.calibrate_scores(data, "y", prefit=_untrusted_skops(tmp_path))
+
+
+def _untrusted_skops(tmp_path):
+    """A skops file holding a function (``operator.neg`` in a FunctionTransformer: never on the allowlist)."""
+    import operator
+
+    import skops.io as sio
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    X = np.arange(40, dtype=float).reshape(20, 2)
+    est = make_pipeline(FunctionTransformer(operator.neg), LogisticRegression()).fit(X, np.arange(20) % 2)
+    sio.dump(est, tmp_path / "untrusted.skops")
+    return tmp_path / "untrusted.skops"
+
+
+@pytest.mark.parametrize("method, tol", [("sigmoid", 1e-8), ("isotonic", 1e-12)])
+def test_a_frozen_estimator_is_calibrated_as_calibrated_classifier_cv_does(adult, method, tol):
+    """Same scores (decision_function), same rows, same objective; Platt's two parameters come from two
+    optimisers (scikit-learn's L-BFGS, calengine's Newton steps), which agree to ~3e-9 here."""
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.linear_model import LogisticRegression
+
+    df = adult[0]
+    X = df[NUMERIC] / 1000.0
+    fitted = LogisticRegression(max_iter=1000).fit(X[::2], df["class"][::2])
+    before = fitted.coef_.copy()
+    ours = calengine.CalibratedClassifier(learner=FrozenEstimator(fitted), method=method).fit(X, df["class"])
+    theirs = CalibratedClassifierCV(FrozenEstimator(fitted), method=method).fit(X, df["class"])
+    assert list(ours.classes_) == list(theirs.classes_)
+    np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=tol, rtol=0)
+    np.testing.assert_array_equal(fitted.coef_, before)  # never refitted
