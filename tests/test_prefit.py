@@ -191,3 +191,28 @@ def test_a_frozen_estimator_is_calibrated_as_calibrated_classifier_cv_does(adult
     assert list(ours.classes_) == list(theirs.classes_)
     np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X), atol=tol, rtol=0)
     np.testing.assert_array_equal(fitted.coef_, before)  # never refitted
+
+
+def test_a_multiclass_booster_gives_k_scores_each_calibrated_one_vs_rest(tmp_path):
+    """A 3-class XGBoost ``multi:softprob`` booster: its k probability columns are calibrated as any
+    learner's (one isotonic map per class, rows normalised); a target of another class count is refused."""
+    import xgboost as xgb
+    from sklearn.isotonic import IsotonicRegression
+
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(2400, 3))
+    y = (X[:, 0] + 0.5 * rng.normal(size=2400) > 0).astype(int) + (X[:, 1] > 0.8)
+    booster = xgb.train({"objective": "multi:softprob", "num_class": 3, "max_depth": 2, "nthread": 1},
+                        xgb.DMatrix(X[:1200], label=y[:1200], feature_names=["a", "b", "c"]), num_boost_round=8)
+    booster.save_model(tmp_path / "multi.ubj")
+    df = pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=np.array(["x", "y", "z"])[y])
+    pq.write_table(pa.Table.from_pandas(df), tmp_path / "multi.parquet", row_group_size=600)
+    model = calengine.calibrate_scores(tmp_path / "multi.parquet", "label", prefit=tmp_path / "multi.ubj")
+    P = booster.inplace_predict(X).astype(np.float64)
+    R = np.column_stack([IsotonicRegression(out_of_bounds="clip", y_min=0, y_max=1).fit(P[:, j], y == j).predict(P[:, j])
+                         for j in range(3)])
+    got = model.predict_frame(df[["a", "b", "c"]])[["p_x", "p_y", "p_z"]].to_numpy()
+    np.testing.assert_allclose(got, R / R.sum(axis=1, keepdims=True), atol=1e-9, rtol=0)
+    df.assign(label=np.where(y == 2, "y", df["label"])).to_parquet(tmp_path / "two.parquet")
+    with pytest.raises(CalengineError, match="predicts 3 classes but the target 'label' holds 2"):
+        calengine.calibrate_scores(tmp_path / "two.parquet", "label", prefit=tmp_path / "multi.ubj")
