@@ -10,6 +10,11 @@ rest: which options apply (one line for each that cannot), how the score columns
 and learner, the class-sampling correction every fit can record (``--negative-sampling``,
 ``--class-sampling``); the Python API, :func:`calengine.fit.scores_api.calibrate_scores`, is apart.
 
+``--prefit PATH`` (:mod:`calengine.prefit`) takes the same route with a saved model as the learner:
+:func:`prefit_spec` opens and checks the file before any data is read and makes its feature columns
+the ones the model's :class:`~calengine.plan.columns.ColumnReader` reads; the options it refuses are
+refused in :func:`check_score_options` beside those of ``--scores``.
+
 The multiclass calibration of a k-column score matrix is whatever the engine does for any learner's
 (n, k) scores (today one calibrator per column and the ``normalize`` combiner), so a calibrator of
 whole score vectors plugs in for score columns and learners alike.

@@ -192,8 +192,8 @@ def resolve_learner(config: FitConfig, plugins: PluginSet):
             # score_columns (and any learner that arrives fitted) is what --scores builds, not a
             # learner one can fit on feature columns
             raise ParameterError(
-                f"learner '{learner}' is not fitted on features; to calibrate score columns use --scores COL"
-                " (calengine.calibrate_scores in Python)"
+                f"learner '{learner}' is not fitted on features; to calibrate score columns use --scores COL,"
+                " a saved model --prefit PATH (calengine.calibrate_scores in Python)"
             )
         return made
     if not isinstance(learner, Learner):
