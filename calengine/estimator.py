@@ -327,6 +327,8 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         from .fit.training import ENGINE_METHODS, FitConfig, check_seed, explicit_splits, fit_model, folds_of_splits
 
         check_seed(self.seed)
+        if _is_frozen(self.learner):
+            return self._fit_frozen(X, y, sample_weight, X_cal, split_params)
         encoder, Xm, y = self._encode_fit(X, y)
         if Xm.shape[0] != len(y):
             raise DataError(f"X has {Xm.shape[0]} rows but y has {len(y)}; pass one label per row")
@@ -371,6 +373,50 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = X.shape[1] if encoder is not None else Xm.shape[1]
         return self
 
+    def _fit_frozen(self, X, y, sample_weight, X_cal, split_params):
+        """A fitted scikit-learn classifier in a ``sklearn.frozen.FrozenEstimator``: never refitted, every
+        row of ``X`` calibrates its scores -- ``decision_function`` when it has one, else
+        ``predict_proba``, as ``CalibratedClassifierCV(FrozenEstimator(...))`` does -- and ``cv`` is
+        unused (scikit-learn's convention).  ``X`` reaches the estimator as it is (no encoding: it was
+        trained on its own representation), numeric, with the columns it was fitted on."""
+        import pandas as pd
+        from sklearn.utils.validation import column_or_1d, validate_data
+
+        from .cluster import dask_client
+        from .fit.training import ENGINE_METHODS, FitConfig, fit_model
+        from .parquet.data import LabelSpace
+        from .tasks.arrays import TrainingData
+
+        if self.method in ENGINE_METHODS:
+            raise ParameterError(f"method '{self.method}' fits many classifiers, and a FrozenEstimator is never refitted;"
+                                 " choose a calibrator (isotonic, sigmoid, ...)")
+        if X_cal is not None or split_params:
+            raise ParameterError("a FrozenEstimator is calibrated on every row of X; drop X_cal/y_cal and groups")
+        if y is None:
+            raise DataError("CalibratedClassifier requires y to be passed, but the target y is None")
+        y = column_or_1d(y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y), warn=True)
+        try:
+            Xm, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
+        except ValueError as exc:
+            raise DataError(" ".join(str(exc).split())) from exc
+        _check_class_labels(y)
+        y_series = pd.Series(y)
+        labels = LabelSpace.from_series(y_series, target="y")
+        have = [str(c) for c in getattr(self.learner, "classes_", ())]
+        if have != [str(c) for c in labels.classes]:
+            raise DataError(f"the FrozenEstimator predicts the classes {have} but y holds {list(map(str, labels.classes))};"
+                            " calibrate it on rows of the classes it was trained on")
+        w = None if sample_weight is None else _check_weights(sample_weight, Xm.shape[0])
+        data = TrainingData(X=Xm, y=labels.encode(y_series), w=w)
+        config = FitConfig(learner=FrozenLearner(estimator=self.learner), method=self.method,
+                           method_params=dict(self.method_params or {}), seed=self.seed)
+        with dask_client(self.cluster, workers=self.workers) as client:
+            # the calibration table is the whole of X: the learner's fit is FrozenEstimator's no-op
+            self.model_ = fit_model(client, data, labels, None, config, cal_data=data)
+        self.encoder_ = None
+        self.classes_ = np.asarray(labels.classes)
+        return self
+
     def predict_proba(self, X) -> np.ndarray:
         from sklearn.utils.validation import check_is_fitted
 
@@ -394,6 +440,41 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
                 " fit on a DataFrame"
             )
         save_model(_storable(model), path)
+
+
+def _is_frozen(learner) -> bool:
+    try:
+        from sklearn.frozen import FrozenEstimator
+    except ImportError:  # scikit-learn < 1.6
+        return False
+    return isinstance(learner, FrozenEstimator)
+
+
+class FrozenLearner(EstimatorLearner):
+    """A ``FrozenEstimator`` as a learner: scored by ``decision_function`` when the estimator has one,
+    else ``predict_proba`` (scikit-learn's order for calibration); a fitted estimator that knows its
+    columns' names gets them back.  Its ``fit`` is FrozenEstimator's no-op."""
+
+    @property
+    def score_kind(self) -> str:  # type: ignore[override]
+        return "decision" if hasattr(self.estimator, "decision_function") else "proba"
+
+    @property
+    def accepts_sample_weight(self) -> bool:  # type: ignore[override]
+        return True  # nothing is trained: the weights are the calibrators'
+
+    def fit(self, X, y, sample_weight=None):
+        self.estimator_ = self.estimator
+        self.n_classes_ = int(len(self.estimator.classes_))
+        return self
+
+    def score(self, X):
+        names = getattr(self.estimator, "feature_names_in_", None)
+        if names is not None:
+            import pandas as pd
+
+            X = pd.DataFrame(np.asarray(X), columns=list(names))
+        return super().score(X)
 
 
 def expected_failed_checks(estimator) -> dict[str, str]:

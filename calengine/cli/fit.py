@@ -24,6 +24,11 @@ def add_parser(sub) -> None:
     p.add_argument("--route", choices=("auto", "stats", "in-memory", "sample"), default="auto",
                    help="how learners meet the rows: from mergeable statistics (learners that support it),"
                    " rows assembled on one worker, or a sample (--max-train-rows); default: auto")
+    p.add_argument("--prefit", metavar="PATH",
+                   help="calibrate a model trained elsewhere, never refitted: an XGBoost booster (.json/.ubj), a"
+                   " LightGBM text model (.txt) or a scikit-learn classifier saved with skops (.skops); it reads its"
+                   " own feature names, else --features A,B,... in its order")
+    options.add_trust_option(p)
     p.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing model directory at --output (only once the new model is complete)")
@@ -81,6 +86,14 @@ def run(args) -> int:
         sys.stderr.write(
             f"calibrated score column{'s' if len(scores['columns']) > 1 else ''} {columns} ({scores['kind']}) with"
             f" {args.method} on {rows} rows, {model.labels.n_classes} classes{extra} -> {args.output}\n"
+        )
+        return 0
+    if model.info.get("learner") == "prefit":
+        lp = model.info.get("learner_params", {})
+        sys.stderr.write(
+            f"calibrated the {lp.get('library')} model '{lp.get('source')}' (--prefit, not refitted) with {args.method}"
+            f" on {training.get('calibration_rows') or training.get('rows')} rows, {model.labels.n_classes} classes{extra}"
+            f" -> {args.output}\n"
         )
         return 0
     sys.stderr.write(

@@ -160,13 +160,16 @@ def fit_inputs(args):
     scores = tuple(c.strip() for c in args.scores.split(",") if c.strip()) if args.scores else None
     if args.scores is not None and not scores:
         raise ParameterError("--scores needs at least one column name")
-    if scores:
+    prefit = getattr(args, "prefit", None)  # ``fit`` only
+    if scores or prefit:
         given = [flag for flag, value in (("--learner", args.learner), ("--learner-param", args.learner_param),
                                           ("--cv", args.cv), ("--mode", args.mode)) if value is not None]
         if given:
+            what = "--scores fits none: every row calibrates the score columns" if scores else \
+                "--prefit refits none: every row calibrates the saved model's scores"
             raise ParameterError(
-                f"{given[0]} applies to learners, and --scores fits none: every row calibrates the score columns"
-                " (for the out-of-fold evaluation of that calibration, run calengine cv DATA --scores ... --folds K)"
+                f"{given[0]} applies to learners, and {what} (for the out-of-fold evaluation of that calibration,"
+                " run calengine cv DATA --scores ... --folds K)"
             )
     config = FitConfig(
         learner=args.learner or "gaussian_nb",
@@ -197,6 +200,8 @@ def fit_inputs(args):
         scores=scores,
         score_kind=args.score_kind,
         classes=tuple(c.strip() for c in args.classes.split(",")) if args.classes else None,
+        prefit=prefit,
+        trust=tuple(getattr(args, "trust_type", None) or ()),
     )
     return config, spec
 

@@ -10,6 +10,11 @@ rest: which options apply (one line for each that cannot), how the score columns
 and learner, the class-sampling correction every fit can record (``--negative-sampling``,
 ``--class-sampling``); the Python API, :func:`calengine.fit.scores_api.calibrate_scores`, is apart.
 
+``--prefit PATH`` (:mod:`calengine.prefit`) takes the same route with a saved model as the learner:
+:func:`prefit_spec` opens and checks the file before any data is read and makes its feature columns
+the ones the model's :class:`~calengine.plan.columns.ColumnReader` reads; the options it refuses are
+refused in :func:`check_score_options` beside those of ``--scores``.
+
 The multiclass calibration of a k-column score matrix is whatever the engine does for any learner's
 (n, k) scores (today one calibrator per column and the ``normalize`` combiner), so a calibrator of
 whole score vectors plugs in for score columns and learners alike.
@@ -39,6 +44,15 @@ def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
             raise DataError(f"--weight {spec.weight} is the target column; give a column of weights")
         if spec.weight in (spec.features or ()) or spec.weight in (spec.scores or ()):
             raise DataError(f"--weight column '{spec.weight}' cannot also be a feature or a score column")
+    if spec.prefit:
+        missing = [c for c in spec.features if c not in names]
+        if missing:
+            raise DataError(
+                f"the --prefit model reads the feature column '{missing[0]}', which the table does not have; give a"
+                f" table with its columns ({', '.join(spec.features)})"
+            )
+        if spec.target in spec.features:
+            raise DataError(f"the target '{spec.target}' is a feature column of the --prefit model; give the class column")
     if not spec.scores:
         if spec.classes or spec.score_kind != "proba":
             raise ParameterError("--classes and --score-kind describe score columns; they need --scores")
@@ -53,16 +67,28 @@ def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
 
 
 def check_score_options(config, spec) -> None:
-    """Refuse, in one line each, the options that need a learner to fit, for ``--scores``."""
-    if not spec.scores:
+    """Refuse, in one line each, the options that need a learner to fit, for ``--scores`` and ``--prefit``."""
+    if not (spec.scores or spec.prefit):
         return
     from .training import ENGINE_METHODS
 
+    flag = "--scores" if spec.scores else "--prefit"
+    if spec.scores and spec.prefit:
+        raise ParameterError("--scores and --prefit both say where the scores come from; give one of them")
     if config.method in ENGINE_METHODS:
         raise ParameterError(
-            f"--method {config.method} fits many classifiers on the features, and --scores fits none; choose a"
+            f"--method {config.method} fits many classifiers on the features, and {flag} fits none; choose a"
             " calibrator (isotonic, sigmoid, beta, temperature, binning, rocch, venn_abers, ...)"
         )
+    if spec.prefit:
+        refused = [("--combine", config.combine), ("--multiclass", config.multiclass),
+                   ("--max-train-rows", spec.max_train_rows), ("--route", spec.route != "auto"),
+                   ("--exclude", spec.exclude), ("--text-column", spec.text_columns),
+                   ("--classes", spec.classes), ("--score-kind", spec.score_kind != "proba")]
+        for option, given in refused:
+            if given:
+                raise ParameterError(f"{option} does not apply to --prefit, which applies the saved model as it is: drop it")
+        return
     if config.method == "none" and spec.score_kind != "proba":
         raise ParameterError(
             f"--method none with --score-kind {spec.score_kind} would rescale the scores linearly; the logistic"
@@ -97,6 +123,17 @@ def check_sampling(config, classes: list) -> None:
     from ..methods.sampling import sampling_rates
 
     sampling_rates(classes, config.negative_sampling, config.class_sampling)
+
+
+def prefit_spec(spec):
+    """(the checked :class:`~calengine.prefit.Prefit` learner of ``spec.prefit``, ``spec`` with its
+    feature columns): the file is opened, validated and loaded here, before any data is read."""
+    from dataclasses import replace
+
+    from ..prefit import open_prefit
+
+    learner = open_prefit(spec.prefit, spec.features, spec.trust)
+    return learner, replace(spec, features=list(learner.columns))
 
 
 # ---------------------------------------------------------------------------------------------- the model

@@ -13,12 +13,16 @@ from ..errors import ParameterError
 __all__ = ["calibrate_scores"]
 
 
-def calibrate_scores(data, target: str, scores, *, method: str = "isotonic", method_params: dict | None = None,
+def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic", method_params: dict | None = None,
                      score_kind: str = "proba", classes=None, positive=None, weight: str | None = None,
                      calibration_data=None, negative_sampling: float | None = None,
                      class_sampling: dict | None = None, seed: int = 0, output=None, overwrite: bool = False,
-                     cluster=None, workers=None, worker_memory=None, progress=None):
-    """Calibrate the score column(s) of a table against ``target``: ``calengine fit DATA --scores``.
+                     cluster=None, workers=None, worker_memory=None, progress=None, prefit=None, features=None,
+                     trust=()):
+    """Calibrate the score column(s) of a table against ``target``: ``calengine fit DATA --scores``;
+    or, with ``prefit=PATH`` instead of ``scores``, the scores of a model trained elsewhere:
+    ``calengine fit DATA --prefit PATH`` (:mod:`calengine.prefit`; ``features``: its feature columns
+    when the file names none, ``trust``: extra types a skops file may hold).
 
     ``data`` (and ``calibration_data``): a Parquet path (file, directory, glob or URL) or a pandas
     DataFrame.  ``scores``: a column name, a comma-separated string or a list (one column for two
@@ -37,9 +41,13 @@ def calibrate_scores(data, target: str, scores, *, method: str = "isotonic", met
     from .table import TableSpec, fit_table
     from .training import FitConfig
 
+    if (scores is None) == (prefit is None):
+        raise ParameterError("give scores=COLUMNS (score columns of the table) or prefit=PATH (a saved model), not both")
     if isinstance(scores, str):
         scores = [s.strip() for s in scores.split(",") if s.strip()]
-    if not scores:
+    if isinstance(features, str):
+        features = [f.strip() for f in features.split(",") if f.strip()]
+    if prefit is None and not scores:
         raise ParameterError("scores must name at least one score column")
     if output is not None and not overwrite and os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         raise ParameterError(f"output '{output}' already exists; choose a new path or pass overwrite=True")
@@ -47,8 +55,10 @@ def calibrate_scores(data, target: str, scores, *, method: str = "isotonic", met
         spec = TableSpec(
             data=_one_path(data, tmp, "data.parquet", table_files), target=target, positive=positive,
             calibration_data=None if calibration_data is None else _one_path(calibration_data, tmp, "cal.parquet", table_files),
-            weight=weight, scores=tuple(scores), score_kind=score_kind,
+            weight=weight, scores=tuple(scores) if scores else None, score_kind=score_kind,
             classes=None if classes is None else tuple(classes),
+            prefit=None if prefit is None else os.fspath(prefit), features=list(features) if features else None,
+            trust=tuple(trust or ()),
         )
         config = FitConfig(method=method, method_params=dict(method_params or {}), seed=seed,
                            negative_sampling=negative_sampling, class_sampling=class_sampling)

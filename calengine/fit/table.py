@@ -69,6 +69,10 @@ class TableSpec:
     scores: tuple[str, ...] | None = None
     score_kind: str = "proba"
     classes: tuple | None = None
+    #: ``--prefit``: a model file trained elsewhere (:mod:`calengine.prefit`), applied as it is to its
+    #: feature columns (``features``, once opened); ``trust``: ``--trust-type`` names for a skops file
+    prefit: str | None = None
+    trust: tuple[str, ...] = ()
 
 
 @dataclass
@@ -113,8 +117,8 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     names = parquet_columns(files, root)  # with the Hive partition keys below DATA
     check_table_columns(files, root, names, spec)
     weight = [spec.weight] if spec.weight else []
-    if spec.scores:
-        feature_cols, stats_cols = list(spec.scores), []  # read as they are: no statistics to encode them
+    if spec.scores or spec.prefit:  # read as they are: no statistics to encode them
+        feature_cols, stats_cols = list(spec.scores or spec.features), []
     else:
         feature_cols = select_feature_columns(names, spec.target, spec.features, list(spec.exclude or []) + weight)
         stats_cols = feature_cols
@@ -122,6 +126,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
     dataset = describe_files(files, root, feature_cols + [spec.target] + weight, fragment_rows)
     check_numeric_columns(dataset, list(spec.scores or ()), "score")
+    check_numeric_columns(dataset, list(spec.features or ()) if spec.prefit else [], "feature")
     check_numeric_columns(dataset, weight, "weight")
     if not dataset.fragments:
         raise DataError("the training table has no rows")
@@ -133,6 +138,10 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     labels = LabelSpace.from_values(stats.target.totals().keys(), spec.target, spec.positive)
     if spec.scores:
         encoder = score_reader(spec, labels)
+    elif spec.prefit:
+        from ..plan.columns import ColumnReader
+
+        encoder = ColumnReader(list(spec.features), role="feature", allow_missing=True)
     else:
         encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
         encoder.fit_stats(stats)
@@ -148,6 +157,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     if spec.calibration_data:
         cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target] + weight, fragment_rows)
         check_numeric_columns(cal, list(spec.scores or ()), "score")
+        check_numeric_columns(cal, list(spec.features or ()) if spec.prefit else [], "feature")
         check_numeric_columns(cal, weight, "weight")
         if not cal.fragments:
             raise DataError("the --calibration-data table has no rows")
@@ -234,10 +244,17 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
 
     check_score_options(config, spec)
     check_weighted_method(config, spec)
+    if spec.prefit:
+        from .score_columns import prefit_spec
+
+        learner, spec = prefit_spec(spec)  # the file checked and its feature columns known, before any work
     ctx = ctx or plan_table(client, spec, progress)
     check_sampling(config, ctx.enc.labels.classes)
     if spec.scores:
         return with_sampling(_fit_calibrated(client, ctx, score_learner(ctx), config, progress, plugins), config)
+    if spec.prefit:
+        learner.check_classes(ctx.enc.labels)
+        return with_sampling(_fit_calibrated(client, ctx, learner, config, progress, plugins), config)
     learners = split_learners(config.learner)
     if len(learners) > 1 or config.combine:
         return with_sampling(_fit_combined(client, ctx, config, learners, progress, plugins), config)

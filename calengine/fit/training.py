@@ -192,8 +192,8 @@ def resolve_learner(config: FitConfig, plugins: PluginSet):
             # score_columns (and any learner that arrives fitted) is what --scores builds, not a
             # learner one can fit on feature columns
             raise ParameterError(
-                f"learner '{learner}' is not fitted on features; to calibrate score columns use --scores COL"
-                " (calengine.calibrate_scores in Python)"
+                f"learner '{learner}' is not fitted on features; to calibrate score columns use --scores COL,"
+                " a saved model --prefit PATH (calengine.calibrate_scores in Python)"
             )
         return made
     if not isinstance(learner, Learner):
@@ -351,6 +351,10 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
         from ..score_columns import ScoreColumns
 
         learners = [ScoreColumns()]  # its module must import on the workers
+    elif getattr(spec, "prefit", None):
+        from ..prefit import requirement_learners
+
+        learners = requirement_learners(spec.prefit)  # the file itself is read by fit_table
     else:
         base = split_learners(config.learner)
         learners = [
