@@ -35,13 +35,14 @@ def run(args) -> int:
                           "clashes": plugins.clashes}))
     else:
         _print_records(records)
-    failed = [r["name"] for r in records if r["error"]]
+    failed = [f"{r['name']} ({r['distribution']} {r['version']}): {' '.join(str(r['error']).split())[:200]}"
+              for r in records if r["error"]]
     if failed and is_strict(None):
         from ..errors import PluginError
 
         raise PluginError(
-            f"strict plugins: {len(failed)} plugin(s) failed to load ({', '.join(failed)}); the listing above"
-            " says why: fix or uninstall them, or unset --strict-plugins/CALENGINE_STRICT_PLUGINS"
+            f"strict plugins: {len(failed)} plugin(s) failed to load: {'; '.join(failed)}; fix or uninstall"
+            " them, or unset --strict-plugins/CALENGINE_STRICT_PLUGINS"
         )
     return 0
 

@@ -185,6 +185,11 @@ def _check_exportable(model) -> tuple:
             raise ParameterError(f"combiner '{cname}' has no SQL form (SQL combines one-vs-all columns with"
                                  f" 'normalize'); score this model with {OTHER_FORMATS}")
     for cal in member.calibrators:
+        if model.n_classes > 2 and getattr(cal, "multiclass", False):
+            raise ParameterError(
+                f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector (a softmax over the"
+                f" classes), which has no SQL form yet; score this model with {OTHER_FORMATS}"
+            )
         if getattr(cal, "name", None) not in SQL_CALIBRATORS:
             calibrator_sql(_Dialect("duckdb"), cal, "s")  # raises the one line
     return member, learner, model.encoder
