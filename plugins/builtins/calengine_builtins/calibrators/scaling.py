@@ -10,6 +10,7 @@ Each is a reduction: one unsorted round of counts, then one round per Newton tri
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -289,8 +290,9 @@ class _OneSlope(_BinaryCalibrator):
     round and turn the final ``α`` into their fitted attributes with :meth:`_fitted`.
     """
 
+    @abstractmethod
     def _fitted(self, alpha: float) -> dict[str, float]:
-        raise NotImplementedError
+        """The fitted attributes for the final slope ``alpha`` (each subclass names its own)."""
 
     def _ps_slope(self, scores, y, sample_weight, request):
         s, yi, w = _live(*_light(scores, y, sample_weight))
