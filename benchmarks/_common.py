@@ -555,6 +555,20 @@ def write_results(results_dir: str | os.PathLike, name: str, data: dict, markdow
     return paths
 
 
+def machine_line(repo: str | os.PathLike) -> str:
+    """The results page's last line: the machine, its load before the run and the commit measured."""
+    return f"Machine: {machine_info()}.  Load before: {load_snapshot()}.  Git: {git_commit(repo)}."
+
+
+def publish(markdown: str, results: list, name: str, results_dir: str | os.PathLike, write: bool = True) -> None:
+    """Print the results page and, unless ``write`` is false, write ``name.json`` (results and the
+    command) and ``name.md`` under ``results_dir``, printing their paths."""
+    print(markdown)
+    if write:
+        for path in write_results(results_dir, name, {"results": results, "command": command_line()}, markdown):
+            print(f"wrote {path}")
+
+
 def command_line() -> str:
     """The command as typed, script name without its folder, arguments quoted for a shell."""
     import shlex

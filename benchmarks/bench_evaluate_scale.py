@@ -134,12 +134,9 @@ def main(argv: list[str] | None = None) -> int:
                           "accumulator / score", "peak RSS MiB score / ranges / accumulator", "same JSON"],
                          table_rows),
         "",
-        f"Machine: {C.machine_info()}.  Load before: {C.load_snapshot()}.  Git: {C.git_commit(REPO_ROOT)}.",
+        C.machine_line(REPO_ROOT),
     ])
-    print(md)
-    if not args.no_write:
-        for path in C.write_results(args.results_dir, "evaluate_scale", {"results": results, "command": C.command_line()}, md):
-            print(f"wrote {path}")
+    C.publish(md, results, "evaluate_scale", args.results_dir, write=not args.no_write)
     return 0
 
 

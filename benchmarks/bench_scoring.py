@@ -183,12 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         *([f"Start (a {args.start_rows:,}-row file, launch to exit): "
            + "; ".join(f"{m}: engine {C.fmt(e)} s, loop {C.fmt(lp)} s" for m, e, lp in starts) + ".", ""]
           if starts else []),
-        f"Machine: {C.machine_info()}.  Load before: {C.load_snapshot()}.  Git: {C.git_commit(REPO_ROOT)}.",
+        C.machine_line(REPO_ROOT),
     ])
-    print(md)
-    if not args.no_write:
-        for path in C.write_results(args.results_dir, "scoring", {"results": results, "command": C.command_line()}, md):
-            print(f"wrote {path}")
+    C.publish(md, results, "scoring", args.results_dir, write=not args.no_write)
     return 0
 
 
