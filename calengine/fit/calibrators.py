@@ -74,7 +74,7 @@ def refuse_code_matrix(calibrator, multiclass: str | None, k: int) -> None:
 
 
 def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx,
-                    progress, raw_kind: str = "") -> list:
+                    progress, raw_kind: str = "", spill_dir: str | None = None) -> list:
     """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
 
     Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
@@ -88,6 +88,9 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
 
     A problem ``(set, None)`` (:func:`calibration_problems`) fits a multiclass scaling on the set's whole
     score matrix, read as :func:`calengine.model.calibrated.matrix_scores` reads ``raw_kind`` scores.
+
+    ``spill_dir``: the blocks are on disk there (:mod:`calengine.tasks.spill`), and so go the pieces of
+    the score ranges cut from them.
     """
 
     def blocks():
@@ -137,7 +140,8 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
                 specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
             bl = blocks()
             size = _split_group_size(len(bl), ctx, len(client.scheduler_info().get("workers", {})))
-            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], pure=False) for j in range(0, len(bl), size)]
+            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], spill_dir=spill_dir, pure=False)
+                      for j in range(0, len(bl), size)]
             for i, _, _, bounds in specs:
                 pieces_of[i] = [
                     [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)

@@ -35,7 +35,7 @@ import numpy as np
 from ..tasks import partitions as pt
 from .. import registry
 from ..errors import DataError, ParameterError
-from ..plan.memory import check_fits_memory, fragment_rows_for, worker_memory_limit
+from ..plan.memory import check_fits_memory, fragment_rows_for, held_out_scratch, worker_memory_limit
 from ..progress import Progress, gather_in_order
 from .calibrators import _merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix
 
@@ -371,24 +371,27 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     else:
         calsets = [pt.CalSet(None, c, (uidx[pt.Unit(None, c)],)) for c in columns]
     score_fragments = ctx.cal_fragments if cal_mode else ctx.fragments
-    def make_blocks():
-        return [
-            client.submit(pt.score_fragment, fr, ctx.enc, plan, calsets, fitted, pure=False) for fr in score_fragments
-        ]
+    with held_out_scratch(client, ctx.cal_rows if cal_mode else ctx.n_rows) as spill:
+        def make_blocks():
+            return [
+                client.submit(pt.score_fragment, fr, ctx.enc, plan, calsets, fitted, spill, pure=False)
+                for fr in score_fragments
+            ]
 
-    blocks = make_blocks()
-    summaries = gather_in_order(
-        client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "held-out scores"
-    )
-    merged = [_merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
-    for i, m in enumerate(merged):
-        if m["n"] == 0:
-            raise DataError("a calibration set is empty; lower --cv or add data")
-    problems = calibration_problems(merged, calibrator)
-    holder = [blocks]
-    del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
-    cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx, progress,
-                           raw_kind_of(learner))
+        blocks = make_blocks()
+        summaries = gather_in_order(
+            client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "held-out scores"
+        )
+        merged = [_merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
+        for i, m in enumerate(merged):
+            if m["n"] == 0:
+                raise DataError("a calibration set is empty; lower --cv or add data")
+        problems = calibration_problems(merged, calibrator)
+        holder = [blocks]
+        del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
+        cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx,
+                               progress, raw_kind_of(learner), spill_dir=spill)
+        del holder
     learner_objs = client.gather(fitted)
     by_set: dict[int, list] = {}
     for (i, _), cal in zip(problems, cals):

@@ -6,7 +6,9 @@ one set of estimates, and one wording of the refusal that names the other routes
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
 
 from ..parquet.dataset import DEFAULT_FRAGMENT_ROWS
 from ..errors import DataError
@@ -61,3 +63,32 @@ def check_fits_memory(ctx, rows: int, what: str, per_row_bytes: float | None = N
 
 def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
+
+
+#: Rows from which an embedded fit keeps its held-out scores on disk (:mod:`calengine.tasks.spill`):
+#: one default score range.  Below it they take at most ~34 MiB; from it on, the process holds a bounded
+#: number of fragments and ranges at a time, so its peak stops growing with the table.
+SPILL_MIN_ROWS = 2_000_000
+
+
+def spills_held_out(client, n_rows: int) -> bool:
+    """Whether a fit's held-out scores go to a scratch directory: only with in-process workers (they see
+    the driver's file system; the embedded worker's limit is the machine's memory, so Dask would only
+    spill their results itself past 60 % of it) and from :data:`SPILL_MIN_ROWS` rows."""
+    if n_rows < SPILL_MIN_ROWS:
+        return False
+    workers = client.scheduler_info().get("workers", {})
+    return bool(workers) and all(str(addr).startswith("inproc://") for addr in workers)
+
+
+@contextlib.contextmanager
+def held_out_scratch(client, n_rows: int):
+    """Yield a scratch directory for the fit's held-out scores (None when they stay in memory, see
+    :func:`spills_held_out`); it is removed when the block ends, however it ends."""
+    if not spills_held_out(client, n_rows):
+        yield None
+        return
+    # a task still running when a failure ends the fit may write into it while it is removed: that must
+    # not replace the failure with a cleanup error
+    with tempfile.TemporaryDirectory(prefix="calengine-fit-", ignore_cleanup_errors=True) as scratch:
+        yield scratch

@@ -18,6 +18,7 @@ from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from .heap import trims_heap
+from .spill import loaded, loaded_piece, spill_block, spill_piece
 
 
 @dataclass(frozen=True)
@@ -305,8 +306,10 @@ def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarra
 
 
 @trims_heap
-def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet], learners: list) -> ScoreBlock:
-    """The held-out scores of this fragment's rows for every calibration set."""
+def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet], learners: list,
+                   spill_dir: str | None = None):
+    """The held-out scores of this fragment's rows for every calibration set: a :class:`ScoreBlock`,
+    or with ``spill_dir`` the same block written there (:mod:`calengine.tasks.spill`)."""
     from ..model.calibrated import as_columns
     from .arrays import pin_native_threads
 
@@ -344,14 +347,14 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
             if cs.column is not None:
                 S = S[:, :1]
         out.append((S, _targets(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))
-    return ScoreBlock(out)
+    return spill_block(ScoreBlock(out), spill_dir)
 
 
 def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
     """Per calibration set: rows, per-column min / max, and a small quantile summary of each column
     (used to cut score ranges for sorted calibrator rounds and for the raw-learner map)."""
     out = []
-    for S, _, _ in block.sets:
+    for S, _, _ in loaded(block).sets:
         n = S.shape[0]
         if n == 0:
             out.append({"n": 0})
@@ -369,6 +372,7 @@ def block_partial_stats(block: ScoreBlock, requests: list) -> list:
     out = []
     from ..model.calibrated import matrix_scores
 
+    block = loaded(block)
     for cs_index, column, cal, request, *raw_kind in requests:
         S, T, W = block.sets[cs_index]
         if S.shape[0] == 0:
@@ -398,6 +402,7 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     ``searchsorted(boundaries, s, side="right")``, so tied scores always share a range.
     """
     out = {}
+    block = loaded(block)
     for pid, cs_index, column, boundaries in problems:
         S, T, W = block.sets[cs_index]
         r = np.searchsorted(boundaries, S[:, column], side="right")
@@ -416,8 +421,9 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
 
 
 @trims_heap
-def split_blocks(problems: list, *blocks: ScoreBlock) -> dict:
-    """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order.
+def split_blocks(problems: list, *blocks: ScoreBlock, spill_dir: str | None = None) -> dict:
+    """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order
+    (with ``spill_dir``, each piece written there: :mod:`calengine.tasks.spill`).
 
     A range task then fetches one piece per group of blocks instead of one per block: the number of
     pieces grows with (groups x ranges) rather than (blocks x ranges), which kept the client-side
@@ -426,8 +432,10 @@ def split_blocks(problems: list, *blocks: ScoreBlock) -> dict:
     """
     splits = [split_block(b, problems) for b in blocks]
     if len(splits) == 1:
-        return splits[0]
-    return {key: _concatenate_pieces([sp[key] for sp in splits]) for key in splits[0]}
+        out = splits[0]
+    else:
+        out = {key: _concatenate_pieces([sp[key] for sp in splits]) for key in splits[0]}
+    return {key: spill_piece(piece, spill_dir) for key, piece in out.items()}
 
 
 def _concatenate_pieces(pieces: list) -> tuple:
@@ -447,7 +455,7 @@ def take(mapping: dict, key):
 @trims_heap
 def range_partial_stats(cal, request, *pieces):
     """``partial_stats`` of one score range gathered from every fragment (None: the range is empty)."""
-    pieces = [p for p in pieces if p[0].size]
+    pieces = [p for p in map(loaded_piece, pieces) if p[0].size]
     if not pieces:
         return None
     s, t, w = _concatenate_pieces(pieces)
@@ -469,5 +477,5 @@ def fit_calibrator_gathered(cal, score_kind: str, *pieces):
 
 def block_column(block: ScoreBlock, cs_index: int, column: int):
     """(scores, targets, weights or None) of one calibration problem in one block."""
-    S, T, W = block.sets[cs_index]
+    S, T, W = loaded(block).sets[cs_index]
     return np.ascontiguousarray(S[:, column]), T[:, column].astype(np.int64), W

@@ -1,0 +1,91 @@
+"""Held-out scores kept in ``.npy`` files of the job's scratch directory instead of in memory.
+
+Why: a fit holds every row's held-out score (9 bytes a row: a float64 score and an int8 target, 17
+with weights) from the pass that computes them until the calibrators are fitted, twice during the cut
+into score ranges.  A Dask worker with a memory limit spills those results to disk itself, but the
+embedded scheduler (``calengine fit`` without ``--cluster``: one in-process worker, no limit) never
+does, so an embedded fit's memory grew with the table (measured, isotonic on a score column: 389 MiB
+at 10^6 rows, 872 MiB at 10^7, 2,492 MiB at 10^8).  With these handles the results the scheduler holds
+are file names; a task loads what it works on and drops it, so the process holds a bounded number of
+fragments and score ranges at a time whatever the table's size.
+
+Contract: a spilled value loads to exactly the arrays it was written from (``.npy``, no pickle:
+``allow_pickle=False`` both ways), so a fit gives the same bits spilled or not.  The files live in
+the scratch directory the driver owns (:func:`calengine.plan.memory.held_out_scratch`), which is
+removed when the fit ends, fails or is interrupted; only in-process workers get one, as only they are
+sure to see the driver's file system.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _save(directory: str, array: np.ndarray) -> str:
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.npy")
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    return path
+
+
+def _load(path: str) -> np.ndarray:
+    return np.load(path, allow_pickle=False)
+
+
+def _save_optional(directory: str, array: np.ndarray | None) -> str | None:
+    return None if array is None else _save(directory, array)
+
+
+def _load_optional(path: str | None) -> np.ndarray | None:
+    return None if path is None else _load(path)
+
+
+@dataclass(frozen=True)
+class SpilledBlock:
+    """A :class:`~calengine.tasks.partitions.ScoreBlock` on disk: per calibration set, the files of
+    ``(S, T, W)`` (``W`` None when unweighted).  Tasks call :func:`loaded` on what they receive."""
+
+    files: tuple[tuple[str, str, str | None], ...]
+
+
+@dataclass(frozen=True)
+class SpilledPiece:
+    """One score range's ``(s, t, w)`` piece (:func:`calengine.tasks.partitions.split_blocks`) on disk."""
+
+    files: tuple[str, str, str | None]
+
+
+def spill_block(block, directory: str | None):
+    """``block`` written to ``directory`` (returned unchanged when ``directory`` is None)."""
+    if directory is None:
+        return block
+    return SpilledBlock(tuple((_save(directory, S), _save(directory, T), _save_optional(directory, W))
+                              for S, T, W in block.sets))
+
+
+def loaded(block):
+    """A score block in memory, whether it was spilled or not."""
+    if not isinstance(block, SpilledBlock):
+        return block
+    from .partitions import ScoreBlock
+
+    return ScoreBlock([(_load(s), _load(t), _load_optional(w)) for s, t, w in block.files])
+
+
+def spill_piece(piece: tuple, directory: str | None):
+    """An ``(s, t, w)`` piece written to ``directory`` (unchanged when ``directory`` is None)."""
+    if directory is None:
+        return piece
+    s, t, w = piece
+    return SpilledPiece((_save(directory, s), _save(directory, t), _save_optional(directory, w)))
+
+
+def loaded_piece(piece) -> tuple:
+    """An ``(s, t, w)`` piece in memory, whether it was spilled or not."""
+    if not isinstance(piece, SpilledPiece):
+        return piece
+    s, t, w = piece.files
+    return _load(s), _load(t), _load_optional(w)

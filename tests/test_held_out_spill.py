@@ -1,0 +1,100 @@
+"""Embedded fits keep held-out scores on disk from SPILL_MIN_ROWS rows (calengine.tasks.spill): the
+model must be bit-identical to the one fitted with the scores in memory, the files must really be
+written and read, and the scratch directory must be gone afterwards, whether the fit succeeds or fails."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import calengine
+import calengine.plan.memory as memory
+import calengine.tasks.spill as spill
+from calengine.errors import CalengineError
+
+
+def _table(folder, n=3_000, seed=5, weights=False):
+    rng = np.random.default_rng(seed)
+    s = np.round(rng.random(n), 3)  # ties inside and across files
+    y = (rng.random(n) < s**1.5).astype(np.int8)
+    x = rng.normal(size=n) + y
+    cols = {"s": s, "x": x, "y": y}
+    if weights:
+        cols["w"] = rng.integers(0, 4, size=n).astype(np.float64)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, part in enumerate(np.array_split(np.arange(n), 3)):
+        pq.write_table(pa.table({k: v[part] for k, v in cols.items()}), folder / f"p{i}.parquet", row_group_size=400)
+    return folder
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Record every file the spill module writes and reads (tasks are threads of this process)."""
+    seen = {"saved": [], "loaded": 0}
+    save, load = spill._save, spill._load
+
+    def _save(directory, array):
+        path = save(directory, array)
+        seen["saved"].append(path)
+        return path
+
+    def _load(path):
+        seen["loaded"] += 1
+        return load(path)
+
+    monkeypatch.setattr(spill, "_save", _save)
+    monkeypatch.setattr(spill, "_load", _load)
+    return seen
+
+
+def _probabilities(model, grid):
+    return np.asarray(model.predict_frame(pd.DataFrame(grid)), dtype=np.float64)
+
+
+@pytest.mark.parametrize("method,weights", [("isotonic", False), ("isotonic", True), ("sigmoid", True),
+                                            ("venn_abers", False)])
+def test_score_column_fit_spilled_equals_in_memory(tmp_path, monkeypatch, spy, method, weights):
+    data = _table(tmp_path / "t", weights=weights)
+    kw = {"weight": "w"} if weights else {}
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 10**12)
+    kept = calengine.calibrate_scores(data, "y", scores="s", method=method, **kw)
+    assert spy["saved"] == []
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 0)
+    spilled = calengine.calibrate_scores(data, "y", scores="s", method=method, **kw)
+    assert spy["saved"] and spy["loaded"] >= len(spy["saved"])  # blocks and range pieces went to disk
+    assert not any(os.path.exists(p) for p in spy["saved"])  # and the scratch is gone
+    grid = {"s": np.linspace(0.0, 1.0, 2001)}
+    assert np.array_equal(_probabilities(kept, grid), _probabilities(spilled, grid))
+
+
+def test_learner_fit_with_folds_spilled_equals_in_memory(tmp_path, monkeypatch, spy):
+    data = _table(tmp_path / "t", seed=9)
+    args = dict(learner="gaussian_nb", method="isotonic", cv=3, seed=4, features=["x"])
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 10**12)
+    kept = calengine.fit_table(data, "y", **args)
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 0)
+    spilled = calengine.fit_table(data, "y", **args)
+    assert spy["saved"]
+    grid = {"x": np.linspace(-4, 5, 901)}
+    assert np.array_equal(_probabilities(kept, grid), _probabilities(spilled, grid))
+
+
+def test_scratch_is_removed_when_the_fit_fails(tmp_path, monkeypatch, spy):
+    """A failure after the scores were spilled (here: the calibrator's reduction raising) leaves nothing."""
+    data = _table(tmp_path / "t")
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 0)
+    import calengine.tasks.partitions as pt
+
+    def broken(*args, **kwargs):
+        raise calengine.errors.DataError("planted failure after the spill")
+
+    monkeypatch.setattr(pt, "range_partial_stats", broken)
+    with pytest.raises(CalengineError, match="planted failure"):
+        calengine.calibrate_scores(data, "y", scores="s", method="isotonic")
+    assert spy["saved"]
+    assert not any(os.path.exists(p) for p in spy["saved"])
