@@ -31,6 +31,12 @@ def add_parser(sub) -> None:
                         " refits of its calibrator on bootstrap resamples of the evaluated data (parallel tasks;"
                         " default 0 = no band; 200 is a sensible choice); with --json: the band as"
                         " 'calibration_band' (grid, low, median, high)")
+    p.add_argument("--by", metavar="COL[,COL...]",
+                   help="also the calibration of every segment: each value of each column (ECE, Spiegelhalter's z,"
+                        " ECCE on the sigma scale, Holm-corrected p-values, worst first) and MCGrad's multicalibration"
+                        " error over them")
+    p.add_argument("--max-segments", type=int, default=None, metavar="N",
+                   help="refuse --by columns with more than N segments in all (default 1000, at most 20000)")
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
     options.add_trust_option(p)
@@ -51,6 +57,12 @@ def run(args) -> int:
         raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
     check_weight_option(args.weight, cost_matrix=args.cost_matrix, bootstrap=args.bootstrap,
                         report=args.report or None)
+    if args.max_segments is not None and args.by is None:
+        raise ParameterError("--max-segments bounds --by; add --by COL or drop --max-segments")
+    if args.by is not None:
+        from ..metrics.segments import DEFAULT_MAX_SEGMENTS, check_segment_options
+
+        check_segment_options(args.by, DEFAULT_MAX_SEGMENTS if args.max_segments is None else args.max_segments)
     if args.bootstrap:
         check_bootstrap(args.bootstrap)
         if not args.report and not args.json:
@@ -59,6 +71,6 @@ def run(args) -> int:
                              cost_matrix=args.cost_matrix,
                              bootstrap=args.bootstrap, seed=args.seed, alpha=args.alpha, report=args.report or None,
                              trust=args.trust_type, client=options.connect(args, map_only=True),
-                             progress=options.progress(args))
+                             progress=options.progress(args), by=args.by, max_segments=args.max_segments)
     print(json.dumps(result.to_json()) if args.json else result.to_text())
     return 0

@@ -38,6 +38,8 @@ LIMITS = (
     Limit("--folds", "folds", 2, 100, "each outer fold fits a whole model"),
     Limit("--workers", "workers", 1, 256, "each worker is a thread, or a process of about 263 MiB with --cluster"),
     Limit("--max-categories", "max_categories", 1, 10_000, "each category becomes a float64 feature column"),
+    Limit("--max-segments", "max_segments", 1, 20_000,
+          "each segment keeps three 1,024-cell grids (24 KiB) in every chunk's accumulator"),
     Limit("--batch-rows", "batch_rows", 1, 4_194_304, "a batch is held in memory as float64 columns"),
     Limit("--max-train-rows", "max_train_rows", 2, 2**40, "a sample larger than the table is the whole table"),
     Limit("--io-timeout", "io_timeout", 1, 86_400, "a stalled store is waited for that long before the error"),

@@ -45,6 +45,8 @@ class Evaluation:
     drifts: list[dict]
     bands: list[dict] | None = None
     report: str | None = None
+    #: with ``by``: per model, :meth:`calengine.metrics.segments.SegmentAccumulator.result`
+    segments: list[dict] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The object ``evaluate --json`` prints (that line is ``json.dumps`` of it): one model's
@@ -64,6 +66,8 @@ class Evaluation:
                 payload["model"]["lineage"] = m.info["lineage"]
             if "decisions" in res:
                 payload["decisions"] = res["decisions"]
+            if self.segments is not None:
+                payload["segments"] = self.segments[i]
             if self.bands is not None:
                 from .bootstrap import band_json
 
@@ -101,6 +105,11 @@ class Evaluation:
         for lb, res in zip(self.labels, self.results):
             if "decisions" in res:
                 lines += ["", format_decisions(lb, res["decisions"])]
+        if self.segments is not None:
+            from .segments import format_segments
+
+            for lb, seg in zip(self.labels, self.segments):
+                lines += ["", format_segments(lb, seg, width)]
         if self.report is not None:
             lines += ["", f"report: {os.path.join(self.report, 'index.html')}"]
         return "\n".join(lines)
@@ -108,7 +117,7 @@ class Evaluation:
 
 def evaluate_models(models, data, target: str, *, weight: str | None = None, cost_matrix=None, bootstrap: int = 0,
                     seed: int = 0, alpha: float = 0.01, report=None, trust=(), client=None, cluster=None,
-                    workers=None, progress=None) -> Evaluation:
+                    workers=None, progress=None, by=None, max_segments: int | None = None) -> Evaluation:
     """Evaluate one or more fitted models on a labelled table, exactly as ``calengine evaluate`` does.
 
     ``models``: a model directory or loaded :class:`~calengine.model.calibrated.CalibratedModel`, or a
@@ -123,7 +132,9 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     ``seed``.  ``alpha``: the drift check's significance level.  ``report``: a new (or empty)
     directory for the figures and the HTML page.  ``client``: as for
     :func:`calengine.cluster.job_client`, else ``cluster``/``workers``; without a cluster the chunks
-    run on a thread pool of this process.  Every bad input is a
+    run on a thread pool of this process.  ``by``: segment columns (a name, ``"a,b"`` or a list): the
+    calibration of every segment (:mod:`calengine.metrics.segments`, at most ``max_segments``, default
+    1,000, counted over all the columns), one more pass over the table.  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
     """
     import tempfile
@@ -139,6 +150,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
 
     alpha = check_alpha(alpha)
     check_weight_option(weight, cost_matrix=cost_matrix, bootstrap=bootstrap, report=report)
+    if by is not None:
+        from .segments import DEFAULT_MAX_SEGMENTS, check_segment_options
+
+        max_segments = DEFAULT_MAX_SEGMENTS if max_segments is None else max_segments
+        by = check_segment_options(by, max_segments)
     parsed_costs = None if cost_matrix is None else load_cost_matrix(cost_matrix)
     given = list(models) if isinstance(models, (list, tuple)) else [models]
     if not given:
@@ -176,6 +192,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                 bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
             # ranged tables are read by tasks of this client, in this scratch directory: every number is
             # computed before either goes away (freeze keeps the answers and drops the ranges)
+            segments = None if by is None else [_segment_table(c, m, files, target, by, weight, max_segments, prog)
+                                                for m in loaded]
             results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
             drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
             for a in accs:
@@ -185,11 +203,35 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         result = Evaluation(
             models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
             labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts, bands=bands,
-            report=report,
+            report=report, segments=segments,
         )
         if report is not None:
             _write_report(result, files)
     return result
+
+
+def _segment_table(client, model, files, target, by, weight, max_segments, progress) -> dict:
+    """Graph building of ``--by``: one :func:`~calengine.metrics.segments.segment_chunk` task per chunk,
+    their accumulators merged in chunk order, the result computed here."""
+    from ..parquet.data import check_columns
+    from ..scores.table import default_batch_rows, plan_chunks, share_model
+    from ..progress import gather_in_order
+    from .segments import segment_chunk
+
+    missing = [c for c in by if c in (target, weight)]
+    if missing:
+        raise ParameterError(f"--by column '{missing[0]}' is the target or the weight; segment by another column")
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target, *by] + ([weight] if weight else [])))
+    check_columns(files, columns)
+    chunks = [ch for ch in plan_chunks(files, columns) if ch.n_rows > 0]
+    model_f = share_model(client, model)
+    futures = [client.submit(segment_chunk, model_f, ch, target, tuple(by), default_batch_rows(len(columns)), weight,
+                             max_segments, pure=False) for ch in chunks]
+    parts = gather_in_order(client, futures, progress, "segments")
+    acc = parts[0]
+    for part in parts[1:]:
+        acc.merge(part)
+    return acc.result()
 
 
 def _metrics(acc, seed: int) -> dict:
