@@ -187,3 +187,15 @@ def test_cli_bad_by_is_one_line(adult_model, args, message):
     assert r.returncode == 2, r
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r
+
+
+def test_report_and_python_api_carry_the_segments(adult_model, tmp_path):
+    import calengine
+
+    ev = calengine.evaluate_models(adult_model, ADULT / "test.parquet", "class", by=["race"],
+                                   report=tmp_path / "report")
+    seg = ev.to_json()["segments"]
+    assert seg["by"] == ["race"] and seg["segments"][0]["rows"] == 16281
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "Calibration by segment" in page and "race = Black" in page
+    assert f"{seg['segments'][1]['rows']}" in page

@@ -331,6 +331,7 @@ def _write_report(ev: Evaluation, files: list[str]) -> None:
                 decisions=acc.get("decisions"),
                 drift=ev.drifts[i],
                 lineage=m.info.get("lineage"),
+                segments=None if ev.segments is None else ev.segments[i],
             )
         )
     write_report(ev.report, entries)

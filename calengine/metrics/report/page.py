@@ -286,8 +286,38 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
             )
         if figs.get("decisions"):
             parts.append('<div class="figs">' + "".join(_img(f) for f in figs["decisions"]) + "</div>")
+    if e.segments is not None:
+        parts.append(_segments_html(e.segments))
     parts.append("</section>")
     return "\n".join(parts)
+
+
+#: the most segments the report lists (``--json`` carries them all)
+REPORT_SEGMENT_ROWS = 100
+
+
+def _segments_html(seg: dict) -> str:
+    """The ``evaluate --by`` block: the multicalibration error and the segments, worst first
+    (:meth:`calengine.metrics.segments.SegmentAccumulator.result`)."""
+    heads = ("segment", "rows", "mean p", "mean y", "ECE", "ECE (equal mass)", "Spiegelhalter z", "p(z), Holm",
+             "ECCE (σ)", "p(ECCE), Holm", "log loss", "Brier")
+    keys = ("rows", "mean_p", "mean_y", "ece", "ece_equal_mass", "spiegelhalter_z", "spiegelhalter_pvalue_holm",
+            "ecce_sigma", "ecce_pvalue_holm", "log_loss", "brier")
+    rows = seg["segments"][: REPORT_SEGMENT_ROWS + 1]
+    body = "".join(
+        "<tr><td>" + _esc("all rows" if r["column"] == "(all)" else f"{r['column']} = {r['value']}") + "</td>"
+        + "".join(f'<td class="num">{_esc(format_metric(r.get(k)))}</td>' for k in keys) + "</tr>"
+        for r in rows
+    )
+    more = len(seg["segments"]) - len(rows)
+    return (
+        "<h3>Calibration by segment</h3>"
+        f'<p class="note">Segments of {_esc(", ".join(seg["by"]))}, worst first (largest ECCE on the sigma scale);'
+        f" p-values Holm-adjusted over the segments. Multicalibration error (MCGrad):"
+        f" {_esc(format_metric(seg['mce_sigma']))} σ, p = {_esc(format_metric(seg['mce_pvalue']))}."
+        + (f" {more} more segments are in <code>--json</code>." if more > 0 else "") + "</p>"
+        + '<div class="scroll"><table><tr>' + "".join(f"<th>{_esc(h)}</th>" for h in heads) + f"</tr>{body}</table></div>"
+    )
 
 
 def _page(title: str, preps: list[_Prepared], overview: _Figure | None, figs: dict[int, dict]) -> str:

@@ -54,6 +54,8 @@ class ReportEntry:
     #: the model's ``lineage`` record (models written by ``calengine recalibrate``): one line saying
     #: which model it was recalibrated from, on which data and when
     lineage: dict | None = None
+    #: ``evaluate --by``: :meth:`calengine.metrics.segments.SegmentAccumulator.result`, shown as a table
+    segments: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
