@@ -98,3 +98,24 @@ def test_scratch_is_removed_when_the_fit_fails(tmp_path, monkeypatch, spy):
         calengine.calibrate_scores(data, "y", scores="s", method="isotonic")
     assert spy["saved"]
     assert not any(os.path.exists(p) for p in spy["saved"])
+
+
+def test_local_cluster_worker_processes_spill_too(tmp_path, monkeypatch):
+    """``--cluster local``: the worker processes write and read the scratch files of this process's
+    directory; the model is the same as with the scores in the workers' memory."""
+    data = _table(tmp_path / "t", seed=11)
+    decided = []
+    real = memory.spills_held_out
+
+    def spills(client, n_rows):
+        decided.append(real(client, n_rows))
+        return decided[-1]
+
+    monkeypatch.setattr(memory, "spills_held_out", spills)
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 10**12)
+    kept = calengine.calibrate_scores(data, "y", scores="s", method="isotonic", cluster="local", workers=2)
+    monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 0)
+    spilled = calengine.calibrate_scores(data, "y", scores="s", method="isotonic", cluster="local", workers=2)
+    assert decided == [False, True]
+    grid = {"s": np.linspace(0.0, 1.0, 2001)}
+    assert np.array_equal(_probabilities(kept, grid), _probabilities(spilled, grid))

@@ -72,11 +72,20 @@ SPILL_MIN_ROWS = 2_000_000
 
 
 def spills_held_out(client, n_rows: int) -> bool:
-    """Whether a fit's held-out scores go to a scratch directory: only with in-process workers (they see
-    the driver's file system; the embedded worker's limit is the machine's memory, so Dask would only
-    spill their results itself past 60 % of it) and from :data:`SPILL_MIN_ROWS` rows."""
+    """Whether a fit's held-out scores go to a scratch directory: from :data:`SPILL_MIN_ROWS` rows, and
+    only when every worker sees the driver's file system -- in-process workers (the embedded scheduler,
+    whose limit is the machine's memory, so Dask would only spill their results itself past 60 % of it)
+    or the worker processes of a local cluster this job started (``--cluster local``; Dask spills
+    their results too, but pickled through its own buffer, and their peaks still grew by a third from
+    10^7 to 10^8 rows).  A remote cluster's workers keep their results in memory and spill them
+    themselves."""
     if n_rows < SPILL_MIN_ROWS:
         return False
+    from distributed import LocalCluster
+
+    plain = getattr(client, "plain", client)  # a CheckedClient wraps the distributed.Client
+    if isinstance(getattr(plain, "cluster", None), LocalCluster):
+        return True
     workers = client.scheduler_info().get("workers", {})
     return bool(workers) and all(str(addr).startswith("inproc://") for addr in workers)
 
