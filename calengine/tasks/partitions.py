@@ -18,7 +18,7 @@ from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from .heap import trims_heap
-from .spill import loaded, loaded_piece, spill_block, spill_piece
+from .spill import SpilledPiece, loaded, loaded_piece, spill_block, spill_pieces
 
 
 @dataclass(frozen=True)
@@ -423,19 +423,24 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
 @trims_heap
 def split_blocks(problems: list, *blocks: ScoreBlock, spill_dir: str | None = None) -> dict:
     """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order
-    (with ``spill_dir``, each piece written there: :mod:`calengine.tasks.spill`).
+    (with ``spill_dir``, each block's pieces written there as it is cut, so the task holds one block
+    at a time, and a range's piece is the list of its parts' files: :mod:`calengine.tasks.spill`).
 
     A range task then fetches one piece per group of blocks instead of one per block: the number of
     pieces grows with (groups x ranges) rather than (blocks x ranges), which kept the client-side
     scheduler's task count, and so its memory, growing with the square of the table size.  The
     concatenation is in block order, so a range task sees exactly the rows it saw one piece per block.
     """
+    if spill_dir is not None:  # one block at a time: each block's pieces go to disk before the next is cut
+        parts: dict = {}
+        for b in blocks:
+            for key, piece in split_block(b, problems).items():
+                parts.setdefault(key, []).extend(spill_pieces([piece], spill_dir).parts)
+        return {key: SpilledPiece(tuple(files)) for key, files in parts.items()}
     splits = [split_block(b, problems) for b in blocks]
     if len(splits) == 1:
-        out = splits[0]
-    else:
-        out = {key: _concatenate_pieces([sp[key] for sp in splits]) for key in splits[0]}
-    return {key: spill_piece(piece, spill_dir) for key, piece in out.items()}
+        return splits[0]
+    return {key: _concatenate_pieces([sp[key] for sp in splits]) for key in splits[0]}
 
 
 def _concatenate_pieces(pieces: list) -> tuple:

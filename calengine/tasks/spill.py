@@ -53,9 +53,11 @@ class SpilledBlock:
 
 @dataclass(frozen=True)
 class SpilledPiece:
-    """One score range's ``(s, t, w)`` piece (:func:`calengine.tasks.partitions.split_blocks`) on disk."""
+    """One score range's ``(s, t, w)`` piece (:func:`calengine.tasks.partitions.split_blocks`) on disk,
+    as the files of its parts in order (one part per block the range was cut from; empty parts are not
+    written)."""
 
-    files: tuple[str, str, str | None]
+    parts: tuple[tuple[str, str, str | None], ...]
 
 
 def spill_block(block, directory: str | None):
@@ -75,17 +77,25 @@ def loaded(block):
     return ScoreBlock([(_load(s), _load(t), _load_optional(w)) for s, t, w in block.files])
 
 
-def spill_piece(piece: tuple, directory: str | None):
-    """An ``(s, t, w)`` piece written to ``directory`` (unchanged when ``directory`` is None)."""
-    if directory is None:
-        return piece
-    s, t, w = piece
-    return SpilledPiece((_save(directory, s), _save(directory, t), _save_optional(directory, w)))
+def spill_pieces(pieces: list, directory: str) -> SpilledPiece:
+    """The ``(s, t, w)`` pieces of one range, in order, written to ``directory``: a task cutting many
+    blocks writes each block's pieces as it goes instead of holding them to concatenate."""
+    return SpilledPiece(tuple((_save(directory, s), _save(directory, t), _save_optional(directory, w))
+                              for s, t, w in pieces if s.size))
 
 
 def loaded_piece(piece) -> tuple:
-    """An ``(s, t, w)`` piece in memory, whether it was spilled or not."""
+    """An ``(s, t, w)`` piece in memory, whether it was spilled or not (a spilled one's parts joined in
+    order; ``w`` None when no part is weighted)."""
     if not isinstance(piece, SpilledPiece):
         return piece
-    s, t, w = piece.files
-    return _load(s), _load(t), _load_optional(w)
+    if not piece.parts:
+        return np.empty(0), np.empty(0, dtype=np.int8), None
+    parts = [(_load(s), _load(t), _load_optional(w)) for s, t, w in piece.parts]
+    if len(parts) == 1:
+        return parts[0]
+    s = np.concatenate([p[0] for p in parts])
+    t = np.concatenate([p[1] for p in parts])
+    if all(p[2] is None for p in parts):
+        return s, t, None
+    return s, t, np.concatenate([np.ones(p[0].shape[0]) if p[2] is None else p[2] for p in parts])
