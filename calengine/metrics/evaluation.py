@@ -15,6 +15,7 @@ accumulators come back.  The report's calibration maps read at most
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -159,8 +160,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             check_bootstrap(bootstrap, loaded)
             seed = check_seed(seed)
         bands = None
-        with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements(loaded),
-                        map_only=True) as c:
+        with _forgetting(scratch), job_client(client, cluster=cluster, workers=workers,
+                                              requirements=model_requirements(loaded), map_only=True) as c:
             # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
             # the workers) unless the report's figures need whole tables
             from ..thread_client import ThreadClient
@@ -190,6 +191,18 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         if report is not None:
             _write_report(result, files)
     return result
+
+
+@contextlib.contextmanager
+def _forgetting(scratch: str):
+    """Drop this process's cached ranges of ``scratch`` (:mod:`calengine.metrics.range_cache`) when the
+    evaluation ends, however it ends: the directory goes next, and the cache's memory with it."""
+    from .range_cache import forget
+
+    try:
+        yield
+    finally:
+        forget(scratch)
 
 
 def _metrics(acc, seed: int) -> dict:
