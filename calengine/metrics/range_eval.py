@@ -15,10 +15,13 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    them (the metrics are bit-identical for any cut);
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
-   the scratch directory or kept on the worker;
+   the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
+   its tables are written, so scratch holds each table once;
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
-   run as tasks on the ranges (:meth:`RangedTables.mapper`) and this process combines their small
-   answers (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
+   run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch stays in the
+   process's :mod:`~calengine.metrics.range_cache` within its byte budget, with the arrays the
+   kernels derive from it) and this process combines their small answers
+   (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
 
 The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
 ``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
