@@ -13,10 +13,14 @@ distinct value) fitted on the generated table, it times at each ``--rows-list`` 
 * **evaluate (accumulator)**: the same command with the range cut disabled
   (``range_eval.RANGED_MIN_ROWS`` set past the table), i.e. every chunk's tables merged in this
   process as before issue 22 §1: the named baseline.  Skipped above ``--baseline-max-rows``.
+* **evaluate (before)**, with ``--before DIR``: the ranged command run by an earlier build, ``DIR``
+  holding its ``calengine`` package (e.g. a copy of an install's ``site-packages/calengine`` made
+  before changing the code), put first on ``PYTHONPATH``: a change's speed-up measured in one run.
 
 Every command runs without ``--cluster`` (chunk tasks on a thread per core).  Medians of ``--repeats``
-interleaved runs, the peak RSS of the process (``ru_maxrss`` of the tree: one process here), and the
-ratios evaluate / score; it checks that the two evaluate paths print the same JSON.  Writes
+interleaved runs, the peak RSS of the process (``ru_maxrss`` of the tree: one process here), the CPU
+seconds (user + system: on a shared machine they move less than the wall time) and the ratios
+evaluate / score; it checks that the evaluate paths print the same JSON.  Writes
 ``results/evaluate_scale.{md,json}``.
 
     python benchmarks/bench_evaluate_scale.py [--rows-list 1000000,10000000] [--repeats 3]
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -53,8 +58,9 @@ entry()
 FIT = ["--learner", "gaussian_nb", "--method", "sigmoid", "--mode", "refit"]
 
 
-def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baseline: bool) -> dict[str, list]:
-    kinds = ["score", "ranges"] + (["accumulator"] if baseline else [])
+def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baseline: bool,
+          before: str | None = None) -> dict[str, list]:
+    kinds = ["score", "ranges"] + (["accumulator"] if baseline else []) + (["before"] if before else [])
     runs: dict[str, list] = {k: [] for k in kinds}
     for _ in range(repeats):
         for kind in kinds:
@@ -64,9 +70,12 @@ def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baselin
                 cmd = [*calengine, "score", str(model), str(table), "--output", str(out)]
             else:
                 args = ["--quiet", "evaluate", str(model), str(table), "--target", "y", "--json"]
-                script = EVALUATE.format(min_rows=0 if kind == "ranges" else 1 << 62)
+                script = EVALUATE.format(min_rows=1 << 62 if kind == "accumulator" else 0)
                 cmd = [sys.executable, "-P", "-c", script, *args]
-            r = C.run_measured(cmd, timeout=7200)
+            env = None
+            if kind == "before":
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [before, os.environ.get("PYTHONPATH")]))}
+            r = C.run_measured(cmd, env=env, timeout=7200)
             if r.returncode != 0:
                 raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
             runs[kind].append(r)
@@ -85,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work-dir", default="/tmp/calengine-bench")
     ap.add_argument("--results-dir", default=str(HERE / "results"))
+    ap.add_argument("--before", default=None,
+                    help="a directory holding an earlier build's calengine package: its ranged evaluate is timed too")
     ap.add_argument("--no-write", action="store_true", help="print only; write no result files")
     args = ap.parse_args(argv)
+    if args.before and not (Path(args.before) / "calengine" / "__init__.py").is_file():
+        raise SystemExit(f"error: --before {args.before} holds no calengine package; give the directory that"
+                         " contains calengine/__init__.py")
     sizes = [int(s) for s in args.rows_list.split(",") if s.strip()]
     if not sizes or any(s < 1 for s in sizes):
         raise SystemExit("error: --rows-list needs positive sizes, e.g. 1000000,10000000")
@@ -105,33 +119,42 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*calengine, "fit", str(model_table), "--target", "y", *FIT, "--output", str(model)], check=True)
     results = []
     for rows in sizes:
-        runs = _runs(calengine, model, table_of(rows), work, args.repeats, rows <= args.baseline_max_rows)
+        runs = _runs(calengine, model, table_of(rows), work, args.repeats, rows <= args.baseline_max_rows,
+                     args.before)
         med = {k: C.median([r.wall_s for r in v]) for k, v in runs.items()}
+        cpu = {k: C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in v]) for k, v in runs.items()}
         peak = {k: max(r.rusage["maxrss_bytes"] for r in v) / C.MiB for k, v in runs.items()}
         same = None
-        if "accumulator" in runs:
-            same = json.loads(runs["ranges"][0].stdout) == json.loads(runs["accumulator"][0].stdout)
+        others = [k for k in ("accumulator", "before") if k in runs]
+        if others:
+            first = json.loads(runs["ranges"][0].stdout)
+            same = all(json.loads(runs[k][0].stdout) == first for k in others)
         results.append({
-            "rows": rows, "wall_s": med, "peak_rss_mib": peak,
+            "rows": rows, "wall_s": med, "cpu_s": cpu, "peak_rss_mib": peak,
             "ratio_ranges_over_score": C.ratio(med["ranges"], med["score"]),
             "ratio_accumulator_over_score": C.ratio(med.get("accumulator"), med["score"]),
+            "ratio_before_over_score": C.ratio(med.get("before"), med["score"]),
+            "cpu_ratio_ranges_over_score": C.ratio(cpu["ranges"], cpu["score"]),
             "same_json": same, "runs": {k: [r.wall_s for r in v] for k, v in runs.items()},
         })
+    kinds = ("score", "ranges", "accumulator", "before")
     table_rows = [[f"{d['rows']:,}", C.fmt(d["wall_s"]["score"]), C.fmt(d["wall_s"]["ranges"]),
-                   C.fmt(d["wall_s"].get("accumulator")), f"**{C.fmt(d['ratio_ranges_over_score'])}**",
-                   C.fmt(d["ratio_accumulator_over_score"]),
-                   " / ".join(f"{d['peak_rss_mib'][k]:.0f}" if k in d["peak_rss_mib"] else "—"
-                              for k in ("score", "ranges", "accumulator")),
+                   C.fmt(d["wall_s"].get("accumulator")), C.fmt(d["wall_s"].get("before")),
+                   f"**{C.fmt(d['ratio_ranges_over_score'])}**", C.fmt(d["ratio_accumulator_over_score"]),
+                   C.fmt(d["ratio_before_over_score"]), C.fmt(d["cpu_ratio_ranges_over_score"]),
+                   " / ".join(f"{d['peak_rss_mib'][k]:.0f}" if k in d["peak_rss_mib"] else "—" for k in kinds),
                    {True: "yes", False: "**no**", None: "—"}[d["same_json"]]] for d in results]
     md = "\n".join([
         "# Evaluation in bounded memory: `calengine evaluate` beside `score`, and the old accumulator path",
         "",
         f"Command: `{C.command_line()}`; tables: {', '.join(f'{s:,}' for s in sizes)} rows × {args.cols} float32"
         f" columns in {args.files} files (`gen_table.py`), gaussian_nb + sigmoid (refit) fitted on {model_table.name};"
-        " no `--cluster`; medians of interleaved runs, launch to exit; peak RSS of the process.",
+        " no `--cluster`; medians of interleaved runs, launch to exit; peak RSS and CPU seconds of the process"
+        + (f"; before: the calengine package in `{args.before}`." if args.before else "."),
         "",
-        C.markdown_table(["rows", "score s", "evaluate (ranges) s", "evaluate (accumulator) s", "ranges / score",
-                          "accumulator / score", "peak RSS MiB score / ranges / accumulator", "same JSON"],
+        C.markdown_table(["rows", "score s", "evaluate (ranges) s", "evaluate (accumulator) s", "evaluate (before) s",
+                          "ranges / score", "accumulator / score", "before / score", "CPU s ranges / score",
+                          "peak RSS MiB score / ranges / accumulator / before", "same JSON"],
                          table_rows),
         "",
         C.machine_line(REPO_ROOT),

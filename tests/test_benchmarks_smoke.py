@@ -262,15 +262,19 @@ def test_bench_hot_paths_tiny(capsys):
 
 
 def test_bench_evaluate_scale_tiny(tmp_path):
-    """bench_evaluate_scale.py times score, evaluate cut into ranges and the accumulator baseline on one
-    generated table, and the two evaluate paths print the same JSON."""
+    """bench_evaluate_scale.py times score, evaluate cut into ranges, the accumulator baseline and an
+    earlier build (--before: here the installed package itself) on one generated table, and the evaluate
+    paths print the same JSON."""
+    import calengine
+
     bench = _load("bench_evaluate_scale")
-    assert bench.main(["--rows-list", "20000", "--files", "2", "--repeats", "1",
+    before = str(Path(calengine.__file__).resolve().parent.parent)
+    assert bench.main(["--rows-list", "20000", "--files", "2", "--repeats", "1", "--before", before,
                        "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
     data = json.loads((tmp_path / "r" / "evaluate_scale.json").read_text())
     (d,) = data["results"]
-    assert d["rows"] == 20000 and set(d["wall_s"]) == {"score", "ranges", "accumulator"}
-    assert d["same_json"] is True
+    assert d["rows"] == 20000 and set(d["wall_s"]) == set(d["cpu_s"]) == {"score", "ranges", "accumulator", "before"}
+    assert d["same_json"] is True and d["cpu_s"]["ranges"] > 0
 
 
 def test_bench_score_columns_tiny(tmp_path):

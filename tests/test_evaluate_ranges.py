@@ -213,3 +213,39 @@ def test_evaluate_cut_into_ranges_on_a_cluster_keeps_the_tables_on_the_workers(p
         new = calengine.evaluate_models(model, str(parts), "class", client=client)
     assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
     assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+
+
+def test_chunk_files_go_once_their_ranges_are_written_and_a_failure_leaves_no_scratch(pima_model, tmp_path,
+                                                                                      monkeypatch):
+    """Scratch holds each table once: when the first metric kernel runs only range files are left (the
+    chunks' files were removed as their ranges were written); a kernel failing mid-evaluation raises
+    its own error, and neither the scratch directory nor this process's cached ranges survive it."""
+    import tempfile
+
+    import calengine
+    from calengine.metrics import range_cache, range_eval
+
+    model, parts = pima_model
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+    monkeypatch.setattr(range_eval, "RANGE_VALUES", 50)
+    seen = []
+    run = range_eval.run_kernel
+
+    def failing(kernel, handle, request):
+        if not seen:
+            (evaluation,) = os.listdir(scratch)
+            seen.append(sorted(os.listdir(scratch / evaluation)))
+        if kernel.__name__ == "irls":
+            raise RuntimeError("a kernel failed")
+        return run(kernel, handle, request)
+
+    monkeypatch.setattr(range_eval, "run_kernel", failing)
+    with pytest.raises(RuntimeError, match="a kernel failed"):
+        calengine.evaluate_models(model, str(parts), "class")
+    assert len(seen[0]) >= 3 * 2 * 10 * 3  # 3 tables x 2 kinds x >= 10 ranges x 3 arrays
+    assert all(re.fullmatch(r"(calibrated|raw)-\d-r\d+\.(value|pos|neg)\.npy", name) for name in seen[0]), seen[0]
+    assert os.listdir(scratch) == []
+    assert not any(path.startswith(str(scratch)) for path in range_cache._CACHE._ranges)

@@ -77,10 +77,12 @@ def spiegelhalter_from_sums(num: float, var: float) -> dict:
     """``{"z", "p_value"}`` from ``Σ (y - p)(1 - 2p)`` and ``Σ (1 - 2p)² p (1 - p)``."""
     if var <= 0.0:
         return {"z": math.nan, "p_value": math.nan}
-    from scipy.stats import norm  # lazily: scipy.stats costs ~0.5 s to import, every task imports this module
+    # scipy.stats.norm.sf(x) is ndtr(-x); scipy.special is the lighter import (scipy.stats costs ~0.5 s,
+    # a tenth of evaluating a million rows)
+    from scipy.special import ndtr
 
     z = num / math.sqrt(var)
-    return {"z": z, "p_value": float(2.0 * norm.sf(abs(z)))}
+    return {"z": z, "p_value": float(2.0 * ndtr(-abs(z)))}
 
 
 def reliability_chi2(v, pos, neg, bins: int = HL_BINS) -> dict:
@@ -105,10 +107,10 @@ def chi2_from_bins(obs, exp, var) -> dict:
     df = int(np.count_nonzero(live))
     if df == 0:
         return {"chi2": math.nan, "df": 0, "p_value": math.nan}
-    from scipy.stats import chi2
+    from scipy.special import chdtrc  # scipy.stats.chi2.sf, without importing scipy.stats
 
     stat = float(np.sum((obs[live] - exp[live]) ** 2 / var[live]))
-    return {"chi2": stat, "df": df, "p_value": float(chi2.sf(stat, df))}
+    return {"chi2": stat, "df": df, "p_value": float(chdtrc(df, stat))}
 
 
 def calibration_drift(tables, alpha: float = DRIFT_ALPHA) -> dict:

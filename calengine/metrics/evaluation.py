@@ -15,6 +15,7 @@ accumulators come back.  The report's calibration maps read at most
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -175,8 +176,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             check_bootstrap(bootstrap, loaded)
             seed = check_seed(seed)
         bands = None
-        with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements(loaded),
-                        map_only=True) as c:
+        with _forgetting(scratch), job_client(client, cluster=cluster, workers=workers,
+                                              requirements=model_requirements(loaded), map_only=True) as c:
             # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
             # the workers) unless the report's figures need whole tables
             from ..thread_client import ThreadClient
@@ -190,10 +191,10 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
 
                 # a seeded sample of the evaluated rows scored where they are read, never the whole table here
                 bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
-            # ranged tables are read by tasks of this client, in this scratch directory: every number is
-            # computed before either goes away (freeze keeps the answers and drops the ranges)
             segments = None if by is None else [_segment_table(c, m, files, target, by, weight, max_segments, prog)
                                                 for m in loaded]
+            # ranged tables are read by tasks of this client, in this scratch directory: every number is
+            # computed before either goes away (freeze keeps the answers and drops the ranges)
             results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
             drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
             for a in accs:
@@ -232,6 +233,18 @@ def _segment_table(client, model, files, target, by, weight, max_segments, progr
     for part in parts[1:]:
         acc.merge(part)
     return acc.result()
+
+
+@contextlib.contextmanager
+def _forgetting(scratch: str):
+    """Drop this process's cached ranges of ``scratch`` (:mod:`calengine.metrics.range_cache`) when the
+    evaluation ends, however it ends: the directory goes next, and the cache's memory with it."""
+    from .range_cache import forget
+
+    try:
+        yield
+    finally:
+        forget(scratch)
 
 
 def _metrics(acc, seed: int) -> dict:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_sum_bins", "fixed_to_float", "fixed_units", "FIXED_BITS", "SUM_BITS"]
+__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_to_float", "fixed_units", "FIXED_BITS", "SUM_BITS"]
 
 #: fixed-point resolution of :func:`fixed_units`: a term equal to ``scale`` is 2**52 units.
 FIXED_BITS = 52
@@ -59,6 +59,14 @@ def fixed_sum(t, scale: float) -> int:
         hi, lo = _limbs(t[start:start + BLOCK], scale)
         total += (int(np.sum(hi)) << _HALF) + int(np.sum(lo))
     return total
+
+
+def fixed_sum_rows(t, scale: float) -> list[int]:
+    """:func:`fixed_sum` of each row of the 2-d array ``t`` (at most :data:`BLOCK` columns): the same
+    integers, with the limbs of all rows taken in a few array operations."""
+    hi, lo = _limbs(t, scale)
+    hi, lo = hi.reshape(t.shape), lo.reshape(t.shape)
+    return [(int(h) << _HALF) + int(low) for h, low in zip(np.sum(hi, axis=1).tolist(), np.sum(lo, axis=1).tolist())]
 
 
 def fixed_sum_bins(index, t, scale: float, n_bins: int) -> list[int]:

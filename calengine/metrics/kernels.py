@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import fixed_sum, fixed_sum_bins, fixed_units
+from .exact import fixed_sum, fixed_sum_bins, fixed_sum_rows, fixed_units
+from .range_cache import derived
 
 __all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms"]
 
@@ -29,7 +30,12 @@ ECE_BINS = 15
 
 
 def counts(table, unit):
-    """``(v, a, b, m)`` with integer counts: as stored, or float weights in units of ``unit``."""
+    """``(v, a, b, m)`` with integer counts: as stored, or float weights in units of ``unit`` (kept
+    with a cached range, :func:`calengine.metrics.range_cache.derived`: every pass reads them)."""
+    return derived(table, ("counts", unit), lambda: _counts(table, unit))
+
+
+def _counts(table, unit):
     v, a, b = table
     if unit is not None and (a.dtype.kind == "f" or b.dtype.kind == "f"):
         a = np.rint(np.asarray(a, dtype=np.float64) / unit).astype(np.int64)
@@ -172,6 +178,35 @@ def logit_basis(v, clip: float, knots):
     return cols
 
 
+#: values per block of :func:`irls`: its ~20 arrays of a block fit a core's cache.
+IRLS_BLOCK = 1 << 13
+
+
+def _irls_block(B, theta, af, mf, v, scale: float, ici: bool) -> list[int]:
+    """:func:`irls`'s sums over one block of values (basis columns ``B``)."""
+    # B @ theta as elementwise products added column by column: a BLAS product may round differently
+    # for different row counts, which would make the sums depend on where the table was cut
+    eta = np.zeros(v.size)
+    for col, th in zip(B, theta):
+        eta = eta + col * th
+    mu = 0.5 + 0.5 * np.tanh(0.5 * eta)  # expit, overflow-free
+    resid = af - mf * mu
+    wt = mf * mu * (1.0 - mu)
+    k = len(B)
+    terms = np.empty((k + k * (k + 1) // 2 + int(ici) + 1, v.size))
+    row = 0
+    for i, bi in enumerate(B):
+        np.multiply(resid, bi, out=terms[row])
+        wb = wt * bi
+        np.multiply(wb, np.stack(B[i:]), out=terms[row + 1:row + 1 + k - i])
+        row += 1 + k - i
+    if ici:
+        np.multiply(mf, np.abs(mu - v), out=terms[row])
+        row += 1
+    np.subtract(af * eta, mf * np.logaddexp(0.0, eta), out=terms[row])  # the log-likelihood, for the step search
+    return fixed_sum_rows(terms, scale)
+
+
 def irls(table, req: dict) -> dict:
     """One Newton round of each logistic calibration fit over a range: the gradient and Hessian of the
     log-likelihood at ``req["fits"][name]["theta"]`` (with its ``knots``, or None for Cox's line), as
@@ -181,27 +216,20 @@ def irls(table, req: dict) -> dict:
     out = {}
     if v.size == 0:
         return out
-    S = req["scale"]
-    af, mf = a.astype(np.float64), m.astype(np.float64)
+    af, mf = derived(table, ("float_counts", req["unit"]), lambda: (a.astype(np.float64), m.astype(np.float64)))
     for name, fit in req["fits"].items():
-        B = logit_basis(v, req["clip"], fit.get("knots"))
-        # B @ theta as elementwise products added column by column: a BLAS product may round differently
-        # for different row counts, which would make the sums depend on where the table was cut
-        eta = np.zeros(v.size)
-        for col, th in zip(B, np.asarray(fit["theta"], dtype=np.float64)):
-            eta = eta + col * th
-        mu = 0.5 + 0.5 * np.tanh(0.5 * eta)  # expit, overflow-free
-        resid = af - mf * mu
-        wt = mf * mu * (1.0 - mu)
-        scale = S * 100.0
-        sums = []
-        for i, bi in enumerate(B):
-            sums.append(fixed_sum(resid * bi, scale))
-            wb = wt * bi
-            for bj in B[i:]:
-                sums.append(fixed_sum(wb * bj, scale))
-        if req.get("ici"):
-            sums.append(fixed_sum(mf * np.abs(mu - v), scale))
-        sums.append(fixed_sum(af * eta - mf * np.logaddexp(0.0, eta), scale))  # the log-likelihood, for the step search
+        # the basis does not depend on theta: a cached range keeps it for the fit's next rounds
+        knots = fit.get("knots")
+        B = derived(table, ("logit_basis", req["clip"], None if knots is None else tuple(knots)),
+                    lambda: logit_basis(v, req["clip"], knots))
+        theta = np.asarray(fit["theta"], dtype=np.float64)
+        sums = None
+        # in blocks that stay in the processor's cache (a round computes a few dozen arrays per value);
+        # every sum is fixed-point, so adding the blocks' sums gives the same integers as one block
+        for lo in range(0, v.size, IRLS_BLOCK):
+            hi = min(v.size, lo + IRLS_BLOCK)
+            part = _irls_block([c[lo:hi] for c in B], theta, af[lo:hi], mf[lo:hi], v[lo:hi], req["scale"] * 100.0,
+                               bool(req.get("ici")))
+            sums = part if sums is None else [x + y for x, y in zip(sums, part)]
         out[name] = sums
     return out

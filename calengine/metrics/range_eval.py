@@ -15,10 +15,13 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    them (the metrics are bit-identical for any cut);
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
-   the scratch directory or kept on the worker;
+   the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
+   its tables are written, so scratch holds each table once;
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
-   run as tasks on the ranges (:meth:`RangedTables.mapper`) and this process combines their small
-   answers (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
+   run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch stays in the
+   process's :mod:`~calengine.metrics.range_cache` within its byte budget, with the arrays the
+   kernels derive from it) and this process combines their small answers
+   (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
 
 The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
 ``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
@@ -32,8 +35,9 @@ import os
 
 import numpy as np
 
+from .range_cache import cached_range
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
-from .tables import merge_tables
+from .tables import merge_all, merge_tables
 
 __all__ = ["RangedTables", "chunk_tables", "range_boundaries", "build_range", "SKETCH_POINTS", "RANGE_VALUES",
            "RANGED_MIN_ROWS", "evaluate_ranged"]
@@ -141,18 +145,30 @@ def range_boundaries(sketches: list[dict], values_per_range: int | None = None) 
 def build_range(bounds: tuple, spill_path: str | None, *handles):
     """One range's table (task): the chunks' slices in ``[bounds[0], bounds[1])`` (None: unbounded)
     merged in chunk order, stored at ``spill_path`` or returned as arrays."""
-    table = None
-    for h in handles:
-        piece = _load(h, *bounds)
-        table = piece if table is None else merge_tables(table, piece)
+    pieces = [_load(h, *bounds) for h in handles]
+    if all(p[1].dtype.kind == "i" and p[2].dtype.kind == "i" for p in pieces):
+        # integer counts add exactly in any order: one stable sort of all the pieces, not one per chunk
+        table = merge_all(pieces)
+    else:
+        # fractional weights are added chunk by chunk, in chunk order, as the in-memory accumulator adds them
+        table = None
+        for piece in pieces:
+            table = piece if table is None else merge_tables(table, piece)
     if spill_path is not None:
         return _save(table, spill_path)
     return ("mem", table)
 
 
 def run_kernel(kernel, handle, request):
-    """A kernel on one stored range (task)."""
+    """A kernel on one stored range (task); a range on disk comes from this process's cache
+    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget."""
+    if handle[0] == "disk":
+        return kernel(cached_range(handle[1], _load_path), request)
     return kernel(_load(handle), request)
+
+
+def _load_path(path: str):
+    return _load(("disk", path))
 
 
 class RangedTables:
@@ -278,12 +294,27 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
             # the handle of table j of every chunk, picked where the chunk's result lives
             hs = [client.submit(_pick, p, kind, j, pure=False) for p in parts]
             ranges.append(_ranges_of_table(client, hs, [s["sketch"][kind][j] for s in small], spill_dir, f"{kind}-{j}"))
+            if spill_dir is not None:
+                # the chunks' files of this table are read by its range tasks only: once those are
+                # written they go (scratch would otherwise hold every table twice)
+                client.gather(ranges[-1])
+                _remove_chunk_files(client.gather(hs))
         out[kind] = RangedTables(client, k, n, ranges[:k], ranges[k])
     if cost_matrix is not None:
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:
             out["decisions"].merge(s["decisions"])
     return out
+
+
+def _remove_chunk_files(handles) -> None:
+    for kind, path in handles:
+        if kind == "disk":
+            for name in _NAMES:
+                try:
+                    os.remove(f"{path}.{name}.npy")
+                except FileNotFoundError:
+                    pass
 
 
 def _pick(part: dict, kind: str, j: int):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["empty_table", "group_rows", "merge_tables", "cut_points", "slice_range", "is_integral", "as_counts"]
+__all__ = ["empty_table", "group_rows", "merge_tables", "merge_all", "cut_points", "slice_range", "is_integral", "as_counts"]
 
 
 def empty_table():
@@ -73,6 +73,16 @@ def merge_tables(a, b):
         return t if t[1].dtype == dtype else (t[0], t[1].astype(dtype), t[2].astype(dtype))
     return _collapse(np.concatenate((a[0], b[0])), np.concatenate((a[1], b[1])), np.concatenate((a[2], b[2])),
                      kind="stable")
+
+
+def merge_all(tables):
+    """Union of integer-count tables in one stable sort: what :func:`merge_tables` gives merging them
+    one after the other (integer sums do not depend on their order; float counts must be merged in
+    order with :func:`merge_tables`)."""
+    tables = [t for t in tables if t[0].size]
+    if len(tables) <= 1:
+        return tables[0] if tables else empty_table()
+    return _collapse(*(np.concatenate([t[i] for t in tables]) for i in range(3)), kind="stable")
 
 
 def cut_points(table, boundaries) -> np.ndarray:
