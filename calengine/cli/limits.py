@@ -40,6 +40,7 @@ LIMITS = (
     Limit("--max-categories", "max_categories", 1, 10_000, "each category becomes a float64 feature column"),
     Limit("--batch-rows", "batch_rows", 1, 4_194_304, "a batch is held in memory as float64 columns"),
     Limit("--max-train-rows", "max_train_rows", 2, 2**40, "a sample larger than the table is the whole table"),
+    Limit("--max-iter", "max_iter", 1, 10_000, "each EM step of adapt is one pass over the new rows' posteriors"),
     Limit("--io-timeout", "io_timeout", 1, 86_400, "a stalled store is waited for that long before the error"),
 )
 
