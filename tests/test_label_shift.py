@@ -126,14 +126,14 @@ def test_adult_resampled_to_a_known_rate(adult, rate):
     truth = float((df["class"] == ">50K").mean())
     assert truth == pytest.approx(rate, abs=1e-3)
     assert priors["em"]["converged"]
-    assert abs(priors["em"]["priors"][pos] - truth) < 0.02, priors
+    assert abs(priors["em"]["priors"][pos] - truth) < 0.02, priors  # measured: 0.007, 0.0007, 0.0074
     # BBSE, the check: its confusion matrix is of the training rows here (optimistic), so looser
     assert abs(priors["bbse"]["priors"][pos] - truth) < 0.03, priors
     before, after = _pos_log_loss(parent, df), _pos_log_loss(new, df)
     if rate == 0.24:
         assert abs(after - before) < 1e-3, (before, after)
     else:
-        assert after < before - 0.02, (before, after)  # measured: 0.290 -> 0.244 (0.1), 0.600 -> 0.494 (0.5)
+        assert after < before - 0.02, (before, after)  # measured: 0.284 -> 0.236 (0.1), 0.599 -> 0.490 (0.5)
     # the correction is Bayes' rule on the parent's probabilities, row by row
     P = parent.predict_proba(df)
     W = P * (np.asarray(priors["applied"]) / np.asarray(priors["training"]))
@@ -155,6 +155,11 @@ def test_cli_adapt_publishes_a_model_that_score_applies_with_its_lineage(adult, 
     assert set(lineage["priors"]) >= {"training", "em", "bbse", "applied"}
     assert lineage["priors"]["applied"] == lineage["priors"]["em"]["priors"]
     assert manifest["sampling"]["negative_sampling"] is None
+    from calengine.metrics.report import lineage_text  # what evaluate prints under its table
+
+    text = lineage_text(lineage)
+    assert text.startswith("Adapted to new class priors (em: ") and f"{lineage['priors']['applied'][1]:.4f})" in text, text
+    assert f"{len(shifted[0.5])} unlabelled rows" in text, text
     r = run_cli("score", out, root / "shift_0.5.parquet", "--output", tmp_path / "scores", "--quiet")
     assert r.returncode == 0, r
     scored = pq.read_table(tmp_path / "scores").to_pandas()
@@ -291,3 +296,30 @@ def test_pendigits_with_a_skewed_resample():
         log_loss(df["class"], model.predict_proba(df), labels=labels) - 0.01  # measured: 0.354 -> 0.331
     bbse = np.asarray(new.info["lineage"]["priors"]["bbse"]["priors"])
     assert np.abs(bbse - truth).max() < 0.03, (bbse.round(3), truth.round(3))
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([("priors",), ("priors", "training"), ("priors", "applied"), ("method",), ("mode",)]), _json)
+def test_a_malformed_adapt_lineage_is_one_line_never_a_crash(path, value):
+    from calengine.errors import ModelFormatError
+    from calengine.model.checks import check_lineage
+
+    doc = {"mode": "adapt", "parent": {"path": "/m", "content_hash": "0" * 64},
+           "data": {"paths": ["/d.parquet"], "rows": 3, "fingerprint": "f"}, "method": "em",
+           "priors": {"training": [0.5, 0.5], "applied": [0.2, 0.8]}, "time": "2026-01-01T00:00:00+00:00"}
+    check_lineage(json.loads(json.dumps(doc)))
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    try:
+        check_lineage(doc)
+    except ModelFormatError as exc:
+        assert "\n" not in str(exc) and "lineage" in str(exc)
