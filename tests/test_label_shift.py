@@ -124,6 +124,7 @@ def test_adult_resampled_to_a_known_rate(adult, rate):
     priors = new.info["lineage"]["priors"]
     pos = list(parent.classes_).index(">50K")
     truth = float((df["class"] == ">50K").mean())
+    assert priors["observed"][pos] == pytest.approx(truth, abs=1e-12)  # the table's own labels, counted
     assert truth == pytest.approx(rate, abs=1e-3)
     assert priors["em"]["converged"]
     assert abs(priors["em"]["priors"][pos] - truth) < 0.02, priors  # measured: 0.007, 0.0007, 0.0074
@@ -200,6 +201,9 @@ def test_bad_input_is_one_line_and_publishes_nothing(adult, tmp_path):
     lab.to_parquet(unseen, index=False)
     assert_one_line_error(run_cli("adapt", root / "nb", root / "shift_0.5.parquet", "--output", out,
                                   "--labelled", unseen), "'maybe'")
+    # labels in the table to adapt to are only counted (a check), and one the model never saw is refused
+    with pytest.raises(DataError, match="'maybe', a class the model was not trained on"):
+        calengine.adapt_priors(root / "nb", lab, output=out)
     assert not out.exists()
 
 

@@ -82,6 +82,8 @@ def summary(model, info, out: str) -> str:
     text += row("em", em.priors)
     if bbse is not None:
         text += row("bbse", bbse["priors"])
+    if info.get("observed") is not None:
+        text += row("observed", info["observed"])
     state = f"converged in {em.iterations} steps" if em.converged else (
         f"did NOT converge in {em.iterations} steps (last change {em.last_change:.2g}; raise --max-iter)")
     text += f"  EM {state}; training priors from the {info['training_priors_from']}"

@@ -7,7 +7,8 @@ returns k fixed-point sums of its re-weighted posteriors, the client adds them a
 until no prior moves by ``tol``.  BBSE, the check, needs a confusion matrix of hard predictions on
 labelled rows of the old population: a model does not keep its calibration rows, so those come from
 ``labelled`` (a table with the model's target column, e.g. the calibration data or a held-out split);
-its counts are integers, one more reduction.  Every task maps over fragments and the client reduces,
+its counts are integers, one more reduction.  Labels in the new table itself (its target column, when
+present) are only counted, as a check beside the estimates; a label the model never saw is one line.  Every task maps over fragments and the client reduces,
 so without ``--cluster`` the job runs on a thread pool (``map_only``: no scheduler to start, and an
 EM step costs a thread hand-off per fragment rather than a scheduler round trip).
 
@@ -40,28 +41,57 @@ METHODS = ("em", "bbse")
 
 @dataclass
 class PosteriorBlock:
-    """One fragment's posteriors under the parent model, and how many rows it predicts as each class."""
+    """One fragment's posteriors under the parent model, how many rows it predicts as each class, and
+    (when the table carries the model's target column) how many rows hold each label."""
 
     P: np.ndarray
     predicted: np.ndarray
+    observed: np.ndarray | None = None
 
 
 @trims_heap
-def posterior_chunk(model, chunk, batch_rows: int) -> PosteriorBlock:
-    """The parent model's class probabilities of a fragment's rows (runs in tasks)."""
+def posterior_chunk(model, chunk, batch_rows: int, target: str | None = None) -> PosteriorBlock:
+    """The parent model's class probabilities of a fragment's rows (runs in tasks).  ``target``: the
+    model's target column, present in this table: its labels are counted (never used by the
+    estimates), and a label the model never saw is one line."""
     from ..scores.table import _batches
 
     k = model.n_classes
     parts = []
-    for df in _batches(chunk, list(model.encoder.input_columns), batch_rows):
-        if len(df):
-            parts.append(model.predict_proba_features(model.encoder.transform(df, order="F")))
+    observed = np.zeros(k, dtype=np.int64) if target else None
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + ([target] if target else [])))
+    for df in _batches(chunk, columns, batch_rows):
+        if not len(df):
+            continue
+        if target:
+            observed += np.bincount(_known_labels(model, df[target].dropna()), minlength=k)
+        parts.append(model.predict_proba_features(model.encoder.transform(df, order="F")))
     P = np.concatenate(parts) if parts else np.empty((0, k))
-    return PosteriorBlock(P, np.bincount(np.argmax(P, axis=1), minlength=k).astype(np.int64))
+    return PosteriorBlock(P, np.bincount(np.argmax(P, axis=1), minlength=k).astype(np.int64), observed)
 
 
-def block_rows(block: PosteriorBlock) -> tuple[int, np.ndarray]:
-    return int(block.P.shape[0]), block.predicted
+def _known_labels(model, labels):
+    """Class indices of ``labels`` (no missing values); a value the model never saw is one line saying
+    so for ``adapt`` (matched as :meth:`LabelSpace.encode` matches: numbers as numbers, else text)."""
+    try:
+        return model.labels.encode(labels)
+    except DataError:
+        import pandas as pd
+
+        for v in labels.unique():
+            try:
+                model.labels.encode(pd.Series([v], dtype=labels.dtype))
+            except DataError:
+                raise DataError(
+                    f"column '{model.labels.target}' of the table to adapt to holds {str(v)!r}, a class the model was"
+                    f" not trained on (classes: {', '.join(map(str, model.labels.classes))}); adapt estimates the"
+                    " priors of the model's own classes: drop those rows, or fit a model that knows the class"
+                ) from None
+        raise
+
+
+def block_rows(block: PosteriorBlock) -> tuple[int, np.ndarray, np.ndarray | None]:
+    return int(block.P.shape[0]), block.predicted, block.observed
 
 
 def block_em_sums(block: PosteriorBlock, train: np.ndarray, new: np.ndarray) -> list[int]:
@@ -114,12 +144,13 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
                 tol: float = ls.DEFAULT_TOL, max_iter: int = ls.DEFAULT_MAX_ITER, batch_rows: int = 65536,
                 chunk_rows: int = 1_000_000, progress=None) -> tuple[Any, dict[str, Any]]:
     """The adapted model and what was estimated: ``(new_model, info)`` with ``info`` = ``{"rows",
-    "training_priors", "training_priors_from", "em", "bbse", "method", "priors"}`` (``bbse`` None
-    without ``labelled``).  ``method`` names the estimate the new model applies.  The new model's
+    "training_priors", "training_priors_from", "em", "bbse", "method", "priors", "labelled_rows",
+    "observed"}`` (``bbse`` None without ``labelled``; ``observed`` the table's own class rates when it
+    has the target column, else None).  ``method`` names the estimate the new model applies.  The new model's
     ``info`` does not hold the lineage yet: :func:`adapt_with_lineage` adds it."""
     import copy
 
-    from ..parquet.data import check_columns
+    from ..parquet.data import check_columns, parquet_columns
     from ..progress import gather_in_order
     from ..scores.table import plan_chunks, share_model
 
@@ -158,10 +189,13 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
             raise DataError("the --labelled table lacks a class of the model; it needs rows of every class")
         train, source = counts / counts.sum(), "class rates of the --labelled table"
 
-    blocks = [client.submit(posterior_chunk, model_f, c, batch_rows, pure=False) for c in chunks]
+    labelled_here = target in parquet_columns(files)
+    blocks = [client.submit(posterior_chunk, model_f, c, batch_rows, target if labelled_here else None, pure=False)
+              for c in chunks]
     sized = gather_in_order(client, [client.submit(block_rows, b, pure=False) for b in blocks], progress, "posteriors")
-    n_rows = int(sum(n for n, _ in sized))
-    predicted = np.sum([p for _, p in sized], axis=0)
+    n_rows = int(sum(n for n, _, _ in sized))
+    predicted = np.sum([p for _, p, _ in sized], axis=0)
+    observed = np.sum([o for _, _, o in sized], axis=0) if labelled_here else None
     if n_rows == 0:
         raise DataError("the table to adapt to has no rows; label-shift adaptation needs unlabelled rows")
 
@@ -181,6 +215,7 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
     info = {
         "rows": n_rows, "training_priors": train, "training_priors_from": source, "em": em, "bbse": bbse,
         "method": method, "priors": priors, "labelled_rows": None if joint is None else int(joint.sum()),
+        "observed": None if observed is None or observed.sum() == 0 else observed / observed.sum(),
     }
     return new_model, info
 
@@ -209,6 +244,8 @@ def lineage_record(parent: dict[str, Any], files: list[str], info: dict[str, Any
                                                 "condition": (float(bbse["condition"]) if np.isfinite(bbse["condition"])
                                                               else None)},
             "applied": [float(p) for p in info["priors"]],
+            # the table's own labels, when it has the target column: a check, never used by the estimates
+            "observed": None if info["observed"] is None else [float(p) for p in info["observed"]],
         },
         "labelled": None if not labelled else {"paths": _paths(labelled), "rows": info["labelled_rows"],
                                                "fingerprint": data_fingerprint(labelled)},
