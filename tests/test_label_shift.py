@@ -327,3 +327,27 @@ def test_a_malformed_adapt_lineage_is_one_line_never_a_crash(path, value):
         check_lineage(doc)
     except ModelFormatError as exc:
         assert "\n" not in str(exc) and "lineage" in str(exc)
+
+
+def test_fits_record_the_class_totals_their_calibrators_met(tmp_path):
+    """--calibration-data: that table's counts; --weight: weight totals; a class-sampled model's priors
+    are the population's (counts divided by the rates), and its adapted rates compose with them."""
+    df = pd.read_parquet(REPO / "data" / "pima.parquet")
+    df["w"] = np.where(df["class"] == 1, 3.0, 1.0)
+    df.iloc[:500].to_parquet(tmp_path / "a.parquet", index=False)
+    df.iloc[500:].to_parquet(tmp_path / "b.parquet", index=False)
+    a, b = df.iloc[:500]["class"].value_counts(), df.iloc[500:]["class"].value_counts()
+    m = calengine.fit_table(str(tmp_path / "a.parquet"), "class", learner="gaussian_nb", method="sigmoid",
+                            calibration_data=str(tmp_path / "b.parquet"), exclude=["w"])
+    assert m.info["x_class_totals"] == {"totals": [b[0], b[1]], "table": "calibration_data", "weighted": False}
+    m = calengine.fit_table(str(tmp_path / "a.parquet"), "class", learner="gaussian_nb", method="isotonic",
+                            weight="w", cv=3)
+    assert m.info["x_class_totals"] == {"totals": [a[0], 3.0 * a[1]], "table": "training", "weighted": True}
+    m = calengine.fit_table(str(tmp_path / "a.parquet"), "class", learner="gaussian_nb", method="isotonic",
+                            negative_sampling=0.5, exclude=["w"], cv=3)
+    np.testing.assert_allclose(training_priors(m)[0], np.array([a[0] / 0.5, a[1]]) / (a[0] / 0.5 + a[1]))
+    new = calengine.adapt_priors(m, df.iloc[500:])
+    priors = new.info["lineage"]["priors"]
+    X = df.iloc[500:]
+    W = m.predict_proba(X) * (np.asarray(priors["applied"]) / np.asarray(priors["training"]))
+    np.testing.assert_allclose(new.predict_proba(X), W / W.sum(axis=1, keepdims=True), rtol=0, atol=1e-12)
