@@ -9,7 +9,10 @@ set resampled to known positive rates (the truth is the resample's own rate).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import operator
 import shutil
 
 import numpy as np
@@ -318,15 +321,24 @@ def test_a_malformed_adapt_lineage_is_one_line_never_a_crash(path, value):
     doc = {"mode": "adapt", "parent": {"path": "/m", "content_hash": "0" * 64},
            "data": {"paths": ["/d.parquet"], "rows": 3, "fingerprint": "f"}, "method": "em",
            "priors": {"training": [0.5, 0.5], "applied": [0.2, 0.8]}, "time": "2026-01-01T00:00:00+00:00"}
-    check_lineage(json.loads(json.dumps(doc)))
-    node = doc
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    try:
+    check_lineage(json.loads(json.dumps(doc)))  # the good record passes
+    functools.reduce(operator.getitem, path[:-1], doc)[path[-1]] = value
+    with pytest.raises(ModelFormatError) if _malformed(doc) else contextlib.nullcontext() as caught:
         check_lineage(doc)
-    except ModelFormatError as exc:
-        assert "\n" not in str(exc) and "lineage" in str(exc)
+    if caught is not None:
+        message = str(caught.value)
+        assert len(message.splitlines()) == 1 and "lineage" in message
+
+
+def _malformed(doc) -> bool:
+    """Whether an adapt lineage must be refused: another mode (refit/update would need 'forget', which
+    this record lacks), or priors that are not lists of numbers in [0, 1] ('method' is informative)."""
+    priors = doc.get("priors")
+    if doc.get("mode") != "adapt" or not isinstance(priors, dict):
+        return True
+    return not all(isinstance(priors.get(key), list) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in priors[key])
+        for key in ("training", "applied"))
 
 
 def test_fits_record_the_class_totals_their_calibrators_met(tmp_path):
