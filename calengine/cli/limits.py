@@ -42,6 +42,7 @@ LIMITS = (
           "each segment keeps three 1,024-cell grids (24 KiB) in every chunk's accumulator"),
     Limit("--batch-rows", "batch_rows", 1, 4_194_304, "a batch is held in memory as float64 columns"),
     Limit("--max-train-rows", "max_train_rows", 2, 2**40, "a sample larger than the table is the whole table"),
+    Limit("--max-iter", "max_iter", 1, 10_000, "each EM step of adapt is one pass over the new rows' posteriors"),
     Limit("--io-timeout", "io_timeout", 1, 86_400, "a stalled store is waited for that long before the error"),
 )
 

@@ -92,6 +92,8 @@ class Context:
     weights: Any = None
     #: labelled rows of ``--calibration-data`` (0 without one)
     cal_rows: int = 0
+    #: ``--calibration-data``'s total per class (weights when weighted), in class order; None without one
+    cal_class_totals: Any = None
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -178,6 +180,8 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
             merged.weights.check(labels.classes, "--calibration-data")
         ctx.cal_fragments = cal.fragments
         ctx.cal_rows = int(sum(merged.target.totals().values()))
+        ctx.cal_class_totals = _class_totals(merged.weights.per_label if merged.weights is not None
+                                             else merged.target.totals(), labels)
     return ctx
 
 
@@ -285,7 +289,30 @@ def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
         training["weighting"] = "costing" if _costing(ctx, learner, route) is not None else "weights"
     if ctx.cal_rows:
         training["calibration_rows"] = ctx.cal_rows
-    return {**model_info(learner, config, ctx.spec.calibration_data is not None), "x_training": training}
+    return {**model_info(learner, config, ctx.spec.calibration_data is not None), "x_training": training,
+            "x_class_totals": _calibration_class_totals(ctx)}
+
+
+def _class_totals(per_label: dict, labels) -> list[float]:
+    """A ``{label value: count or weight}`` table as one total per class, in class order (labels are
+    matched by their text, as the label space matches them)."""
+    by_text: dict[str, float] = {}
+    for v, c in per_label.items():
+        by_text[str(v)] = by_text.get(str(v), 0.0) + float(c)
+    return [by_text.get(str(c), 0.0) for c in labels.classes]
+
+
+def _calibration_class_totals(ctx: Context) -> dict[str, Any]:
+    """The class totals of the rows the calibrators met (``--calibration-data``, else every training
+    row: cross-validation calibrates on each row once), weighted when ``--weight`` is given: the
+    training priors label-shift adaptation (:mod:`calengine.fit.label_shift`) divides out."""
+    if ctx.cal_class_totals is not None:
+        totals, table = ctx.cal_class_totals, "calibration_data"
+    else:
+        per_label = ctx.weights.per_label if ctx.weights is not None else dict(zip(ctx.enc.labels.classes,
+                                                                                   ctx.class_counts.tolist()))
+        totals, table = _class_totals(per_label, ctx.enc.labels), "training"
+    return {"totals": totals, "table": table, "weighted": ctx.weights is not None}
 
 
 def _costing(ctx: Context, learner, route: str) -> float | None:

@@ -146,8 +146,8 @@ def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:
     if not isinstance(lineage, dict):
         raise _damaged(f"'{where}' in the manifest is not an object")
     mode = _need(lineage, "mode", str, where)
-    if mode not in ("refit", "update"):
-        raise _damaged(f"'mode' of {where} is {json_preview(mode)}, not 'refit' or 'update'")
+    if mode not in ("refit", "update", "adapt"):
+        raise _damaged(f"'mode' of {where} is {json_preview(mode)}, not 'refit', 'update' or 'adapt'")
     parent = _need(lineage, "parent", dict, where)
     if parent.get("path") is not None and not isinstance(parent["path"], str):
         raise _damaged(f"'path' of the parent in {where} is not a string")
@@ -166,11 +166,23 @@ def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:
     command = lineage.get("command")
     if command is not None and not (isinstance(command, list) and all(isinstance(c, str) for c in command)):
         raise _damaged(f"'command' of {where} is not a list of strings")
-    forget = _need(lineage, "forget", (int, float), where)
-    if not 0.0 <= forget <= 1.0:
-        raise _damaged(f"'forget' of {where} is {json_preview(forget)}, not in [0, 1]")
+    if mode == "adapt":
+        _check_adapt_priors(lineage, where)
+    else:
+        forget = _need(lineage, "forget", (int, float), where)
+        if not 0.0 <= forget <= 1.0:
+            raise _damaged(f"'forget' of {where} is {json_preview(forget)}, not in [0, 1]")
     if lineage.get("previous") is not None:
         check_lineage(lineage["previous"], f"{where}.previous", depth + 1)
+
+
+def _check_adapt_priors(lineage: dict, where: str) -> None:
+    """An adapted model's estimates (:mod:`calengine.fit.label_shift`): lists of priors in [0, 1]."""
+    priors = _need(lineage, "priors", dict, where)
+    for key in ("training", "applied"):
+        values = _need(priors, key, list, f"the priors of {where}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0 for v in values):
+            raise _damaged(f"the {key} priors of {where} are not numbers in [0, 1]")
 
 
 def _check_features(features: Any) -> None:

@@ -185,19 +185,24 @@ def _drift_html(drift: dict, names: list[str]) -> str:
 
 
 def lineage_text(lineage: dict) -> str:
-    """One sentence from a model's ``lineage`` record: what it was recalibrated from, on what, when."""
+    """One sentence from a model's ``lineage`` record: what it was recalibrated (or adapted to new class
+    priors, :mod:`calengine.fit.label_shift`) from, on what, when."""
     parent = lineage.get("parent") or {}
     data = lineage.get("data") or {}
+    paths = data.get("paths") or []
+    where = paths[0] if len(paths) == 1 else f"{len(paths)} files"
+    digest = str(parent.get("content_hash") or "")[:12]
+    source = (f"from {parent.get('path') or 'a model in memory'}" + (f" (content hash {digest})" if digest else "")
+              + f" on {data.get('rows', '?')}")
+    if lineage.get("mode") == "adapt":
+        applied = ", ".join(f"{p:.4f}" for p in (lineage.get("priors") or {}).get("applied") or [])
+        return (f"Adapted to new class priors ({lineage.get('method', '?')}: {applied}) {source} unlabelled rows"
+                f" of {where}, {lineage.get('time', '')}.")
     how = "statistics updated" if lineage.get("mode") == "update" else "calibrators refitted"
     forget = lineage.get("forget")
     if lineage.get("mode") == "update" and forget not in (None, 1.0):
         how += f" (old weights x {forget:g})"
-    paths = data.get("paths") or []
-    where = paths[0] if len(paths) == 1 else f"{len(paths)} files"
-    digest = str(parent.get("content_hash") or "")[:12]
-    return (f"Recalibrated ({how}) from {parent.get('path') or 'a model in memory'}"
-            + (f" (content hash {digest})" if digest else "")
-            + f" on {data.get('rows', '?')} rows of {where}, {lineage.get('time', '')}.")
+    return f"Recalibrated ({how}) {source} rows of {where}, {lineage.get('time', '')}."
 
 
 def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
