@@ -36,7 +36,7 @@ from calengine_builtins.calibrators import (
 NAMES = ["none", "sigmoid", "isotonic", "binning", "rocch", "beta", "temperature", "sigmoid_nobias", "venn_abers"]
 #: the multiclass scalings (tests/test_multiclass_scaling.py tests them; on one column they are two-class
 #: calibrators, which the plugin kit checks in tests/test_plugin_kit.py)
-MULTICLASS_SCALINGS = ["vector_scaling", "matrix_scaling", "dirichlet"]
+MULTICLASS_SCALINGS = ["vector_scaling", "matrix_scaling", "dirichlet", "top_label"]
 BY_NAME = {cls.name: cls for cls in cal_mod.CALIBRATORS}
 #: calibrators whose predictions must be non-decreasing in the score (with default parameters).
 MONOTONE = ["none", "sigmoid", "isotonic", "rocch", "beta", "temperature", "sigmoid_nobias", "venn_abers"]

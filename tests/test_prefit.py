@@ -102,8 +102,10 @@ def test_xgboost_ubjson_without_names_reads_features_and_sigmoid_equals_platt(tm
             "--method", "sigmoid", "--output", tmp_path / "m")
     assert r.returncode == 0, r
     got = calengine.load_model(tmp_path / "m").predict_frame(df[NUMERIC])["p_1"].to_numpy()
-    a, b = _platt_oracle(preds["xgboost"], df["y"].to_numpy(), np.ones(len(df)))
-    np.testing.assert_allclose(got, expit(-(a * preds["xgboost"] + b)), atol=1e-6, rtol=0)
+    p = np.clip(preds["xgboost"], 1e-12, 1 - 1e-12)  # sigmoid's default on=logit: Platt on logit(p)
+    z = np.log(p) - np.log1p(-p)
+    a, b = _platt_oracle(z, df["y"].to_numpy(), np.ones(len(df)))
+    np.testing.assert_allclose(got, expit(-(a * z + b)), atol=1e-6, rtol=0)
 
 
 def test_lightgbm_text_model_and_skops_logistic_regression_equal_isotonic_on_their_predictions(tmp_path, cli, adult):

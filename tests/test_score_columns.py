@@ -114,11 +114,15 @@ def _platt_oracle(f, y, w):
 def test_sigmoid_on_a_score_column_equals_scipy_on_platts_objective(kind, column, adult_scores):
     df, data = adult_scores
     model = calengine.calibrate_scores(data, "y", scores=column, method="sigmoid", score_kind=kind)
-    a, b = _platt_oracle(df[column].to_numpy(), df["y"].to_numpy(), np.ones(len(df)))
+    f = df[column].to_numpy()
+    if kind == "proba":  # sigmoid's default on=logit: Platt on logit(p), p clipped to [1e-12, 1 - 1e-12]
+        p = np.clip(f, 1e-12, 1 - 1e-12)
+        f = np.log(p) - np.log1p(-p)
+    a, b = _platt_oracle(f, df["y"].to_numpy(), np.ones(len(df)))
     from scipy.special import expit
 
     P = model.predict_frame(df[[column]])["p_1"].to_numpy()
-    np.testing.assert_allclose(P, expit(-(a * df[column].to_numpy() + b)), atol=1e-6)
+    np.testing.assert_allclose(P, expit(-(a * f + b)), atol=1e-6)
 
 
 def test_every_reduction_calibrator_fits_a_score_column_and_cv_evaluates_it(tmp_path, cli, adult_scores):

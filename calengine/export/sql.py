@@ -12,7 +12,7 @@ What is expressed, and how exactly:
 * two score columns of a two-class model reduced as :class:`calengine.score_columns.ScoreColumns`
   reduces them; ``k`` logit columns turned into each class's one-vs-rest log-odds (max-shifted
   log-sum-exp);
-* the calibrators ``sigmoid``, ``sigmoid_nobias``, ``temperature``, ``beta`` (the logistic function
+* the calibrators ``sigmoid`` (on the score or, ``on="logit"``, on its logit), ``sigmoid_nobias``, ``temperature``, ``beta`` (the logistic function
   written as ``1 / (1 + exp(-x))``, as calengine computes it) and ``isotonic`` with ``step`` or
   ``linear`` interpolation: a balanced ``CASE`` tree over the blocks' lowest scores (depth log2 of the
   number of blocks, so no join and no threshold table), with the slopes of the linear pieces computed
@@ -131,7 +131,9 @@ def calibrator_sql(d: _Dialect, cal, s: str) -> str:
     name = getattr(cal, "name", type(cal).__name__)
     kind = getattr(cal, "score_kind_", None)
     if name == "sigmoid":
-        return _expit(d, f"-({d.num(cal.a_)} * {s} + {d.num(cal.b_)})")
+        # on="logit" fits Platt's sigmoid on logit(p) of probability scores (older models: on the score)
+        f = _log_odds(d, s, kind) if getattr(cal, "on_", "score") == "logit" else s
+        return _expit(d, f"-({d.num(cal.a_)} * {f} + {d.num(cal.b_)})")
     if name == "sigmoid_nobias":
         return _expit(d, f"{d.num(cal.alpha_)} * {_log_odds(d, s, kind)}")
     if name == "temperature":

@@ -14,6 +14,8 @@ Registry names and sources:
 * ``sigmoid_nobias`` — Duin & Tax's sigmoid without bias, so a zero score keeps probability 1/2.
 * ``vector_scaling``, ``matrix_scaling`` (ODIR), ``dirichlet`` (full or diagonal) — linear maps of a
   k-class model's logit (or log-probability) vector, Kull et al. 2019 (:mod:`.multiclass_scaling`).
+* ``top_label`` — top-label calibration (Gupta & Ramdas 2022): a binary calibrator (binning, isotonic or
+  sigmoid) of the top probability per predicted class of a k-class model (:mod:`.top_label`).
 * ``venn_abers`` — inductive Venn–ABERS (Vovk & Petej 2014): a (p0, p1) interval per score and its merge.
 
 Shared behaviour: every ``fit`` validates its input with :func:`calengine.reductions.pav.check_binary_data`
@@ -30,7 +32,7 @@ the score except for ``binning`` (bin fractions follow the data) and ``rocch`` w
 
 Layout, one module per family: :mod:`.baseline` (``none``), :mod:`.scaling` (``sigmoid``, ``beta``,
 ``temperature``, ``sigmoid_nobias``), :mod:`.multiclass_scaling` (calibrators of the whole k-column
-score matrix: ``temperature``'s k-class form), :mod:`.isotonic`, :mod:`.binning`, :mod:`.hull` (``rocch``) and
+score matrix: ``temperature``'s k-class form), :mod:`.top_label`, :mod:`.isotonic`, :mod:`.binning`, :mod:`.hull` (``rocch``) and
 :mod:`.venn_abers`; the private :mod:`._base` (validation, state round-trip, reduction plumbing) and
 :mod:`._solvers` (the Newton solvers of the scaling methods) serve them.  This package is the
 plugin's ``calibrators`` entry point: it holds the ``register_calibrators`` hook and re-exports every
@@ -55,6 +57,7 @@ from .multiclass_scaling import (
     VectorScalingCalibrator,
 )
 from .scaling import BetaCalibrator, SigmoidCalibrator, SigmoidNoBiasCalibrator
+from .top_label import TopLabelCalibrator
 from .venn_abers import VennAbersCalibrator
 
 __all__ = [
@@ -70,6 +73,7 @@ __all__ = [
     "VectorScalingCalibrator",
     "MatrixScalingCalibrator",
     "DirichletCalibrator",
+    "TopLabelCalibrator",
     "register_calibrators",
 ]
 
@@ -87,6 +91,7 @@ CALIBRATORS = (
     VectorScalingCalibrator,
     MatrixScalingCalibrator,
     DirichletCalibrator,
+    TopLabelCalibrator,
 )
 
 
