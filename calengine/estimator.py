@@ -16,6 +16,7 @@ from sklearn.utils import metadata_routing
 
 from .wrapped_estimator import EstimatorLearner
 from .errors import DataError, ParameterError
+from .estimator_declared import expected_failed_checks  # noqa: F401 - its documented home is here
 
 
 class CalibratedClassifier(ClassifierMixin, BaseEstimator):
@@ -482,40 +483,6 @@ class FrozenLearner(EstimatorLearner):
 
             X = pd.DataFrame(np.asarray(X), columns=list(names))
         return super().score(X)
-
-
-def expected_failed_checks(estimator) -> dict[str, str]:
-    """scikit-learn checks :class:`CalibratedClassifier` fails by design, with the reason (for
-    ``parametrize_with_checks(..., expected_failed_checks=expected_failed_checks)``)."""
-    import numbers
-
-    out = {}
-    if isinstance(estimator.cv, numbers.Integral) and estimator.cv > 3 and estimator.method not in ("probing", "bagging"):
-        out["check_fit2d_1feature"] = (
-            f"10 rows in 3 classes: the rarest class has fewer rows than cv={estimator.cv} folds, and calibration"
-            " refuses a fold without held-out rows of a class (the error says so, not '1 feature')"
-        )
-    unweighted = estimator._learner_without_weights() if estimator.method not in ("probing", "bagging") else None
-    if unweighted:
-        reason = (
-            f"learner '{unweighted}' takes no sample_weight, so weighted rows train it as a seeded costing sample"
-            " (each row kept with probability w / max w): a sample of the weighted distribution, not the"
-            " repeated rows this check compares with (see CalibratedClassifier's docstring)"
-        )
-        out["check_sample_weight_equivalence_on_dense_data"] = reason
-        if estimator._accepts_sparse():
-            out["check_sample_weight_equivalence_on_sparse_data"] = reason
-    combiner = (estimator.multiclass or "").rpartition(":")[2]
-    if estimator.multiclass and combiner in ("coupling", "pairwise_coupling", "wu_lin_weng", ""):
-        reason = (
-            "the coupling combiner weighs each code-matrix column by its number of training rows (integers in"
-            " the model manifest); sample weights reach learners and calibrators but not those counts, so"
-            " weights are not equivalent to repeated rows"
-        )
-        out["check_sample_weight_equivalence_on_dense_data"] = reason
-        if estimator._accepts_sparse():
-            out["check_sample_weight_equivalence_on_sparse_data"] = reason
-    return out
 
 
 def _storable(model):
