@@ -178,7 +178,14 @@ def interval_regret(a, b, loss: str, interval_rule: str | None = None) -> np.nda
     a, b = np.broadcast_arrays(a, b)
     if rule == "kl":
         p = np.asarray(minimax_ce(a, b), dtype=float)
-        return rel_entr(a, p) + rel_entr(1.0 - a, 1.0 - p)
+        regret = rel_entr(a, p) + rel_entr(1.0 - a, 1.0 - p)
+        # KL(a || p) = KL(b || p) exactly, but next to 0 or 1 the rounded p can land on an end point
+        # (p == b == 1 for [1 - 1e-12, 1]), where KL(a || p) is inf: such an interval cannot be split
+        # in floating point, and KL(b || p) scores it so (0) instead of an inf that poisons the ranking
+        # (Probing of a column whose weighted rows are all of one class kept splitting next to 1)
+        if not np.all(np.isfinite(regret)):
+            regret = np.where(np.isfinite(regret), regret, rel_entr(b, p) + rel_entr(1.0 - b, 1.0 - p))
+        return regret
     width = b - a
     return width if rule == "width" else width * width
 

@@ -157,27 +157,56 @@ def costing_sample(X, y: np.ndarray, w: np.ndarray, seed: int):
     """``(X, y, None)`` of the rows of a costing sample: each row kept with probability ``w / max(w)``
     (Zadrozny, Langford & Abe 2003), as ``calengine fit --weight`` trains such learners, so a learner
     without ``sample_weight`` trains on the weighted distribution.  Seeded by the fit's seed: the
-    same model on any scheduler.  Weights 0 and 1 give exactly the rows of weight 1."""
+    same model on any scheduler.  Weights 0 and 1 give exactly the rows of weight 1.
+
+    A class of positive weight whose rows all missed the draw keeps the one row that came nearest to
+    acceptance (:func:`nearest_misses`), as Probing's costing keeps its heaviest row when a draw is
+    empty: a learner that never saw a class cannot score it, and the calibrators, which get the true
+    weights, correct the learner's view of that class's frequency.  Rows are returned in their order."""
     from ..errors import DataError
 
     top = float(w.max()) if w.size else 0.0
     if not top > 0:
         raise DataError("sample_weight sums to zero; at least one row needs a positive weight")
     keys = np.random.default_rng([int(seed), _COSTING_STREAM]).random(w.shape[0])
-    keep = np.flatnonzero(keys < w / top)
+    keep = keys < w / top
+    keep[nearest_misses(keys, w / top, keep, y)] = True
+    keep = np.flatnonzero(keep)
     check_costing_sample(y[keep], np.unique(y).size)
     return X[keep], y[keep], None
 
 
+def nearest_misses(keys: np.ndarray, accept: np.ndarray, kept: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Indices of the rows a costing sample adds so that every class of positive weight is in it: for
+    each class without a kept row, its row of positive acceptance with the smallest ``key /
+    acceptance`` (the draw that came nearest to keeping it).  Empty when every class with weight was
+    drawn, which is the rule for all but tiny or lopsided tables."""
+    return nearest_per_class(keys, accept, ~kept & (accept > 0) & ~np.isin(target, target[kept]), target)
+
+
+def nearest_per_class(keys: np.ndarray, accept: np.ndarray, candidates: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Sorted indices of each class's candidate row (``candidates``: a mask of rows with positive
+    acceptance) with the smallest ``key / acceptance``; ties go to the first row, so a sample built
+    fragment by fragment in a fixed order picks the same rows on any worker."""
+    rows = np.flatnonzero(candidates)
+    if rows.size == 0:
+        return rows
+    ratio = keys[rows] / accept[rows]
+    order = np.lexsort((ratio, target[rows]))  # by class, then nearest first; lexsort is stable
+    first = np.r_[True, np.diff(target[rows][order]) != 0]
+    return np.sort(rows[order][first])
+
+
 def check_costing_sample(t: np.ndarray, n_classes: int) -> None:
-    """A costing sample must still hold every class (else the learner could not be fitted)."""
+    """A costing sample must still hold every class (else the learner could not be fitted); after
+    :func:`nearest_misses` only a class whose every training row has weight 0 can be absent."""
     from ..errors import DataError
 
     if np.unique(t).size < n_classes:
         raise DataError(
-            "the costing sample of the weighted rows lacks a class (the weights of its rows are"
-            " small beside the largest weight); use a learner that accepts sample weights, or weights of"
-            " less extreme range"
+            "a class has weight 0 in every training row of a learner without sample_weight, so its costing"
+            " sample lacks the class and the learner cannot be fitted; give that class positive weights,"
+            " drop its rows, or use a learner that accepts sample weights"
         )
 
 

@@ -216,18 +216,23 @@ def fit_unit_learner(
     sample: per class the rows with the smallest seeded sample keys (prefiltered with ``rates``).
     Weighted rows (``--weight``) reach the learner as ``sample_weight``; with ``costing`` (the
     table's largest weight, for a learner without weights) they become a costing sample instead:
-    each row kept with probability w / max w, unweighted.
+    each row kept with probability w / max w, unweighted, and a class of positive weight that the
+    draw missed keeps its nearest miss over all fragments (:func:`calengine.tasks.arrays.nearest_misses`).
     """
     import scipy.sparse as sp
 
-    from .arrays import TrainingData, check_costing_sample, fit_learner
+    from .arrays import TrainingData, check_costing_sample, fit_learner, nearest_per_class
 
     Xs, ts, ks, ws = [], [], [], []
+    misses = []  # costing: per fragment, each class's nearest miss (X row, target, key, acceptance)
     for fragment in fragments:
         part = load_part(fragment, enc, plan, with_keys=quotas is not None, costing=costing is not None)
         mask, target = unit_rows(part, unit, plan)
         if costing is not None:
-            mask &= part.costing_mask(costing)
+            drawn, accept = part.costing_mask(costing), part.w / costing
+            near = nearest_per_class(part.cost_keys, accept, mask & ~drawn & (accept > 0), target)
+            misses.append((part.X[near], target[near], part.cost_keys[near], accept[near]))
+            mask &= drawn
         if quotas is not None:
             mask &= part.keys < rates[target]
         idx = np.flatnonzero(mask)
@@ -239,6 +244,8 @@ def fit_unit_learner(
             ks.append(part.keys[idx])
         if part.w is not None and costing is None:
             ws.append(part.w[idx])
+    if costing is not None:
+        _add_nearest_misses(Xs, ts, ks, misses)
     if not Xs:
         raise DataError("a learner's training rows are empty; check the data, --cv and --multiclass")
     X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
@@ -259,6 +266,28 @@ def fit_unit_learner(
     if costing is not None:
         check_costing_sample(t, enc.labels.n_classes if unit.column is None else 2)
     return fit_learner(TrainingData(X, t, w), None, learner, seed)
+
+
+def _add_nearest_misses(Xs: list, ts: list, ks: list, misses: list) -> None:
+    """Append to the drawn rows the nearest miss (over all fragments, the first on ties) of each class
+    that no fragment's costing draw kept; sample keys 0 put such a row ahead of any ``--max-train-rows``
+    quota, which it must not lose."""
+    from .arrays import nearest_per_class
+
+    if not misses:
+        return
+    present = np.unique(np.concatenate(ts)) if ts else np.empty(0, np.int64)
+    target = np.concatenate([m[1] for m in misses])
+    keys = np.concatenate([m[2] for m in misses])
+    accept = np.concatenate([m[3] for m in misses])
+    add = nearest_per_class(keys, accept, ~np.isin(target, present), target)
+    if add.size:
+        import scipy.sparse as sp
+
+        rows = [m[0] for m in misses]
+        Xs.append((sp.vstack(rows, format="csr") if sp.issparse(rows[0]) else np.concatenate(rows))[add])
+        ts.append(target[add])
+        ks.append(np.zeros(add.size))
 
 
 @trims_heap

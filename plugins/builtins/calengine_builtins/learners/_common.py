@@ -85,3 +85,23 @@ def _scaler(sparse_input: bool):
     from sklearn.preprocessing import StandardScaler
 
     return StandardScaler(with_mean=not sparse_input)
+
+
+def int32_indices(X, learner: str):
+    """CSR/CSC ``X`` with int32 indices, as scikit-learn's tree and liblinear code require (they refuse
+    int64-indexed matrices, which scipy makes for large or concatenated matrices); other input as given.
+    A matrix whose entries do not fit int32 indexing is one line naming the fix."""
+    from calengine.base import is_sparse
+
+    if not is_sparse(X) or not hasattr(X, "indptr") or (X.indices.dtype == np.int32 and X.indptr.dtype == np.int32):
+        return X
+    limit = np.iinfo(np.int32).max
+    if X.nnz > limit or max(X.shape) > limit:
+        raise DataError(
+            f"learner '{learner}' takes sparse matrices of at most {limit} stored entries and rows, got"
+            f" {X.nnz} entries in shape {X.shape}; fit on fewer rows (--max-train-rows)"
+        )
+    X = X.copy()
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+    return X

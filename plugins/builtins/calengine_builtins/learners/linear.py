@@ -10,7 +10,7 @@ from calengine.base import SklearnLearner
 from calengine_builtins.deferred import expit
 
 from ._array_state import _STANDARD_SCALER, _ArrayState, _built_for_sparse, _scaler_attributes
-from ._common import _scaler
+from ._common import _scaler, int32_indices
 from ._rowwise import linear_decision, row_matmul, softmax, transform_head
 
 
@@ -37,6 +37,10 @@ class LinearSVMLearner(SklearnLearner):
 
         svm = LinearSVC(C=self.C, dual="auto", max_iter=self.max_iter, random_state=self.random_state)
         return Pipeline([("scale", _scaler(sparse_input)), ("svm", svm)])
+
+    def fit(self, X, y, sample_weight=None):
+        # liblinear refuses int64-indexed sparse matrices (scikit-learn's check_estimator_sparse_array)
+        return super().fit(int32_indices(X, self.name), y, sample_weight)
 
     def score(self, X) -> np.ndarray:
         """LinearSVC's ``decision_function`` after the scaler, row-wise (:mod:`._rowwise`): the same

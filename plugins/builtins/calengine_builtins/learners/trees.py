@@ -8,7 +8,7 @@ import numpy as np
 
 from calengine.base import SklearnLearner
 
-from ._common import _split_proba
+from ._common import _split_proba, int32_indices
 
 
 class DecisionTreeLearner(SklearnLearner):
@@ -60,7 +60,7 @@ class DecisionTreeLearner(SklearnLearner):
         )
 
     def fit(self, X, y, sample_weight=None):
-        X = _int32_indices(X)
+        X = int32_indices(X, "decision_tree")
         super().fit(X, y, sample_weight)
         k = self.n_classes_
         leaves = self.estimator_.apply(X)
@@ -72,7 +72,7 @@ class DecisionTreeLearner(SklearnLearner):
         return self
 
     def score(self, X) -> np.ndarray:
-        X = _int32_indices(X)
+        X = int32_indices(X, "decision_tree")
         if not self.laplace:
             return super().score(X)
         counts = self.leaf_counts_[self.estimator_.apply(X)]
@@ -89,24 +89,3 @@ class DecisionTreeLearner(SklearnLearner):
         super().from_state(state)
         self.leaf_counts_ = np.asarray(state["leaf_counts"], dtype=np.float64)
         return self
-
-
-def _int32_indices(X):
-    """CSR/CSC ``X`` with int32 indices, as scikit-learn's tree code requires (it refuses int64-indexed
-    matrices, which scipy makes for large or concatenated matrices); other input as given.  A matrix
-    whose entries do not fit int32 indexing is one line naming the fix."""
-    from calengine.base import is_sparse
-    from calengine.errors import DataError
-
-    if not is_sparse(X) or not hasattr(X, "indptr") or (X.indices.dtype == np.int32 and X.indptr.dtype == np.int32):
-        return X
-    limit = np.iinfo(np.int32).max
-    if X.nnz > limit or max(X.shape) > limit:
-        raise DataError(
-            f"learner 'decision_tree' takes sparse matrices of at most {limit} stored entries and rows, got"
-            f" {X.nnz} entries in shape {X.shape}; fit on fewer rows (--max-train-rows) or use linear_svm"
-        )
-    X = X.copy()
-    X.indices = X.indices.astype(np.int32)
-    X.indptr = X.indptr.astype(np.int32)
-    return X
