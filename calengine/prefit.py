@@ -27,7 +27,9 @@ A ``CalibratedClassifier`` fitted on a ``sklearn.frozen.FrozenEstimator`` is sav
 as when loading), an ``XGBClassifier`` or ``LGBMClassifier`` as its booster's own bytes, read back
 through the booster plugins' checked loading path; ``response`` records whether the calibrators saw
 ``decision_function`` or ``predict_proba`` (scikit-learn's order for a frozen estimator; an
-``LGBMClassifier`` has a ``decision_function`` since LightGBM 4.7: its booster's raw margin).
+``LGBMClassifier`` has a ``decision_function`` since LightGBM 4.7: its booster's raw margin), and
+``sha256`` is that of the booster's bytes or of the estimator's skops dump.  An ``XGBClassifier`` that
+stopped early is refused (its ``predict_proba`` uses fewer trees than its booster holds).
 
 Classes: the model's class i is the target's class i in calengine's order (sorted; with two classes
 class 1 is ``--positive``), which is what a booster trained on ``LabelEncoder`` codes or on a 0/1
