@@ -437,11 +437,22 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "model_")
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
 
-    def save(self, path) -> None:
-        """Save the fitted model as a calengine model directory (``calengine score`` can use it)."""
+    def save(self, path, trust=()) -> None:
+        """Save the fitted model as a calengine model directory (``calengine score`` can use it).
+
+        A model of a ``FrozenEstimator`` is stored as ``calengine fit --prefit`` stores a model trained
+        elsewhere (:func:`calengine.prefit.frozen_prefit`): a scikit-learn estimator with skops, its
+        types checked against the allowlist now (``trust``: type names you trust beyond it, which
+        ``calengine score`` then needs as ``--trust-type``), an XGBoost/LightGBM classifier as its
+        booster's bytes; it reads the columns the estimator (or this classifier's ``fit``) was given
+        by name.  What cannot be stored so is refused in one line, and nothing is written."""
         from .model.artifact import save_model
 
         model = self.model_
+        if _is_frozen(self.learner) and model.encoder is None:
+            from .prefit import frozen_model
+
+            model = frozen_model(model, self.learner, getattr(self, "feature_names_in_", None), trust)
         if model.encoder is None:
             raise DataError(
                 "only models fitted on a pandas DataFrame can be saved (the artifact records column names);"

@@ -22,6 +22,15 @@ Which file is which library: ``.json`` and ``.ubj`` are XGBoost boosters, ``.txt
   ``--features`` (then required), in that order; a count other than the model's is refused, and so is
   a ``--features`` list other than the names the model carries.
 
+A ``CalibratedClassifier`` fitted on a ``sklearn.frozen.FrozenEstimator`` is saved as the same learner
+(:func:`frozen_prefit`): a scikit-learn estimator as its skops state (allowlist checked when saving,
+as when loading), an ``XGBClassifier`` or ``LGBMClassifier`` as its booster's own bytes, read back
+through the booster plugins' checked loading path; ``response`` records whether the calibrators saw
+``decision_function`` or ``predict_proba`` (scikit-learn's order for a frozen estimator; an
+``LGBMClassifier`` has a ``decision_function`` since LightGBM 4.7: its booster's raw margin), and
+``sha256`` is that of the booster's bytes or of the estimator's skops dump.  An ``XGBClassifier`` that
+stopped early is refused (its ``predict_proba`` uses fewer trees than its booster holds).
+
 Classes: the model's class i is the target's class i in calengine's order (sorted; with two classes
 class 1 is ``--positive``), which is what a booster trained on ``LabelEncoder`` codes or on a 0/1
 column means.  A scikit-learn estimator names its classes (``classes_``): they must be the target's.
@@ -67,22 +76,29 @@ class Prefit(Learner):
     ``columns`` (the feature columns in the model's order), ``n_classes``, ``source`` (the file's name
     when it was calibrated) and ``sha256`` (of its bytes, which the model directory holds unchanged),
     ``class_order`` (for a scikit-learn estimator: the column of ``predict_proba`` of each of the
-    target's classes).  ``score(X)`` takes those columns (NaN passes to boosters, whose missing-value
-    handling is their own) and returns the positive class's probability, or ``(n, k)`` probabilities.
+    target's classes), ``response`` (a scikit-learn estimator's scores: ``predict_proba``, or
+    ``decision_function`` for a saved ``FrozenEstimator`` that has one).  ``score(X)`` takes those
+    columns (NaN passes to boosters, whose missing-value handling is their own) and returns the
+    positive class's probability (or decision value), or ``(n, k)`` of them.
     """
 
     name: ClassVar[str] = "prefit"
     prefit: ClassVar[bool] = True
     accepts_sample_weight: ClassVar[bool] = True
-    score_kind: ClassVar[str] = "proba"
 
-    def __init__(self, library="xgboost", columns=(), n_classes=2, source="", sha256="", class_order=()):
+    def __init__(self, library="xgboost", columns=(), n_classes=2, source="", sha256="", class_order=(),
+                 response="predict_proba"):
         self.library = library
         self.columns = columns
         self.n_classes = n_classes
         self.source = source
         self.sha256 = sha256
         self.class_order = class_order
+        self.response = response
+
+    @property
+    def score_kind(self) -> str:  # type: ignore[override]
+        return "decision" if self.response == "decision_function" else "proba"
 
     # ------------------------------------------------------------------ the learner contract
 
@@ -99,8 +115,13 @@ class Prefit(Learner):
 
             est = self.model_
             frame = pd.DataFrame(X, columns=list(self.columns)) if hasattr(est, "feature_names_in_") else X
+            if self.response == "decision_function":
+                d = np.asarray(est.decision_function(frame), dtype=np.float64)
+                return d if d.ndim == 1 else d[:, list(self.class_order)]
             P = np.asarray(est.predict_proba(frame), dtype=np.float64)[:, list(self.class_order)]
             return P[:, 1].copy() if int(self.n_classes) == 2 else P
+        if self.response == "decision_function":  # a saved FrozenEstimator(LGBMClassifier): its raw margin
+            return np.asarray(self.model_.booster_.predict(X, raw_score=True), dtype=np.float64)
         return self.model_.score(X)
 
     def to_state(self) -> dict[str, Any]:
@@ -177,6 +198,115 @@ def requirement_learners(path: str) -> list:
     """The learners whose modules the workers need for ``--prefit path`` (no file is read)."""
     library = library_of(path)
     return [Prefit(library=library)] + ([] if library == "sklearn" else [_booster_learner(library)])
+
+
+# ---------------------------------------------------------------------------------------------- frozen
+
+
+def frozen_model(model, frozen, names, trust=()):
+    """A copy of ``model`` -- fitted by ``CalibratedClassifier`` on the ``FrozenEstimator`` ``frozen`` --
+    whose learner is the stored :class:`Prefit` learner and whose encoder reads the estimator's named
+    columns (its ``feature_names_in_``, else ``names``: those ``CalibratedClassifier.fit`` was given),
+    for ``CalibratedClassifier.save``; one typed line when it cannot be stored."""
+    import copy
+    import dataclasses
+
+    from .plan.columns import ColumnReader
+
+    est = frozen.estimator
+    own = getattr(est, "feature_names_in_", None)
+    names = names if own is None else own
+    if names is None:
+        raise DataError(
+            "the FrozenEstimator's columns have no names, so a saved model could not tell which columns of a"
+            " table to read; fit the estimator (or the CalibratedClassifier) on a pandas DataFrame"
+        )
+    columns = [str(c) for c in names]
+    learner = None
+    members = []
+    for m in model.members:
+        lrs = list(m.learners)
+        for j, lr in enumerate(lrs):
+            if isinstance(getattr(lr, "estimator", None), type(frozen)):  # the FrozenLearner (a copy of it)
+                if learner is None:
+                    response = "decision_function" if lr.score_kind == "decision" else "predict_proba"
+                    learner = frozen_prefit(est, columns, response, trust)
+                lrs[j] = learner
+        members.append(dataclasses.replace(m, learners=lrs))
+    if learner is None:
+        raise ModelFormatError("this model holds no FrozenEstimator learner; fit it again")
+    out = copy.copy(model)
+    out.members = members
+    out.encoder = ColumnReader(columns, role="feature", allow_missing=True)
+    out.info = {**model.info, "learner": "prefit", "learner_params": learner.get_params(deep=False)}
+    return out
+
+
+def frozen_prefit(estimator, columns, response: str, trust=()) -> Prefit:
+    """The :class:`Prefit` learner storing the fitted ``estimator`` of a ``FrozenEstimator`` (module
+    docstring), reading ``columns`` and scored by ``response``; one typed line, before anything is
+    written, for an estimator that cannot be stored safely (what to do instead in it)."""
+    module = type(estimator).__module__.split(".")[0]
+    k = len(estimator.classes_)
+    source = f"FrozenEstimator({type(estimator).__module__}.{type(estimator).__name__})"
+    if module in ("xgboost", "lightgbm"):
+        blob, key = _sklearn_booster_bytes(estimator, module)
+        if response == "decision_function" and module != "lightgbm":
+            raise ModelFormatError(f"the FrozenEstimator's {type(estimator).__name__} was calibrated on its"
+                                   " decision_function, which its stored booster cannot give; calibrate its predict_proba")
+        learner = Prefit(library=module, columns=list(columns), n_classes=k, source=source,
+                         sha256=hashlib.sha256(blob).hexdigest(), response=response)
+        learner._load_booster(_booster_learner(module), blob, k, key)  # checked as score will check it
+        objective = _booster_names_and_objective(module, learner.model_.booster_, blob)[1]
+        allowed = XGBOOST_OBJECTIVES if module == "xgboost" else LIGHTGBM_OBJECTIVES
+        if objective not in allowed:
+            raise ModelFormatError(f"the FrozenEstimator's booster has the objective {objective!r}, whose predictions"
+                                   f" are not class probabilities; save a classifier trained with {' or '.join(allowed)}")
+        return learner
+    import skops.io as sio
+
+    from .model.allowlist import untrusted_types
+
+    what = f"the FrozenEstimator's {type(estimator).__name__}"
+    try:
+        blob = sio.dumps(estimator)
+        refused = untrusted_types(blob, trust)
+    except Exception as exc:  # noqa: BLE001 - skops cannot represent it
+        raise ModelFormatError(f"{what} cannot be stored with skops ({_first_line(exc)}); calibrate its scores instead"
+                               " (calengine.calibrate_scores(..., scores=...)) or wrap it in a learner plugin") from None
+    if refused:
+        raise ModelFormatError(
+            f"{what} contains types outside calengine's allowlist: {', '.join(refused)}; if you trust them, pass"
+            " save(path, trust=[...]) with each (calengine score then needs --trust-type for each), else rebuild it"
+            " from allowlisted scikit-learn classes"
+        )
+    learner = Prefit(library="sklearn", columns=list(columns), n_classes=k, source=source,
+                     sha256=hashlib.sha256(blob).hexdigest(), class_order=list(range(k)), response=response)
+    learner.model_ = estimator
+    return learner
+
+
+def _sklearn_booster_bytes(estimator, library: str) -> tuple[bytes, str]:
+    """(the booster's own bytes, state key) of a fitted XGBClassifier / LGBMClassifier, refusing in one
+    line what the booster alone would score otherwise than ``predict_proba`` does."""
+    name = type(estimator).__name__
+    if library == "xgboost":
+        if getattr(estimator, "best_iteration", None) is not None and _stopped_early(estimator):
+            raise ModelFormatError(
+                f"the FrozenEstimator's {name} stopped early, so its predict_proba uses its first"
+                f" {estimator.best_iteration + 1} trees and the booster all of them; save"
+                f" clf.get_booster()[: clf.best_iteration + 1] with save_model and calibrate it with calengine fit --prefit"
+            )
+        return bytes(estimator.get_booster().save_raw("ubj")), "booster.ubj"
+    # LightGBM writes its best iteration, as predict_proba uses it (num_iteration=None)
+    return estimator.booster_.model_to_string().encode("utf-8"), "booster.txt"
+
+
+def _stopped_early(estimator) -> bool:
+    try:
+        return int(estimator.best_iteration) + 1 < int(estimator.get_booster().num_boosted_rounds())
+    except Exception:  # noqa: BLE001 - no early stopping recorded
+        return False
 
 
 # ---------------------------------------------------------------------------------------------- opening

@@ -310,3 +310,26 @@ def test_bench_score_columns_tiny(tmp_path):
     assert sm["calengine isotonic embedded"]["max_abs_dp_truth"] < 0.15
     assert res["skipped"]["spark"] == "--no-spark"
     assert "## Targets (issue 21)" in (tmp_path / "r" / "score_columns.md").read_text()
+
+
+@pytest.mark.slow
+def test_bench_multiclass_scaling_tiny(tmp_path):
+    """bench_multiclass_scaling.py on 400 rows of each shipped Pendigits split, temperature only: the
+    logits of a model trained outside calengine calibrated by ``calengine fit --scores ... --score-kind
+    logit`` and by scikit-learn's ``CalibratedClassifierCV(FrozenEstimator(clf), method="temperature")``
+    give the same T and test probabilities, and every figure comes from ``calengine evaluate --json``.
+    Slow (~20 s on an idle machine): the script's least run is five processes (two fits, the two
+    identity models the baselines are evaluated through, one evaluate), as a user's run is."""
+    bench = _load("bench_multiclass_scaling")
+    assert bench.main(["--datasets", "pendigits", "--methods", "temperature", "--repeats", "1", "--max-rows", "400",
+                       "--results-dir", str(tmp_path / "r")]) == 0
+    (res,) = json.loads((tmp_path / "r" / "multiclass_scaling.json").read_text())["results"]
+    assert res["failed"] == {}
+    assert res["temperature"]["calengine"] == pytest.approx(res["temperature"]["sklearn"], rel=1e-6)
+    assert res["max_abs_dp_temperature"] < 1e-6
+    figures = res["figures"]
+    assert set(figures) == {"uncalibrated", "sklearn temperature", "calengine temperature"}
+    for fig in figures.values():
+        assert all(isinstance(fig[k], float) and np.isfinite(fig[k]) for k in ("log_loss", "brier", "ece_classwise"))
+    assert figures["calengine temperature"]["log_loss"] == pytest.approx(figures["sklearn temperature"]["log_loss"], rel=1e-6)
+    assert (tmp_path / "r" / "multiclass_scaling.md").read_text().startswith("# Multiclass scalings")

@@ -218,3 +218,90 @@ def test_a_multiclass_booster_gives_k_scores_each_calibrated_one_vs_rest(tmp_pat
     df.assign(label=np.where(y == 2, "y", df["label"])).to_parquet(tmp_path / "two.parquet")
     with pytest.raises(CalengineError, match="predicts 3 classes but the target 'label' holds 2"):
         calengine.calibrate_scores(tmp_path / "two.parquet", "label", prefit=tmp_path / "multi.ubj")
+
+
+def test_a_saved_frozen_estimator_model_scores_as_in_memory_through_the_cli(tmp_path, cli, adult):
+    """``CalibratedClassifier(FrozenEstimator(clf)).save()`` stores clf as ``fit --prefit`` would (skops,
+    allowlisted types), with the scores its calibrators saw (``decision_function``): ``calengine score``
+    and ``load_model`` give the in-memory probabilities of the same rows."""
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.linear_model import LogisticRegression
+
+    df = adult[0]
+    X = df[NUMERIC] / 1000.0
+    fitted = LogisticRegression(max_iter=1000).fit(X[::2], df["class"][::2])
+    ours = calengine.CalibratedClassifier(learner=FrozenEstimator(fitted), method="sigmoid").fit(X, df["class"])
+    ours.save(tmp_path / "m")
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert manifest["learner"]["name"] == "prefit"
+    assert manifest["learner"]["params"]["response"] == "decision_function"
+    assert manifest["features"]["columns"] == NUMERIC
+    X[NUMERIC[::-1]].to_parquet(tmp_path / "x.parquet")
+    r = cli("score", tmp_path / "m", tmp_path / "x.parquet", "--output", tmp_path / "scored.parquet")
+    assert r.returncode == 0, r
+    scored = pd.read_parquet(tmp_path / "scored.parquet")
+    want = ours.predict_proba(X)
+    np.testing.assert_allclose(scored[["p_<=50K", "p_>50K"]].to_numpy(), want, atol=1e-12, rtol=0)
+    np.testing.assert_allclose(calengine.load_model(tmp_path / "m").predict_frame(X)[["p_<=50K", "p_>50K"]].to_numpy(),
+                               want, atol=1e-12, rtol=0)
+
+
+def test_a_frozen_estimator_that_cannot_be_stored_safely_is_refused_in_one_line(tmp_path, adult):
+    import operator
+
+    from sklearn.frozen import FrozenEstimator
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from calengine.errors import DataError, ModelFormatError
+
+    df = adult[0].iloc[:600]
+    X = df[NUMERIC] / 1000.0
+    risky = make_pipeline(FunctionTransformer(operator.neg), LogisticRegression()).fit(X, df["y"])
+    model = calengine.CalibratedClassifier(learner=FrozenEstimator(risky), method="isotonic").fit(X, df["y"])
+    with pytest.raises(ModelFormatError, match=r"allowlist: _operator.neg; .*trust=") as info:
+        model.save(tmp_path / "m")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "m").exists()
+    model.save(tmp_path / "m", trust=["_operator.neg"])  # trusted by its user: saved, and loaded only so
+    with pytest.raises(CalengineError, match="_operator.neg"):
+        calengine.load_model(tmp_path / "m")
+    got = calengine.load_model(tmp_path / "m", trust=["_operator.neg"]).predict_frame(X)["p_1"].to_numpy()
+    np.testing.assert_allclose(got, model.predict_proba(X)[:, 1], atol=1e-12, rtol=0)
+    # no column names anywhere: a saved model could not read a table
+    bare = LogisticRegression().fit(X.to_numpy(), df["y"])
+    unnamed = calengine.CalibratedClassifier(learner=FrozenEstimator(bare), method="isotonic").fit(X.to_numpy(), df["y"])
+    with pytest.raises(DataError, match="no names.*DataFrame"):
+        unnamed.save(tmp_path / "u")
+    assert not (tmp_path / "u").exists()
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_a_frozen_booster_classifier_is_saved_as_its_booster_bytes(tmp_path, adult, library):
+    """An XGBClassifier / LGBMClassifier in a FrozenEstimator: the saved model holds its booster's own
+    bytes (hashed in the manifest) and predicts what the in-memory model predicts."""
+    from sklearn.frozen import FrozenEstimator
+
+    df = adult[0]
+    X = df[NUMERIC]
+    if library == "xgboost":
+        from xgboost import XGBClassifier
+
+        clf = XGBClassifier(n_estimators=10, max_depth=3, n_jobs=1).fit(X[::2], df["y"][::2])
+        blob = bytes(clf.get_booster().save_raw("ubj"))
+    else:
+        from lightgbm import LGBMClassifier
+
+        clf = LGBMClassifier(n_estimators=10, num_leaves=8, n_jobs=1, verbosity=-1).fit(X[::2], df["y"][::2])
+        blob = clf.booster_.model_to_string().encode("utf-8")
+    model = calengine.CalibratedClassifier(learner=FrozenEstimator(clf), method="isotonic").fit(X, df["y"])
+    model.save(tmp_path / "m")
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert manifest["learner"]["params"]["library"] == library
+    # LightGBM >= 4.7's LGBMClassifier has a decision_function (the raw margin): calibrated and stored so
+    assert manifest["learner"]["params"]["response"] == ("decision_function" if library == "lightgbm" else "predict_proba")
+    assert manifest["learner"]["params"]["sha256"] == hashlib.sha256(blob).hexdigest()
+    assert [f for f, d in manifest["files"].items() if d["sha256"] == hashlib.sha256(blob).hexdigest()]
+    got = calengine.load_model(tmp_path / "m").predict_frame(X)[["p_0", "p_1"]].to_numpy()
+    np.testing.assert_allclose(got, model.predict_proba(X), atol=1e-12, rtol=0)

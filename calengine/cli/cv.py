@@ -15,6 +15,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("cv", help="cross-validated metrics of a configuration on one labelled table")
     p.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")
     options.add_config_options(p)
+    p.add_argument("--prefit", metavar="PATH",
+                   help="evaluate the calibration of a model trained elsewhere, never refitted (as fit --prefit: an"
+                   " XGBoost booster .json/.ubj, a LightGBM text model .txt or a skops scikit-learn classifier):"
+                   " each fold is calibrated on the other K-1 and scored")
+    options.add_trust_option(p)
     p.add_argument("--folds", type=int, default=5, metavar="K",
                    help="outer folds: K models, each fitted on K-1 folds and scored on the last (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -32,7 +37,8 @@ def run(args) -> int:
     config, spec, plugins, requirements = options.prepare_fit(args)
     with options.client(args, *requirements) as client:
         result = cross_validate(client, spec, config, folds=args.folds, plugins=plugins)
-    what = f"scores {args.scores}" if args.scores else (args.learner or "gaussian_nb")
+    what = f"scores {args.scores}" if args.scores else (
+        f"prefit {args.prefit}" if args.prefit else (args.learner or "gaussian_nb"))
     label = f"{what} + {args.method}" + "".join(
         f" [{x}]" for x in (args.multiclass, "refit" if args.mode == "refit" else None) if x
     )

@@ -15,10 +15,12 @@ is scored in a task.  The table is read into the client's memory (this is the in
 the Python API, meant for tables that fit one machine, as every shipped dataset does); a fold's
 encoder sees only its training rows, so the held-out fold never leaks into the model.
 
-Score columns (``--scores``) and weighted rows (``--weight``) take the partition-native fit instead:
-each fold's training rows are written to a scratch Parquet file and fitted by
-:func:`calengine.fit.table.fit_table`, exactly as ``calengine fit`` would fit them, so ``cv --scores``
-is the out-of-fold evaluation of the calibration itself.
+Score columns (``--scores``), a model trained elsewhere (``--prefit``) and weighted rows (``--weight``)
+take the partition-native fit instead: each fold's training rows are written to a scratch Parquet file
+and fitted by :func:`calengine.fit.table.fit_table`, exactly as ``calengine fit`` would fit them, so
+``cv --scores`` and ``cv --prefit`` are the out-of-fold evaluation of the calibration itself (a prefit
+model is never refitted: the folds only split the rows that calibrate it; its file is opened and
+checked once before any data is read, and every fold must calibrate the same bytes).
 """
 
 from __future__ import annotations
@@ -96,6 +98,13 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
         raise ParameterError("cv evaluates cross-validated calibration; --calibration-data does not apply")
     check_seed(config.seed)
     plugins = plugins or get_plugins()
+    prefit_sha = None
+    if getattr(spec, "prefit", None):
+        from .score_columns import check_score_options, prefit_spec
+
+        check_score_options(config, spec)
+        learner, spec = prefit_spec(spec)  # checked, its feature columns known, before any data is read
+        prefit_sha = learner.sha256
     files = resolve_parquet_files(spec.data)
     root = dataset_root(spec.data, [absolute(f) for f in files])
     from ..parquet.data import parquet_columns
@@ -116,7 +125,7 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     except DataError as exc:  # the shared check names --cv; here the outer folds are --folds
         raise DataError(str(exc).replace("--cv", "--folds")) from exc
 
-    by_table = bool(getattr(spec, "scores", None) or weight)
+    by_table = bool(getattr(spec, "scores", None) or prefit_sha or weight)
     scratch = tempfile.TemporaryDirectory(prefix="calengine-cv-") if by_table else None
 
     def run_fold(i: int):
@@ -125,6 +134,8 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
             # score columns and weighted rows: the fold's training rows go through fit_table, the fit
             # `calengine fit` runs (its checks, its weighted reductions, no learner for --scores)
             model = _fit_fold_table(client, spec, config, df.iloc[train], scratch.name, i, plugins)
+            if prefit_sha and model.info.get("learner_params", {}).get("sha256") != prefit_sha:
+                raise DataError(f"--prefit {spec.prefit} changed while the folds were calibrated; run cv again")
             X_test = model.encoder.transform(df.iloc[test])
             w_test = df[spec.weight].to_numpy(dtype=np.float64)[test] if weight else None
             return client.submit(fold_metrics, model, X_test, y[test], w_test, pure=False).result()
