@@ -348,3 +348,26 @@ def test_refit_mode_fits_one_scaling_on_the_out_of_fold_scores():
     (cal,) = member.calibrators
     assert cal.coef_.shape == (3,) and not cal.binary_
     np.testing.assert_allclose(clf.predict_proba(X[:5]).sum(axis=1), 1.0)
+
+
+def test_lbfgs_ends_within_the_round_budget_with_its_best_point():
+    """A badly conditioned objective (the scalings on real logits crawl like this) ends after at most
+    MAX_EVALUATIONS evaluations, below the engine's 500-round bound, with the best accepted point and
+    converged False; a well-conditioned one ends by its gradient rule."""
+    from calengine_builtins.calibrators.multiclass_scaling import MAX_EVALUATIONS, _lbfgs_start, _lbfgs_update
+
+    def run(scales):
+        a = np.asarray(scales, dtype=np.float64)
+        st, x, calls, best = _lbfgs_start(np.ones_like(a)), np.ones_like(a), 0, np.inf
+        while x is not None:
+            f, g = float(0.5 * np.sum(a * x**2)), a * x
+            best = min(best, f)
+            calls += 1
+            x = _lbfgs_update(st, f, g)
+        return st, calls, best
+
+    st, calls, best = run(np.logspace(0, 1, 8))
+    assert st["converged"] and np.max(np.abs(st["x"])) < 1e-9 and calls < 100
+    st, calls, best = run(np.logspace(-6, 6, 60))
+    assert calls <= MAX_EVALUATIONS and st["converged"] is False
+    assert float(0.5 * np.sum(np.logspace(-6, 6, 60) * st["x"] ** 2)) == best  # the best point is kept

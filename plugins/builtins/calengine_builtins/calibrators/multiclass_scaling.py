@@ -298,10 +298,18 @@ def _lbfgs_direction(st: dict[str, Any]) -> np.ndarray:
     return q
 
 
+#: evaluations (reduction rounds) an L-BFGS fit may take: below the engine's 500-round bound on any
+#: reduction, so a slow fit ends with its best point instead of an error
+MAX_EVALUATIONS = 450
+
+
 def _lbfgs_update(st: dict[str, Any], f: float, g: np.ndarray, gtol: float = 1e-10, max_it: int = 2000):
-    """The next trial point, or None once converged (``st["x"]`` is the answer): the largest gradient
-    entry below ``gtol`` (or below ``100 gtol`` after three steps that decreased the objective by no
-    more than rounding), no decrease left at machine precision, or ``max_it`` steps."""
+    """The next trial point, or None once converged (``st["x"]`` is the answer, the best point
+    accepted): the largest gradient entry below ``gtol`` (or below ``100 gtol`` after three steps that
+    decreased the objective by no more than rounding), no decrease left at machine precision, ``max_it``
+    steps or :data:`MAX_EVALUATIONS` evaluations.
+    ``st["converged"]`` says whether a gradient rule ended it."""
+    st["evals"] = st.get("evals", 0) + 1
     if st["f"] is not None:
         d = st["d"]
         if f <= st["f"] + 1e-4 * st["step"] * float(st["g"] @ d):
@@ -315,16 +323,21 @@ def _lbfgs_update(st: dict[str, Any], f: float, g: np.ndarray, gtol: float = 1e-
             st["x"], st["f"], st["g"] = st["trial"], f, g
         else:
             st["step"] /= 2.0
-            if st["step"] < 1e-12:
-                return None  # no decrease left at this precision
+            if st["step"] < 1e-12 or st["evals"] >= MAX_EVALUATIONS:
+                st["converged"] = st["step"] < 1e-12
+                return None  # no decrease left at this precision, or out of rounds: the best point so far
             st["trial"] = st["x"] + st["step"] * d
             return st["trial"]
     else:
         st["f"], st["g"] = f, g
     st["it"] += 1
     gmax = float(np.max(np.abs(st["g"])))
-    if gmax <= gtol or st["it"] > max_it or (st.get("flat", 0) >= 3 and gmax <= 1e2 * gtol):
-        return None  # converged, or three steps without a decrease beyond rounding near the optimum
+    if gmax <= gtol or (st.get("flat", 0) >= 3 and gmax <= 1e2 * gtol):
+        st["converged"] = True
+        return None  # converged, or steps without a decrease that matters near the optimum
+    if st["it"] > max_it or st["evals"] >= MAX_EVALUATIONS:
+        st["converged"] = False
+        return None
     d = _lbfgs_direction(st)
     if float(st["g"] @ d) >= 0.0:
         st["s"], st["y"] = [], []
@@ -487,6 +500,13 @@ class _LinearScaling(Calibrator):
         nxt = _lbfgs_update(self._red["lbfgs"], f, g)
         if nxt is not None:
             return {**request, "theta": nxt}
+        if not self._red["lbfgs"].get("converged", True):
+            import warnings
+
+            warnings.warn(f"calibrator '{self.name}' stopped after {MAX_EVALUATIONS} rounds before its gradient"
+                          f" rule held (largest gradient entry {float(np.max(np.abs(self._red['lbfgs']['g']))):.2g});"
+                          " it keeps the best parameters found; a larger reg_lambda/reg_mu converges faster",
+                          RuntimeWarning, stacklevel=2)
         W, b = linear_map(self._red["lbfgs"]["x"], k, self._full)
         self.coef_, self.intercept_ = np.array(W, dtype=np.float64), np.array(b, dtype=np.float64)
         self.score_kind_, self.n_classes_, self.binary_ = self._red["kind"], k, self._red["binary"]
