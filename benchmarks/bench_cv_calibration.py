@@ -165,7 +165,8 @@ def build_model(learner: str, method: str, variant: str):
             cv=CV,
             mode="ensemble",
             seed=SEED,
-            method_params={"interpolation": "linear"} if method == "isotonic" else None,
+            # scikit-learn's interpolation, and its Platt fit on the probability itself
+            method_params={"interpolation": "linear"} if method == "isotonic" else {"on": "score"},
             cluster=None,
             workers=n,
         )

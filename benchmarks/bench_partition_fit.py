@@ -288,6 +288,8 @@ def fit_argv(data: str, out: str, method: str, args, worker_memory: bool, embedd
     argv = ["--quiet", "fit", data, "--target", TARGET, "--learner", "gaussian_nb", "--method", method]
     if method == "isotonic":
         argv += ["--method-param", "interpolation=linear"]
+    if method == "sigmoid":  # scikit-learn fits Platt on the probability itself (calengine's default is its logit)
+        argv += ["--method-param", "on=score"]
     argv += ["--cv", str(CV), "--seed", str(args.seed)]
     if embedded:
         return argv + ["--output", out]
