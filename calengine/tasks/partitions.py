@@ -18,7 +18,7 @@ from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from .heap import trims_heap
-from .spill import SpilledPiece, loaded, loaded_piece, spill_block, spill_pieces
+from .spill import SpilledBlock, SpilledPiece, load_sets, loaded_piece, spill_block, spill_pieces
 
 
 @dataclass(frozen=True)
@@ -324,6 +324,11 @@ class ScoreBlock:
         return object.__sizeof__(self) + sum(
             S.nbytes + T.nbytes + (0 if W is None else W.nbytes) for S, T, W in self.sets
         )
+
+
+def loaded(block) -> ScoreBlock:
+    """A score block in memory, whether it was spilled (:mod:`calengine.tasks.spill`) or not."""
+    return ScoreBlock(load_sets(block)) if isinstance(block, SpilledBlock) else block
 
 
 def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarray:

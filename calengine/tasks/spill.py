@@ -46,7 +46,8 @@ def _load_optional(path: str | None) -> np.ndarray | None:
 @dataclass(frozen=True)
 class SpilledBlock:
     """A :class:`~calengine.tasks.partitions.ScoreBlock` on disk: per calibration set, the files of
-    ``(S, T, W)`` (``W`` None when unweighted).  Tasks call :func:`loaded` on what they receive."""
+    ``(S, T, W)`` (``W`` None when unweighted).  Tasks call :func:`calengine.tasks.partitions.loaded`
+    on what they receive."""
 
     files: tuple[tuple[str, str, str | None], ...]
 
@@ -68,13 +69,10 @@ def spill_block(block, directory: str | None):
                               for S, T, W in block.sets))
 
 
-def loaded(block):
-    """A score block in memory, whether it was spilled or not."""
-    if not isinstance(block, SpilledBlock):
-        return block
-    from .partitions import ScoreBlock
-
-    return ScoreBlock([(_load(s), _load(t), _load_optional(w)) for s, t, w in block.files])
+def load_sets(block: SpilledBlock) -> list:
+    """The ``(S, T, W)`` sets of a spilled block, read back (a :class:`~calengine.tasks.partitions.ScoreBlock`'s
+    ``sets``; :func:`calengine.tasks.partitions.loaded` makes the block)."""
+    return [(_load(s), _load(t), _load_optional(w)) for s, t, w in block.files]
 
 
 def spill_pieces(pieces: list, directory: str) -> SpilledPiece:
