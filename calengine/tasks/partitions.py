@@ -18,7 +18,7 @@ from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from .heap import trims_heap
-from .spill import SpilledBlock, SpilledPiece, load_sets, loaded_piece, spill_block, spill_pieces
+from .spill import SpilledBlock, SpilledPiece, load_sets, piece_parts, spill_block, spill_pieces
 
 
 @dataclass(frozen=True)
@@ -494,7 +494,7 @@ def take(mapping: dict, key):
 @trims_heap
 def range_partial_stats(cal, request, *pieces):
     """``partial_stats`` of one score range gathered from every fragment (None: the range is empty)."""
-    pieces = [p for p in map(loaded_piece, pieces) if p[0].size]
+    pieces = [p for piece in pieces for p in piece_parts(piece) if p[0].size]
     if not pieces:
         return None
     s, t, w = _concatenate_pieces(pieces)

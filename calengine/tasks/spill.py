@@ -82,18 +82,9 @@ def spill_pieces(pieces: list, directory: str) -> SpilledPiece:
                               for s, t, w in pieces if s.size))
 
 
-def loaded_piece(piece) -> tuple:
-    """An ``(s, t, w)`` piece in memory, whether it was spilled or not (a spilled one's parts joined in
-    order; ``w`` None when no part is weighted)."""
+def piece_parts(piece) -> list:
+    """The ``(s, t, w)`` parts of a range piece in order: the piece itself when it is in memory, its
+    parts read back when it was spilled (the range task concatenates them as it does in-memory pieces)."""
     if not isinstance(piece, SpilledPiece):
-        return piece
-    if not piece.parts:
-        return np.empty(0), np.empty(0, dtype=np.int8), None
-    parts = [(_load(s), _load(t), _load_optional(w)) for s, t, w in piece.parts]
-    if len(parts) == 1:
-        return parts[0]
-    s = np.concatenate([p[0] for p in parts])
-    t = np.concatenate([p[1] for p in parts])
-    if all(p[2] is None for p in parts):
-        return s, t, None
-    return s, t, np.concatenate([np.ones(p[0].shape[0]) if p[2] is None else p[2] for p in parts])
+        return [piece]
+    return [(_load(s), _load(t), _load_optional(w)) for s, t, w in piece.parts]
