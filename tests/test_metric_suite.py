@@ -143,6 +143,36 @@ def test_perfectly_calibrated_draws_pass_the_tests_and_a_shifted_model_fails_the
     assert good["ici"] < 0.02 < bad["ici"]
 
 
+def test_the_calibration_fits_take_two_passes_from_the_logit_histogram(monkeypatch):
+    """Cox's line and the ICI's spline start from their fits on the census's logit histogram and finish
+    together in two passes over the rows (thirteen before), to the fits' own tolerance of the fits
+    started as before (from the identity line; the spline from Cox's line); the census histogram counts
+    every row."""
+    rng = np.random.default_rng(5)
+    p = rng.beta(2, 5, 20000)
+    y = (rng.random(p.size) < np.clip(1.2 * p, 0, 1)).astype(np.int64)
+    acc = MetricAccumulator(2).add(y, p)
+    calls = []
+    irls = suite.kernels.irls
+
+    def counting(table, req):
+        calls.append(sorted(req["fits"]))
+        return irls(table, req)
+
+    monkeypatch.setattr(suite.kernels, "irls", counting)
+    got = acc.calibration_suite()
+    assert calls == [["cox", "rcs"]] * 2
+    hist = suite._logit_histogram(suite._Column([acc._cls[1]], suite._local_map, None, float(p.size),
+                                                logit_bins=suite.LOGIT_BINS))
+    assert hist["m"].sum() == p.size and hist["a"].sum() == y.sum()
+    calls.clear()
+    monkeypatch.setattr(suite, "_histogram_fit", lambda *args: None)
+    cold = acc.calibration_suite()
+    assert len(calls) > 6
+    for key in ("calibration_intercept", "calibration_slope", "ici"):
+        assert got[key] == pytest.approx(cold[key], rel=1e-9, abs=1e-12), key
+
+
 def _cut(table, draw):
     v = table[0]
     if v.size < 2:

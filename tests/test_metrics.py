@@ -491,3 +491,33 @@ def test_many_rows_match_scikit_learn():
     assert r["n"] == 100_000
     assert r["brier"] == pytest.approx(brier_score_loss(y, p), rel=1e-12)
     assert r["auc"] == pytest.approx(roc_auc_score(y, p), rel=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases, st.data())
+def test_batches_added_one_by_one_are_the_batch_by_batch_merge(case, data):
+    """add() keeps integer-count batches aside and merges them in one sort when a table is read: the
+    tables are the bits of merging every batch into the running table in turn (the definition), with
+    integer weights, and with a fractional-weight batch after them (merged in order from there on)."""
+    from calengine.metrics import measures, tables
+
+    y, P = case
+    k, n = P.shape[1], len(y)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=5)))
+    fractional = data.draw(st.booleans())
+    w = np.asarray(data.draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)), dtype=np.int64)
+    acc, want = MetricAccumulator(k), [tables.empty_table() for _ in range(k + 1)]
+    for i, idx in enumerate(np.split(np.arange(n), cuts)):
+        wi = w[idx] * 0.5 if fractional and i == len(cuts) else w[idx]
+        acc.add(y[idx], P[idx], sample_weight=wi)
+        if idx.size:
+            pred = np.argmax(P[idx], axis=1)
+            cols = [(P[idx, c] + 0.0, y[idx] == c) for c in range(k)]
+            cols.append((P[idx][np.arange(idx.size), pred] + 0.0, pred == y[idx]))
+            wc = measures._check_weight(wi, idx.size)  # int64 when every weight is an integer, as add() reads it
+            want = [tables.merge_tables(t, tables.group_rows(v, hit, wc)) for t, (v, hit) in zip(want, cols)]
+    got = [*acc._cls, acc._top]
+    for g, t in zip(got, want):
+        for x, z in zip(g, t):
+            assert x.dtype == z.dtype and np.array_equal(x, z)
+    assert acc.n == measures._total(want[-1]) and type(acc.n) is type(measures._total(want[-1]))

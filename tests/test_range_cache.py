@@ -69,8 +69,9 @@ def test_the_budget_holds_and_other_tables_are_evicted_before_the_swept_one():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 3000), st.integers(0, 2**32 - 1), st.sampled_from([None, 0.25]), st.booleans())
 def test_kernels_on_a_cached_range_give_the_same_bits(n, seed, unit, knots):
-    """A Newton round's and a first pass's kernels on a cached range (twice: computed, then reused) and
-    on the plain arrays, and irls's blocked sums over one block and over many."""
+    """A Newton round's and a first pass's kernels (with the logit histogram) on a cached range (twice:
+    computed, then reused) and on the plain arrays, and irls's blocked sums over one block and over many;
+    two fits in one irls request give each the sums it gets alone."""
     v, a, b = table(n, seed, lo=0.0)
     if unit is not None:
         a, b = a * 0.5, b * 0.75
@@ -78,8 +79,10 @@ def test_kernels_on_a_cached_range_give_the_same_bits(n, seed, unit, knots):
     cached = cache.get("/s/raw-1-r0", lambda p: (v, a, b))
     scale = float(n * 3)
     fit = {"theta": [0.2, 0.8, 0.01, -0.02] if knots else [0.2, 0.8], "knots": [-2.0, -0.5, 0.5, 2.0] if knots else None}
-    reqs = [(kernels.irls, {"unit": unit, "scale": scale, "clip": 1e-15, "fits": {"f": fit}, "ici": True}),
-            (kernels.census, {"unit": unit, "scale": scale, "bins": True, "grid": 1001})]
+    cox = {"theta": [0.1, 1.1], "knots": None, "ici": False}  # a second fit in the same pass, its own ici flag
+    reqs = [(kernels.irls, {"unit": unit, "scale": scale, "clip": 1e-15, "fits": {"f": fit, "cox": cox}, "ici": True}),
+            (kernels.census, {"unit": unit, "scale": scale, "clip": 1e-15, "bins": True, "grid": 1001,
+                              "logit_bins": 4096})]
     for kernel, req in reqs:
         want = kernel((v, a, b), req)
         assert kernel(cached, req) == want
@@ -93,6 +96,10 @@ def test_kernels_on_a_cached_range_give_the_same_bits(n, seed, unit, knots):
     finally:
         kernels.IRLS_BLOCK = block
     assert blocked == kernels.irls((v, a, b), reqs[0][1])
+    alone = {**reqs[0][1], "fits": {"cox": cox}, "ici": True}
+    assert kernels.irls((v, a, b), alone)["cox"] == blocked["cox"]
+    k = len(fit["theta"])
+    assert len(blocked["cox"]) == 2 + 3 + 1 and len(blocked["f"]) == k + k * (k + 1) // 2 + 2  # ici only for "f"
 
 
 @settings(max_examples=40, deadline=None)

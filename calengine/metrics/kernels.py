@@ -23,10 +23,15 @@ import numpy as np
 from .exact import fixed_sum, fixed_sum_bins, fixed_sum_rows, fixed_units
 from .range_cache import derived
 
-__all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms"]
+__all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms",
+           "LOGIT_BOUND", "logit_histogram",
+           "spline_basis"]
 
 #: number of equal-width bins of ``ece``/``mce``, ``ece_classwise`` and the uniform reliability diagrams.
 ECE_BINS = 15
+#: the logit histogram (:func:`logit_histogram`) covers ``[-LOGIT_BOUND, LOGIT_BOUND]``: every clipped
+#: forecast's logit (``|logit(1e-15)|`` is 34.5).
+LOGIT_BOUND = 35.0
 
 
 def counts(table, unit):
@@ -84,7 +89,36 @@ def census(table, req: dict) -> dict:
                        "mv": fixed_sum_bins(idx, mf * v, S, ECE_BINS)}
     if req.get("grid"):
         out["grid"] = {req["grid"]: grid_histograms(v, a, m, req["grid"], S)}
+    if req.get("logit_bins"):
+        out["logit_hist"] = logit_histogram(table, req["unit"], req["logit_bins"], req["clip"], S)
     return out
+
+
+def logit_histogram(table, unit, n_bins: int, clip: float, scale: float) -> dict:
+    """A fine histogram of ``x = logit(clip(v))`` over a range: ``n_bins`` equal-width bins of
+    ``[-LOGIT_BOUND, LOGIT_BOUND]``, per bin the count, the events and the fixed-point sums of ``m x``
+    and ``a x`` (in units of ``scale * 100``, as :func:`irls`'s sums), for the span of bins the range
+    touches: ``{"first": index of its first bin, "m", "a", "mx", "ax": [...]}`` (ranges are cut by value,
+    so their spans barely overlap and the client holds O(bins + ranges)).  Empty for an empty range.
+
+    Why: the calibration fits (:mod:`calengine.metrics.suite`) start Newton from the fit on this grouped
+    table, which lies within about the square of a bin's width of the fit on the rows, so two or three
+    exact passes over the rows finish a fit instead of ten or more.  Counts are integers and ``m x``
+    fixed-point, so the histogram (and the start) does not depend on where the table was cut."""
+    v, a, _, m = counts(table, unit)
+    if v.size == 0:
+        return {}
+    x = derived(table, ("logit_basis", clip, None), lambda: logit_basis(v, clip, None))[1]
+    idx = np.floor((x + LOGIT_BOUND) * (n_bins / (2.0 * LOGIT_BOUND))).astype(np.int64).clip(0, n_bins - 1)
+    first = int(idx.min())
+    idx -= first
+    span = int(idx.max()) + 1
+    mf = m.astype(np.float64)
+    return {"first": first,
+            "m": np.bincount(idx, weights=mf, minlength=span).astype(np.int64).tolist(),
+            "a": np.bincount(idx, weights=a.astype(np.float64), minlength=span).astype(np.int64).tolist(),
+            "mx": fixed_sum_bins(idx, mf * x, scale * 100.0, span),
+            "ax": fixed_sum_bins(idx, a * x, scale * 100.0, span)}
 
 
 def grids(table, req: dict) -> dict:
@@ -160,7 +194,11 @@ def logit_basis(v, clip: float, knots):
     (Cox), or with ``knots`` (4 increasing logits) also the two restricted cubic spline terms of
     Harrell's parametrisation (scaled by the squared knot span)."""
     p = np.clip(v, clip, 1.0 - clip)
-    x = np.log(p) - np.log1p(-p)
+    return spline_basis(np.log(p) - np.log1p(-p), knots)
+
+
+def spline_basis(x, knots):
+    """:func:`logit_basis` at logits ``x``."""
     cols = [np.ones_like(x), x]
     if knots is not None:
         t = np.asarray(knots, dtype=np.float64)
@@ -211,7 +249,8 @@ def irls(table, req: dict) -> dict:
     """One Newton round of each logistic calibration fit over a range: the gradient and Hessian of the
     log-likelihood at ``req["fits"][name]["theta"]`` (with its ``knots``, or None for Cox's line), as
     fixed-point sums (the gradient's and the upper triangle's terms interleaved row by row); with
-    ``req["ici"]`` then ``Σ m |expit(Bθ) - p|``; last the log-likelihood itself."""
+    ``req["ici"]`` (or the fit's own ``"ici"``) then ``Σ m |expit(Bθ) - p|``; last the log-likelihood
+    itself.  Several fits in one request share the pass over the range."""
     v, a, _, m = counts(table, req["unit"])
     out = {}
     if v.size == 0:
@@ -229,7 +268,7 @@ def irls(table, req: dict) -> dict:
         for lo in range(0, v.size, IRLS_BLOCK):
             hi = min(v.size, lo + IRLS_BLOCK)
             part = _irls_block([c[lo:hi] for c in B], theta, af[lo:hi], mf[lo:hi], v[lo:hi], req["scale"] * 100.0,
-                               bool(req.get("ici")))
+                               bool(fit.get("ici", req.get("ici"))))
             sums = part if sums is None else [x + y for x, y in zip(sums, part)]
         out[name] = sums
     return out

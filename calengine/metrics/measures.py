@@ -46,6 +46,7 @@ from .ranged import core_result, error_reject_at, error_reject_points, ranged_dr
 from .tables import as_counts
 from .tables import empty_table as _empty_table
 from .tables import group_rows as _group_rows
+from .tables import merge_all as _merge_all
 from .tables import merge_tables as _merge_tables
 
 __all__ = [
@@ -213,6 +214,33 @@ class MetricAccumulator:
         # top-label confidence: (sorted distinct max_c P[:, c], #correct, #wrong)
         self._top = _empty_table()
 
+    # Integer-count batches wait in _pending (a list of grouped tables per class, then the top label's),
+    # merged in one stable sort when a table is read: merging each into the running table re-sorted it
+    # per batch.  Integer sums do not depend on order (same bits); fractional weights merge in order.
+    @property
+    def _cls(self) -> list:
+        self._flush()
+        return self._cls_tables
+
+    @_cls.setter
+    def _cls(self, tables) -> None:
+        self._pending, self._cls_tables = None, tables
+
+    @property
+    def _top(self):
+        self._flush()
+        return self._top_table
+
+    @_top.setter
+    def _top(self, table) -> None:
+        self._pending, self._top_table = None, table
+
+    def _flush(self) -> None:
+        pending, self._pending = self.__dict__.get("_pending"), None
+        if pending:
+            self._cls_tables = [_merge_all([t, *p]) for t, p in zip(self._cls_tables, pending)]
+            self._top_table = _merge_all([self._top_table, *pending[-1]])
+
     # ---- building ---------------------------------------------------------------------------------
 
     def add(self, y: np.ndarray, P: np.ndarray, sample_weight=None) -> "MetricAccumulator":
@@ -234,12 +262,20 @@ class MetricAccumulator:
         if y.size == 0:
             return self
         P = P + 0.0  # fold -0.0 into 0.0 so the two never form separate segments
-        for c in range(self.n_classes):
-            self._cls[c] = _merge_tables(self._cls[c], _group_rows(P[:, c], y == c, w))
         pred = np.argmax(P, axis=1)
         conf = P[np.arange(P.shape[0]), pred]
-        self._top = _merge_tables(self._top, _group_rows(conf, pred == y, w))
-        self.n = _total(self._top)
+        pieces = [_group_rows(P[:, c], y == c, w) for c in range(self.n_classes)]
+        pieces.append(_group_rows(conf, pred == y, w))
+        if pieces[-1][1].dtype.kind == "f" or self._top_table[1].dtype.kind == "f":
+            self._cls = [_merge_tables(t, piece) for t, piece in zip(self._cls, pieces)]
+            self._top = _merge_tables(self._top, pieces[-1])
+            self.n = _total(self._top)
+            return self
+        if self.__dict__.get("_pending") is None:
+            self._pending = [[] for _ in pieces]
+        for waiting, piece in zip(self._pending, pieces):
+            waiting.append(piece)
+        self.n += _total(pieces[-1])
         return self
 
     def merge(self, other: "MetricAccumulator") -> "MetricAccumulator":

@@ -49,8 +49,8 @@ L2_LEVEL, L2_REPLICATES = 0.9, 200
 RCS_QUANTILES = ((5, 100), (35, 100), (65, 100), (95, 100))
 #: forecasts are clipped to [CLIP, 1 - CLIP] before the logit of the calibration fits.
 CLIP = 1e-15
-#: Newton stops when no parameter moves by more than _IRLS_TOL (relative to the largest), or fails
-#: after _IRLS_MAX_ITER rounds.
+#: Newton stops when its next step would move no parameter by more than _IRLS_TOL (relative to the
+#: largest), or fails after _IRLS_MAX_ITER rounds.
 _IRLS_MAX_ITER, _IRLS_TOL = 100, 1e-9
 #: the logistic fits' fixed-point sums use ``scale * _IRLS_SCALE``: |logit| <= 34.6, so every term is
 #: below 12 of those units (see :func:`calengine.metrics.kernels.irls`).
@@ -73,9 +73,10 @@ def _add_lists(lists):
 class _Column:
     """One table (a list of ranges) and what the first pass learned about it."""
 
-    def __init__(self, ranges, mapper: Mapper, unit, scale: float, *, grid: int | None = None, bins: bool = False):
+    def __init__(self, ranges, mapper: Mapper, unit, scale: float, *, grid: int | None = None, bins: bool = False,
+                 logit_bins: int | None = None):
         self.ranges, self.mapper, self.unit, self.S = list(ranges), mapper, unit, float(scale)
-        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid}
+        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid, "logit_bins": logit_bins}
         self.census = mapper(kernels.census, self.ranges, [req] * len(self.ranges))
         self.n_pos = sum(c["pos"] for c in self.census)
         self.n_neg = sum(c["neg"] for c in self.census)
@@ -155,37 +156,110 @@ def _l2_stats(col: _Column, outs) -> tuple[float, dict]:
     return max(sq, 0.0), stats
 
 
-def _fit(col: _Column, knots, start) -> tuple[np.ndarray | None, int]:
-    """Newton-Raphson of the logistic fit of the event on the basis (Cox: ``[1, logit p]``; with
-    ``knots`` also the two spline terms) from ``start``, each step halved until the log-likelihood does
-    not decrease (plain Newton overshoots and can diverge far from the optimum, e.g. on forecasts of
-    exactly 0 and 1).  Returns the parameters and the passes over the table, or None when the Hessian is
-    singular, a step cannot improve, or it does not converge in :data:`_IRLS_MAX_ITER` rounds."""
+def _newton(start):
+    """Newton-Raphson of one logistic fit of the event on a basis (Cox: ``[1, logit p]``; with knots
+    also the two spline terms) from ``start``, as a generator: it yields the parameters at which it
+    needs the sums of :func:`calengine.metrics.kernels.irls` and is sent them, so that
+    :func:`_fit_all` runs several fits in the same passes over the table.  Each step is halved until
+    the log-likelihood does not decrease (plain Newton overshoots and can diverge far from the
+    optimum, e.g. on forecasts of exactly 0 and 1).  Stops at parameters whose Newton step moves none
+    of them by more than :data:`_IRLS_TOL` (relative to the largest): Newton converges quadratically,
+    so they are within about that of the optimum, and the step need not be taken (one pass fewer).
+    Returns ``(parameters, their sums)``, or None when the Hessian is singular, a step cannot improve,
+    or it does not converge in :data:`_IRLS_MAX_ITER` rounds."""
     theta = np.asarray(start, dtype=np.float64)
-    knots = None if knots is None else list(knots)
     k = theta.size
-    sums = col.irls({"f": {"theta": theta.tolist(), "knots": knots}})["f"]
-    passes = 1
+    sums = yield theta
     for _ in range(_IRLS_MAX_ITER):
         grad, hess = _unpack(sums, k)
         step = newton_step(grad, hess)
         if step is None:
-            return None, passes
+            return None
+        if np.max(np.abs(step)) <= _IRLS_TOL * max(1.0, float(np.max(np.abs(theta)))):
+            return theta, sums
         for _half in range(40):
             trial = theta + step
-            new = col.irls({"f": {"theta": trial.tolist(), "knots": knots}})["f"]
-            passes += 1
+            new = yield trial
             # accept unless the log-likelihood fell by more than its sums' rounding: near the optimum
             # a Newton step changes it by less than that, and halving would only waste passes
             if new[-1] >= sums[-1] - 1e-9 * (1.0 + abs(sums[-1])):
                 break
             step = step / 2.0
         else:
-            return None, passes
+            return None
         theta, sums = trial, new
-        if np.max(np.abs(step)) <= _IRLS_TOL * max(1.0, float(np.max(np.abs(theta)))):
-            return theta, passes
-    return None, passes
+    return None
+
+
+def _fit_all(col: _Column, fits: dict) -> dict:
+    """``{name: (knots, start)}`` fitted by :func:`_newton` together: one pass over the table per
+    round serves every fit still running.  Returns ``{name: (theta, sums) or None}``; the sums (at
+    ``theta``) end with ``Σ m |expit(Bθ) - p|`` (the ICI's numerator) and the log-likelihood."""
+    running, pending, done = {}, {}, {}
+    for name, (knots, start) in fits.items():
+        running[name] = (_newton(start), None if knots is None else list(knots))
+        pending[name] = next(running[name][0])
+    while pending:
+        sums = col.irls({name: {"theta": theta.tolist(), "knots": running[name][1], "ici": True}
+                         for name, theta in pending.items()})
+        for name in list(pending):
+            try:
+                pending[name] = running[name][0].send(sums[name])
+            except StopIteration as stop:
+                done[name] = stop.value
+                del pending[name]
+    return done
+
+
+#: bins of the logit histogram the calibration fits start from (:func:`kernels.logit_histogram`):
+#: 70 / 2**15 = 0.002 wide, so the start is within ~1e-6 of the fit on the rows, one Newton step on
+#: the rows brings it within ~1e-12, and the fit ends after two passes (a start at 1e-3 would need three).
+LOGIT_BINS = 1 << 15
+
+
+def _histogram_fit(hist: dict, knots, start) -> np.ndarray | None:
+    """The logistic fit on the grouped logit histogram, by the same damped Newton as on the rows
+    (:func:`_newton`) but in this process, O(bins) a round; None when it fails.  A bin's rows stand at
+    their mean logit and its events at theirs: the data term ``Σ a B(x)`` is then off by the square
+    of a bin's width, not by its width times the events' scatter, and the start is close enough for
+    two exact rounds on the rows."""
+    Bm = np.asarray(kernels.spline_basis(hist["xm"], knots))
+    Ba = np.asarray(kernels.spline_basis(hist["xa"], knots))
+    a, m = hist["a"], hist["m"]
+    fit = _newton(start)
+    theta = next(fit)
+    try:
+        while True:
+            eta = theta @ Bm
+            mu = 0.5 + 0.5 * np.tanh(0.5 * eta)
+            wt = m * mu * (1.0 - mu)
+            sums = []
+            for i in range(len(Bm)):
+                sums.append(float(a @ Ba[i] - (m * mu) @ Bm[i]))
+                sums.extend(float(wt @ (Bm[i] * Bm[j])) for j in range(i, len(Bm)))
+            sums.append(float(a @ (theta @ Ba) - m @ np.logaddexp(0.0, eta)))
+            theta = fit.send(sums)
+    except StopIteration as stop:
+        return None if stop.value is None else stop.value[0]
+
+
+def _logit_histogram(col: _Column) -> dict:
+    """The census's logit histograms of the ranges added up (exact integers and fixed-point sums until
+    here): the occupied bins' counts ``m`` and events ``a``, the mean logit ``xm`` of their rows and
+    ``xa`` of their events (floats)."""
+    acc: dict = {}
+    for c in col.census:
+        h = c.get("logit_hist")
+        for j, row in enumerate(zip(h["m"], h["a"], h["mx"], h["ax"]) if h else (), start=h["first"] if h else 0):
+            if row[0]:
+                acc[j] = [p + q for p, q in zip(acc[j], row)] if j in acc else list(row)
+    m, a, mx, ax = (np.asarray(c, dtype=object) for c in zip(*(acc[j] for j in sorted(acc)))) if acc else [[]] * 4
+    S = col.S * _IRLS_SCALE
+    m = np.asarray(m, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    xm = np.asarray([fixed_to_float(t, S) for t in mx]) / np.maximum(m, 1.0)
+    xa = np.asarray([fixed_to_float(t, S) for t in ax]) / np.maximum(a, 1.0)
+    return {"m": m, "a": a, "xm": xm, "xa": xa}
 
 
 def _unpack(sums, k: int):
@@ -212,6 +286,27 @@ def _knots(col: _Column, outs) -> list[float] | None:
     return x.tolist() if np.all(np.diff(x) > 0) else None
 
 
+def _calibration_fits(score: _Column, knots):
+    """Cox's line and the ICI's spline (with ``knots``, when there are), each ``(theta, sums at theta)``
+    or None: both start from their fit on the census's logit histogram and are finished by Newton on
+    the rows in the same passes (two or three); a fit whose histogram start fails starts as before,
+    Cox from the identity recalibration and the spline from Cox's line.  The spline is only reported
+    when Cox's line converged."""
+    hist = _logit_histogram(score)
+    cox0 = _histogram_fit(hist, None, [0.0, 1.0]) if hist["m"].size else None
+    rcs0 = None if cox0 is None or knots is None else _histogram_fit(hist, knots, [*cox0, 0.0, 0.0])
+    fits = {"cox": (None, [0.0, 1.0] if cox0 is None else cox0)}
+    if rcs0 is not None:
+        fits["rcs"] = (knots, rcs0)
+    done = _fit_all(score, fits)
+    cox = done["cox"]
+    if cox is None or knots is None:
+        return cox, None
+    if "rcs" not in done:
+        done.update(_fit_all(score, {"rcs": (knots, [*cox[0], 0.0, 0.0])}))
+    return cox, done["rcs"]
+
+
 def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float | None = None,
                       scale: float | None = None, seed: int = 0, mapper: Mapper | None = None) -> dict:
     """The suite's metrics from the per-class tables and the top-label table, each a list of ranges.
@@ -228,10 +323,14 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
         scale = float(sum(int(np.sum(kernels.counts(r, unit)[3])) for r in top_ranges))
     out: dict = {}
     # ---- the score column: smooth ECE, cumulative-difference tests, Hosmer-Lemeshow, logistic fits
-    score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=smece_grid_size(1.0))
+    # for two classes the score column is class 1's: its census and sweep also serve class 1's
+    # class-wise ECE and debiased L2 error; for more it is the top label's, whose equal-mass ECE they serve
+    score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=smece_grid_size(1.0),
+                    logit_bins=LOGIT_BINS, bins=k == 2)
     N = score.N
     levels = [-(-num * N // den) for num, den in RCS_QUANTILES]
-    sw = score.sweep(ks=True, binnings=[("floor", "floor", HL_GROUPS)], levels={"knots": levels})
+    sw = score.sweep(ks=True, binnings=[("floor", "floor", HL_GROUPS), ("split", "split", SUITE_BINS)],
+                     levels={"knots": levels})
     smece, sigma = smece_search(lambda s: smooth_ece(score.grid(smece_grid_size(s)), s))
     out["smece"], out["smece_sigma"] = smece, sigma
     hi = max(o["ks"][0] for o in sw if "ks" in o)
@@ -249,28 +348,25 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     hl_bins = score.binning(sw, "floor")
     hl = hosmer_lemeshow(hl_bins["count"], hl_bins["pos"], hl_bins["mv"])
     out.update(hosmer_lemeshow=hl["chi2"], hosmer_lemeshow_df=hl["df"], hosmer_lemeshow_pvalue=hl["p_value"])
-    theta, _ = _fit(score, None, [0.0, 1.0])  # from the identity recalibration
-    out["calibration_intercept"], out["calibration_slope"] = (math.nan, math.nan) if theta is None else map(float, theta)
-    knots = _knots(score, sw)
-    rcs = None if knots is None or theta is None else _fit(score, knots, [*theta, 0.0, 0.0])[0]
-    if rcs is not None:
-        ici_fit = {"theta": rcs.tolist(), "knots": knots}
-    elif theta is not None:
-        ici_fit = {"theta": theta.tolist(), "knots": None}
-    else:
-        ici_fit = None
-    out["ici"] = math.nan if ici_fit is None else score.irls({"f": ici_fit}, ici=True)["f"][-2] / N
+    cox, rcs = _calibration_fits(score, _knots(score, sw))
+    out["calibration_intercept"], out["calibration_slope"] = (math.nan, math.nan) if cox is None else map(float, cox[0])
+    # the ICI from the spline fit, or from Cox's line when the spline has no knots or does not converge
+    ici = rcs if rcs is not None else cox
+    out["ici"] = math.nan if ici is None else ici[1][-2] / N
     # ---- the top-label confidence: equal-mass ECE
-    top = score if k > 2 else _Column(top_ranges, mapper, unit, scale)
-    em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
+    if k > 2:
+        em = score.binning(sw, "split")
+    else:
+        top = _Column(top_ranges, mapper, unit, scale)
+        em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
     out["ece_equal_mass"] = _ece_from_bins(em)
     # ---- every class column: class-wise ECE (equal width) and Kumar et al.'s debiased L2 error (equal mass)
     eces, sqs, stats = [], [], []
     for c in range(k):
-        col = _Column(class_ranges[c], mapper, unit, scale, bins=True)
+        col = score if k == 2 and c == 1 else _Column(class_ranges[c], mapper, unit, scale, bins=True)
         eces.append(_ece_from_bins(col.equal_width_bins()))
         if k > 2 or c == 1:
-            sq, st = _l2_stats(col, col.sweep(binnings=[("split", "split", SUITE_BINS)]))
+            sq, st = _l2_stats(col, sw if col is score else col.sweep(binnings=[("split", "split", SUITE_BINS)]))
             sqs.append(sq)
             stats.append(st)
     out["ece_classwise"] = float(np.mean(eces))
