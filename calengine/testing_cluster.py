@@ -165,10 +165,10 @@ def start_cli(*args, cwd: Path | str | None = None) -> subprocess.Popen:
 
 
 def run_cli_killing_a_worker(*args, task: str, cwd: Path | str | None = None, workers_cwd: Path | None = None,
-                             timeout: float = 300) -> subprocess.CompletedProcess:
+                             timeout: float = 300, delay: float = 2.0) -> subprocess.CompletedProcess:
     """``python -m calengine ARGS --cluster ADDRESS`` on a cluster of its own (:func:`start_dask_processes`,
-    run in ``workers_cwd``), with one worker SIGKILLed (:func:`kill_one_worker`) two seconds after a task
-    whose key contains ``task`` starts running.  The cluster is stopped before it returns what the command
+    run in ``workers_cwd``), with one worker SIGKILLed (:func:`kill_one_worker`) ``delay`` seconds after a
+    task whose key contains ``task`` starts running.  The cluster is stopped before it returns what the command
     printed.  For learners that train on the whole cluster, whose collectives cannot lose a member: the
     command must then fail in one line and publish nothing (check with :func:`assert_one_line_error`)."""
     from distributed import Client
@@ -183,7 +183,7 @@ def run_cli_killing_a_worker(*args, task: str, cwd: Path | str | None = None, wo
                     out, err = proc.communicate()
                     raise AssertionError(f"no task '{task}' ran before the command ended or 120 s passed: {err[-2000:]}")
                 time.sleep(0.2)
-        time.sleep(2)
+        time.sleep(delay)
         if proc.poll() is not None:
             raise AssertionError("the command ended before a worker could be killed; give it more work")
         kill_one_worker(procs)

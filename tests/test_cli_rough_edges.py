@@ -173,3 +173,19 @@ def test_a_continuous_target_says_so(tmp_path):
     with pytest.raises(ValueError, match="y' looks continuous"):
         calengine.CalibratedClassifier().fit(X, df["bmi"].to_numpy() + 0.5)
     assert np.isfinite(calengine.CalibratedClassifier(cv=3).fit(X, df["class"]).predict_proba(X)).all()
+
+
+def test_python_warnings_are_one_warning_line_each(tmp_path):
+    """A library's warning (scikit-learn's multi-line convergence advice, raised in every fold's fit)
+    reaches the terminal as one ``warning:`` line naming its category, once: not Python's two-line
+    developer format with the file, line number and source line."""
+    out = tmp_path / "m"
+    r = run_cli("fit", PIMA, "--target", "class", "--learner", "logistic_regression", "--learner-param", "max_iter=1",
+                "--method", "sigmoid", "--output", out)
+    assert r.returncode == 0, r
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    warned = [line for line in lines if line.startswith("warning: ")]
+    assert len(warned) == 1, r.stderr
+    assert warned[0].startswith("warning: lbfgs failed to converge") and warned[0].endswith("(ConvergenceWarning)")
+    assert [line for line in lines if line not in warned and not line.startswith("fitted ")] == [], r.stderr
+    assert (out / "manifest.json").exists()

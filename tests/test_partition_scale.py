@@ -10,14 +10,13 @@ whole table.
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from calengine.testing_cluster import kill_one_worker, start_cli, start_dask_processes, stop_processes
+from calengine.testing_cluster import run_cli, run_cli_killing_a_worker
 from cli_helpers import REPO
 
 
@@ -72,25 +71,21 @@ def _model_arrays(out):
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_a_worker_killed_mid_fit_gives_the_same_model_bit_for_bit(tmp_path):
-    """Tasks read their rows from Parquet, so a lost worker's tasks re-run elsewhere from storage."""
-    data = write_big_table(tmp_path / "t", 600_000, 10, files=6, row_group=25_000)
+    """Tasks read their rows from Parquet, so a lost worker's tasks re-run elsewhere from storage.
+
+    The worker is killed while a learner is being fitted (a ``fit_unit_learner`` task is running: the
+    scheduler is asked, rather than sleeping a guessed time, so the table can stay small); the model
+    must equal, bit for bit, the embedded scheduler's fit of the same table with the same seed."""
+    data = write_big_table(tmp_path / "t", 240_000, 10, files=6, row_group=20_000)
     elsewhere = tmp_path / "workers"
     elsewhere.mkdir()
-    address, procs = start_dask_processes(cwd=elsewhere)
-    try:
-        def fit(out):
-            return start_cli("fit", data, "--target", "y", "--learner", "decision_tree", "--learner-param",
-                             "max_depth=8", "--method", "sigmoid", "--cluster", address, "--output", out, cwd=REPO)
-
-        clean = fit(tmp_path / "clean")
-        assert clean.wait(timeout=600) == 0, clean.stderr.read()
-        faulty = fit(tmp_path / "faulty")
-        time.sleep(6)
-        assert faulty.poll() is None, "the fit ended before a worker could be killed; make the table larger"
-        kill_one_worker(procs)
-        assert faulty.wait(timeout=600) == 0, faulty.stderr.read()
-    finally:
-        stop_processes(procs)
+    args = ("fit", data, "--target", "y", "--learner", "decision_tree", "--learner-param", "max_depth=8",
+            "--method", "sigmoid")
+    clean = run_cli(*args, "--workers", "2", "--output", tmp_path / "clean", cwd=REPO, timeout=600)
+    assert clean.returncode == 0, clean.stderr
+    faulty = run_cli_killing_a_worker(*args, "--output", tmp_path / "faulty", task="fit_unit_learner", cwd=REPO,
+                                      workers_cwd=elsewhere, timeout=600, delay=0.5)
+    assert faulty.returncode == 0, faulty.stderr
     a, b = _model_arrays(tmp_path / "clean"), _model_arrays(tmp_path / "faulty")
     assert a.keys() == b.keys()
     for k in a:

@@ -28,6 +28,8 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 _SILENCE_AFTER_ERROR = False
+#: the warning lines this process has written (:func:`_show_warning`)
+_WARNED: set[str] = set()
 
 #: subcommand -> its ``run(args)``
 COMMANDS = {"fit": fit.run, "score": score.run, "decide": score.run, "evaluate": evaluate.run, "cv": cv.run,
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.strict_plugins:
         os.environ["CALENGINE_STRICT_PLUGINS"] = "1"
+    _warnings_as_lines()
     from .. import run_log
     from ..errors import CalengineError
 
@@ -114,6 +117,32 @@ def main(argv: list[str] | None = None) -> int:
         if message is None:
             raise
         return _fail(message, EXIT_USAGE)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """One ``warning: ...`` line, as the CLI writes its own warnings: Python's default format (the
+    file and line of the warning, then that source line) is for developers, and a library's message
+    spread over several lines (scikit-learn's convergence advice) would break the one-line rule.  A
+    warning already written is not written again: the filters' once-per-place rule does not hold across
+    the threads and ``catch_warnings`` blocks of a fit."""
+    text = " ".join(str(message).split())
+    if category is not UserWarning:
+        text = f"{text} ({category.__name__})"
+    if text in _WARNED:  # the same warning from every fold's fit is one line, not one per fold
+        return
+    _WARNED.add(text)
+    try:
+        (file or sys.stderr).write(f"warning: {text}\n")
+    except (OSError, ValueError):  # stderr closed or gone: a warning is not worth failing for
+        pass
+
+
+def _warnings_as_lines() -> None:
+    """Python warnings raised in this process (the client, and the embedded scheduler's worker threads)
+    reach the terminal as :func:`_show_warning` lines; which warnings show is left to the filters."""
+    import warnings
+
+    warnings.showwarning = _show_warning
 
 
 def _broken_pipe() -> int:
