@@ -14,8 +14,9 @@ def add_parser(sub) -> None:
         "export", help="write a model as SQL that scores rows where they live, or as an MLflow model",
         description="Write MODEL_DIR as one SELECT over a relation (--table, default 'input') returning its columns"
         " plus p_<class> per class, and PATH.manifest.json naming the model's content hash. SQL expresses models"
-        " of score columns (calengine fit --scores ...) with the sigmoid, sigmoid_nobias, temperature, beta and"
-        " isotonic calibrators and, for several classes, the normalize combiner. --format mlflow writes PATH as an"
+        " of score columns (calengine fit --scores ...) with the sigmoid, sigmoid_nobias, temperature, beta, isotonic,"
+        " binning, rocch and venn_abers calibrators (for several classes with the normalize combiner) or a"
+        " multiclass scaling (temperature, vector_scaling, matrix_scaling, dirichlet). --format mlflow writes PATH as an"
         " MLflow model directory (needs pip install 'calengine[mlflow]') whose pyfunc scores a pandas DataFrame"
         " into p_<class> columns, for every model.",
     )
