@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         " plus p_<class> per class, and PATH.manifest.json naming the model's content hash. SQL expresses models"
         " of score columns (calengine fit --scores ...) with the sigmoid, sigmoid_nobias, temperature, beta, isotonic,"
         " binning, rocch and venn_abers calibrators (for several classes with the normalize combiner) or a"
-        " multiclass scaling (temperature, vector_scaling, matrix_scaling, dirichlet). --format mlflow writes PATH as an"
+        " multiclass scaling (temperature, vector_scaling, matrix_scaling, dirichlet), and two-class models of a"
+        " fitted logistic_regression on numeric and categorical columns. --format mlflow writes PATH as an"
         " MLflow model directory (needs pip install 'calengine[mlflow]') whose pyfunc scores a pandas DataFrame"
         " into p_<class> columns, for every model.",
     )

@@ -3,6 +3,8 @@
 :func:`model_sql` turns a model of score columns (``calengine fit --scores ...``: the learner is the
 table's own column, so nothing but the calibration map has to be expressed) into a query over a
 relation (``input`` unless named) that returns every input column plus ``p_<class>`` per class.
+A two-class model of a fitted ``logistic_regression`` (one member or an ensemble, averaged) is
+expressed too, its features and learner by :mod:`.sql_learners`.
 
 What is expressed, and how exactly:
 
@@ -34,8 +36,8 @@ What is expressed, and how exactly:
   the one numpy makes and isotonic stays bit-identical.
 
 Everything else is refused with one :class:`~calengine.errors.ParameterError` line that names what
-is supported: learners other than score columns, other calibrators (``none``, ``top_label``) and
-combiners, several members, class-sampling corrections.
+is supported: other learners (and text features), other calibrators (``none``, ``top_label``) and
+combiners, several members of a score-column model, class-sampling corrections.
 
 Numbers are written as ``CAST('<repr>' AS DOUBLE)``: every dialect parses the shortest round-trip
 decimal string to the same double, where a bare ``0.1`` would be a DECIMAL in DuckDB and Postgres.
@@ -74,6 +76,7 @@ class _Dialect:
             raise ParameterError(f"--dialect must be one of {', '.join(DIALECTS)}, got {name!r}")
         self.name = name
         self.double = "DOUBLE PRECISION" if name == "postgres" else "DOUBLE"
+        self.text = {"duckdb": "VARCHAR", "spark": "STRING", "postgres": "TEXT"}[name]
 
     def num(self, x: float) -> str:
         x = float(x)
@@ -235,18 +238,18 @@ def _numpy_sum(terms: list[str]) -> str:
 
 
 def _check_exportable(model) -> tuple:
-    """``(member, learner, reader)`` of a model the SQL export expresses, or one ParameterError line."""
+    """``(member, learner, reader)`` of a model the SQL export expresses, or one ParameterError line
+    (``reader`` is None for a learner calengine fitted: see :mod:`.sql_learners`)."""
     from ..plan.columns import ColumnReader
     from ..score_columns import ScoreColumns
 
     member = model.members[0]
     learner = (getattr(member, "learners", None) or [None])[0]
+    reader = model.encoder
     if not isinstance(learner, ScoreColumns) or not isinstance(model.encoder, ColumnReader):
-        raise ParameterError(
-            f"learner '{getattr(learner, 'name', type(learner).__name__)}' has no SQL form yet (SQL scores models of"
-            f" score columns: calengine fit --scores ...); score it with {OTHER_FORMATS}"
-        )
-    if len(model.members) != 1 or getattr(model.members[0], "kind", None) != "calibrated":
+        _check_learner_model(model)
+        reader = None
+    elif len(model.members) != 1 or getattr(model.members[0], "kind", None) != "calibrated":
         raise ParameterError(f"the SQL export needs a model with one calibrated member (this one has {len(model.members)}"
                              f" members or another member kind); score it with {OTHER_FORMATS}")
     if model.class_rates is not None:
@@ -257,15 +260,42 @@ def _check_exportable(model) -> tuple:
         if cname != "normalize":
             raise ParameterError(f"combiner '{cname}' has no SQL form (SQL combines one-vs-all columns with"
                                  f" 'normalize'); score this model with {OTHER_FORMATS}")
-    for cal in member.calibrators:
-        if _scales_vector(member, cal) and cal.name not in MATRIX_SCALINGS:
-            raise ParameterError(
-                f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector, which has no SQL form"
-                f" (SQL expresses {', '.join(MATRIX_SCALINGS)}); score this model with {OTHER_FORMATS}"
-            )
-        if getattr(cal, "name", None) not in SQL_CALIBRATORS:
-            calibrator_sql(_Dialect("duckdb"), cal, "s")  # raises the one line
-    return member, learner, model.encoder
+    for m in model.members:
+        for cal in m.calibrators:
+            if _scales_vector(m, cal) and cal.name not in MATRIX_SCALINGS:
+                raise ParameterError(
+                    f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector, which has no SQL"
+                    f" form (SQL expresses {', '.join(MATRIX_SCALINGS)}); score this model with {OTHER_FORMATS}"
+                )
+            if getattr(cal, "name", None) not in SQL_CALIBRATORS:
+                calibrator_sql(_Dialect("duckdb"), cal, "s")  # raises the one line
+    return member, learner, reader
+
+
+def _check_learner_model(model) -> None:
+    """A model of a fitted learner SQL expresses: two classes, every member one learner of
+    :data:`.sql_learners.SQL_LEARNERS` and one calibrator, members averaged (an ensemble) or one."""
+    from ..plan.features import FeatureEncoder
+    from .sql_learners import SQL_LEARNERS
+
+    names = sorted({getattr(lr, "name", type(lr).__name__) for m in model.members for lr in getattr(m, "learners", [None])})
+    other = [n for n in names if n not in SQL_LEARNERS]
+    if other or not isinstance(model.encoder, FeatureEncoder):
+        raise ParameterError(
+            f"learner '{(other or names)[0]}' has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} and models of"
+            f" score columns: calengine fit --scores ...); score it with {OTHER_FORMATS}"
+        )
+    shapes = {(getattr(m, "kind", None), len(m.learners), len(m.calibrators)) for m in model.members}
+    if model.n_classes != 2 or shapes != {("calibrated", 1, 1)} or len(set(model.member_groups)) > 1:
+        raise ParameterError(f"SQL expresses a fitted learner's model on two classes with one learner and calibrator"
+                             f" per member; score this model with {OTHER_FORMATS}")
+    scalings = sorted({c.name for m in model.members for c in m.calibrators if c.name in LINEAR_SCALINGS})
+    if scalings:
+        raise ParameterError(f"calibrator '{scalings[0]}' on a fitted learner's score has no SQL form yet (it has on"
+                             f" score columns); score this model with {OTHER_FORMATS}")
+    if model.is_venn_abers and len(model.members) > 1:
+        raise ParameterError(f"the cross Venn-ABERS combination of {len(model.members)} members has no SQL form; score"
+                             f" this model with {OTHER_FORMATS}")
 
 
 def _reads(d: _Dialect, reader, learner) -> tuple[list[str], str]:
@@ -365,6 +395,8 @@ def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
     """One ``SELECT`` over ``table`` returning its columns plus ``p_<class>`` (module docstring)."""
     d = _Dialect(dialect)
     member, learner, reader = _check_exportable(model)
+    if reader is None:
+        return _learner_model_sql(d, model, table)
     scores, valid = _reads(d, reader, learner)
     classes = [str(c) for c in model.labels.classes]
     names = {f"p_{c}" for c in classes} | ({"p_low", "p_high"} if model.is_venn_abers else set())
@@ -390,11 +422,50 @@ def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
         layers[-1][1].extend((f"r_{w}", f"CASE WHEN z.{d.ident('ok')} THEN {_venn_abers(d, cal, zs[0], i)} END")
                              for i, w in enumerate(("low", "high")))
         extra = [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
-    outputs = ",\n  ".join([f"{p} AS {d.ident('p_' + c)}" for p, c in zip(probs, classes)]
-                            + [f"{p} AS {d.ident(name)}" for p, name in extra])
-    chain = "".join(f"CROSS JOIN LATERAL (SELECT\n    " + ",\n    ".join(f"{e} AS {d.ident(n)}" for n, e in cols)
-                    + f"\n) AS {alias}\n" for alias, cols in layers)
     header = (f"-- calengine {model.info.get('method') or 'calibration'} of score columns"
               f" {', '.join(reader.columns)} -> p_<class> for classes {', '.join(classes)} ({d.name})\n")
-    return (f"{header}SELECT\n  t.*,\n  {outputs}\nFROM {d.ident(table)} AS t\n"
+    return _select(d, header, table, read, layers, [(p, f"p_{c}") for p, c in zip(probs, classes)] + extra)
+
+
+def _select(d: _Dialect, header: str, table: str, read: str, layers, outputs) -> str:
+    """The query: ``t.*`` and ``outputs`` over ``table``, the read layer ``z`` and the lateral ``layers``."""
+    out = ",\n  ".join(f"{p} AS {d.ident(name)}" for p, name in outputs)
+    chain = "".join(f"CROSS JOIN LATERAL (SELECT\n    " + ",\n    ".join(f"{e} AS {d.ident(n)}" for n, e in cols)
+                    + f"\n) AS {alias}\n" for alias, cols in layers)
+    return (f"{header}SELECT\n  t.*,\n  {out}\nFROM {d.ident(table)} AS t\n"
             f"CROSS JOIN LATERAL (SELECT\n    {read}\n) AS z\n{chain}")
+
+
+def _learner_model_sql(d: _Dialect, model, table: str) -> str:
+    """A two-class model of a fitted learner (:mod:`.sql_learners`): encoded features (layer ``z``),
+    each member's learner score (``l``), its calibrated probability (``s``), the members' mean."""
+    from .sql_learners import feature_exprs, learner_expr
+
+    classes = [str(c) for c in model.labels.classes]
+    features = feature_exprs(d, model.encoder, OTHER_FORMATS)
+    clash = sorted(set(model.encoder.input_columns) & ({f"p_{c}" for c in classes} | {"p_low", "p_high"}))
+    if clash:
+        raise ParameterError(f"the model reads column '{clash[0]}', which the query would return a second time as a"
+                             " probability; rename it in a view and fit on that name")
+    read = ",\n    ".join([f"TRUE AS {d.ident('ok')}"] + [f"{x} AS {d.ident(f'f{i}')}" for i, x in enumerate(features)])
+    fz = [f"z.{d.ident(f'f{i}')}" for i in range(len(features))]
+    layers = [("l", [(f"c{m}", _expit(d, learner_expr(d, member.learners[0], fz, OTHER_FORMATS)))
+                     for m, member in enumerate(model.members)])]
+    ls = [f"l.{d.ident(f'c{m}')}" for m in range(len(model.members))]
+    layers.append(("s", [(f"r{m}", _clip(d, calibrator_sql(d, member.calibrators[0], s), 0.0, 1.0))
+                         for m, (member, s) in enumerate(zip(model.members, ls))]))
+    rs = [f"s.{d.ident(f'r{m}')}" for m in range(len(model.members))]
+    if len(rs) == 1:
+        probs = _combined(d, 2, rs)
+    else:  # numpy's mean over members: their sum in member order, divided by their number
+        k = d.num(float(len(rs)))
+        probs = [f"({' + '.join(f'(1.0 - {r})' for r in rs)}) / {k}", f"({' + '.join(rs)}) / {k}"]
+    outputs = [(p, f"p_{c}") for p, c in zip(probs, classes)]
+    if model.is_venn_abers:
+        cal = model.members[0].calibrators[0]
+        layers[-1][1].extend((f"r_{w}", _venn_abers(d, cal, ls[0], i)) for i, w in enumerate(("low", "high")))
+        outputs += [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
+    names = ", ".join(sorted({lr.name for m in model.members for lr in m.learners}))
+    header = (f"-- calengine {model.info.get('method') or 'calibration'} of {names} ({len(rs)} member(s)) over"
+              f" {', '.join(model.encoder.input_columns)} -> p_<class> for classes {', '.join(classes)} ({d.name})\n")
+    return _select(d, header, table, read, layers, outputs)
