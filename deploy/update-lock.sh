@@ -14,13 +14,16 @@ check=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m venv "$tmp/venv"
-"$tmp/venv/bin/pip" install -q --disable-pip-version-check './[report]' ./plugins/builtins ./plugins/lexrank
+# importlib_metadata<10: mlflow-skinny (calengine[mlflow], a test dependency) refuses 10, and the test
+# environment installs under this lock
+"$tmp/venv/bin/pip" install -q --disable-pip-version-check './[report]' ./plugins/builtins ./plugins/lexrank 'importlib_metadata<10'
 {
   echo "# Every distribution the image needs at run time -- calengine[report], calengine-builtins and"
   echo "# calengine-lexrank, transitively -- pinned.  The README's test command installs with"
   echo "# '-c deploy/requirements.lock', so these are the versions the test suite runs against"
   echo "# (tests/test_deploy.py fails when the lock misses or over-pins a distribution).  The Dockerfile"
   echo "# installs it with pip --no-deps.  Regenerate with deploy/update-lock.sh."
+  echo "# importlib_metadata is held below 10 because mlflow-skinny (calengine[mlflow], a test dependency) needs it."
   "$tmp/venv/bin/pip" list --format=freeze --disable-pip-version-check \
     | grep -viE '^(calengine|calengine-builtins|calengine-lexrank|pip|setuptools|wheel)==' \
     | LC_ALL=C sort -f

@@ -3,6 +3,8 @@
 :func:`model_sql` turns a model of score columns (``calengine fit --scores ...``: the learner is the
 table's own column, so nothing but the calibration map has to be expressed) into a query over a
 relation (``input`` unless named) that returns every input column plus ``p_<class>`` per class.
+A two-class model of a fitted ``logistic_regression`` (one member or an ensemble, averaged) is
+expressed too, its features and learner by :mod:`.sql_learners`.
 
 What is expressed, and how exactly:
 
@@ -18,13 +20,24 @@ What is expressed, and how exactly:
   number of blocks, so no join and no threshold table), with the slopes of the linear pieces computed
   here in Python exactly as ``numpy.interp`` does, so isotonic probabilities are bit-identical to
   ``calengine score``;
+* ``binning`` (lower-boundary or midpoint bins) and ``rocch`` (the ROC convex hull's step map) as
+  the same ``CASE`` trees over their fitted boundaries, bit-identical;
+* ``venn_abers``: a tree over the distinct calibration scores whose leaves are the merged
+  probability ``p1 / (1 - p0 + p1)`` of the score's region (a tie with a calibration score or the gap
+  between two), computed here as calengine computes it, so bit-identical; a two-class model also
+  returns the pair as ``p_low`` and ``p_high``, as ``calengine score --intervals`` writes it;
+* the multiclass scalings ``temperature`` (``softmax(u / T)``), ``vector_scaling``, ``matrix_scaling``
+  and ``dirichlet`` (``softmax(W u + b)``), on k classes or fitted on one column as the k = 2 case,
+  as a chain of lateral subqueries (inputs, linear logits, max-shifted exponentials, probabilities)
+  so the text grows with k² and not faster; within 1e-12 (the engines' ``exp``/``ln`` and the order
+  of a matrix product's sums may differ in the last bit);
 * multiclass models with the ``normalize`` combiner, summing in the order numpy sums (left to right
   for the combiner; pairwise from eight terms on in the log-sum-exp of logits), so the division is
   the one numpy makes and isotonic stays bit-identical.
 
 Everything else is refused with one :class:`~calengine.errors.ParameterError` line that names what
-is supported: learners other than score columns, other calibrators and combiners, several members,
-class-sampling corrections.
+is supported: other learners (and text features), other calibrators (``none``, ``top_label``) and
+combiners, several members of a score-column model, class-sampling corrections.
 
 Numbers are written as ``CAST('<repr>' AS DOUBLE)``: every dialect parses the shortest round-trip
 decimal string to the same double, where a bare ``0.1`` would be a DECIMAL in DuckDB and Postgres.
@@ -41,7 +54,12 @@ from ..errors import ParameterError
 
 DIALECTS = ("duckdb", "spark", "postgres")
 #: what the SQL export expresses (module docstring)
-SQL_CALIBRATORS = ("sigmoid", "sigmoid_nobias", "temperature", "beta", "isotonic")
+SQL_CALIBRATORS = ("sigmoid", "sigmoid_nobias", "temperature", "beta", "isotonic", "binning", "rocch", "venn_abers",
+                   "vector_scaling", "matrix_scaling", "dirichlet")
+#: the multiclass scalings ``softmax(W z + b)`` (:mod:`calengine_builtins.calibrators.multiclass_scaling`)
+LINEAR_SCALINGS = ("vector_scaling", "matrix_scaling", "dirichlet")
+#: the calibrators of a whole score vector SQL expresses: the linear scalings, and temperature on k classes
+MATRIX_SCALINGS = ("temperature",) + LINEAR_SCALINGS
 OTHER_FORMATS = "calengine score (or calengine.load_model(...).predict_frame in the engine's Python UDF)"
 #: calengine's clip of probabilities away from 0 and 1 before a logit (calibrators' ``EPS``)
 EPS = 1e-12
@@ -58,6 +76,7 @@ class _Dialect:
             raise ParameterError(f"--dialect must be one of {', '.join(DIALECTS)}, got {name!r}")
         self.name = name
         self.double = "DOUBLE PRECISION" if name == "postgres" else "DOUBLE"
+        self.text = {"duckdb": "VARCHAR", "spark": "STRING", "postgres": "TEXT"}[name]
 
     def num(self, x: float) -> str:
         x = float(x)
@@ -91,12 +110,61 @@ def _log_odds(d: _Dialect, s: str, kind: str) -> str:
     return _logit(d, s) if kind == "proba" else s
 
 
-def _tree(d: _Dialect, s: str, lo: np.ndarray, leaf, a: int, b: int) -> str:
-    """A balanced ``CASE`` over blocks ``a..b-1``: block ``j`` holds where ``lo[j] <= s < lo[j+1]``."""
+def _tree(d: _Dialect, s: str, lo: np.ndarray, leaf, a: int, b: int, op: str = "<") -> str:
+    """A balanced ``CASE`` over blocks ``a..b-1``: block ``j`` holds where ``lo[j] <= s < lo[j+1]``
+    (``op="<="``: where ``lo[j] < s <= lo[j+1]``; a list gives each boundary its own).  ``lo[a]`` itself
+    is never compared."""
     if b - a == 1:
         return leaf(a)
     m = (a + b) // 2
-    return f"CASE WHEN {s} < {d.num(lo[m])} THEN {_tree(d, s, lo, leaf, a, m)} ELSE {_tree(d, s, lo, leaf, m, b)} END"
+    return (f"CASE WHEN {s} {op if isinstance(op, str) else op[m]} {d.num(lo[m])} THEN {_tree(d, s, lo, leaf, a, m, op)}"
+            f" ELSE {_tree(d, s, lo, leaf, m, b, op)} END")
+
+
+def _step(d: _Dialect, s: str, lo, values) -> str:
+    """:func:`calengine.reductions.pav.predict_step`: the value of the last block with ``lo <= s``."""
+    values = np.asarray(values, dtype=np.float64)
+    return _tree(d, s, np.asarray(lo, dtype=np.float64), lambda j: d.num(values[j]), 0, values.size)
+
+
+def _binning(d: _Dialect, cal, s: str) -> str:
+    lo, hi, values = (np.asarray(getattr(cal, k), dtype=np.float64) for k in ("lo_", "hi_", "values_"))
+    if cal.boundary_ == "lower":
+        return _step(d, s, lo, values)
+    # values[searchsorted(mids, s, side="right")]: block j where mids[j-1] <= s < mids[j]
+    mids = 0.5 * (hi[:-1] + lo[1:])
+    return _tree(d, s, np.concatenate(([-np.inf], mids)), lambda j: d.num(values[j]), 0, values.size)
+
+
+def venn_abers_leaves(cal) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(p0, p1, p)`` of every region of a Venn–ABERS calibrator's scores, in the order
+    ``[gap 0, tie 0, gap 1, tie 1, ..., gap k]`` (:func:`calengine.methods.venn_abers.venn_abers_pairs`
+    finds a score's region; the pair clipped and merged as :class:`CalibratedModel` merges it)."""
+    from ..methods.venn_abers import merge_pair
+
+    k = np.asarray(cal.xs_).size
+    p0, p1 = np.empty(2 * k + 1), np.empty(2 * k + 1)
+    p0[0::2], p0[1::2] = cal.gap_p0_, cal.tie_p0_
+    p1[0::2], p1[1::2] = cal.gap_p1_, cal.tie_p1_
+    p0, p1 = np.clip(p0, 0.0, 1.0), np.clip(p1, 0.0, 1.0)
+    return p0, p1, merge_pair(p0, p1)
+
+
+def _venn_abers(d: _Dialect, cal, s: str, which: int = 2) -> str:
+    """The value of ``s``'s piece (``which``: 0 p0, 1 p1, 2 merged), the pieces being, in score order,
+    gap 0 (``s < xs[0]``), tie 0 (``s == xs[0]``), gap 1, tie 1, ..., gap k (``s > xs[-1]``), as
+    :func:`calengine.methods.venn_abers.venn_abers_pairs` reads them.  Neighbouring pieces of one value
+    are merged first: the tree then has as many leaves as the map has steps, not twice the number of
+    distinct calibration scores (a CASE of 10⁴ leaves took DuckDB a minute to plan)."""
+    xs = np.asarray(cal.xs_, dtype=np.float64)
+    v = venn_abers_leaves(cal)[which]
+    # boundary i separates piece i from i + 1: at xs[i // 2]; s < x stays left of a gap -> tie boundary,
+    # s <= x of a tie -> gap one
+    keep = np.nonzero(v[:-1] != v[1:])[0]
+    starts = np.concatenate(([0], keep + 1))
+    bounds = np.concatenate(([-np.inf], xs[keep // 2]))
+    ops = ["<"] + ["<" if i % 2 == 0 else "<=" for i in keep]
+    return _tree(d, s, bounds, lambda j: d.num(v[starts[j]]), 0, starts.size, op=ops)
 
 
 def _isotonic(d: _Dialect, cal, s: str) -> str:
@@ -144,6 +212,12 @@ def calibrator_sql(d: _Dialect, cal, s: str) -> str:
         return _expit(d, f"{d.num(cal.a_)} * LN({c}) + {d.num(cal.b_)} * (-LN(1.0 - {c})) + {d.num(cal.c_)}")
     if name == "isotonic":
         return _isotonic(d, cal, s)
+    if name == "rocch":
+        return _step(d, s, cal.lo_, cal.values_)
+    if name == "binning":
+        return _binning(d, cal, s)
+    if name == "venn_abers":
+        return _venn_abers(d, cal, s)
     raise ParameterError(
         f"calibrator '{name}' has no SQL form (SQL expresses {', '.join(SQL_CALIBRATORS)}); score with {OTHER_FORMATS}"
     )
@@ -164,18 +238,18 @@ def _numpy_sum(terms: list[str]) -> str:
 
 
 def _check_exportable(model) -> tuple:
-    """``(member, learner, reader)`` of a model the SQL export expresses, or one ParameterError line."""
+    """``(member, learner, reader)`` of a model the SQL export expresses, or one ParameterError line
+    (``reader`` is None for a learner calengine fitted: see :mod:`.sql_learners`)."""
     from ..plan.columns import ColumnReader
     from ..score_columns import ScoreColumns
 
     member = model.members[0]
     learner = (getattr(member, "learners", None) or [None])[0]
+    reader = model.encoder
     if not isinstance(learner, ScoreColumns) or not isinstance(model.encoder, ColumnReader):
-        raise ParameterError(
-            f"learner '{getattr(learner, 'name', type(learner).__name__)}' has no SQL form yet (SQL scores models of"
-            f" score columns: calengine fit --scores ...); score it with {OTHER_FORMATS}"
-        )
-    if len(model.members) != 1 or getattr(model.members[0], "kind", None) != "calibrated":
+        _check_learner_model(model)
+        reader = None
+    elif len(model.members) != 1 or getattr(model.members[0], "kind", None) != "calibrated":
         raise ParameterError(f"the SQL export needs a model with one calibrated member (this one has {len(model.members)}"
                              f" members or another member kind); score it with {OTHER_FORMATS}")
     if model.class_rates is not None:
@@ -186,15 +260,42 @@ def _check_exportable(model) -> tuple:
         if cname != "normalize":
             raise ParameterError(f"combiner '{cname}' has no SQL form (SQL combines one-vs-all columns with"
                                  f" 'normalize'); score this model with {OTHER_FORMATS}")
-    for cal in member.calibrators:
-        if model.n_classes > 2 and getattr(cal, "multiclass", False):
-            raise ParameterError(
-                f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector (a softmax over the"
-                f" classes), which has no SQL form yet; score this model with {OTHER_FORMATS}"
-            )
-        if getattr(cal, "name", None) not in SQL_CALIBRATORS:
-            calibrator_sql(_Dialect("duckdb"), cal, "s")  # raises the one line
-    return member, learner, model.encoder
+    for m in model.members:
+        for cal in m.calibrators:
+            if _scales_vector(m, cal) and cal.name not in MATRIX_SCALINGS:
+                raise ParameterError(
+                    f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector, which has no SQL"
+                    f" form (SQL expresses {', '.join(MATRIX_SCALINGS)}); score this model with {OTHER_FORMATS}"
+                )
+            if getattr(cal, "name", None) not in SQL_CALIBRATORS:
+                calibrator_sql(_Dialect("duckdb"), cal, "s")  # raises the one line
+    return member, learner, reader
+
+
+def _check_learner_model(model) -> None:
+    """A model of a fitted learner SQL expresses: two classes, every member one learner of
+    :data:`.sql_learners.SQL_LEARNERS` and one calibrator, members averaged (an ensemble) or one."""
+    from ..plan.features import FeatureEncoder
+    from .sql_learners import SQL_LEARNERS
+
+    names = sorted({getattr(lr, "name", type(lr).__name__) for m in model.members for lr in getattr(m, "learners", [None])})
+    other = [n for n in names if n not in SQL_LEARNERS]
+    if other or not isinstance(model.encoder, FeatureEncoder):
+        raise ParameterError(
+            f"learner '{(other or names)[0]}' has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} and models of"
+            f" score columns: calengine fit --scores ...); score it with {OTHER_FORMATS}"
+        )
+    shapes = {(getattr(m, "kind", None), len(m.learners), len(m.calibrators)) for m in model.members}
+    if model.n_classes != 2 or shapes != {("calibrated", 1, 1)} or len(set(model.member_groups)) > 1:
+        raise ParameterError(f"SQL expresses a fitted learner's model on two classes with one learner and calibrator"
+                             f" per member; score this model with {OTHER_FORMATS}")
+    scalings = sorted({c.name for m in model.members for c in m.calibrators if c.name in LINEAR_SCALINGS})
+    if scalings:
+        raise ParameterError(f"calibrator '{scalings[0]}' on a fitted learner's score has no SQL form yet (it has on"
+                             f" score columns); score this model with {OTHER_FORMATS}")
+    if model.is_venn_abers and len(model.members) > 1:
+        raise ParameterError(f"the cross Venn-ABERS combination of {len(model.members)} members has no SQL form; score"
+                             f" this model with {OTHER_FORMATS}")
 
 
 def _reads(d: _Dialect, reader, learner) -> tuple[list[str], str]:
@@ -223,13 +324,83 @@ def _one_vs_rest_log_odds(d: _Dialect, z: list[str]) -> list[str]:
     return out
 
 
+def _combined(d: _Dialect, k: int, rs: list[str]) -> list[str]:
+    """Class probabilities from calibrated columns: ``[1 - r, r]`` for two classes, else ``normalize``."""
+    if k == 2:
+        return [f"1.0 - {rs[0]}", rs[0]]
+    # left to right: the combiner's class-ordered copy of the columns is Fortran-ordered (numpy's fancy
+    # indexing), and numpy reduces its rows column by column; the equality test pins this
+    total = "(" + " + ".join(rs) + ")"
+    # the sum is NULL for a refused row, which stays NULL; a row with no mass becomes uniform
+    return [f"CASE WHEN {total} > 0 THEN {r} / {total} WHEN {total} = 0 THEN {d.num(1.0 / k)} END" for r in rs]
+
+
+def _scales_vector(member, cal) -> bool:
+    """Whether ``cal`` maps the whole score vector (a multiclass scaling on k > 2 classes, or a linear
+    scaling fitted on one column as the k = 2 case)."""
+    return bool(getattr(cal, "multiclass", False)) and (
+        member.scales_matrix or (cal.name in LINEAR_SCALINGS and bool(getattr(cal, "binary_", False))))
+
+
+def _matrix_layers(d: _Dialect, member, cal, zs: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """``softmax(W u + b)`` (``softmax(u / T)`` for temperature) as lateral layers ending in ``s.r<j>``,
+    following :mod:`calengine_builtins.calibrators.multiclass_scaling` step by step: the inputs ``u``
+    (:func:`calengine.model.calibrated.matrix_scores`, then ``log_scores``, then Dirichlet's
+    log-softmax of decision values), the linear logits, and a max-shifted softmax.  A refused row's
+    scores are replaced by 0 before any ``LN``/``EXP`` (no engine error) and its outputs are NULL."""
+    ok = f"z.{d.ident('ok')}"
+    kind = cal.score_kind_
+    zs = [f"CASE WHEN {ok} THEN {z} ELSE {d.num(0.0)} END" for z in zs]
+    if len(zs) == 1:  # one column, the k = 2 case: [1 - p, p] clipped to [0, 1], or [0, s]
+        S = [f"1.0 - {_clip(d, zs[0], 0.0, 1.0)}", _clip(d, zs[0], 0.0, 1.0)] if kind == "proba" else [d.num(0.0), zs[0]]
+    elif member.raw.score_kind == "logit":  # one-vs-rest log-odds o -> log sigma(o) = -logaddexp(0, -o)
+        S = [f"(-(GREATEST({d.num(0.0)}, -({o})) + LN(1.0 + EXP(-ABS({o})))))" for o in zs]
+    else:
+        S = zs
+    if kind == "proba":
+        S = [f"LN({_clip(d, x, EPS, 1.0)})" for x in S]
+    k = len(S)
+
+    def ref(alias: str, n: str) -> list[str]:
+        return [f"{alias}.{d.ident(f'{n}{j}')}" for j in range(k)]
+
+    layers = [("u", [(f"u{j}", x) for j, x in enumerate(S)])]
+    u = ref("u", "u")
+    if getattr(cal, "_log_probability", False) and kind != "proba":  # Dirichlet: log-softmax of decision values
+        layers.append(("um", [(f"a{j}", f"{x} - GREATEST({', '.join(u)})") for j, x in enumerate(u)]))
+        a = ref("um", "a")
+        layers.append(("ul", [(f"u{j}", f"{x} - LN({_numpy_sum([f'EXP({y})' for y in a])})") for j, x in enumerate(a)]))
+        u = ref("ul", "u")
+    if cal.name == "temperature":
+        v = [f"{x} / {d.num(cal.temperature_)}" for x in u]
+    else:
+        W, b = np.asarray(cal.coef_, dtype=np.float64), np.asarray(cal.intercept_, dtype=np.float64)
+        if W.ndim == 1:
+            v = [f"{x} * {d.num(W[j])} + {d.num(b[j])}" for j, x in enumerate(u)]
+        else:
+            v = ["(" + " + ".join(f"{x} * {d.num(W[j, i])}" for i, x in enumerate(u)) + f") + {d.num(b[j])}"
+                 for j in range(k)]
+    layers.append(("v", [(f"v{j}", x) for j, x in enumerate(v)]))
+    v = ref("v", "v")
+    layers.append(("e", [(f"e{j}", f"EXP({x} - GREATEST({', '.join(v)}))") for j, x in enumerate(v)]))
+    e = ref("e", "e")
+    total = _numpy_sum(e)
+    P = [f"{x} / {total}" for x in e]
+    if len(zs) == 1:
+        P = P[1:]  # the second class's probability is the calibrated column
+    return [*layers, ("s", [(f"r{j}", f"CASE WHEN {ok} THEN {_clip(d, p, 0.0, 1.0)} END") for j, p in enumerate(P)])]
+
+
 def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
     """One ``SELECT`` over ``table`` returning its columns plus ``p_<class>`` (module docstring)."""
     d = _Dialect(dialect)
     member, learner, reader = _check_exportable(model)
+    if reader is None:
+        return _learner_model_sql(d, model, table)
     scores, valid = _reads(d, reader, learner)
     classes = [str(c) for c in model.labels.classes]
-    clash = sorted(set(reader.columns) & {f"p_{c}" for c in classes})
+    names = {f"p_{c}" for c in classes} | ({"p_low", "p_high"} if model.is_venn_abers else set())
+    clash = sorted(set(reader.columns) & names)
     if clash:
         raise ParameterError(
             f"the model reads column '{clash[0]}', which the query would return a second time as a probability;"
@@ -238,22 +409,63 @@ def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
     zs = [f"z.{d.ident(f'c{b}')}" for b in range(len(scores))]
     rs = [f"s.{d.ident(f'r{b}')}" for b in range(len(scores))]
     k = model.n_classes
-    if k == 2:
-        probs = [f"1.0 - {rs[0]}", rs[0]]
-    else:
-        # left to right: the combiner's class-ordered copy of the columns is Fortran-ordered (numpy's fancy
-        # indexing), and numpy reduces its rows column by column; the equality test pins this
-        total = "(" + " + ".join(rs) + ")"
-        # the sum is NULL for a refused row, which stays NULL; a row with no mass becomes uniform
-        probs = [f"CASE WHEN {total} > 0 THEN {r} / {total} WHEN {total} = 0 THEN {d.num(1.0 / k)} END" for r in rs]
+    probs = _combined(d, k, rs)
     read = ",\n    ".join([f"{valid} AS {d.ident('ok')}"] + [f"{s} AS {d.ident(f'c{b}')}" for b, s in enumerate(scores)])
-    calibrated = ",\n    ".join(
-        f"CASE WHEN z.{d.ident('ok')} THEN {_clip(d, calibrator_sql(d, cal, z), 0.0, 1.0)} END AS {d.ident(f'r{b}')}"
-        for b, (cal, z) in enumerate(zip(member.calibrators, zs))
-    )
-    outputs = ",\n  ".join(f"{p} AS {d.ident('p_' + c)}" for p, c in zip(probs, classes))
+    if _scales_vector(member, member.calibrators[0]):
+        layers = _matrix_layers(d, member, member.calibrators[0], zs)
+    else:
+        layers = [("s", [(f"r{b}", f"CASE WHEN z.{d.ident('ok')} THEN {_clip(d, calibrator_sql(d, cal, z), 0.0, 1.0)} END")
+                         for b, (cal, z) in enumerate(zip(member.calibrators, zs))])]
+    extra = []
+    if model.is_venn_abers:  # calengine score --intervals: the pair of the positive class
+        cal = member.calibrators[0]
+        layers[-1][1].extend((f"r_{w}", f"CASE WHEN z.{d.ident('ok')} THEN {_venn_abers(d, cal, zs[0], i)} END")
+                             for i, w in enumerate(("low", "high")))
+        extra = [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
     header = (f"-- calengine {model.info.get('method') or 'calibration'} of score columns"
               f" {', '.join(reader.columns)} -> p_<class> for classes {', '.join(classes)} ({d.name})\n")
-    return (f"{header}SELECT\n  t.*,\n  {outputs}\nFROM {d.ident(table)} AS t\n"
-            f"CROSS JOIN LATERAL (SELECT\n    {read}\n) AS z\n"
-            f"CROSS JOIN LATERAL (SELECT\n    {calibrated}\n) AS s\n")
+    return _select(d, header, table, read, layers, [(p, f"p_{c}") for p, c in zip(probs, classes)] + extra)
+
+
+def _select(d: _Dialect, header: str, table: str, read: str, layers, outputs) -> str:
+    """The query: ``t.*`` and ``outputs`` over ``table``, the read layer ``z`` and the lateral ``layers``."""
+    out = ",\n  ".join(f"{p} AS {d.ident(name)}" for p, name in outputs)
+    chain = "".join(f"CROSS JOIN LATERAL (SELECT\n    " + ",\n    ".join(f"{e} AS {d.ident(n)}" for n, e in cols)
+                    + f"\n) AS {alias}\n" for alias, cols in layers)
+    return (f"{header}SELECT\n  t.*,\n  {out}\nFROM {d.ident(table)} AS t\n"
+            f"CROSS JOIN LATERAL (SELECT\n    {read}\n) AS z\n{chain}")
+
+
+def _learner_model_sql(d: _Dialect, model, table: str) -> str:
+    """A two-class model of a fitted learner (:mod:`.sql_learners`): encoded features (layer ``z``),
+    each member's learner score (``l``), its calibrated probability (``s``), the members' mean."""
+    from .sql_learners import feature_exprs, learner_expr
+
+    classes = [str(c) for c in model.labels.classes]
+    features = feature_exprs(d, model.encoder, OTHER_FORMATS)
+    clash = sorted(set(model.encoder.input_columns) & ({f"p_{c}" for c in classes} | {"p_low", "p_high"}))
+    if clash:
+        raise ParameterError(f"the model reads column '{clash[0]}', which the query would return a second time as a"
+                             " probability; rename it in a view and fit on that name")
+    read = ",\n    ".join([f"TRUE AS {d.ident('ok')}"] + [f"{x} AS {d.ident(f'f{i}')}" for i, x in enumerate(features)])
+    fz = [f"z.{d.ident(f'f{i}')}" for i in range(len(features))]
+    layers = [("l", [(f"c{m}", _expit(d, learner_expr(d, member.learners[0], fz, OTHER_FORMATS)))
+                     for m, member in enumerate(model.members)])]
+    ls = [f"l.{d.ident(f'c{m}')}" for m in range(len(model.members))]
+    layers.append(("s", [(f"r{m}", _clip(d, calibrator_sql(d, member.calibrators[0], s), 0.0, 1.0))
+                         for m, (member, s) in enumerate(zip(model.members, ls))]))
+    rs = [f"s.{d.ident(f'r{m}')}" for m in range(len(model.members))]
+    if len(rs) == 1:
+        probs = _combined(d, 2, rs)
+    else:  # numpy's mean over members: their sum in member order, divided by their number
+        k = d.num(float(len(rs)))
+        probs = [f"({' + '.join(f'(1.0 - {r})' for r in rs)}) / {k}", f"({' + '.join(rs)}) / {k}"]
+    outputs = [(p, f"p_{c}") for p, c in zip(probs, classes)]
+    if model.is_venn_abers:
+        cal = model.members[0].calibrators[0]
+        layers[-1][1].extend((f"r_{w}", _venn_abers(d, cal, ls[0], i)) for i, w in enumerate(("low", "high")))
+        outputs += [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
+    names = ", ".join(sorted({lr.name for m in model.members for lr in m.learners}))
+    header = (f"-- calengine {model.info.get('method') or 'calibration'} of {names} ({len(rs)} member(s)) over"
+              f" {', '.join(model.encoder.input_columns)} -> p_<class> for classes {', '.join(classes)} ({d.name})\n")
+    return _select(d, header, table, read, layers, outputs)

@@ -1,10 +1,11 @@
-"""Writing an export: the exported file and, beside it, ``<PATH>.manifest.json``.
+"""Writing an export: the exported file (or MLflow directory) and, beside it, ``<PATH>.manifest.json``.
 
 The manifest names the format, the source model's ``content_hash`` (from its own manifest, which
-:func:`calengine.load_model` has checked against every file of the model) and the SHA-256 of the
-exported bytes, so a scored table can be traced back to the model that scored it.  Both files are
-pure functions of the model and the options (no time, no paths), and both are written to a temporary
-name and renamed, so a failed export leaves nothing half-written.
+:func:`calengine.load_model` has checked against every file of the model) and, for SQL, the SHA-256 of
+the exported bytes, so a scored table can be traced back to the model that scored it.  SQL and both
+manifests are pure functions of the model and the options (no time, no paths); an MLflow directory is
+too, except for what MLflow stamps into ``MLmodel`` (see :mod:`.mlflow`).  Everything is written under
+a temporary name and renamed, so a failed export leaves nothing half-written.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ..errors import DataError, ParameterError
 
-FORMATS = ("sql",)
+FORMATS = ("sql", "mlflow")
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -24,7 +25,9 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
                  trust=(), overwrite: bool = False) -> Path:
     """Export the model saved at ``model_dir`` as ``fmt`` to ``output``; returns the manifest's path.
 
-    The model is loaded with :func:`calengine.load_model` only (model files are untrusted)."""
+    ``sql`` writes one file; ``mlflow`` writes an MLflow model directory (:mod:`.mlflow`), staged under a
+    temporary name beside ``output`` and renamed.  The model is loaded with :func:`calengine.load_model`
+    only (model files are untrusted)."""
     from .. import __version__
     from ..model.artifact import load_model, read_manifest
 
@@ -38,24 +41,49 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
         raise DataError(f"'{out}' already exists; choose another --output or pass --overwrite")
     if not out.parent.is_dir():
         raise DataError(f"the directory of --output '{out}' does not exist; create it first")
+    if fmt == "mlflow" and out.exists() and not (out / "MLmodel").is_file():
+        raise DataError(f"'{out}' exists and is not an MLflow model, so --overwrite will not replace it;"
+                        " choose another --output")
     model = load_model(model_dir, trust=tuple(trust))
     source_hash = read_manifest(model_dir)["content_hash"]
-    from .sql import model_sql
-
-    body = model_sql(model, dialect=dialect, table=table).encode()
     manifest = {
         "format": fmt,
-        "dialect": dialect,
-        "table": table,
         "classes": [str(c) for c in model.labels.classes],
         "columns": [f"p_{c}" for c in model.labels.classes],
         "model_content_hash": source_hash,
-        "sha256": hashlib.sha256(body).hexdigest(),
         "calengine_version": __version__,
     }
-    _write_atomic(out, body)
+    if fmt == "sql":
+        from .sql import model_sql
+
+        body = model_sql(model, dialect=dialect, table=table).encode()
+        manifest.update(dialect=dialect, table=table, sha256=hashlib.sha256(body).hexdigest())
+        _write_atomic(out, body)
+    else:
+        manifest.update(_write_mlflow(model_dir, out, trust))
     _write_atomic(side, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
     return side
+
+
+def _write_mlflow(model_dir, out: Path, trust) -> dict:
+    """The MLflow model directory ``out``, replaced only once the new one is complete."""
+    import shutil
+
+    from .mlflow import save_model
+
+    staged = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    old = out.with_name(f".{out.name}.old{os.getpid()}")
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        conf = save_model(model_dir, staged, trust=trust)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(staged, out)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    requirements = (out / "requirements.txt").read_text().split()
+    return {"requirements": requirements, "mlflow_data": conf["data"]}
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
