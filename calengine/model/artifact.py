@@ -414,6 +414,10 @@ def member_class(kind: str) -> type:
 
     if kind == Member.kind:
         return Member
+    if kind == "segmented":  # fit --by: a member plus per-segment calibrators
+        from .segmented import SegmentedMember
+
+        return SegmentedMember
     from ..fit.probing import REDUCTION_MEMBERS  # only for vote members: it imports scipy.special
 
     if kind in REDUCTION_MEMBERS:
