@@ -50,7 +50,7 @@ def _fit(path, fragment_rows, method, shrinkage, **extra):
         return fit_table(client, spec, FitConfig(method=method))
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**16), fragment_rows=st.sampled_from([53, 400, 10**6]),
        row_group=st.sampled_from([53, 250, 5000]), method=st.sampled_from(["isotonic", "sigmoid"]))
 def test_segment_maps_equal_in_memory_fits_on_any_partitioning(tmp_path, seed, fragment_rows, row_group, method):
@@ -106,6 +106,22 @@ def test_shrinkage_blends_towards_the_global_map_and_survives_save_and_load(tmp_
     assert manifest["members"][0]["meta"]["shrinkage"] == 50.0
     assert manifest["extra"]["x_segments"]["segments_fitted"] == 3
     assert not list((tmp_path / "m").rglob("*.pkl"))
+    from calengine.fit.recalibrate import check_recalibratable
+
+    with pytest.raises(ParameterError, match="fit the model again"):
+        check_recalibratable(loaded, False, 1.0)
+
+
+def test_segments_are_named_as_evaluate_by_names_them():
+    from calengine.metrics import segments as metric
+    from calengine.model import segmented
+
+    assert segmented.MAX_SEGMENTS == metric.MAX_SEGMENTS_LIMIT
+    values = np.array(["x", None, 3, "x", np.nan, "null"], dtype=object)
+    assert [list(v) for v in segmented._factorize(values)] == [list(v) for v in metric._factorize(values)]
+    keys, codes = segmented.segment_codes(pd.DataFrame({"a": values, "b": [1, 1, 2, 2, 1, 1]}), ("a", "b"))
+    assert [keys[c] if c >= 0 else None for c in codes] == [("x", "1"), None, ("3", "2"), ("x", "2"), None,
+                                                             ("null", "1")]
 
 
 def test_shrinkage_values():
@@ -136,13 +152,23 @@ def test_cli_on_adult_fit_by_score_and_evaluate_by(tmp_path):
     pd.read_parquet(ADULT / "test.parquet").drop(columns=["race"]).to_parquet(tmp_path / "norace.parquet")
     assert_one_line_error(run_cli("score", model, tmp_path / "norace.parquet", "--output", tmp_path / "x.parquet"),
                           "race")
-    assert_one_line_error(run_cli("recalibrate", model, ADULT / "test.parquet", "--target", "class",
-                                  "--output", tmp_path / "r"), "fit the model again")
     train = ADULT / "train.parquet"
     for extra, fragment in ((["--by", "nope"], "'nope' is not in the table"),
-                            (["--by", "age", "--max-segments", "10"], "more than 10 segments"),
-                            (["--by", "sex", "--shrinkage", "-2"], "--shrinkage"),
-                            (["--shrinkage", "5"], "add --by"),
-                            (["--by", "sex", "--mode", "refit"], "--mode refit")):
+                            (["--by", "age", "--max-segments", "10"], "more than 10 segments")):
         assert_one_line_error(run_cli("fit", train, "--target", "class", *extra, "--output", tmp_path / "bad"),
                               fragment)
+
+
+def test_fits_by_does_not_serve_are_one_line():
+    from calengine.fit.segments import _refuse
+    from calengine.fit.table import TableSpec
+    from calengine.fit.training import FitConfig
+
+    spec = TableSpec("t.parquet", "y", by=("g",))
+    for config, fragment in ((FitConfig(mode="refit"), "--mode refit"), (FitConfig(method="none"), "--method none"),
+                             (FitConfig(method="probing"), "--method probing"),
+                             (FitConfig(multiclass="all_pairs:coupling"), "--multiclass")):
+        with pytest.raises(ParameterError, match=fragment):
+            _refuse(spec, config)
+    with pytest.raises(ParameterError, match="target"):
+        _refuse(TableSpec("t.parquet", "y", by=("y",)), FitConfig())

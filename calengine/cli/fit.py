@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-segments", type=int, default=None, metavar="N",
                    help="refuse --by columns with more than N segments (default 1000, at most 20000)")
     p.add_argument("--shrinkage", metavar="K", default=None,
-                   help="--by: calibration rows at which a segment's own map gets half the say (default 200;"
+                   help="--by: calibration rows at which a segment's own map gets half the say (default 20;"
                    " 0: none, inf: the global map only)")
     p.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
     p.add_argument("--overwrite", action="store_true",

@@ -249,7 +249,7 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     if spec.by:  # the global fit, then one calibrator per segment
         from .segments import fit_segmented
 
-        return fit_segmented(client, spec, config, progress, plugins)
+        return fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table)
     from .training import check_seed
 
     check_seed(config.seed)

@@ -480,7 +480,13 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         _plugin_class("combiners", c["name"], manifest, plugins)
         with _restoring("combiners", c["name"], manifest, plugins):
             combiner = registry.make("combiners", c["name"], c["params"], plugins)
-    encoder = encoder_from_json(manifest.get("features"))
+    features = manifest.get("features")
+    if isinstance(features, dict) and features.get("kind") == "segments":  # fit --by: the encoder + segment keys
+        from .segmented import SegmentEncoder
+
+        encoder = SegmentEncoder.from_json(features)
+    else:
+        encoder = encoder_from_json(features)
     info = {
         "learner": manifest["learner"].get("name"),
         "learner_params": manifest["learner"]["params"],

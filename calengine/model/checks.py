@@ -186,7 +186,7 @@ def _check_adapt_priors(lineage: dict, where: str) -> None:
 
 
 def _check_segments(features: dict) -> None:
-    from ..metrics.segments import MAX_SEGMENTS_LIMIT
+    from .segmented import MAX_SEGMENTS as MAX_SEGMENTS_LIMIT
 
     by, keys = _need(features, "by", list, "features"), _need(features, "keys", list, "features")
     if not by or not all(isinstance(c, str) for c in by) or len(keys) > MAX_SEGMENTS_LIMIT:

@@ -33,7 +33,11 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["SegmentEncoder", "SegmentedMember", "SEGMENT_KIND", "segment_codes"]
+__all__ = ["SegmentEncoder", "SegmentedMember", "SEGMENT_KIND", "segment_codes", "MAX_SEGMENTS"]
+
+#: the most segments a model may hold: ``calengine.metrics.segments.MAX_SEGMENTS_LIMIT`` (a test
+#: checks they agree; not imported, since the metrics import the scoring path, which loads models)
+MAX_SEGMENTS = 20_000
 
 #: the manifest's ``features.kind`` and the member kind of a segment-fitted model
 SEGMENT_KIND = "segments"
@@ -45,8 +49,6 @@ def segment_codes(df, by: tuple[str, ...]) -> tuple[list[tuple[str, ...]], np.nd
     in some ``--by`` column).  Values are read as :mod:`calengine.metrics.segments` reads them (as
     strings), so a segment is named alike in ``fit --by`` and ``evaluate --by`` whatever file it came from."""
     import pandas as pd
-
-    from ..metrics.segments import _factorize
 
     n = len(df)
     if not by:
@@ -69,6 +71,15 @@ def segment_codes(df, by: tuple[str, ...]) -> tuple[list[tuple[str, ...]], np.nd
     combined = np.asarray(combined, dtype=np.intp).reshape(-1)
     combined[null] = -1
     return keys, combined
+
+
+def _factorize(values) -> tuple[np.ndarray, list]:
+    """Codes and names of a column's cells as strings, missing values named ``null``: exactly how
+    ``calengine.metrics.segments`` names the segments of ``evaluate --by`` (a test checks they agree)."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(pd.Series(values, copy=False).astype("string").fillna("null"), sort=False)
+    return codes.astype(np.intp), [str(u) for u in uniques]
 
 
 @dataclass

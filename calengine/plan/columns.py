@@ -193,17 +193,12 @@ def check_numeric_columns(dataset, columns: list[str], role: str) -> None:
 
 
 def encoder_from_json(d: dict[str, Any] | None):
-    """The encoder a manifest's ``features`` describes: a :class:`ColumnReader` (``"kind": "columns"``),
-    a :class:`calengine.model.segmented.SegmentEncoder` (``"kind": "segments"``, wrapping one of the
-    others) or a :class:`calengine.plan.features.FeatureEncoder`; None when there is none."""
+    """The encoder a manifest's ``features`` describes: a :class:`ColumnReader` (``"kind": "columns"``)
+    or a :class:`calengine.plan.features.FeatureEncoder`; None when there is none."""
     if not d:
         return None
     if d.get("kind") == READER_KIND:
         return ColumnReader.from_json(d)
-    if d.get("kind") == "segments":  # fitted --by: the model's encoder plus the segment column
-        from ..model.segmented import SegmentEncoder
-
-        return SegmentEncoder.from_json(d)
     from .features import FeatureEncoder
 
     return FeatureEncoder.from_json(d)
