@@ -52,27 +52,36 @@ def _fit(path, fragment_rows, method, shrinkage, **extra):
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**16), fragment_rows=st.sampled_from([53, 400, 10**6]),
-       row_group=st.sampled_from([53, 250, 5000]), method=st.sampled_from(["isotonic", "sigmoid"]))
-def test_segment_maps_equal_in_memory_fits_on_any_partitioning(tmp_path, seed, fragment_rows, row_group, method):
+       row_group=st.sampled_from([53, 250, 5000]), method=st.sampled_from(["isotonic", "sigmoid"]),
+       weighted=st.booleans())
+def test_segment_maps_equal_in_memory_fits_on_any_partitioning(tmp_path, seed, fragment_rows, row_group, method,
+                                                               weighted):
     from calengine import registry
 
     df = _table(seed)
-    path = _write(df, tmp_path / f"t{seed}_{fragment_rows}_{row_group}_{method}.parquet", row_group)
-    model = _fit(path, fragment_rows, method, 0)
+    w = np.random.default_rng(seed).integers(0, 4, len(df)).astype(np.float64) if weighted else np.ones(len(df))
+    w[:3] = 1.0
+    df["w"] = w
+    path = _write(df, tmp_path / f"t{seed}_{fragment_rows}_{row_group}_{method}_{weighted}.parquet", row_group)
+    model = _fit(path, fragment_rows, method, 0, weight="w" if weighted else None)
     member = model.members[0]
     keys = model.encoder.keys
     assert keys == [("a",), ("b",), ("c",)]  # d has one class: the global map
     got = model.predict_proba(df[["s", "g"]])[:, 1]
     kind = member.learners[0].score_kind
+    live = w > 0  # a row of weight 0 is a row absent (its score bounds nothing)
+
+    def oracle(rows):
+        return registry.make("calibrators", method, {}).fit(df["s"][rows].to_numpy(), df["y"][rows].to_numpy(),
+                                                            sample_weight=w[rows], score_kind=kind)
+
     for j, (value,) in enumerate(keys):
-        rows = (df["g"] == value).to_numpy()
-        cal = registry.make("calibrators", method, {}).fit(df["s"][rows].to_numpy(), df["y"][rows].to_numpy(),
-                                                             score_kind=kind)
-        np.testing.assert_allclose(got[rows], cal.predict(df["s"][rows].to_numpy()),
+        rows = (df["g"] == value).to_numpy() & live
+        np.testing.assert_allclose(got[rows], oracle(rows).predict(df["s"][rows].to_numpy()),
                                    atol=1e-12 if method == "isotonic" else 1e-6)
         assert member.weights[j] == 1.0
-    glob = registry.make("calibrators", method, {}).fit(df["s"].to_numpy(), df["y"].to_numpy(), score_kind=kind)
-    other = ~df["g"].isin(["a", "b", "c"]).to_numpy()  # d and missing
+    glob = oracle(live)
+    other = ~df["g"].isin(["a", "b", "c"]).to_numpy() & live  # d and missing
     np.testing.assert_allclose(got[other], glob.predict(df["s"][other].to_numpy()),
                                atol=1e-12 if method == "isotonic" else 1e-6)
 
