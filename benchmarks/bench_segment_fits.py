@@ -14,6 +14,12 @@ What runs, in one process through the public API (``calengine.fit_table``, embed
   are ``x1 - 0.5 x2 + 0.3 x3 + delta[region]`` with ``delta ~ N(0, 0.8)``, so no global map can be right in
   every region.  ``--rows`` training rows, as many test rows, fitted ``--by region``.
 
+* **Scale** (``--scale-rows``, ``--scale-segments``): a score column of that many rows with a segment
+  column of that many values (small per-segment offsets), ``--scores s`` isotonic fitted globally and
+  ``--by seg``, each fit in a fresh process (``--one``): wall and CPU seconds of the fit and the peak
+  RSS of the process sampled by ``_common.run_measured`` (embedded cluster: the workers are threads of
+  that process), medians of ``--repeats``.
+
 Metrics on the test table: overall log loss, and per segment (each ``--by`` column on its own, as
 ``calengine evaluate --by`` reports them, with :class:`calengine.metrics.segments.SegmentAccumulator`,
 the accumulator ``evaluate --by`` runs) the worst ECE (16 equal-width bins) and the worst ECCE on the
@@ -101,12 +107,59 @@ def run_case(name: str, train_path: str, test, target: str, positive, by: list[s
     return rows
 
 
+def scale_table(path: Path, n: int, segments: int) -> None:
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    seg = rng.integers(0, segments, n)
+    s = rng.random(n).round(3)
+    y = (rng.random(n) < np.clip(s + rng.normal(0.0, 0.1, segments)[seg], 0.0, 1.0)).astype(np.int8)
+    pd.DataFrame({"s": s, "seg": seg.astype(str), "y": y}).to_parquet(path, row_group_size=100_000)
+
+
+def one_fit(path: str, by: bool) -> dict:
+    """One scale fit in this process: wall, CPU, peak RSS."""
+    import calengine
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    model = calengine.fit_table(path, "y", scores=("s",), method="isotonic", **({"by": "seg"} if by else {}))
+    return {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+            "segments_fitted": (model.info.get("x_segments") or {}).get("segments_fitted")}
+
+
+def run_scale(n: int, segments: int, repeats: int, tmp: str) -> list[dict]:
+    from _common import run_measured
+
+    path = Path(tmp) / "scale.parquet"
+    scale_table(path, n, segments)
+    rows = []
+    for by in (False, True):
+        runs = []
+        for _ in range(repeats):
+            r = run_measured([sys.executable, "-P", __file__, "--one", str(path)] + (["--by"] if by else []))
+            if r.returncode:
+                raise RuntimeError(r.stderr[-2000:])
+            # the sampled peak of the process (ru_maxrss of a child starts at its parent's peak)
+            runs.append({**json.loads(r.stdout.strip().splitlines()[-1]), "peak_rss_mib": r.rss["client"] / 2**20})
+        med = {k: float(np.median([r[k] for r in runs])) for k in ("wall_s", "cpu_s", "peak_rss_mib")}
+        rows.append({"setting": f"--by seg ({segments} segments)" if by else "global", "rows": n, **med,
+                     "segments_fitted": runs[0]["segments_fitted"]})
+        print(f"scale {rows[-1]}", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     import pandas as pd
 
     from _common import environment, environment_markdown
 
+    if argv is None and len(sys.argv) > 2 and sys.argv[1] == "--one":
+        print(json.dumps(one_fit(sys.argv[2], "--by" in sys.argv[3:])))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale-rows", type=int, default=1_000_000)
+    ap.add_argument("--scale-segments", type=int, default=1_000)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rows", type=int, default=40_000, help="training rows (and test rows) of the generated table")
     ap.add_argument("--min-report-rows", type=int, default=100, help="smallest test segment whose ECE/ECCE counts")
     ap.add_argument("--out", default=str(HERE / "results" / "segment_fits"))
@@ -124,9 +177,11 @@ def main(argv=None) -> int:
         gtrain.to_parquet(Path(tmp) / "gen.parquet", row_group_size=5000)
         results += run_case("planted", str(Path(tmp) / "gen.parquet"), gtest, "y", None, ["region"], ["region"],
                             args.min_report_rows)
+        scale = run_scale(args.scale_rows, args.scale_segments, args.repeats, tmp) if args.scale_rows else []
     env = environment(REPO, ["calengine", "numpy", "dask", "scikit-learn"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps({"environment": env, "results": results}, indent=2, default=str))
+    Path(args.out + ".json").write_text(json.dumps({"environment": env, "results": results, "scale": scale}, indent=2,
+                                                   default=str))
     lines = ["# Calibration by segment: global isotonic vs segment-wise isotonic, with and without shrinkage", "",
              "Written by `python benchmarks/bench_segment_fits.py` (see its docstring for the tables and metrics).",
              "Test-table figures; worst ECE / ECCE over segments of at least"
@@ -138,6 +193,14 @@ def main(argv=None) -> int:
         own = "-" if r["segments_fitted"] is None else f"{r['segments_fitted']} of {r['segments_seen']}"
         lines.append(f"| {r['case']} | {r['setting']} | {own} | {r['log_loss']:.5f} | {r['worst_ece']:.4f} |"
                      f" {r['worst_ecce_sigma']:.2f} | {r['mce_sigma']:.2f} | {r['fit_cpu_s']:.1f} |")
+    if scale:
+        g = scale[0]
+        lines += ["", f"Scale: a score column of {args.scale_rows:,} rows, isotonic, embedded cluster, each fit in its own"
+                  f" process, medians of {args.repeats} (the machine was shared: compare the ratios).", "",
+                  "| fit | wall s | CPU s | peak RSS MiB | wall / global |", "|---|---|---|---|---|"]
+        for r in scale:
+            lines.append(f"| {r['setting']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mib']:.0f} |"
+                         f" {r['wall_s'] / g['wall_s']:.1f} |")
     lines += ["", *environment_markdown(env)]
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     return 0
