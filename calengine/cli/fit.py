@@ -29,6 +29,14 @@ def add_parser(sub) -> None:
                    " LightGBM text model (.txt) or a scikit-learn classifier saved with skops (.skops); it reads its"
                    " own feature names, else --features A,B,... in its order")
     options.add_trust_option(p)
+    p.add_argument("--by", metavar="COL[,COL...]",
+                   help="also fit one calibrator per segment (value tuple of these columns), blended with the global"
+                   " map by w = n/(n+K); unseen or missing segments use the global map")
+    p.add_argument("--max-segments", type=int, default=None, metavar="N",
+                   help="refuse --by columns with more than N segments (default 1000, at most 20000)")
+    p.add_argument("--shrinkage", metavar="K", default=None,
+                   help="--by: calibration rows at which a segment's own map gets half the say (default 20;"
+                   " 0: none, inf: the global map only)")
     p.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory to create")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing model directory at --output (only once the new model is complete)")
@@ -44,6 +52,10 @@ def run(args) -> int:
     from ..fit.table import fit_table
     from ..model.artifact import save_model
 
+    if args.by is None and (args.max_segments is not None or args.shrinkage is not None):
+        from ..errors import ParameterError
+
+        raise ParameterError("--max-segments and --shrinkage apply to a segment-wise fit; add --by COL or drop them")
     out = os.path.abspath(args.output)
     if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
         if not args.overwrite:
@@ -78,6 +90,10 @@ def run(args) -> int:
         extras.append(f"weighted by '{training['weight']}'" + (" (costing)" if training.get("weighting") == "costing" else ""))
     if model.class_rates is not None:
         extras.append("sampling-corrected")
+    segments = model.info.get("x_segments")
+    if segments:
+        extras.append(f"by {','.join(segments['by'])}: {segments['segments_fitted']} of {segments['segments_seen']}"
+                      f" segments with their own map (K={segments['shrinkage']})")
     extra = f", {', '.join(extras)}" if extras else ""
     scores = score_columns_info(model)
     if scores is not None:

@@ -39,7 +39,8 @@ LIMITS = (
     Limit("--workers", "workers", 1, 256, "each worker is a thread, or a process of about 263 MiB with --cluster"),
     Limit("--max-categories", "max_categories", 1, 10_000, "each category becomes a float64 feature column"),
     Limit("--max-segments", "max_segments", 1, 20_000,
-          "each segment keeps three 1,024-cell grids (24 KiB) in every chunk's accumulator"),
+          "each segment keeps three 1,024-cell grids (24 KiB) in every chunk's accumulator;"
+          " fit --by fits a calibrator per segment and member"),
     Limit("--batch-rows", "batch_rows", 1, 4_194_304, "a batch is held in memory as float64 columns"),
     Limit("--max-train-rows", "max_train_rows", 2, 2**40, "a sample larger than the table is the whole table"),
     Limit("--max-iter", "max_iter", 1, 10_000, "each EM step of adapt is one pass over the new rows' posteriors"),

@@ -202,6 +202,9 @@ def fit_inputs(args):
         classes=tuple(c.strip() for c in args.classes.split(",")) if args.classes else None,
         prefit=prefit,
         trust=tuple(getattr(args, "trust_type", None) or ()),
+        by=getattr(args, "by", None),  # ``fit --by`` only
+        max_segments=1_000 if getattr(args, "max_segments", None) is None else args.max_segments,
+        shrinkage=getattr(args, "shrinkage", None),
     )
     return config, spec
 

@@ -73,6 +73,11 @@ class TableSpec:
     #: feature columns (``features``, once opened); ``trust``: ``--trust-type`` names for a skops file
     prefit: str | None = None
     trust: tuple[str, ...] = ()
+    #: ``--by``: fit one calibrator per segment of these columns too, shrunk towards the global map by
+    #: ``shrinkage`` (None: the default K), at most ``max_segments`` segments (:mod:`calengine.fit.segments`)
+    by: Any = None
+    max_segments: int = 1_000
+    shrinkage: Any = None
 
 
 @dataclass
@@ -241,6 +246,10 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     from .training import ENGINE_METHODS, split_learners
 
     plugins = plugins or get_plugins()
+    if spec.by:  # the global fit, then one calibrator per segment
+        from .segments import fit_segmented
+
+        return fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table)
     from .training import check_seed
 
     check_seed(config.seed)

@@ -414,6 +414,10 @@ def member_class(kind: str) -> type:
 
     if kind == Member.kind:
         return Member
+    if kind == "segmented":  # fit --by: a member plus per-segment calibrators
+        from .segmented import SegmentedMember
+
+        return SegmentedMember
     from ..fit.probing import REDUCTION_MEMBERS  # only for vote members: it imports scipy.special
 
     if kind in REDUCTION_MEMBERS:
@@ -476,7 +480,13 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         _plugin_class("combiners", c["name"], manifest, plugins)
         with _restoring("combiners", c["name"], manifest, plugins):
             combiner = registry.make("combiners", c["name"], c["params"], plugins)
-    encoder = encoder_from_json(manifest.get("features"))
+    features = manifest.get("features")
+    if isinstance(features, dict) and features.get("kind") == "segments":  # fit --by: the encoder + segment keys
+        from .segmented import SegmentEncoder
+
+        encoder = SegmentEncoder.from_json(features)
+    else:
+        encoder = encoder_from_json(features)
     info = {
         "learner": manifest["learner"].get("name"),
         "learner_params": manifest["learner"]["params"],

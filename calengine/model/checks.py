@@ -185,6 +185,20 @@ def _check_adapt_priors(lineage: dict, where: str) -> None:
             raise _damaged(f"the {key} priors of {where} are not numbers in [0, 1]")
 
 
+def _check_segments(features: dict) -> None:
+    from .segmented import MAX_SEGMENTS as MAX_SEGMENTS_LIMIT
+
+    by, keys = _need(features, "by", list, "features"), _need(features, "keys", list, "features")
+    if not by or not all(isinstance(c, str) for c in by) or len(keys) > MAX_SEGMENTS_LIMIT:
+        raise _damaged("features.by must name columns and features.keys hold at most"
+                       f" {MAX_SEGMENTS_LIMIT} segments")
+    if not all(isinstance(k, list) and len(k) == len(by) and all(isinstance(v, str) for v in k) for k in keys):
+        raise _damaged("a segment key of features.keys is not one string per --by column")
+    if isinstance(features.get("base"), dict) and features["base"].get("kind") == "segments":
+        raise _damaged("features.base nests segment keys")
+    _check_features(_need(features, "base", dict, "features"))
+
+
 def _check_features(features: Any) -> None:
     if features is None:
         return
@@ -192,6 +206,9 @@ def _check_features(features: Any) -> None:
         raise _damaged("'features' in the manifest is not an object")
     if features.get("kind") == "columns":
         _check_reader(features)
+        return
+    if features.get("kind") == "segments":  # fit --by: the model's encoder plus the segment keys
+        _check_segments(features)
         return
     _need(features, "max_categories", int, "features")
     bits = features.get("text_hash_bits", 18)
