@@ -105,13 +105,6 @@ def expected_failed_checks(estimator) -> dict[str, str]:
         equivalence("binning's default n_bins='auto' chooses the number of bins by cross-validation over rows,"
                     " so a weighted row stays in one inner fold and its repeats spread over several (the"
                     " calibrator declares weights_as_duplicates = False)")
-    if method == "top_label":
-        reason = ("top_label fits a binary calibrator of 'the predicted class is right', so it refuses, in one"
-                  " typed line, held-out rows on which the model's top class is always right (or always wrong);"
-                  " the check's small, separable table gives exactly that (not a weight misread or '1 feature')")
-        for check in ("check_sample_weights_not_overwritten", "check_sample_weight_equivalence_on_dense_data",
-                      "check_methods_subset_invariance", "check_fit2d_1feature"):
-            out[check] = reason
     combiner = (estimator.multiclass or "").rpartition(":")[2]
     if estimator.multiclass and combiner in ("coupling", "pairwise_coupling", "wu_lin_weng", ""):
         equivalence(

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from calengine.errors import DataError, ModelFormatError, ParameterError
 from calengine.reductions.calibrators import fit_by_reduction
 from calengine_builtins.calibrators import TopLabelCalibrator
-from calengine_builtins.calibrators.top_label import share_rest
+from calengine_builtins.calibrators.top_label import BASES, share_rest
 from cli_helpers import REPO, run_cli
 
 PENDIGITS = REPO / "data" / "pendigits_test.parquet"
@@ -218,8 +218,6 @@ def test_bad_parameters_and_data_are_one_line():
                           ({"min_rows": 2.5}, "min_rows must be"), ({"n_bins": True}, "n_bins must be")):
         with pytest.raises(ParameterError, match=match):
             TopLabelCalibrator(**params).fit(P, y, score_kind="proba")
-    with pytest.raises(DataError, match="always right"):
-        TopLabelCalibrator().fit(P, P.argmax(axis=1), score_kind="proba")
     with pytest.raises(DataError, match="score_kind='proba'"):
         TopLabelCalibrator().fit(P * 3, y, score_kind="proba")
     with pytest.raises(DataError, match="NaN or infinite"):
@@ -285,3 +283,27 @@ def test_cli_from_a_learner_and_from_probability_columns(tmp_path):
     np.testing.assert_allclose(got, want, atol=1e-12)
     with pytest.raises(ParameterError, match="base must be"):
         calengine.calibrate_scores(scores, "class", cols, method="top_label", method_params={"base": "beta"})
+
+
+@pytest.mark.parametrize("base", BASES)
+def test_a_top_class_always_right_or_always_wrong_gets_the_smoothed_hit_rate(base):
+    """Rows on which the model's top class is always right (or always wrong) support no binary map, not
+    even the global one: every row's top probability becomes (hits + 1) / (n + 2), by weight, the rows
+    still sum to 1 with the decision kept, and the constant survives the model file."""
+    P, _ = _probs(4, 300, 3)
+    top = P.argmax(axis=1)
+    w = np.random.default_rng(1).uniform(0.5, 2.0, size=len(top))
+    for y, hits in ((top, w.sum()), ((top + 1) % 3, 0.0)):
+        cal = TopLabelCalibrator(base=base).fit(P, y, sample_weight=w, score_kind="proba")
+        expected = (hits + 1.0) / (w.sum() + 2.0)
+        assert cal.constant_ == pytest.approx(expected, rel=1e-12) and np.all(cal.fallback_ == 1)
+        out = cal.predict(P)
+        np.testing.assert_allclose(out[np.arange(len(top)), top], expected, rtol=1e-12)
+        np.testing.assert_allclose(out.sum(axis=1), 1.0, atol=1e-12)
+        if expected > 1 / 3:
+            assert np.array_equal(out.argmax(axis=1), top)
+        again = TopLabelCalibrator(base=base).from_state(cal.to_state())
+        np.testing.assert_array_equal(again.predict(P), out)
+    state = TopLabelCalibrator(base=base).fit(P, top, score_kind="proba").to_state()
+    with pytest.raises(ModelFormatError, match="constant_"):
+        TopLabelCalibrator(base=base).from_state({**state, "constant_": 1.5})

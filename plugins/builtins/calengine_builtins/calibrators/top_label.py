@@ -15,7 +15,12 @@ class ``c``, fit a *binary* calibrator of ``t`` against ``1[y = c]`` on the rows
   weight, as everywhere in calengine: a weight of 2 is the row twice), or whose rows are all right or
   all wrong, has too little to fit a map on; its rows get the *global* top-label calibrator instead,
   the same base fitted on every row's ``(t, 1[y = ĉ])`` (the paper's "confidence calibration").
-  ``fallback_`` records which classes use it.
+  ``fallback_`` records which classes use it.  When the model's top class is right on *every*
+  calibration row (near-separable data, small tables), or wrong on every one, no binary calibrator
+  can be fitted even globally; every class then gets the constant ``constant_ = (hits + 1) / (n + 2)``
+  (hits and rows counted by weight): the posterior mean of the hit rate under a uniform prior, the one
+  figure those rows support (a base fitted on them would say 1 or 0, certainty no finite sample
+  gives).
 * Probabilities in: ``score_kind="proba"`` uses the k columns as the model's probabilities; decision
   values and logits go through their softmax first.  The predicted class is the first largest column.
 
@@ -139,9 +144,10 @@ class TopLabelCalibrator(Calibrator):
     """Top-label calibration (module docstring): one binary ``base`` calibrator of the top probability
     per predicted class, the global one for classes predicted fewer than ``min_rows`` times.
 
-    Fitted state: ``n_classes_``, ``score_kind_``, ``binary_``, ``fallback_`` (0/1 per class) and each
-    fitted base's own state under ``c<j>__<key>`` (``g__<key>`` for the global one), so the model file
-    holds plain arrays only.
+    Fitted state: ``n_classes_``, ``score_kind_``, ``binary_``, ``fallback_`` (0/1 per class), ``constant_``
+    (only when the top class was always right or always wrong: then no base is fitted) and each fitted
+    base's own state under ``c<j>__<key>`` (``g__<key>`` for the global one), so the model file holds
+    plain arrays only.
     """
 
     name = "top_label"
@@ -281,17 +287,15 @@ class TopLabelCalibrator(Calibrator):
             hits, w_class = (np.asarray(stats[key], dtype=np.float64) for key in ("hits", "w_class"))
             if not w_class.sum() > 0:
                 check_class_weights(w_class)  # "every sample_weight is zero ..."
-            if not 0 < hits.sum() < w_class.sum():
-                raise DataError(
-                    "top_label needs calibration rows whose predicted class is right and rows where it is wrong, but"
-                    f" the model's top class is {'always' if hits.sum() > 0 else 'never'} right on them; calibrate on"
-                    " more (or other) rows"
-                )
             fallback = (w_class < self.min_rows) | (hits <= 0) | (hits >= w_class)
             red["fallback"] = fallback
             red["n_rows"] = np.concatenate((w_class, [w_class.sum()]))
             for c in np.flatnonzero(fallback):
                 subs.pop(int(c), None)
+            if not 0 < hits.sum() < w_class.sum():  # always right (or wrong): the constant (module docstring)
+                red["constant"] = float((hits.sum() + 1.0) / (w_class.sum() + 2.0))
+                red["fallback"] = np.ones(k, dtype=bool)
+                subs = {}
         fitted = red.setdefault("fitted", {})
         nxt = {}
         for key, sub in subs.items():
@@ -322,6 +326,7 @@ class TopLabelCalibrator(Calibrator):
         k = red["k"]
         self.n_classes_, self.score_kind_, self.binary_ = k, red["kind"], red["binary"]
         self.fallback_ = red["fallback"].astype(np.int64)
+        self.constant_ = red.get("constant", np.nan)
         self.bases_ = {key: cal for key, cal in red["fitted"].items()}
         del self._red
 
@@ -348,9 +353,14 @@ class TopLabelCalibrator(Calibrator):
         c = np.argmax(P, axis=1) if n else np.zeros(0, np.int64)
         t = P[rows, c]
         t_new = np.empty(n)
+        constant = getattr(self, "constant_", np.nan)
         for key in range(k):
             mask = c == key
-            if mask.any():
+            if not mask.any():
+                continue
+            if np.isfinite(constant):
+                t_new[mask] = constant
+            else:
                 cal = self.bases_[k] if self.fallback_[key] else self.bases_[key]
                 t_new[mask] = cal.predict(t[mask])
         t_new = np.clip(t_new, 0.0, 1.0)
@@ -364,6 +374,8 @@ class TopLabelCalibrator(Calibrator):
         check_is_fitted(self, ["n_classes_", "bases_"])
         out: dict[str, Any] = {"n_classes_": int(self.n_classes_), "score_kind_": self.score_kind_,
                                "binary_": bool(self.binary_), "fallback_": np.asarray(self.fallback_, dtype=np.float64)}
+        if np.isfinite(getattr(self, "constant_", np.nan)):  # written only when used: older models load as before
+            out["constant_"] = float(self.constant_)
         for key, cal in sorted(self.bases_.items()):
             prefix = "g" if key == self.n_classes_ else f"c{key}"
             for name, value in cal.to_state().items():
@@ -379,8 +391,11 @@ class TopLabelCalibrator(Calibrator):
             kind = str(np.asarray(state["score_kind_"]))
             binary = bool(np.asarray(state["binary_"]))
             fallback = np.asarray(state["fallback_"], dtype=np.float64).reshape(-1)
+            constant = float(np.asarray(state.get("constant_", np.nan)))
         except (KeyError, TypeError, ValueError):
             raise damaged("lacks n_classes_, score_kind_, binary_ or fallback_") from None
+        if "constant_" in state and not (0.0 < constant < 1.0 and np.all(fallback == 1)):
+            raise damaged("'constant_' is invalid")
         if not 2 <= k <= MAX_CLASSES or (binary and k != 2) or kind not in ("proba", "decision") or fallback.shape != (k,) \
                 or not np.all((fallback == 0) | (fallback == 1)):
             raise damaged("'n_classes_', 'binary_', 'score_kind_' or 'fallback_' is invalid")
@@ -393,9 +408,10 @@ class TopLabelCalibrator(Calibrator):
             if not 0 <= key <= k:
                 raise damaged(f"has the unknown entry {name!r}")
             parts.setdefault(key, {})[rest] = value
-        need = {c for c in range(k) if not fallback[c]} | ({k} if fallback.any() else set())
+        need = set() if np.isfinite(constant) else {c for c in range(k) if not fallback[c]} | ({k} if fallback.any() else set())
         if not need <= set(parts):
             raise damaged("lacks the map of a predicted class")
         self.bases_ = {key: self._make_base().from_state(part) for key, part in parts.items()}
         self.n_classes_, self.score_kind_, self.binary_, self.fallback_ = k, kind, binary, fallback.astype(np.int64)
+        self.constant_ = constant
         return self
