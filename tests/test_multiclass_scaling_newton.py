@@ -155,3 +155,21 @@ def test_unpenalised_fit_stays_orthogonal_to_the_shift():
     cal = MatrixScalingCalibrator(reg_lambda=0.0, reg_mu=0.0).fit(Z, y)
     assert abs(cal.intercept_.sum()) < 1e-9
     np.testing.assert_allclose(cal.coef_.sum(axis=0), np.ones(4), atol=1e-8)
+
+
+def test_maps_beyond_the_newton_limit_fall_back_to_lbfgs(monkeypatch):
+    """Above NEWTON_MAX_PARAMETERS the fit takes L-BFGS rounds (loss and gradient only): on a
+    well-conditioned problem it finds Newton's optimum, in more rounds."""
+    from calengine_builtins.calibrators import multiclass_scaling
+
+    Z, y = _logits(5, 600, 4)
+    newton = MatrixScalingCalibrator(reg_lambda=0.1, reg_mu=0.1).fit(Z, y)
+    monkeypatch.setattr(multiclass_scaling, "NEWTON_MAX_PARAMETERS", 19)  # 4 classes: 20 parameters
+    seen = []
+    cal = MatrixScalingCalibrator(reg_lambda=0.1, reg_mu=0.1)
+    step = cal.reduction_step
+    cal.reduction_step = lambda stats, request: seen.append(request.get("newton")) or step(stats, request)
+    lbfgs = cal.fit(Z, y)
+    assert set(seen[1:]) == {False} and len(seen) > newton.n_rounds_ + 1
+    np.testing.assert_allclose(lbfgs.coef_, newton.coef_, atol=1e-6)
+    np.testing.assert_allclose(lbfgs.intercept_, newton.intercept_, atol=1e-6)
