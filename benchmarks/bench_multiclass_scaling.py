@@ -44,7 +44,8 @@ Solvers (issue 21 §3): in the benchmark's own process, each linear scaling is f
 calibration logits (their log-softmax, what ``--score-kind logit`` hands it; one piece) by its Newton
 solver and, side by side, by the former L-BFGS one (the same calibrator with Newton switched off):
 passes over the rows (reduction rounds), CPU seconds (``time.process_time``), the end (converged or
-the warning) and the test log loss of the fitted map (clipped at 1e-15, as ``evaluate``'s).
+the warning) and the test log loss of the fitted map (clipped at 1e-15, as ``evaluate``'s); then
+``matrix_scaling`` at each ODIR strength of ``--reg-grid`` (test log loss and Brier).
 
 Results: ``benchmarks/results/multiclass_scaling.md`` and ``.json`` (``--results-dir``).
 """
@@ -234,7 +235,7 @@ def run_all(folder: Path, setup: dict, repeats: int, timeout: float, methods=Non
     }
 
 
-def solver_passes(folder: Path, setup: dict, methods=None) -> dict:
+def solver_passes(folder: Path, setup: dict, methods=None, reg_grid=()) -> dict:
     """Passes over the rows (reduction rounds) and CPU seconds of each linear scaling's fit, in this
     process on the calibration logits (one piece), by the Newton solver and, side by side, by the
     former L-BFGS one (the same calibrator with Newton switched off): whether it converged, its
@@ -287,7 +288,16 @@ def solver_passes(folder: Path, setup: dict, methods=None) -> dict:
             out.setdefault(label, {})[solver] = {
                 "passes": rounds[0], "cpu_s": cpu, "warning": "; ".join(str(w.message) for w in caught)[:300],
                 "test_log_loss": float(-np.mean(np.log(np.clip(P[np.arange(len(yt)), yt], 1e-15, 1.0))))}
-    return out
+    sweep = []
+    for reg in reg_grid if methods is None or "matrix_scaling" in methods else ():  # ODIR's strength
+        t0 = time.process_time()
+        cal = fit_by_reduction(MatrixScalingCalibrator(reg_lambda=reg, reg_mu=reg), [(Z, y, None)], "decision",
+                               n_classes=len(cols))
+        P = cal.predict(Zt)
+        sweep.append({"reg": reg, "passes": cal.n_rounds_ + 1, "cpu_s": time.process_time() - t0,
+                      "test_log_loss": float(-np.mean(np.log(np.clip(P[np.arange(len(yt)), yt], 1e-15, 1.0)))),
+                      "test_brier": float(np.mean(np.sum((P - np.eye(len(cols))[yt]) ** 2, axis=1)))})
+    return {"solvers": out, "reg_sweep": sweep}
 
 
 def peak_rss(res) -> float:
@@ -363,6 +373,16 @@ def markdown(results: list[dict], args) -> str:
             lines.append(C.markdown_table(["map", "solver", "passes", "CPU s", "test log loss", "end"], srows,
                                           ["<", "<", ">", ">", ">", "<"]))
             lines.append("")
+        if res.get("reg_sweep"):
+            lines += ["ODIR strength of `matrix_scaling` (`reg_lambda = reg_mu`; on logits `dirichlet` full is the"
+                      " same fit), Newton in one process: an illustration of how the penalty matters on this"
+                      " calibration split, measured on the test split -- not a way to choose it (use `calengine"
+                      " cv`).", ""]
+            lines.append(C.markdown_table(
+                ["reg", "passes", "CPU s", "test log loss", "test Brier"],
+                [[f"{r['reg']:g}", str(r["passes"]), C.fmt(r["cpu_s"], 2), C.fmt(r["test_log_loss"], 4),
+                  C.fmt(r["test_brier"], 4)] for r in res["reg_sweep"]], ["<", ">", ">", ">", ">"]))
+            lines.append("")
     lines += ["", C.machine_line(ROOT)]
     return "\n".join(lines)
 
@@ -384,7 +404,10 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one, removed)")
     p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--reg-grid", default="0.001,0.01,0.1,1,10",
+                   help="ODIR strengths (reg_lambda = reg_mu) of the matrix-scaling sweep; empty: none")
     args = p.parse_args(argv)
+    reg_grid = [float(v) for v in args.reg_grid.split(",") if v.strip()]
     import tempfile
 
     scratch = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-mcs-"))
@@ -400,7 +423,7 @@ def main(argv=None) -> int:
             folder = scratch / name
             setup = write_tables(folder, name, args.max_features, args.max_rows, args.seed, args.cal_fraction)
             results.append(run_all(folder, setup, args.repeats, args.timeout, methods))
-            results[-1]["solvers"] = solver_passes(folder, setup, methods)
+            results[-1].update(solver_passes(folder, setup, methods, reg_grid))
     finally:
         if not args.workdir:
             shutil.rmtree(scratch, ignore_errors=True)
