@@ -40,6 +40,13 @@ map), so every figure comes from the same metric code: log loss, Brier, and clas
 model, scikit-learn's ``1 / beta_``), and ``max |dp|`` compares calengine's temperature-scaled test
 probabilities with scikit-learn's.
 
+Solvers (issue 21 §3): in the benchmark's own process, each linear scaling is fitted on the
+calibration logits (their log-softmax, what ``--score-kind logit`` hands it; one piece) by its Newton
+solver and, side by side, by the former L-BFGS one (the same calibrator with Newton switched off):
+passes over the rows (reduction rounds), CPU seconds (``time.process_time``), the end (converged or
+the warning) and the test log loss of the fitted map (clipped at 1e-15, as ``evaluate``'s); then
+``matrix_scaling`` at each ODIR strength of ``--reg-grid`` (test log loss and Brier).
+
 Results: ``benchmarks/results/multiclass_scaling.md`` and ``.json`` (``--results-dir``).
 """
 
@@ -228,6 +235,71 @@ def run_all(folder: Path, setup: dict, repeats: int, timeout: float, methods=Non
     }
 
 
+def solver_passes(folder: Path, setup: dict, methods=None, reg_grid=()) -> dict:
+    """Passes over the rows (reduction rounds) and CPU seconds of each linear scaling's fit, in this
+    process on the calibration logits (one piece), by the Newton solver and, side by side, by the
+    former L-BFGS one (the same calibrator with Newton switched off): whether it converged, its
+    largest gradient entry at the end, and the test log loss of its probabilities."""
+    import warnings
+
+    import pandas as pd
+    from scipy.special import log_softmax
+
+    from calengine.reductions.calibrators import fit_by_reduction
+    from calengine_builtins.calibrators import DirichletCalibrator, MatrixScalingCalibrator, VectorScalingCalibrator
+    from calengine_builtins.calibrators import multiclass_scaling as mcs
+
+    cols = [f"logit_{c}" for c in setup["classes"]]
+    index = {c: j for j, c in enumerate(setup["classes"])}
+
+    def table(name):
+        df = pd.read_parquet(folder / name)
+        # what a multiclass scaling reads of k logit columns (--score-kind logit): their log-softmax
+        return log_softmax(df[cols].to_numpy(np.float64), axis=1), np.array([index[str(v)] for v in df["class"]])
+
+    (Z, y), (Zt, yt) = table("cal.parquet"), table("test.parquet")
+    makers = {"vector_scaling": VectorScalingCalibrator, "matrix_scaling": MatrixScalingCalibrator,
+              "dirichlet full": DirichletCalibrator, "dirichlet diagonal": lambda: DirichletCalibrator(form="diagonal")}
+    out: dict[str, dict] = {}
+    limit = mcs.NEWTON_MAX_PARAMETERS
+    for label, make in makers.items():
+        if methods is not None and label not in methods:
+            continue
+        for solver, newton_limit in (("newton", limit), ("lbfgs", 0)):
+            mcs.NEWTON_MAX_PARAMETERS = newton_limit
+            rounds = [0]
+            cal = make()
+            step = cal.reduction_step
+
+            def counted(stats, request, step=step):
+                rounds[0] += 1
+                return step(stats, request)
+
+            cal.reduction_step = counted
+            t0 = time.process_time()
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    fit_by_reduction(cal, [(Z, y, None)], "decision", n_classes=len(cols))
+            finally:
+                mcs.NEWTON_MAX_PARAMETERS = limit
+            cpu = time.process_time() - t0
+            P = cal.predict(Zt)
+            out.setdefault(label, {})[solver] = {
+                "passes": rounds[0], "cpu_s": cpu, "warning": "; ".join(str(w.message) for w in caught)[:300],
+                "test_log_loss": float(-np.mean(np.log(np.clip(P[np.arange(len(yt)), yt], 1e-15, 1.0))))}
+    sweep = []
+    for reg in reg_grid if methods is None or "matrix_scaling" in methods else ():  # ODIR's strength
+        t0 = time.process_time()
+        cal = fit_by_reduction(MatrixScalingCalibrator(reg_lambda=reg, reg_mu=reg), [(Z, y, None)], "decision",
+                               n_classes=len(cols))
+        P = cal.predict(Zt)
+        sweep.append({"reg": reg, "passes": cal.n_rounds_ + 1, "cpu_s": time.process_time() - t0,
+                      "test_log_loss": float(-np.mean(np.log(np.clip(P[np.arange(len(yt)), yt], 1e-15, 1.0)))),
+                      "test_brier": float(np.mean(np.sum((P - np.eye(len(cols))[yt]) ** 2, axis=1)))})
+    return {"solvers": out, "reg_sweep": sweep}
+
+
 def peak_rss(res) -> float:
     """The launched process's peak RSS (bytes; the sampler's VmHWM reading): calengine runs embedded,
     so the client is every process of the fit, as the scikit-learn child is of its own."""
@@ -289,6 +361,28 @@ def markdown(results: list[dict], args) -> str:
         lines += ["", f"Fitted temperature: calengine {t['calengine']:.9f}, scikit-learn {t['sklearn']:.9f}"
                   f" (|dT| = {abs(t['calengine'] - t['sklearn']):.2e}); max |dp| of the test probabilities"
                   f" {res['max_abs_dp_temperature']:.2e}.", ""]
+        if res.get("solvers"):
+            lines += ["Solvers side by side (in one process, the calibration logits as one piece): passes over the"
+                      " rows (reduction rounds, the first one validating), CPU seconds, and the test log loss of"
+                      " the fitted map (clipped at 1e-15 as `evaluate`'s); `lbfgs` is the former solver (Newton switched off).", ""]
+            srows = []
+            for label, by in res["solvers"].items():
+                for solver, r in by.items():
+                    srows.append([label, solver, str(r["passes"]), C.fmt(r["cpu_s"], 2), C.fmt(r["test_log_loss"], 4),
+                                  "converged" if not r["warning"] else r["warning"].split(";")[0][:90]])
+            lines.append(C.markdown_table(["map", "solver", "passes", "CPU s", "test log loss", "end"], srows,
+                                          ["<", "<", ">", ">", ">", "<"]))
+            lines.append("")
+        if res.get("reg_sweep"):
+            lines += ["ODIR strength of `matrix_scaling` (`reg_lambda = reg_mu`; on logits `dirichlet` full is the"
+                      " same fit), Newton in one process: an illustration of how the penalty matters on this"
+                      " calibration split, measured on the test split -- not a way to choose it (use `calengine"
+                      " cv`).", ""]
+            lines.append(C.markdown_table(
+                ["reg", "passes", "CPU s", "test log loss", "test Brier"],
+                [[f"{r['reg']:g}", str(r["passes"]), C.fmt(r["cpu_s"], 2), C.fmt(r["test_log_loss"], 4),
+                  C.fmt(r["test_brier"], 4)] for r in res["reg_sweep"]], ["<", ">", ">", ">", ">"]))
+            lines.append("")
     lines += ["", C.machine_line(ROOT)]
     return "\n".join(lines)
 
@@ -310,7 +404,10 @@ def main(argv=None) -> int:
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temporary one, removed)")
     p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--reg-grid", default="0.001,0.01,0.1,1,10",
+                   help="ODIR strengths (reg_lambda = reg_mu) of the matrix-scaling sweep; empty: none")
     args = p.parse_args(argv)
+    reg_grid = [float(v) for v in args.reg_grid.split(",") if v.strip()]
     import tempfile
 
     scratch = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-mcs-"))
@@ -326,6 +423,7 @@ def main(argv=None) -> int:
             folder = scratch / name
             setup = write_tables(folder, name, args.max_features, args.max_rows, args.seed, args.cal_fraction)
             results.append(run_all(folder, setup, args.repeats, args.timeout, methods))
+            results[-1].update(solver_passes(folder, setup, methods, reg_grid))
     finally:
         if not args.workdir:
             shutil.rmtree(scratch, ignore_errors=True)

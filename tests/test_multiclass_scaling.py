@@ -241,7 +241,7 @@ def _scipy_fit(cal, Z, y, w):
     start (W = I, b = 0); its gradient is the analytic one of the same formula."""
     from scipy.optimize import minimize
 
-    from calengine_builtins.calibrators.multiclass_scaling import linear_loss_grad
+    from calengine_builtins.calibrators.multiclass_solvers import linear_loss_grad
 
     k = Z.shape[1]
     cal._red = {"k": k, "total": float(w.sum())}
@@ -354,16 +354,16 @@ def test_lbfgs_ends_within_the_round_budget_with_its_best_point():
     """A badly conditioned objective (the scalings on real logits crawl like this) ends after at most
     MAX_EVALUATIONS evaluations, below the engine's 500-round bound, with the best accepted point and
     converged False; a well-conditioned one ends by its gradient rule."""
-    from calengine_builtins.calibrators.multiclass_scaling import MAX_EVALUATIONS, _lbfgs_start, _lbfgs_update
+    from calengine_builtins.calibrators.multiclass_solvers import MAX_EVALUATIONS, lbfgs_start, lbfgs_update
 
     def run(scales):
         a = np.asarray(scales, dtype=np.float64)
-        st, x, calls, best = _lbfgs_start(np.ones_like(a)), np.ones_like(a), 0, np.inf
+        st, x, calls, best = lbfgs_start(np.ones_like(a)), np.ones_like(a), 0, np.inf
         while x is not None:
             f, g = float(0.5 * np.sum(a * x**2)), a * x
             best = min(best, f)
             calls += 1
-            x = _lbfgs_update(st, f, g)
+            x = lbfgs_update(st, f, g)
         return st, calls, best
 
     st, calls, best = run(np.logspace(0, 1, 8))

@@ -3,7 +3,8 @@
 
 Members: ``temperature`` for k classes (below), and the linear maps of Kull et al., "Beyond
 temperature scaling" (NeurIPS 2019): ``vector_scaling``, ``matrix_scaling`` with ODIR and
-``dirichlet`` (full or diagonal), fitted by L-BFGS over reduction rounds (see :class:`_LinearScaling`).
+``dirichlet`` (full or diagonal), fitted by Newton's method over reduction rounds (see
+:class:`_LinearScaling` and :mod:`.multiclass_solvers`).
 ``temperature`` for k classes is one temperature ``T`` over the whole logit vector,
 ``P = softmax(z / T)`` (Guo et al. 2017), where ``z`` is the score matrix for decision values or
 log-odds and ``log(p)`` (``p`` clipped to ``[1e-12, 1]``) for probabilities -- for a multinomial
@@ -40,6 +41,8 @@ from calengine_builtins.deferred import check_is_fitted
 
 from ._base import EPS, _check_kind
 from ._solvers import _slope_start, _slope_update
+from .multiclass_solvers import (MAX_EVALUATIONS, NEWTON_MAX_PARAMETERS, lbfgs_start, lbfgs_update,
+                                 linear_logits, linear_map, linear_sums, newton_start, newton_update)
 from .scaling import TemperatureCalibrator as _BinaryTemperature
 
 #: the most classes a multiclass scaling takes (a row's statistics are O(k) floats; a larger k is
@@ -273,110 +276,6 @@ class TemperatureCalibrator(_BinaryTemperature):
 # linear maps of the logit vector: vector scaling, matrix scaling (ODIR), Dirichlet calibration
 
 
-def _lbfgs_start(theta0: np.ndarray) -> dict[str, Any]:
-    """L-BFGS (memory 10, backtracking Armijo line search) driven one evaluation at a time: each trial
-    point costs one reduction round returning the objective and its gradient (sums over the rows)."""
-    return {"x": np.asarray(theta0, dtype=np.float64), "trial": np.asarray(theta0, dtype=np.float64),
-            "f": None, "s": [], "y": [], "it": 0, "step": 1.0}
-
-
-def _lbfgs_direction(st: dict[str, Any]) -> np.ndarray:
-    q = -st["g"].copy()
-    alphas = []
-    for s, y in zip(reversed(st["s"]), reversed(st["y"])):
-        a = float(s @ q) / float(y @ s)
-        alphas.append(a)
-        q -= a * y
-    if st["s"]:
-        s, y = st["s"][-1], st["y"][-1]
-        q *= float(s @ y) / float(y @ y)
-    else:
-        q /= max(1.0, float(np.max(np.abs(q))))
-    for (s, y), a in zip(zip(st["s"], st["y"]), reversed(alphas)):
-        b = float(y @ q) / float(y @ s)
-        q += (a - b) * s
-    return q
-
-
-#: evaluations (reduction rounds) an L-BFGS fit may take: below the engine's 500-round bound on any
-#: reduction, so a slow fit ends with its best point instead of an error
-MAX_EVALUATIONS = 450
-
-
-def _lbfgs_update(st: dict[str, Any], f: float, g: np.ndarray, gtol: float = 1e-10, max_it: int = 2000):
-    """The next trial point, or None once converged (``st["x"]`` is the answer, the best point
-    accepted): the largest gradient entry below ``gtol`` (or below ``100 gtol`` after three steps that
-    decreased the objective by no more than rounding), no decrease left at machine precision, ``max_it``
-    steps or :data:`MAX_EVALUATIONS` evaluations.
-    ``st["converged"]`` says whether a gradient rule ended it."""
-    st["evals"] = st.get("evals", 0) + 1
-    if st["f"] is not None:
-        d = st["d"]
-        if f <= st["f"] + 1e-4 * st["step"] * float(st["g"] @ d):
-            flat = st["f"] - f <= 1e-15 * max(1.0, abs(f))
-            st["flat"] = st.get("flat", 0) + 1 if flat else 0
-            s, y = st["trial"] - st["x"], g - st["g"]
-            if float(s @ y) > 1e-16 * float(y @ y):
-                st["s"].append(s)
-                st["y"].append(y)
-                st["s"], st["y"] = st["s"][-10:], st["y"][-10:]
-            st["x"], st["f"], st["g"] = st["trial"], f, g
-        else:
-            st["step"] /= 2.0
-            if st["step"] < 1e-12 or st["evals"] >= MAX_EVALUATIONS:
-                st["converged"] = st["step"] < 1e-12
-                return None  # no decrease left at this precision, or out of rounds: the best point so far
-            st["trial"] = st["x"] + st["step"] * d
-            return st["trial"]
-    else:
-        st["f"], st["g"] = f, g
-    st["it"] += 1
-    gmax = float(np.max(np.abs(st["g"])))
-    if gmax <= gtol or (st.get("flat", 0) >= 3 and gmax <= 1e2 * gtol):
-        st["converged"] = True
-        return None  # converged, or steps without a decrease that matters near the optimum
-    if st["it"] > max_it or st["evals"] >= MAX_EVALUATIONS:
-        st["converged"] = False
-        return None
-    d = _lbfgs_direction(st)
-    if float(st["g"] @ d) >= 0.0:
-        st["s"], st["y"] = [], []
-        d = -st["g"] / max(1.0, float(np.max(np.abs(st["g"]))))
-    st["d"], st["step"] = d, 1.0
-    st["trial"] = st["x"] + d
-    return st["trial"]
-
-
-def linear_map(theta: np.ndarray, k: int, full: bool) -> tuple[np.ndarray, np.ndarray]:
-    """``(W, b)`` of a parameter vector: ``W`` the k×k matrix (full) or its diagonal (vector form)."""
-    if full:
-        return theta[: k * k].reshape(k, k), theta[k * k:]
-    return theta[:k], theta[k:]
-
-
-def linear_logits(Z: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``z W^T + b`` (full ``W``) or ``z * w + b`` (a diagonal given as a vector)."""
-    return (Z @ W.T if W.ndim == 2 else Z * W) + b
-
-
-def linear_loss_grad(Z: np.ndarray, yi: np.ndarray, w: np.ndarray, theta: np.ndarray, full: bool):
-    """Weighted multinomial log loss ``Σ w (logsumexp(l) − l_y)`` of ``l = linear_logits`` and its gradient
-    in the parameters (same layout as ``theta``)."""
-    k = Z.shape[1]
-    W, b = linear_map(theta, k, full)
-    L = linear_logits(Z, W, b)
-    m = L.max(axis=1, keepdims=True)
-    E = np.exp(L - m)
-    tot = E.sum(axis=1, keepdims=True)
-    rows = np.arange(Z.shape[0])
-    loss = float(np.sum(w * (np.log(tot[:, 0]) + m[:, 0] - L[rows, yi])))
-    R = E / tot
-    R[rows, yi] -= 1.0
-    R *= w[:, None]
-    gW = (R.T @ Z).reshape(-1) if full else np.sum(R * Z, axis=0)
-    return loss, np.concatenate((gW, R.sum(axis=0)))
-
-
 class _LinearScaling(Calibrator):
     """Shared by ``vector_scaling``, ``matrix_scaling`` and ``dirichlet``: ``P = softmax(W z + b)``.
 
@@ -385,11 +284,15 @@ class _LinearScaling(Calibrator):
     ``λ/(k(k−1)) Σ_{i≠j} W_ij² + μ/k Σ_j b_j²`` (``reg_lambda``, ``reg_mu``; the diagonal forms have no
     off-diagonal entries).  Softmax ignores adding one vector to every logit, so without a penalty the
     parameters are fixed only up to that shift: the gradient is orthogonal to it, and the fit starts from
-    ``W = I, b = 0`` and moves only along gradients, which pins the answer (the minimiser closest in that
-    sense to the identity map) and makes it reproducible.
+    ``W = I, b = 0`` and steps only orthogonally to that shift (the objective's null space), which pins
+    the answer (the minimiser closest to the identity map) and makes it reproducible.
 
-    Reduction: one unsorted round (validation, total weight per class), then one round per L-BFGS trial
-    point returning the loss and its gradient summed over the rows (O(k²) floats per piece).  Two
+    Reduction: one unsorted round (validation, total weight per class), then one round per Newton trial
+    point returning the loss, its gradient and its Hessian summed over the rows (O(k⁴) floats per piece
+    for a full ``W``, O(k²) for a diagonal one; :mod:`.multiclass_solvers` states the step, the
+    conditioning and the convergence rule: Newton decrement at most 1e-20 of the mean objective).
+    Tens of rounds on real logits; ``n_rounds_`` (not saved) records how many a fit took.  Maps with
+    more than 1100 parameters (full, k > 32) use L-BFGS rounds of the loss and gradient instead.  Two
     classes on one column are the k = 2 case with logits ``[0, s]`` (``[log(1 − p), log p]``).
     """
 
@@ -433,7 +336,7 @@ class _LinearScaling(Calibrator):
     def reduction_start(self, score_kind: str = "decision", n_classes: int | None = None):
         self._check_params()
         _check_kind(score_kind)
-        for key in ("coef_", "intercept_", "score_kind_", "n_classes_", "binary_", "_red"):
+        for key in ("coef_", "intercept_", "score_kind_", "n_classes_", "binary_", "n_rounds_", "_red"):
             self.__dict__.pop(key, None)
         binary = n_classes is None
         k = 2 if binary else check_n_classes(self.name, n_classes)
@@ -459,33 +362,38 @@ class _LinearScaling(Calibrator):
             Z, yi, w = self._piece(scores, y, sample_weight, request, validate=True)
             return {"op": "summary", "w_class": np.bincount(yi, weights=w, minlength=request["k"]).astype(np.float64)}
         Z, yi, w = self._piece(scores, y, sample_weight, request, validate=False)
-        loss, grad = linear_loss_grad(Z, yi, w, np.asarray(request["theta"]), self._full)
-        return {"op": "eval", "loss": loss, "grad": grad}
+        return linear_sums(Z, yi, w, np.asarray(request["theta"]), self._full, request.get("newton", False))
 
     def merge_stats(self, a, b):
         return {key: (va if key == "op" else va + b[key]) for key, va in a.items()}
 
-    def _penalty(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+    def _penalty(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """ODIR's value, gradient and (diagonal) Hessian at ``theta``."""
         k = self._red["k"]
         W, b = linear_map(theta, k, self._full)
-        g = np.zeros_like(theta)
+        g, h = np.zeros_like(theta), np.zeros_like(theta)
         f = 0.0
         if self._full and self.reg_lambda:
-            off = W * (1.0 - np.eye(k))
+            mask = 1.0 - np.eye(k)
             c = float(self.reg_lambda) / (k * (k - 1))
-            f += c * float(np.sum(off * off))
-            g[: k * k] = 2.0 * c * off.reshape(-1)
+            f += c * float(np.sum((W * mask) ** 2))
+            g[: k * k] = 2.0 * c * (W * mask).reshape(-1)
+            h[: k * k] = 2.0 * c * mask.reshape(-1)
         if self.reg_mu:
             c = float(self.reg_mu) / k
             f += c * float(b @ b)
             g[len(theta) - k:] = 2.0 * c * b
-        return f, g
+            h[len(theta) - k:] = 2.0 * c
+        return f, g, h
 
-    def objective(self, loss: float, grad: np.ndarray, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """The fitted objective from the summed loss and gradient (also the oracle tests' objective)."""
-        f, g = self._penalty(theta)
+    def objective(self, loss: float, grad: np.ndarray, theta: np.ndarray, hess: np.ndarray | None = None):
+        """The fitted objective (the weighted mean log loss plus ODIR) and its gradient from the summed
+        loss and gradient, and its Hessian from the summed one when given (also the oracle tests')."""
+        f, g, h = self._penalty(theta)
         total = self._red["total"]
-        return loss / total + f, grad / total + g
+        if hess is None:
+            return loss / total + f, grad / total + g
+        return loss / total + f, grad / total + g, hess / total + np.diag(h)
 
     def reduction_step(self, stats, request):
         k = self._red["k"]
@@ -494,22 +402,31 @@ class _LinearScaling(Calibrator):
             check_class_weights(wc)
             self._red["total"] = float(wc.sum())
             theta0 = np.concatenate((np.eye(k).reshape(-1) if self._full else np.ones(k), np.zeros(k)))
-            self._red["lbfgs"] = _lbfgs_start(theta0)
-            return {**request, "op": "eval", "theta": theta0}
-        f, g = self.objective(float(stats["loss"]), np.asarray(stats["grad"]), np.asarray(request["theta"]))
-        nxt = _lbfgs_update(self._red["lbfgs"], f, g)
+            newton = theta0.size <= NEWTON_MAX_PARAMETERS
+            self._red["solver"] = newton_start(theta0) if newton else lbfgs_start(theta0)
+            return {**request, "op": "eval", "theta": theta0, "newton": newton}
+        theta = np.asarray(request["theta"])
+        st = self._red["solver"]
+        if request["newton"]:
+            nxt = newton_update(st, *self.objective(float(stats["loss"]), np.asarray(stats["grad"]), theta,
+                                                    np.asarray(stats["hess"])))
+        else:
+            nxt = lbfgs_update(st, *self.objective(float(stats["loss"]), np.asarray(stats["grad"]), theta))
         if nxt is not None:
             return {**request, "theta": nxt}
-        if not self._red["lbfgs"].get("converged", True):
+        if not st.get("converged", True):
             import warnings
 
-            warnings.warn(f"calibrator '{self.name}' stopped after {MAX_EVALUATIONS} rounds before its gradient"
-                          f" rule held (largest gradient entry {float(np.max(np.abs(self._red['lbfgs']['g']))):.2g});"
-                          " it keeps the best parameters found; a larger reg_lambda/reg_mu converges faster",
+            rule = "its Newton decrement" if request["newton"] else "its gradient rule"
+            warnings.warn(f"calibrator '{self.name}' stopped after {st['evals']} of at most"
+                          f" {st.get('budget', MAX_EVALUATIONS)} rounds before"
+                          f" {rule} held (largest gradient entry {float(np.max(np.abs(st['g']))):.2g}); it keeps"
+                          " the best parameters found; a larger reg_lambda/reg_mu converges faster",
                           RuntimeWarning, stacklevel=2)
-        W, b = linear_map(self._red["lbfgs"]["x"], k, self._full)
+        W, b = linear_map(st["x"], k, self._full)
         self.coef_, self.intercept_ = np.array(W, dtype=np.float64), np.array(b, dtype=np.float64)
         self.score_kind_, self.n_classes_, self.binary_ = self._red["kind"], k, self._red["binary"]
+        self.n_rounds_ = int(st["evals"])
         del self._red
         return None
 
