@@ -99,3 +99,19 @@ def test_any_column_content_encodes_to_finite_numbers(nums, cats):
     # the same rows in any order encode to the same rows
     perm = np.random.default_rng(0).permutation(n)
     np.testing.assert_array_equal(enc.transform(df.iloc[perm]), X[perm])
+
+
+@pytest.mark.parametrize("dtype", [object, "string", "str", "category"])
+def test_a_null_in_a_string_column_is_missing_whatever_pandas_reads_it_as(dtype, tmp_path):
+    """pandas 3 reads a Parquet string column with nulls as ``StringDtype`` holding ``pd.NA``, whose
+    truth value raises: fitting and scoring such a table crashed with a traceback.  A null is a missing
+    category, encoded exactly as ``None`` in an object column."""
+    from calengine.reductions.column_stats import as_text
+
+    values = ["a", None, "b", "a", None]
+    series = pd.Series(values, dtype=dtype)
+    assert as_text(series).tolist() == ["a", None, "b", "a", None]
+    frame = pd.DataFrame({"c": series, "x": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    enc = FeatureEncoder().fit(frame)
+    reference = FeatureEncoder().fit(pd.DataFrame({"c": pd.Series(values, dtype=object), "x": frame["x"]}))
+    np.testing.assert_array_equal(enc.transform(frame), reference.transform(frame.astype({"c": object})))

@@ -334,8 +334,16 @@ def as_float(series) -> np.ndarray:
 
 
 def as_text(series) -> np.ndarray:
-    """Strings with missing values as ``None``."""
-    return np.array([None if (v is None or v != v) else str(v) for v in series.tolist()], dtype=object)
+    """Strings with missing values as ``None``.  Missing is what pandas calls missing: ``None``, NaN
+    and ``pd.NA`` -- pandas 3 reads a string column with nulls as ``StringDtype`` holding ``pd.NA``,
+    whose truth value raises, so no per-value ``v != v`` test."""
+    import pandas as pd
+
+    missing = np.asarray(pd.isna(series), dtype=bool)
+    out = np.empty(len(missing), dtype=object)
+    for i, (v, gone) in enumerate(zip(series.tolist(), missing)):
+        out[i] = None if gone else str(v)
+    return out
 
 
 def partition_stats(
