@@ -139,6 +139,32 @@ def test_result_does_not_depend_on_thread_count(learner):
     np.testing.assert_allclose(P[0].sum(axis=1), 1.0, atol=1e-12)
 
 
+def test_every_task_thread_runs_openmp_on_one_thread():
+    """OpenMP's thread count is per thread: the process-wide pin did not reach the Dask threads, where
+    HistGradientBoosting then started a joblib pool per fit (two starting and ending at once deadlocked).
+    A thread that pins after another thread did must still get one OpenMP thread."""
+    import os
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    from calengine.tasks.arrays import pin_native_threads
+
+    if os.cpu_count() < 2 or not any(i["user_api"] == "openmp" for i in threadpool_info()):
+        pytest.skip("needs OpenMP and 2 cores to tell one thread from many")
+    pin_native_threads()  # this thread first, as the client's does
+    seen = []
+
+    def task():
+        pin_native_threads()
+        seen.extend(i["num_threads"] for i in threadpool_info() if i["user_api"] == "openmp")
+
+    t = threading.Thread(target=task)
+    t.start()
+    t.join()
+    assert seen and set(seen) == {1}, seen
+
+
 @pytest.mark.cluster
 def test_worker_version_mismatch_is_refused_with_one_line(cli, tmp_path):
     """A real ``dask worker`` whose environment reports scikit-learn 0.0.1 (a dist-info directory first

@@ -68,10 +68,23 @@ def full_matrix() -> list[CalibratedClassifier]:
     return out + [configuration("gaussian_nb", m) for m in rest]
 
 
+def _matrix_expected_failed_checks(estimator) -> dict[str, str]:
+    """:func:`expected_failed_checks`, plus what the matrix's own light settings cost: 30 epochs leave the
+    MLP near its random start on check_classifiers_train's blobs (with isotonic, a calibrated constant 0.5
+    on the two-class one; the default 500 epochs reach 0.96)."""
+    out = expected_failed_checks(estimator)
+    if estimator.learner == "mlp" and estimator.learner_params == _LIGHT_LEARNER["mlp"]:
+        for check in ("check_classifiers_train", "check_classifiers_train(readonly_memmap=True)",
+                      "check_classifiers_train(readonly_memmap=True,X_dtype=float32)"):
+            out[check] = ("the matrix trains the MLP for 30 epochs only (to save time): training accuracy below the"
+                          " check's 0.83 (0.5 on its two-class blobs with isotonic)")
+    return out
+
+
 @pytest.mark.skipif(not os.environ.get("CALENGINE_FULL_ESTIMATOR_CHECKS"),
                     reason="the full matrix (about 4,900 checks; one configuration's 62 take ~45 s on an idle core) runs"
                     " with CALENGINE_FULL_ESTIMATOR_CHECKS=1; CI runs test_each_learner_and_each_method_meets_the_checks_that_tell_them_apart")
-@parametrize_with_checks(full_matrix(), expected_failed_checks=expected_failed_checks, xfail_strict=True)
+@parametrize_with_checks(full_matrix(), expected_failed_checks=_matrix_expected_failed_checks, xfail_strict=True)
 def test_every_builtin_configuration_is_sklearn_compatible(estimator, check):
     """The whole matrix (issue 23): every check passes or is declared with its reason."""
     check(estimator)

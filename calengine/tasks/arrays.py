@@ -10,6 +10,7 @@ any cluster layout.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,8 @@ def seeded(estimator, seed: int):
 
 
 _pinned = False
+#: per-thread: whether this thread's OpenMP pool is pinned (:func:`pin_native_threads`)
+_thread_pins = threading.local()
 
 
 def pin_native_threads() -> None:
@@ -108,6 +111,16 @@ def pin_native_threads() -> None:
 
         threadpool_limits(limits=1)
         _pinned = True
+    if not getattr(_thread_pins, "openmp", False):
+        # OpenMP's thread count is a per-thread setting (omp_set_num_threads sets the calling thread's
+        # value): the process-wide pin above reaches BLAS but not OpenMP in the other threads, so each
+        # task thread pins its own once.  Unpinned, scikit-learn's HistGradientBoosting started a
+        # joblib thread pool per fit in every Dask thread, and two of them starting and ending at once
+        # deadlocked in multiprocessing.pool (found by the full estimator matrix, issue 23).
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=1, user_api="openmp")
+        _thread_pins.openmp = True
 
 
 class pinned_native_threads:
@@ -117,15 +130,15 @@ class pinned_native_threads:
         global _pinned
         from threadpoolctl import threadpool_limits
 
-        self._previous = _pinned
-        self._limits = threadpool_limits(limits=1)
-        _pinned = True
+        self._previous = _pinned, getattr(_thread_pins, "openmp", False)
+        self._limits = threadpool_limits(limits=1)  # OpenMP too, for this thread
+        _pinned = _thread_pins.openmp = True
         return self
 
     def __exit__(self, *exc):
         global _pinned
         self._limits.restore_original_limits()
-        _pinned = self._previous
+        _pinned, _thread_pins.openmp = self._previous
         return False
 
 
