@@ -143,6 +143,11 @@ def expected_failed_checks(estimator) -> dict[str, str]:
         for learner, check, reason in _LEARNER_CHECKS:
             if learner in names:
                 out[check] = reason
+    if method == "vector_scaling":
+        equivalence("the check's 15-row, 30-feature table gives held-out scores that separate the classes, so vector"
+                    " scaling's log loss has no finite minimum: Newton stops on a flat gradient at a point set by"
+                    " rounding, and weighted and repeated rows (the same objective summed in another order) stop"
+                    " there 1e-6 apart in probability", "dense")
     if method == "bagging":
         equivalence("bagging draws each row into a bag a Poisson(1) number of times, a weighted row once for its"
                     " weight and each repeated row on its own draw: the bags, and so the models, differ")
