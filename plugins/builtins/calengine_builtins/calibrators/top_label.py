@@ -354,13 +354,11 @@ class TopLabelCalibrator(Calibrator):
         t = P[rows, c]
         t_new = np.empty(n)
         constant = getattr(self, "constant_", np.nan)
-        for key in range(k):
-            mask = c == key
-            if not mask.any():
-                continue
-            if np.isfinite(constant):
-                t_new[mask] = constant
-            else:
+        if np.isfinite(constant):  # no map was fitted: every row gets the smoothed hit rate
+            t_new.fill(constant)
+        else:
+            for key in np.unique(c):
+                mask = c == key
                 cal = self.bases_[k] if self.fallback_[key] else self.bases_[key]
                 t_new[mask] = cal.predict(t[mask])
         t_new = np.clip(t_new, 0.0, 1.0)
