@@ -150,12 +150,14 @@ def venn_abers_leaves(cal) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return p0, p1, merge_pair(p0, p1)
 
 
-def _venn_abers(d: _Dialect, cal, s: str, which: int = 2) -> str:
-    """The value of ``s``'s piece (``which``: 0 p0, 1 p1, 2 merged), the pieces being, in score order,
-    gap 0 (``s < xs[0]``), tie 0 (``s == xs[0]``), gap 1, tie 1, ..., gap k (``s > xs[-1]``), as
+def venn_abers_steps(cal, which: int = 2) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``(bounds, values, ops)`` of a Venn–ABERS map (``which``: 0 p0, 1 p1, 2 merged) as steps: piece
+    ``j`` holds ``values[j]`` right of ``bounds[j]`` (``ops[j]`` ``"<"``: from ``bounds[j]`` on,
+    ``"<="``: beyond it; ``bounds[0]`` is never compared).  The pieces are, in score order, gap 0
+    (``s < xs[0]``), tie 0 (``s == xs[0]``), gap 1, tie 1, ..., gap k (``s > xs[-1]``), as
     :func:`calengine.methods.venn_abers.venn_abers_pairs` reads them.  Neighbouring pieces of one value
-    are merged first: the tree then has as many leaves as the map has steps, not twice the number of
-    distinct calibration scores (a CASE of 10⁴ leaves took DuckDB a minute to plan)."""
+    are merged first: the map then has as many pieces as steps, not twice the number of distinct
+    calibration scores (a CASE of 10⁴ leaves took DuckDB a minute to plan)."""
     xs = np.asarray(cal.xs_, dtype=np.float64)
     v = venn_abers_leaves(cal)[which]
     # boundary i separates piece i from i + 1: at xs[i // 2]; s < x stays left of a gap -> tie boundary,
@@ -163,22 +165,32 @@ def _venn_abers(d: _Dialect, cal, s: str, which: int = 2) -> str:
     keep = np.nonzero(v[:-1] != v[1:])[0]
     starts = np.concatenate(([0], keep + 1))
     bounds = np.concatenate(([-np.inf], xs[keep // 2]))
-    ops = ["<"] + ["<" if i % 2 == 0 else "<=" for i in keep]
-    return _tree(d, s, bounds, lambda j: d.num(v[starts[j]]), 0, starts.size, op=ops)
+    return bounds, v[starts], ["<"] + ["<" if i % 2 == 0 else "<=" for i in keep]
+
+
+def _venn_abers(d: _Dialect, cal, s: str, which: int = 2) -> str:
+    """The value of ``s``'s piece of the Venn–ABERS map (:func:`venn_abers_steps`)."""
+    bounds, v, ops = venn_abers_steps(cal, which)
+    return _tree(d, s, bounds, lambda j: d.num(v[j]), 0, v.size, op=ops)
+
+
+def interp_pieces(cal) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, y, slopes)`` of a linear isotonic map as ``numpy.interp`` evaluates it: ``y[0]`` below
+    ``x[0]``; ``y[-1]`` at or above ``x[-1]``; else, with ``j`` such that ``x[j] <= s < x[j+1]``,
+    ``y[j]`` where ``s == x[j]`` and otherwise ``slopes[j] * (s - x[j]) + y[j]``."""
+    from ..reductions.pav import linear_knots
+
+    x, y = linear_knots(*(np.asarray(getattr(cal, k), dtype=np.float64) for k in ("lo_", "hi_", "values_")))
+    return x, y, (y[1:] - y[:-1]) / (x[1:] - x[:-1])
 
 
 def _isotonic(d: _Dialect, cal, s: str) -> str:
     lo, hi, values = (np.asarray(getattr(cal, k), dtype=np.float64) for k in ("lo_", "hi_", "values_"))
     if cal.interpolation_ == "step":
         return _tree(d, s, lo, lambda j: d.num(values[j]), 0, lo.size)
-    from ..reductions.pav import linear_knots
-
-    x, y = linear_knots(lo, hi, values)
+    x, y, slopes = interp_pieces(cal)
     if x.size == 1:
         return d.num(y[0])
-    # numpy.interp: y[0] below x[0]; y[-1] at or above x[-1]; else with j such that x[j] <= s < x[j+1],
-    # y[j] where s == x[j], otherwise slope_j * (s - x[j]) + y[j], slope_j = (y[j+1]-y[j]) / (x[j+1]-x[j])
-    slopes = (y[1:] - y[:-1]) / (x[1:] - x[:-1])
 
     def piece(j: int) -> str:
         if j == 0:
@@ -218,9 +230,13 @@ def calibrator_sql(d: _Dialect, cal, s: str) -> str:
         return _binning(d, cal, s)
     if name == "venn_abers":
         return _venn_abers(d, cal, s)
-    raise ParameterError(
-        f"calibrator '{name}' has no SQL form (SQL expresses {', '.join(SQL_CALIBRATORS)}); score with {OTHER_FORMATS}"
-    )
+    raise ParameterError(unsupported_calibrator(cal, "SQL"))
+
+
+def unsupported_calibrator(cal, fmt: str) -> str:
+    """The one line refusing a calibrator that neither SQL nor ONNX expresses (the same list)."""
+    name = getattr(cal, "name", type(cal).__name__)
+    return f"calibrator '{name}' has no {fmt} form ({fmt} expresses {', '.join(SQL_CALIBRATORS)}); score with {OTHER_FORMATS}"
 
 
 def _numpy_sum(terms: list[str]) -> str:
@@ -237,9 +253,10 @@ def _numpy_sum(terms: list[str]) -> str:
     return out
 
 
-def _check_exportable(model) -> tuple:
-    """``(member, learner, reader)`` of a model the SQL export expresses, or one ParameterError line
-    (``reader`` is None for a learner calengine fitted: see :mod:`.sql_learners`)."""
+def _check_exportable(model, fmt: str = "SQL") -> tuple:
+    """``(member, learner, reader)`` of a model the SQL export (``fmt="ONNX"``: the ONNX one, which
+    checks for a learner first) expresses, or one ParameterError line (``reader`` is None for a
+    learner calengine fitted: see :mod:`.sql_learners`)."""
     from ..plan.columns import ColumnReader
     from ..score_columns import ScoreColumns
 
@@ -250,25 +267,25 @@ def _check_exportable(model) -> tuple:
         _check_learner_model(model)
         reader = None
     elif len(model.members) != 1 or getattr(model.members[0], "kind", None) != "calibrated":
-        raise ParameterError(f"the SQL export needs a model with one calibrated member (this one has {len(model.members)}"
+        raise ParameterError(f"the {fmt} export needs a model with one calibrated member (this one has {len(model.members)}"
                              f" members or another member kind); score it with {OTHER_FORMATS}")
     if model.class_rates is not None:
-        raise ParameterError(f"the SQL export does not apply --class-sampling/--negative-sampling corrections;"
+        raise ParameterError(f"the {fmt} export does not apply --class-sampling/--negative-sampling corrections;"
                              f" score this model with {OTHER_FORMATS}")
     if model.n_classes > 2:
         cname = getattr(model.combiner, "name", None)
         if cname != "normalize":
-            raise ParameterError(f"combiner '{cname}' has no SQL form (SQL combines one-vs-all columns with"
+            raise ParameterError(f"combiner '{cname}' has no {fmt} form ({fmt} combines one-vs-all columns with"
                                  f" 'normalize'); score this model with {OTHER_FORMATS}")
     for m in model.members:
         for cal in m.calibrators:
             if _scales_vector(m, cal) and cal.name not in MATRIX_SCALINGS:
                 raise ParameterError(
-                    f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector, which has no SQL"
-                    f" form (SQL expresses {', '.join(MATRIX_SCALINGS)}); score this model with {OTHER_FORMATS}"
+                    f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector, which has no {fmt}"
+                    f" form ({fmt} expresses {', '.join(MATRIX_SCALINGS)}); score this model with {OTHER_FORMATS}"
                 )
             if getattr(cal, "name", None) not in SQL_CALIBRATORS:
-                calibrator_sql(_Dialect("duckdb"), cal, "s")  # raises the one line
+                raise ParameterError(unsupported_calibrator(cal, fmt))
     return member, learner, reader
 
 

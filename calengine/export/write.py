@@ -1,8 +1,8 @@
 """Writing an export: the exported file (or MLflow directory) and, beside it, ``<PATH>.manifest.json``.
 
 The manifest names the format, the source model's ``content_hash`` (from its own manifest, which
-:func:`calengine.load_model` has checked against every file of the model) and, for SQL, the SHA-256 of
-the exported bytes, so a scored table can be traced back to the model that scored it.  SQL and both
+:func:`calengine.load_model` has checked against every file of the model) and, for SQL and ONNX, the
+SHA-256 of the exported bytes, so a scored table can be traced back to the model that scored it.  SQL, ONNX and their
 manifests are pure functions of the model and the options (no time, no paths); an MLflow directory is
 too, except for what MLflow stamps into ``MLmodel`` (see :mod:`.mlflow`).  Everything is written under
 a temporary name and renamed, so a failed export leaves nothing half-written.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import DataError, ParameterError
 
-FORMATS = ("sql", "mlflow")
+FORMATS = ("sql", "onnx", "mlflow")
 MANIFEST_SUFFIX = ".manifest.json"
 
 
@@ -25,7 +25,7 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
                  trust=(), overwrite: bool = False) -> Path:
     """Export the model saved at ``model_dir`` as ``fmt`` to ``output``; returns the manifest's path.
 
-    ``sql`` writes one file; ``mlflow`` writes an MLflow model directory (:mod:`.mlflow`), staged under a
+    ``sql`` and ``onnx`` write one file; ``mlflow`` writes an MLflow model directory (:mod:`.mlflow`), staged under a
     temporary name beside ``output`` and renamed.  The model is loaded with :func:`calengine.load_model`
     only (model files are untrusted)."""
     from .. import __version__
@@ -58,6 +58,12 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
 
         body = model_sql(model, dialect=dialect, table=table).encode()
         manifest.update(dialect=dialect, table=table, sha256=hashlib.sha256(body).hexdigest())
+        _write_atomic(out, body)
+    elif fmt == "onnx":
+        from .onnx import IR_VERSION, OPSET, OUTPUT, model_onnx
+
+        body = model_onnx(model)
+        manifest.update(inputs=list(model.encoder.columns), opset=OPSET, ir_version=IR_VERSION, outputs=[OUTPUT], sha256=hashlib.sha256(body).hexdigest())
         _write_atomic(out, body)
     else:
         manifest.update(_write_mlflow(model_dir, out, trust))
