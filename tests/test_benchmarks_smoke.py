@@ -333,3 +333,18 @@ def test_bench_multiclass_scaling_tiny(tmp_path):
         assert all(isinstance(fig[k], float) and np.isfinite(fig[k]) for k in ("log_loss", "brier", "ece_classwise"))
     assert figures["calengine temperature"]["log_loss"] == pytest.approx(figures["sklearn temperature"]["log_loss"], rel=1e-6)
     assert (tmp_path / "r" / "multiclass_scaling.md").read_text().startswith("# Multiclass scalings")
+
+
+def test_bench_sql_export_tiny(tmp_path):
+    """bench_sql_export.py fits an isotonic model of a score column, exports it as SQL, and times DuckDB
+    running it over a generated table beside calengine score on the same files: both runs succeed and
+    their outputs agree row for row, bit for bit."""
+    bench = _load("bench_sql_export")
+    assert bench.main(["--rows-list", "6000", "--methods", "isotonic", "--cal-rows", "3000", "--repeats", "1",
+                       "--rows-per-file", "3000", "--row-group-rows", "2000", "--threads", "1",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    (res,) = json.loads((tmp_path / "r" / "sql_export.json").read_text())["results"]
+    assert set(res["summary"]) == {"calengine score (isotonic)", "DuckDB SQL (isotonic)"}
+    assert all(s["ok"] == 1 and s["wall_s"] > 0 and s["peak"] > 0 for s in res["summary"].values())
+    assert res["agreement"]["isotonic"] == {"rows": 6000, "rows_differ": 0, "max_abs_dp": 0.0, "same_length": True}
+    assert "Agreement with calengine score" in (tmp_path / "r" / "sql_export.md").read_text()
