@@ -237,10 +237,8 @@ def test_what_sql_cannot_express_is_refused_in_one_line(tmp_path, cli, adult):
     model = calengine.calibrate_scores(cal[["s", "y"]], "y", "s", method="none")
     with pytest.raises(CalengineError, match="no SQL form.*calengine score"):
         model_sql(model)
-    data = tmp_path / "d.parquet"
-    pd.DataFrame({"a": np.arange(200.0), "y": np.arange(200) % 2}).to_parquet(data)
-    assert cli("fit", data, "--target", "y", "--learner", "gaussian_nb", "--method", "sigmoid", "--output",
-               tmp_path / "m").returncode == 0
+    _fit_saved_loaded(tmp_path, pd.DataFrame({"a": np.arange(200.0), "y": np.arange(200) % 2}), "y", learner="knn",
+                      method="sigmoid")
     assert_one_line_error(cli("export", tmp_path / "m", "--format", "sql", "--output", tmp_path / "x.sql"),
                           "no SQL form", "calengine score")
     assert not (tmp_path / "x.sql").exists() and not (tmp_path / "x.sql.manifest.json").exists()
@@ -250,22 +248,66 @@ def test_what_sql_cannot_express_is_refused_in_one_line(tmp_path, cli, adult):
                               tmp_path / "x.sql"), "dialect")
 
 
-def test_a_logistic_regression_ensemble_on_adults_columns_scores_as_calengine_does(tmp_path, cli):
+def test_a_logistic_regression_ensemble_on_adults_columns_scores_as_calengine_does(tmp_path):
     """A fitted learner in SQL: Adult's numeric and categorical columns encoded as calengine encodes
     them (a missing number gets the training median, a missing category '<missing>', an unseen one
     '<other>'), five logistic regressions' probabilities, their isotonic maps and the members' mean:
     bit-identical to calengine, since the dot product is summed in the learner's order."""
     train = pd.read_parquet(ADULT / "train.parquet").iloc[:2000]
-    train.to_parquet(tmp_path / "train.parquet")
-    assert cli("--quiet", "fit", tmp_path / "train.parquet", "--target", "class", "--learner", "logistic_regression",
-               "--method", "isotonic", "--cv", "2", "--workers", "1", "--output", tmp_path / "m").returncode == 0
-    model = calengine.load_model(tmp_path / "m")
+    model = _fit_saved_loaded(tmp_path, train, "class", learner="logistic_regression", method="isotonic", cv=2)
     assert len(model.members) == 2
-    test = pd.read_parquet(ADULT / "test.parquet").iloc[:2000].drop(columns="class")
+    from calengine.export.sql import model_sql
+
+    _check(model, model_sql(model), _adult_test_with_holes(2000), exact=True)
+
+
+
+def _fit_saved_loaded(tmp_path, data: pd.DataFrame, target: str, **options):
+    """A model fitted in this process as ``calengine fit`` fits it, saved and loaded back (the path
+    ``calengine export`` takes)."""
+    from calengine.model.artifact import save_model
+
+    data.to_parquet(tmp_path / "train.parquet")
+    save_model(calengine.fit_table(str(tmp_path / "train.parquet"), target, workers=1, **options), tmp_path / "m")
+    return calengine.load_model(tmp_path / "m")
+
+
+def _adult_test_with_holes(rows: int) -> pd.DataFrame:
+    test = pd.read_parquet(ADULT / "test.parquet").iloc[:rows].drop(columns="class")
     test = test.astype({"age": "float64", "workclass": object})
     test.loc[0:20, "age"] = np.nan
     test.loc[21:40, "workclass"] = None
     test.loc[41:60, "occupation"] = "astronaut"
+    return test
+
+
+@pytest.mark.parametrize("learner,method,exact", [("linear_svm", "isotonic", True), ("gaussian_nb", "isotonic", True),
+                                                  ("bernoulli_nb", "sigmoid", False), ("multinomial_nb", "isotonic", True)])
+def test_linear_svm_and_naive_bayes_on_adults_columns_score_as_calengine_does(tmp_path, learner, method, exact):
+    """The other learners SQL expresses, on Adult's columns with missing and unseen values: the SVM's
+    standardised margin, Gaussian NB's log-likelihoods, Bernoulli's standardising and binarising,
+    multinomial's clipped min-max scaling, each summed in the learner's order and normalised by the
+    max-shifted log-sum-exp, so the isotonic maps give calengine's probabilities bit for bit."""
+    model = _fit_saved_loaded(tmp_path, pd.read_parquet(ADULT / "train.parquet").iloc[:1500], "class",
+                              learner=learner, method=method, cv=2)
     from calengine.export.sql import model_sql
 
-    _check(model, model_sql(model), test, exact=True)
+    _check(model, model_sql(model), _adult_test_with_holes(1500), exact=exact)
+
+
+@pytest.mark.parametrize("learner,method,exact", [("logistic_regression", "isotonic", True), ("linear_svm", "sigmoid", False)])
+def test_multiclass_learners_on_pendigits_score_as_calengine_does(tmp_path, learner, method, exact):
+    """Ten classes: a multinomial logistic regression (its logits' max-shifted softmax) and a linear SVM
+    (ten one-vs-rest margins), one calibrator per class, the normalize combiner and two members'
+    mean; isotonic bit for bit.  Naive Bayes on several classes is refused in one line."""
+    df = pd.read_parquet(PENDIGITS)
+    model = _fit_saved_loaded(tmp_path, df.iloc[:1200], "class", learner=learner, method=method, cv=2)
+    assert model.n_classes == 10 and len(model.members) == 2 and model.combiner.name == "normalize"
+    from calengine.export.sql import model_sql
+
+    _check(model, model_sql(model), df.iloc[1200:2400].drop(columns="class").reset_index(drop=True), exact=exact)
+    if learner == "linear_svm":
+        (tmp_path / "nb").mkdir()
+        nb = _fit_saved_loaded(tmp_path / "nb", df.iloc[:600], "class", learner="gaussian_nb", method="sigmoid")
+        with pytest.raises(CalengineError, match="gaussian_nb on several classes has no SQL form.*calengine score"):
+            model_sql(nb)

@@ -43,7 +43,7 @@ from .sql import (EPS, EXP_CAP, OTHER_FORMATS, PROBA_TOLERANCE, _check_exportabl
 OPSET = 17
 IR_VERSION = 8
 OUTPUT = "probabilities"
-FORMATS_HINT = ("export it with --format sql (logistic_regression) or --format mlflow, or score it with"
+FORMATS_HINT = ("export it with --format sql (linear and naive Bayes learners) or --format mlflow, or score it with"
                 f" {OTHER_FORMATS}")
 
 

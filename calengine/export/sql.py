@@ -3,8 +3,10 @@
 :func:`model_sql` turns a model of score columns (``calengine fit --scores ...``: the learner is the
 table's own column, so nothing but the calibration map has to be expressed) into a query over a
 relation (``input`` unless named) that returns every input column plus ``p_<class>`` per class.
-A two-class model of a fitted ``logistic_regression`` (one member or an ensemble, averaged) is
-expressed too, its features and learner by :mod:`.sql_learners`.
+A model of a fitted learner is expressed too (one member or an ensemble, averaged), its features and
+learner by :mod:`.sql_learners`: on two classes ``logistic_regression``, ``linear_svm`` and the
+Gaussian, Bernoulli and multinomial naive Bayes; on several, ``logistic_regression`` (multinomial)
+with per-class calibrators and the ``normalize`` combiner.
 
 What is expressed, and how exactly:
 
@@ -51,6 +53,7 @@ import math
 import numpy as np
 
 from ..errors import ParameterError
+from .sql_learners import EXP_CAP, expit as _expit  # noqa: F401  (EXP_CAP: the ONNX export's too)
 
 DIALECTS = ("duckdb", "spark", "postgres")
 #: what the SQL export expresses (module docstring)
@@ -65,9 +68,6 @@ OTHER_FORMATS = "calengine score (or calengine.load_model(...).predict_frame in 
 EPS = 1e-12
 #: the reader's tolerance for probability scores outside [0, 1] (``calengine.plan.columns``)
 PROBA_TOLERANCE = 1e-9
-#: exp() arguments are kept below this: exp(700) is finite in every engine (DuckDB raises on overflow),
-#: and 1 / (1 + exp(700)) differs from calengine's 0 by 1e-304
-EXP_CAP = 700.0
 
 
 class _Dialect:
@@ -89,11 +89,6 @@ class _Dialect:
         if self.name == "spark":
             return "`" + name.replace("`", "``") + "`"
         return '"' + name.replace('"', '""') + '"'
-
-
-def _expit(d: _Dialect, x: str) -> str:
-    """calengine's ``expit``: ``1 / (1 + exp(-x))`` (the exponent capped, see :data:`EXP_CAP`)."""
-    return f"(1.0 / (1.0 + EXP(LEAST(-({x}), {d.num(EXP_CAP)}))))"
 
 
 def _clip(d: _Dialect, x: str, lo: float, hi: float) -> str:
@@ -290,8 +285,9 @@ def _check_exportable(model, fmt: str = "SQL") -> tuple:
 
 
 def _check_learner_model(model) -> None:
-    """A model of a fitted learner SQL expresses: two classes, every member one learner of
-    :data:`.sql_learners.SQL_LEARNERS` and one calibrator, members averaged (an ensemble) or one."""
+    """A model of a fitted learner SQL expresses: every member one learner of
+    :data:`.sql_learners.SQL_LEARNERS` and one calibrator per class column (one for two classes),
+    members averaged (an ensemble) or one."""
     from ..plan.features import FeatureEncoder
     from .sql_learners import SQL_LEARNERS
 
@@ -303,9 +299,11 @@ def _check_learner_model(model) -> None:
             f" score columns: calengine fit --scores ...); score it with {OTHER_FORMATS}"
         )
     shapes = {(getattr(m, "kind", None), len(m.learners), len(m.calibrators)) for m in model.members}
-    if model.n_classes != 2 or shapes != {("calibrated", 1, 1)} or len(set(model.member_groups)) > 1:
-        raise ParameterError(f"SQL expresses a fitted learner's model on two classes with one learner and calibrator"
-                             f" per member; score this model with {OTHER_FORMATS}")
+    per_class = 1 if model.n_classes == 2 else model.n_classes
+    if shapes != {("calibrated", 1, per_class)} or len(set(model.member_groups)) > 1:
+        raise ParameterError(f"SQL expresses a fitted learner's model with one learner per member and one calibrator per"
+                             f" class column (two classes, or several with the normalize combiner); score this model"
+                             f" with {OTHER_FORMATS}")
     scalings = sorted({c.name for m in model.members for c in m.calibrators if c.name in LINEAR_SCALINGS})
     if scalings:
         raise ParameterError(f"calibrator '{scalings[0]}' on a fitted learner's score has no SQL form yet (it has on"
@@ -454,8 +452,10 @@ def _select(d: _Dialect, header: str, table: str, read: str, layers, outputs) ->
 
 
 def _learner_model_sql(d: _Dialect, model, table: str) -> str:
-    """A two-class model of a fitted learner (:mod:`.sql_learners`): encoded features (layer ``z``),
-    each member's learner score (``l``), its calibrated probability (``s``), the members' mean."""
+    """A model of a fitted learner (:mod:`.sql_learners`): encoded features (layer ``z``), what a
+    learner's score reads more than once (``j``: naive Bayes' log-likelihoods, a softmax's logits),
+    each member's learner score columns (``l``), their calibrated probabilities (``s``), on several
+    classes each member's normalized probabilities (``p``), the members' mean."""
     from .sql_learners import feature_exprs, learner_expr
 
     classes = [str(c) for c in model.labels.classes]
@@ -466,21 +466,27 @@ def _learner_model_sql(d: _Dialect, model, table: str) -> str:
                              " probability; rename it in a view and fit on that name")
     read = ",\n    ".join([f"TRUE AS {d.ident('ok')}"] + [f"{x} AS {d.ident(f'f{i}')}" for i, x in enumerate(features)])
     fz = [f"z.{d.ident(f'f{i}')}" for i in range(len(features))]
-    layers = [("l", [(f"c{m}", _expit(d, learner_expr(d, member.learners[0], fz, OTHER_FORMATS)))
-                     for m, member in enumerate(model.members)])]
-    ls = [f"l.{d.ident(f'c{m}')}" for m in range(len(model.members))]
-    layers.append(("s", [(f"r{m}", _clip(d, calibrator_sql(d, member.calibrators[0], s), 0.0, 1.0))
-                         for m, (member, s) in enumerate(zip(model.members, ls))]))
-    rs = [f"s.{d.ident(f'r{m}')}" for m in range(len(model.members))]
+    scored = [learner_expr(d, member.learners[0], fz, OTHER_FORMATS, tag=f"m{m}_") for m, member in enumerate(model.members)]
+    pre = [col for p, _ in scored for col in p]  # values a learner's score reads several times
+    layers = ([("j", pre)] if pre else []) + [("l", [(f"c{m}_{b}", e) for m, (_, cols) in enumerate(scored)
+                                                     for b, e in enumerate(cols)])]
+    ls = [[f"l.{d.ident(f'c{m}_{b}')}" for b in range(len(cols))] for m, (_, cols) in enumerate(scored)]
+    layers.append(("s", [(f"r{m}_{b}", _clip(d, calibrator_sql(d, cal, ls[m][b]), 0.0, 1.0))
+                         for m, member in enumerate(model.members) for b, cal in enumerate(member.calibrators)]))
+    rs = [[f"s.{d.ident(f'r{m}_{b}')}" for b in range(len(member.calibrators))] for m, member in enumerate(model.members)]
+    n = d.num(float(len(rs)))
     if len(rs) == 1:
-        probs = _combined(d, 2, rs)
-    else:  # numpy's mean over members: their sum in member order, divided by their number
-        k = d.num(float(len(rs)))
-        probs = [f"({' + '.join(f'(1.0 - {r})' for r in rs)}) / {k}", f"({' + '.join(rs)}) / {k}"]
+        probs = _combined(d, model.n_classes, rs[0])
+    elif model.n_classes == 2:  # numpy's mean over members: their sum in member order, divided by their number
+        probs = [f"({' + '.join(f'(1.0 - {r[0]})' for r in rs)}) / {n}", f"({' + '.join(r[0] for r in rs)}) / {n}"]
+    else:  # each member's normalized probabilities, then their mean
+        layers.append(("p", [(f"p{m}_{c}", e) for m, r in enumerate(rs) for c, e in enumerate(_combined(d, model.n_classes, r))]))
+        ps = [[f"p.{d.ident(f'p{m}_{c}')}" for m in range(len(rs))] for c in range(model.n_classes)]
+        probs = [f"({' + '.join(p)}) / {n}" for p in ps]
     outputs = [(p, f"p_{c}") for p, c in zip(probs, classes)]
     if model.is_venn_abers:
         cal = model.members[0].calibrators[0]
-        layers[-1][1].extend((f"r_{w}", _venn_abers(d, cal, ls[0], i)) for i, w in enumerate(("low", "high")))
+        layers[-1][1].extend((f"r_{w}", _venn_abers(d, cal, ls[0][0], i)) for i, w in enumerate(("low", "high")))
         outputs += [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
     names = ", ".join(sorted({lr.name for m in model.members for lr in m.learners}))
     header = (f"-- calengine {model.info.get('method') or 'calibration'} of {names} ({len(rs)} member(s)) over"

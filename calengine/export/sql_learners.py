@@ -1,4 +1,5 @@
-"""Learners in SQL: a table's columns encoded as calengine encodes them, and linear learners on them.
+"""Learners in SQL: a table's columns encoded as calengine encodes them, and linear and Gaussian naive
+Bayes learners on them.
 
 What :func:`calengine.export.sql.model_sql` needs for a model whose learner calengine fitted (rather
 than a score column):
@@ -9,15 +10,19 @@ than a score column):
   0/1 missing indicator); a categorical column one-hot over its kept categories, a missing value being
   the category ``<missing>`` and any other value the ``<other>`` column when the model has one (zeros
   otherwise).  Text columns (hashed bag of words) have no SQL form and are refused.
-* :func:`learner_expr`: ``logistic_regression`` on two classes, stored dense: the standardised
-  features' dot product with ``coef_`` plus ``intercept_`` (its probability is ``expit`` of that), summed in index order as
-  :func:`calengine_builtins.learners._rowwise.row_matmul` sums, so the score is the learner's to the
-  last bit where the engine's ``exp`` is the C library's.  Other learners are refused.
+* :func:`learner_expr`, on two classes and dense features: ``logistic_regression`` and ``linear_svm``
+  (the standardised features' dot product with ``coef_`` plus ``intercept_``; the logistic regression's
+  probability is ``expit`` of it, the SVM's margin is its score), summed in index order as
+  :func:`calengine_builtins.learners._rowwise.row_matmul` sums; ``gaussian_nb`` (each class's joint
+  log-likelihood summed over features in order, then the max-shifted log-sum-exp of
+  :func:`~calengine_builtins.learners._rowwise.normalise_log`); ``bernoulli_nb`` and ``multinomial_nb``
+  (their Pipeline's scaler, Bernoulli's binarising, the log-likelihoods as a dot product in order,
+  then the same log-sum-exp).  So the score is the learner's to the
+  last bit where the engine's ``exp`` and ``ln`` are the C library's.  Other learners are refused.
 
-Why not more learners today: ``linear_svm`` and a logistic regression on several classes or sparse
-input score through the stored scikit-learn Pipeline (their arrays are not exposed as
-``logistic_regression``'s dense two-class ones are), and the naive Bayes learners' log-likelihood
-sums would need their own order-faithful forms; each is one function here when added.
+On k > 2 classes: ``logistic_regression`` (multinomial: the k logits' max-shifted softmax, as
+:func:`~calengine_builtins.learners._rowwise.softmax`) and ``linear_svm`` (its k one-vs-rest
+margins).  Not expressed: the naive Bayes on several classes and sparse input (text columns).
 """
 
 from __future__ import annotations
@@ -26,8 +31,18 @@ import numpy as np
 
 from ..errors import ParameterError
 
+#: exp() arguments are kept below this: exp(700) is finite in every engine (DuckDB raises on overflow),
+#: and 1 / (1 + exp(700)) differs from calengine's 0 by 1e-304
+EXP_CAP = 700.0
+
+
+def expit(d, x: str) -> str:
+    """calengine's ``expit`` in SQL: ``1 / (1 + exp(-x))`` (the exponent capped, see :data:`EXP_CAP`)."""
+    return f"(1.0 / (1.0 + EXP(LEAST(-({x}), {d.num(EXP_CAP)}))))"
+
+
 #: the learners whose scores SQL expresses (see :func:`learner_expr`)
-SQL_LEARNERS = ("logistic_regression",)
+SQL_LEARNERS = ("logistic_regression", "linear_svm", "gaussian_nb", "bernoulli_nb", "multinomial_nb")
 
 
 def _text(d, value: str) -> str:
@@ -62,19 +77,154 @@ def feature_exprs(d, encoder, other_formats: str) -> list[str]:
     return out
 
 
-def learner_expr(d, learner, features: list[str], other_formats: str) -> str:
-    """The learner's decision value on the encoded ``features`` (:func:`feature_exprs`, by reference);
-    the caller applies calengine's ``expit`` to it (the learner's score is a probability)."""
+def learner_expr(d, learner, features: list[str], other_formats: str, tag: str = "") -> tuple[list, list[str]]:
+    """The learner's score columns on the encoded ``features`` (:func:`feature_exprs`, by reference) as
+    the calibrators read them: on two classes one column (``logistic_regression``'s and the naive
+    Bayes' probability of the second class, ``linear_svm``'s margin), on k classes a multinomial
+    logistic regression's k probabilities or ``linear_svm``'s k one-vs-rest margins.  Returns ``(pre, columns)``: ``pre`` are ``(name,
+    expression)`` columns of an intermediate layer ``j`` (names prefixed with ``tag``) that the
+    columns read as ``j.<name>``, so a value used several times is written once."""
     name = getattr(learner, "name", type(learner).__name__)
-    arrays = learner._dense_arrays() if name == "logistic_regression" else None
+    if name == "gaussian_nb":
+        return _gaussian_nb(d, learner, features, other_formats, tag)
+    if name in ("bernoulli_nb", "multinomial_nb"):
+        return _discrete_nb(d, learner, name, features, other_formats, tag)
+    if name == "logistic_regression" and learner._dense_arrays() is None:
+        arrays = _multinomial_arrays(learner)
+        if arrays is not None:
+            return _softmax(d, features, arrays, tag)
+    arrays = _linear_arrays(learner, name)
     if arrays is None:
-        why = ("a logistic regression on several classes or sparse features" if name == "logistic_regression"
-               else f"learner '{name}'")
-        raise ParameterError(f"{why} has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} on two classes and"
-                             f" dense features, and models of score columns); score it with {other_formats}")
+        why = f"a {name} on sparse features" if name in ("logistic_regression", "linear_svm") else f"learner '{name}'"
+        raise ParameterError(f"{why} has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} on dense features, the"
+                             f" naive Bayes on two classes, and models of score columns); score it with {other_formats}")
+    if name == "linear_svm":  # one margin per class column (one-vs-rest on k > 2 classes)
+        return [], [_dot(d, features, *arrays, i) for i in range(arrays[2].shape[0])]
+    return [], [expit(d, _dot(d, features, *arrays, 0))]
+
+
+def _dot(d, features: list[str], mean, scale, coef, intercept, i: int) -> str:
+    """Row ``i`` of ``((x - mean) / scale) @ coef.T + intercept``, summed over features in order."""
+    _check_width("the linear learner", mean.shape[0], features)
+    terms = [f"(({x} - {d.num(mean[j])}) / {d.num(scale[j])}) * {d.num(coef[i, j])}" for j, x in enumerate(features)]
+    return f"({' + '.join(terms) or d.num(0.0)}) + {d.num(intercept[i])}"
+
+
+def _multinomial_arrays(learner):
+    """``(mean, scale, coef, intercept)`` of a dense logistic regression on k > 2 classes (``coef``
+    ``(k, d)``), from its stored state; None for anything else."""
+    arrays = [learner._stored(k) for k in ("scale__mean_", "scale__scale_", "logreg__coef_", "logreg__intercept_")]
+    if not all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays):
+        return None
     mean, scale, coef, intercept = arrays
-    if mean.shape[0] != len(features):
-        raise ParameterError(f"learner '{name}' reads {mean.shape[0]} features but the encoder makes {len(features)};"
+    k, dims = coef.shape if coef.ndim == 2 else (0, -1)
+    if k < 3 or mean.shape != (dims,) or scale.shape != (dims,) or intercept.shape != (k,):
+        return None
+    return mean, scale, coef, intercept
+
+
+def _softmax(d, features: list[str], arrays, tag: str) -> tuple[list, list[str]]:
+    """Class probabilities of a multinomial logistic regression as
+    :func:`calengine_builtins.learners._rowwise.softmax` computes them: the logits (layer ``j``), their
+    exponentials shifted by the row's maximum, divided by their sum in class order."""
+    k = arrays[2].shape[0]
+    pre = [(f"{tag}z{i}", _dot(d, features, *arrays, i)) for i in range(k)]
+    z = [f"j.{d.ident(n)}" for n, _ in pre]
+    e = [f"EXP({x} - GREATEST({', '.join(z)}))" for x in z]
+    total = "(" + " + ".join(e) + ")"
+    return pre, [f"{x} / {total}" for x in e]
+
+
+def _check_width(name: str, width: int, features: list[str]) -> None:
+    if width != len(features):
+        raise ParameterError(f"{name} reads {width} features but the encoder makes {len(features)};"
                              " the model is damaged, fit it again")
-    terms = [f"(({x} - {d.num(mean[i])}) / {d.num(scale[i])}) * {d.num(coef[0, i])}" for i, x in enumerate(features)]
-    return f"({' + '.join(terms) or d.num(0.0)}) + {d.num(intercept[0])}"
+
+
+def _linear_arrays(learner, name: str):
+    """``(mean, scale, coef, intercept)`` of a dense linear learner, or None: a two-class
+    ``logistic_regression``'s (``_dense_arrays``), a ``linear_svm``'s from its rebuilt Pipeline (a
+    centring ``StandardScaler`` then ``LinearSVC``, ``coef`` one row per margin)."""
+    if name == "logistic_regression":
+        return learner._dense_arrays()
+    if name != "linear_svm":
+        return None
+    steps = getattr(learner.estimator_, "steps", None)
+    if not steps or len(steps) != 2:
+        return None
+    scaler, svm = steps[0][1], steps[1][1]
+    mean, scale = getattr(scaler, "mean_", None), getattr(scaler, "scale_", None)
+    if not (getattr(scaler, "with_mean", False) and getattr(scaler, "with_std", False)) or mean is None or scale is None:
+        return None
+    coef, intercept = np.asarray(svm.coef_, dtype=np.float64), np.asarray(svm.intercept_, dtype=np.float64)
+    rows = coef.shape[0] if coef.ndim == 2 else 0
+    if rows < 1 or coef.shape != (rows, mean.shape[0]) or intercept.shape != (rows,):
+        return None
+    return np.asarray(mean, dtype=np.float64), np.asarray(scale, dtype=np.float64), coef, intercept
+
+
+def _gaussian_nb(d, learner, features: list[str], other_formats: str, tag: str) -> tuple[list, list[str]]:
+    """P(second class) of a two-class Gaussian naive Bayes as :meth:`GaussianNBLearner.score` computes
+    it: per class ``const - 0.5 * sum_j ((x_j - theta_j) * (x_j - theta_j)) / var_j`` summed over
+    features in index order (the constants ``log prior - 0.5 * sum log(2 pi var)`` computed here with
+    the learner's numpy expression), then ``exp(jll_1 - logsumexp(jll))`` with the max shift."""
+    theta, var, prior = (learner._stored(k) for k in ("theta_", "var_", "class_prior_"))
+    if theta is None or var is None or prior is None or np.asarray(theta).shape[0] != 2:
+        raise ParameterError(f"a gaussian_nb on several classes has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)}"
+                             f" on two classes); score it with {other_formats}")
+    theta, var = np.asarray(theta, dtype=np.float64), np.asarray(var, dtype=np.float64)
+    _check_width("learner 'gaussian_nb'", theta.shape[1], features)
+    const = np.log(np.asarray(prior, dtype=np.float64)) - 0.5 * np.log(2.0 * np.pi * var).sum(axis=1)
+    jll = []
+    for i in range(2):
+        terms = [f"((({x} - {d.num(theta[i, j])}) * ({x} - {d.num(theta[i, j])})) / {d.num(var[i, j])})"
+                 for j, x in enumerate(features)]
+        jll.append(f"{d.num(const[i])} - 0.5 * ({' + '.join(terms)})")
+    return _second_class_probability(d, jll, tag)
+
+
+def _discrete_nb(d, learner, name: str, features: list[str], other_formats: str, tag: str) -> tuple[list, list[str]]:
+    """P(second class) of a two-class Bernoulli or multinomial naive Bayes as
+    :func:`calengine_builtins.learners.naive_bayes._discrete_nb_score` computes it: the Pipeline's
+    scaler (Bernoulli: ``StandardScaler`` when standardised; multinomial: ``MinMaxScaler(clip=True)``),
+    Bernoulli's binarising (``x > binarize``), the joint log-likelihood ``x . W_i + c_i`` summed in
+    index order (``W``, ``c`` computed here with the learner's numpy expressions), then the
+    max-shifted log-sum-exp."""
+    est = learner.estimator_
+    steps = getattr(est, "steps", None) or [("nb", est)]
+    nb = steps[-1][1]
+    flp, clp = np.asarray(nb.feature_log_prob_, dtype=np.float64), np.asarray(nb.class_log_prior_, dtype=np.float64)
+    if flp.shape[0] != 2:
+        raise ParameterError(f"a {name} on several classes has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)}"
+                             f" on two classes); score it with {other_formats}")
+    _check_width(f"learner '{name}'", flp.shape[1], features)
+    xs = list(features)
+    for _, step in steps[:-1]:
+        kind = type(step).__name__
+        if kind == "StandardScaler" and step.with_mean and step.with_std:
+            xs = [f"(({x} - {d.num(step.mean_[j])}) / {d.num(step.scale_[j])})" for j, x in enumerate(xs)]
+        elif kind == "MinMaxScaler" and step.clip and tuple(step.feature_range) == (0, 1):
+            xs = [f"LEAST(GREATEST({x} * {d.num(step.scale_[j])} + {d.num(step.min_[j])}, {d.num(0.0)}), {d.num(1.0)})"
+                  for j, x in enumerate(xs)]
+        else:
+            raise ParameterError(f"a {name} scaled by {kind} (sparse features) has no SQL form; score it with {other_formats}")
+    if name == "bernoulli_nb":
+        neg = np.log(1.0 - np.exp(flp))
+        W, c = flp - neg, clp + neg.sum(axis=1)
+        if nb.binarize is not None:
+            xs = [f"CASE WHEN {x} > {d.num(nb.binarize)} THEN {d.num(1.0)} ELSE {d.num(0.0)} END" for x in xs]
+    else:
+        W, c = flp, clp
+    jll = [f"({' + '.join(f'{x} * {d.num(W[i, j])}' for j, x in enumerate(xs))}) + {d.num(c[i])}" for i in range(2)]
+    return _second_class_probability(d, jll, tag)
+
+
+def _second_class_probability(d, jll: list[str], tag: str) -> tuple[list, list[str]]:
+    """``exp(jll_1 - logsumexp(jll))`` as :func:`~calengine_builtins.learners._rowwise.normalise_log`
+    computes it (max shift; the shifted exponentials summed in class order), the two joint
+    log-likelihoods written once each in the layer ``j``."""
+    pre = [(f"{tag}jll{i}", e) for i, e in enumerate(jll)]
+    j0, j1 = (f"j.{d.ident(n)}" for n, _ in pre)
+    top = f"GREATEST({j0}, {j1})"
+    lse = f"(LN(EXP({j0} - {top}) + EXP({j1} - {top})) + {top})"
+    return pre, [f"EXP({j1} - {lse})"]
