@@ -32,6 +32,7 @@ units of ``total / 2**52`` of a total added in chunk order, so they agree with i
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -63,19 +64,47 @@ def _save(table, path: str) -> tuple:
 
 
 def _load(handle, lo_value=None, hi_value=None):
-    """A stored table, or with bounds only its values in ``[lo_value, hi_value)`` (memory-mapped and
-    sliced: a range task reads its slice of each chunk's table, not the table)."""
+    """A stored table, or with bounds only its values in ``[lo_value, hi_value)`` (a range task reads
+    its slice of each chunk's table, not the table: see :func:`_read_slice`)."""
     kind, data = handle
+    if kind == "disk" and (lo_value is not None or hi_value is not None):
+        return _read_slice(data, lo_value, hi_value)
     if kind == "disk":
         arrays = [np.load(f"{data}.{name}.npy", mmap_mode="r") for name in _NAMES]
     else:
         arrays = list(data)
     if lo_value is None and hi_value is None:
         return tuple(np.array(a) for a in arrays)
-    v = arrays[0]
+    lo, hi = _bounds(arrays[0], lo_value, hi_value)
+    return tuple(np.array(a[lo:hi]) for a in arrays)
+
+
+def _bounds(v, lo_value, hi_value) -> tuple[int, int]:
     lo = 0 if lo_value is None else int(np.searchsorted(v, lo_value, side="left"))
     hi = v.size if hi_value is None else int(np.searchsorted(v, hi_value, side="left"))
-    return tuple(np.array(a[lo:hi]) for a in arrays)
+    return lo, hi
+
+
+#: the chunk files this process reads slices of, by path: the values memory-mapped (the binary search
+#: of a range's bounds touches a few pages) and where each file's data start.  Each of a table's range
+#: tasks reads its slice of every chunk's files: opening and mapping them anew per task cost twenty
+#: times the read (7,200 maps at 10M rows).  Slices are read from the files, not through the map, so
+#: the mapped pages of a table's chunks do not add up in this process's memory.  Entries go when the
+#: chunk's files are removed (:func:`_remove_chunk_files`).
+_MAPPED: dict = {}
+_MAPPED_LOCK = threading.Lock()
+
+
+def _read_slice(path: str, lo_value, hi_value) -> tuple:
+    with _MAPPED_LOCK:
+        entry = _MAPPED.get(path)
+    if entry is None:
+        maps = [np.load(f"{path}.{name}.npy", mmap_mode="r") for name in _NAMES]
+        entry = (maps[0], [(f"{path}.{name}.npy", m.offset, m.dtype) for name, m in zip(_NAMES, maps)])
+        with _MAPPED_LOCK:
+            entry = _MAPPED.setdefault(path, entry)
+    lo, hi = _bounds(entry[0], lo_value, hi_value)
+    return tuple(np.fromfile(f, dtype=dt, count=hi - lo, offset=off + lo * dt.itemsize) for f, off, dt in entry[1])
 
 
 def _sketch(table) -> dict:
@@ -310,6 +339,8 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
 def _remove_chunk_files(handles) -> None:
     for kind, path in handles:
         if kind == "disk":
+            with _MAPPED_LOCK:
+                _MAPPED.pop(path, None)
             for name in _NAMES:
                 try:
                     os.remove(f"{path}.{name}.npy")
