@@ -100,6 +100,35 @@ def test_ranges_reproduce_the_accumulator_bit_for_bit(case):
     same(whole.error_reject_at(rates), error_reject_at(top, rates, unit=unit))
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the_same_bits(case):
+    # evaluate runs the suite's first pass in the tasks that build the ranges (integer counts): the
+    # suite given those answers must not run that pass again, and must print the same numbers
+    from calengine.metrics import kernels
+    from calengine.metrics.suite import calibration_suite, census_requests
+
+    k, y, P, w, chunks, bounds = case
+    if w is not None and w.dtype.kind == "f":
+        w = np.rint(w) + 1
+    acc = accumulate(k, y, P, w, chunks)
+    cls = [cut(t, bounds) for t in acc._cls]
+    top = cut(acc._top, bounds)
+    requests = census_requests(k, None, float(acc.n))
+    censuses = {key: [kernels.census(r, req) for r in (top if key == ("top",) else cls[key[1]])]
+                for key, req in requests.items()}
+    calls = []
+
+    def mapper(fn, ranges, reqs):
+        calls.extend([fn.__name__] * len(ranges))
+        return [fn(r, q) for r, q in zip(ranges, reqs)]
+
+    want = calibration_suite(cls, top, scale=float(acc.n))
+    got = calibration_suite(cls, top, scale=float(acc.n), mapper=mapper, censuses=censuses)
+    same(want, got)
+    assert "census" not in calls and "sweep" in calls
+
+
 @settings(max_examples=40, deadline=None)
 @given(cases())
 def test_thinned_error_reject_curve_is_the_full_curve_at_its_points(case):

@@ -521,3 +521,57 @@ def test_batches_added_one_by_one_are_the_batch_by_batch_merge(case, data):
         for x, z in zip(g, t):
             assert x.dtype == z.dtype and np.array_equal(x, z)
     assert acc.n == measures._total(want[-1]) and type(acc.n) is type(measures._total(want[-1]))
+
+
+# ---- the fast paths behind a large evaluation: grouping rows by integer keys, PAV on a grouped table
+
+
+def _grouped_reference(values, is_pos):
+    """A grouped table the slow, obvious way: np.unique over the values, counts by bincount."""
+    v, inv = np.unique(np.asarray(values, dtype=np.float64) + 0.0, return_inverse=True)
+    pos = np.bincount(inv, weights=is_pos.astype(np.float64), minlength=v.size).astype(np.int64)
+    m = np.bincount(inv, minlength=v.size).astype(np.int64)
+    return v, pos, m - pos
+
+
+_PROBS = st.lists(st.sampled_from([0.0, -0.0, 1.0, 0.5, 0.1, 1e-300, 5e-324, 0.3, 0.7]) | st.floats(0.0, 1.0),
+                  min_size=0, max_size=60)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_PROBS, st.data())
+def test_grouping_by_row_keys_is_the_grouped_table_of_the_rows(values, data):
+    # unweighted batches are grouped (and a chunk's batches merged) by sorting int64 keys of the
+    # values' bits and the outcome: the table must be the one np.unique gives, -0.0 counted as 0.0
+    from calengine.metrics.tables import group_keys, group_rows, row_keys
+
+    y = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(values), max_size=len(values))), dtype=bool)
+    want = _grouped_reference(values, y)
+    for got in (group_rows(np.asarray(values), y), group_keys(row_keys(np.asarray(values), y)),
+                group_keys([row_keys(np.asarray(values[:3]), y[:3]), row_keys(np.asarray(values[3:]), y[3:])])):
+        assert [x.dtype for x in got] == [np.float64, np.int64, np.int64]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+        assert not np.signbit(got[0]).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=40), st.booleans())
+def test_isotonic_recalibration_of_a_table_is_pav_of_its_rows(counts, fractional):
+    # CORP runs PAV on the grouped table directly; it must give the blocks of the project's PAV over
+    # the table's rows (one per value and outcome, weighted by its count)
+    from calengine.metrics.corp import isotonic_recalibration
+    from calengine.reductions.pav import pav
+
+    a = np.asarray([c[0] for c in counts], dtype=np.int64)
+    b = np.asarray([c[1] for c in counts], dtype=np.int64)
+    if a.sum() + b.sum() == 0:
+        a[0] = 1
+    if fractional:
+        a, b = a * 0.75, b * 1.25
+    v = np.linspace(0.05, 0.95, a.size)
+    starts, bp, bn = isotonic_recalibration(v, a, b)
+    blocks = pav(np.concatenate((v, v)), np.repeat([1, 0], v.size), np.concatenate((a, b)).astype(np.float64))
+    np.testing.assert_array_equal(starts, np.searchsorted(v, blocks.lo))
+    np.testing.assert_array_equal(bp + bn, np.add.reduceat(a + b, starts))
+    np.testing.assert_allclose(bp / (bp + bn), blocks.value, rtol=0, atol=1e-15)

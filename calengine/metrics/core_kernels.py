@@ -58,7 +58,8 @@ def column_pieces(table, req: dict) -> dict:
         return out
     S = req["scale"]
     af, bf, mf = a.astype(np.float64), b.astype(np.float64), m.astype(np.float64)
-    out["nll"] = fixed_sum(af * -np.log(np.clip(v, req["clip"], 1.0)), S * LOG_SCALE)
+    log_p = np.log(np.clip(v, req["clip"], 1.0))
+    out["nll"] = fixed_sum(af * -log_p, S * LOG_SCALE)
     if req.get("auc") is not None:
         out["auc"] = _auc_twice(a, b, req["neg_before"], *req["auc"])
     if req.get("brier"):
@@ -67,7 +68,7 @@ def column_pieces(table, req: dict) -> dict:
         out["brier"] = fixed_sum(af * (1.0 - v) ** 2 + bf * v**2, S)
         out["cal"] = fixed_sum((af - mf * v) ** 2 / mf, S)
         out["ref"] = fixed_sum(af * bf / mf, S)
-        log_p, log_q = np.log(np.clip(v, req["clip"], 1.0)), np.log(np.clip(1.0 - v, req["clip"], 1.0))
+        log_q = np.log(np.clip(1.0 - v, req["clip"], 1.0))
         out["corp_log"] = fixed_sum(-(af * log_p + bf * log_q), S * LOG_SCALE)
         starts, bp, bn = isotonic_recalibration(v, a, b)
         out["blocks"] = (v[starts].copy(), np.asarray(bp, np.int64), np.asarray(bn, np.int64))

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reductions.pav import pav
+from ..reductions.pav import pav_sums
 
 __all__ = ["combine_columns", "corp_column", "corp_sum", "isotonic_recalibration", "with_brier_rows"]
 
@@ -64,13 +64,20 @@ def isotonic_recalibration(v: np.ndarray, pos: np.ndarray, neg: np.ndarray):
     a, b = _counts(pos), _counts(neg)
     if v.size == 1:
         return np.zeros(1, np.intp), a.copy(), b.copy()
-    # one "row" per (value, outcome) with the count as its weight: the project's PAV pools the two
-    # rows of each value back into one group, then fits exactly the isotonic regression of the table
-    scores = np.concatenate((v, v))
-    y = np.concatenate((np.ones(v.size, np.int64), np.zeros(v.size, np.int64)))
-    w = np.concatenate((a, b)).astype(np.float64)
-    blocks = pav(scores, y, w)
-    starts = np.searchsorted(v, blocks.lo, side="left").astype(np.intp)
+    # the isotonic regression of the table's rows: the project's PAV (calengine.reductions.pav.pav) of
+    # one "row" per (value, outcome) weighted by its count pools each value's two rows back into the
+    # group (value, pos, pos + neg), dropping values of no weight; the table is that pooled input
+    # already (distinct sorted values, sums of two numbers: exact in any order), so PAV runs on it
+    # directly (the pooling's sorts were half of CORP's time per score range)
+    m = a + b
+    live = m > 0
+    xs = v[live]
+    if xs.size == 0:
+        from ..errors import DataError
+
+        raise DataError("every sample_weight is zero; give at least one example a positive weight")
+    lo = pav_sums(xs, xs, a[live].astype(np.float64), m[live].astype(np.float64))[0]
+    starts = np.searchsorted(v, lo, side="left").astype(np.intp)
     return starts, np.add.reduceat(a, starts), np.add.reduceat(b, starts)
 
 

@@ -77,10 +77,11 @@ def fixed_sum_bins(index, t, scale: float, n_bins: int) -> list[int]:
     for start in range(0, t.size, BLOCK):
         hi, lo = _limbs(t[start:start + BLOCK], scale)
         idx = index[start:start + BLOCK]
-        his = np.bincount(idx, weights=hi, minlength=n_bins)
-        los = np.bincount(idx, weights=lo, minlength=n_bins)
-        for b in np.flatnonzero((his != 0) | (los != 0)).tolist():
-            out[b] += (int(his[b]) << _HALF) + int(los[b])
+        # the bins' limb sums are exact integers below 2**53: as int64, then Python ints per bin (a
+        # comprehension over lists: the logit histogram has thousands of bins per range)
+        his = np.bincount(idx, weights=hi, minlength=n_bins).astype(np.int64).tolist()
+        los = np.bincount(idx, weights=lo, minlength=n_bins).astype(np.int64).tolist()
+        out = [o + (h << _HALF) + low for o, h, low in zip(out, his, los)]
     return out
 
 

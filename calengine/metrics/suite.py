@@ -36,7 +36,7 @@ from .exact import fixed_to_float
 from .statistics import (debiased_l2, ecce_p_value, hosmer_lemeshow, kuiper_sf, ks_sf, l2_bootstrap, newton_step,
                          smece_grid_size, smece_search, smooth_ece)
 
-__all__ = ["SUITE_BINS", "HL_GROUPS", "L2_LEVEL", "L2_REPLICATES", "RCS_QUANTILES", "calibration_suite"]
+__all__ = ["SUITE_BINS", "HL_GROUPS", "L2_LEVEL", "L2_REPLICATES", "RCS_QUANTILES", "calibration_suite", "census_requests"]
 
 #: bins of ``ece_equal_mass``, ``ece_classwise`` and ``l2_ce_debiased``.
 SUITE_BINS = 15
@@ -70,14 +70,32 @@ def _add_lists(lists):
     return out
 
 
+def census_requests(k: int, unit, scale: float) -> dict:
+    """The first pass's request of each table :func:`calibration_suite` reads, by table (``("class",
+    c)`` or ``("top",)``): what a range's builder may run on the range it has just merged
+    (:mod:`calengine.metrics.range_eval`), so that the suite need not read every range again for it."""
+    base = {"unit": unit, "scale": float(scale), "clip": CLIP, "bins": False, "grid": None, "logit_bins": None}
+    score = {**base, "grid": smece_grid_size(1.0), "logit_bins": LOGIT_BINS, "bins": k == 2}
+    out = {("class", c): {**base, "bins": True} for c in range(k)}
+    if k == 2:
+        out[("class", 1)], out[("top",)] = score, base
+    else:
+        out[("top",)] = score
+    return out
+
+
 class _Column:
-    """One table (a list of ranges) and what the first pass learned about it."""
+    """One table (a list of ranges) and what the first pass learned about it (``census``: that pass's
+    answers per range when they were computed already, for the same request)."""
 
     def __init__(self, ranges, mapper: Mapper, unit, scale: float, *, grid: int | None = None, bins: bool = False,
-                 logit_bins: int | None = None):
+                 logit_bins: int | None = None, census: list | None = None):
         self.ranges, self.mapper, self.unit, self.S = list(ranges), mapper, unit, float(scale)
         req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid, "logit_bins": logit_bins}
-        self.census = mapper(kernels.census, self.ranges, [req] * len(self.ranges))
+        if census is not None and len(census) == len(self.ranges):
+            self.census = list(census)
+        else:
+            self.census = mapper(kernels.census, self.ranges, [req] * len(self.ranges))
         self.n_pos = sum(c["pos"] for c in self.census)
         self.n_neg = sum(c["neg"] for c in self.census)
         self.N = self.n_pos + self.n_neg
@@ -308,13 +326,16 @@ def _calibration_fits(score: _Column, knots):
 
 
 def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float | None = None,
-                      scale: float | None = None, seed: int = 0, mapper: Mapper | None = None) -> dict:
+                      scale: float | None = None, seed: int = 0, mapper: Mapper | None = None,
+                      censuses: dict | None = None) -> dict:
     """The suite's metrics from the per-class tables and the top-label table, each a list of ranges.
 
     ``unit``: None for integer counts; for fractional weights the weight of one integer unit (the
     kernels count ``round(w / unit)``).  ``scale``: the global bound of every fixed-point sum (the total
     count in those units; default: counted here).  ``seed``: the bootstrap interval of
-    ``l2_ce_debiased``.  ``mapper(kernel, ranges, requests)``: where the kernels run.
+    ``l2_ce_debiased``.  ``mapper(kernel, ranges, requests)``: where the kernels run.  ``censuses``:
+    the first pass's answers per table (keys of :func:`census_requests`), computed for exactly those
+    requests with this ``unit`` and ``scale`` (the range builders' pass); a table without one is read.
     Returns the issue's keys (NaN where a metric is undefined, e.g. a column without both outcomes).
     """
     mapper = mapper or _local_map
@@ -325,8 +346,9 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     # ---- the score column: smooth ECE, cumulative-difference tests, Hosmer-Lemeshow, logistic fits
     # for two classes the score column is class 1's: its census and sweep also serve class 1's
     # class-wise ECE and debiased L2 error; for more it is the top label's, whose equal-mass ECE they serve
+    censuses = censuses or {}
     score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=smece_grid_size(1.0),
-                    logit_bins=LOGIT_BINS, bins=k == 2)
+                    logit_bins=LOGIT_BINS, bins=k == 2, census=censuses.get(("class", 1) if k == 2 else ("top",)))
     N = score.N
     levels = [-(-num * N // den) for num, den in RCS_QUANTILES]
     sw = score.sweep(ks=True, binnings=[("floor", "floor", HL_GROUPS), ("split", "split", SUITE_BINS)],
@@ -357,13 +379,14 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     if k > 2:
         em = score.binning(sw, "split")
     else:
-        top = _Column(top_ranges, mapper, unit, scale)
+        top = _Column(top_ranges, mapper, unit, scale, census=censuses.get(("top",)))
         em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
     out["ece_equal_mass"] = _ece_from_bins(em)
     # ---- every class column: class-wise ECE (equal width) and Kumar et al.'s debiased L2 error (equal mass)
     eces, sqs, stats = [], [], []
     for c in range(k):
-        col = score if k == 2 and c == 1 else _Column(class_ranges[c], mapper, unit, scale, bins=True)
+        col = score if k == 2 and c == 1 else _Column(class_ranges[c], mapper, unit, scale, bins=True,
+                                                      census=censuses.get(("class", c)))
         eces.append(_ece_from_bins(col.equal_width_bins()))
         if k > 2 or c == 1:
             sq, st = _l2_stats(col, sw if col is score else col.sweep(binnings=[("split", "split", SUITE_BINS)]))

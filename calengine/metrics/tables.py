@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["empty_table", "group_rows", "merge_tables", "merge_all", "cut_points", "slice_range", "is_integral", "as_counts"]
+__all__ = ["empty_table", "group_rows", "row_keys", "group_keys", "merge_tables", "merge_all", "cut_points", "slice_range", "is_integral", "as_counts"]
 
 
 def empty_table():
@@ -39,18 +39,57 @@ def is_integral(w: np.ndarray) -> bool:
     return bool(w.size == 0 or (np.all(w == np.floor(w)) and np.max(w) < 2.0**53))
 
 
+def _sort_order(values, kind, integral: bool):
+    """The order that sorts ``values``: ``np.argsort(values, kind=kind)``, or another sorting order
+    where that cannot change a sum (``integral``: integer counts add up alike in any order).
+
+    Non-negative floats without ``-0.0`` (probabilities, as every table holds) sort as their int64 bit
+    patterns in a stable sort, about twice as fast and the same permutation as a stable float sort."""
+    if (kind == "stable" or integral) and values.size and not np.signbit(values).any():
+        return np.argsort(values.view(np.int64), kind="stable")
+    return np.argsort(values, kind=kind)
+
+
 def _collapse(values, pos, neg, kind=None):
     """Sum ``pos``/``neg`` over equal ``values``; the three arrays sorted by value.  ``kind="stable"``
-    suits concatenations of sorted tables (the merge case)."""
-    if values.size == 0:
-        dtype = np.result_type(pos.dtype, neg.dtype)
-        return np.empty(0, np.float64), np.empty(0, dtype), np.empty(0, dtype)
-    order = np.argsort(values, kind=kind)
-    v = values[order]
-    starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+    suits concatenations of sorted tables (the merge case); equal values are added in input order."""
     dtype = np.result_type(pos.dtype, neg.dtype)
+    if values.size == 0:
+        return np.empty(0, np.float64), np.empty(0, dtype), np.empty(0, dtype)
+    order = _sort_order(values, kind, dtype.kind != "f")
+    v = values[order]
+    new = v[1:] != v[:-1]
+    if new.all():  # every value distinct (continuous scores): nothing to add up
+        return v, pos[order].astype(dtype, copy=False), neg[order].astype(dtype, copy=False)
+    starts = np.flatnonzero(np.concatenate(([True], new)))
     return (v[starts], np.add.reduceat(pos[order], starts).astype(dtype, copy=False),
             np.add.reduceat(neg[order], starts).astype(dtype, copy=False))
+
+
+def row_keys(values: np.ndarray, is_pos: np.ndarray) -> np.ndarray:
+    """Unweighted rows as sortable int64 keys ``bits(value) << 1 | is_pos`` (``-0.0`` read as ``0.0``):
+    for probabilities (non-negative floats, whose bit patterns order as the floats do, and below
+    2**62) sorting the keys sorts the rows by value, so :func:`group_keys` groups a batch, or a
+    whole chunk's batches at once, with one plain integer sort instead of an indirect one.
+    Values must lie in [0, 1] (the accumulator validates them)."""
+    bits = (np.asarray(values, dtype=np.float64) + 0.0).view(np.int64)
+    return (bits << 1) | np.asarray(is_pos, dtype=np.int64)
+
+
+def group_keys(keys) -> tuple:
+    """The grouped table of rows given as :func:`row_keys` (one array or a list of arrays): the same
+    three arrays as :func:`group_rows` of those rows, unweighted."""
+    k = np.sort(np.concatenate(keys) if isinstance(keys, list) else keys)
+    if k.size == 0:
+        return empty_table()
+    v = (k >> 1).view(np.float64)
+    pos = k & 1
+    new = v[1:] != v[:-1]
+    if new.all():
+        return v, pos, 1 - pos
+    starts = np.flatnonzero(np.concatenate(([True], new)))
+    a = np.add.reduceat(pos, starts)
+    return v[starts], a, np.diff(np.append(starts, k.size)) - a
 
 
 def group_rows(values: np.ndarray, is_pos: np.ndarray, weight: np.ndarray | None = None):
@@ -58,6 +97,8 @@ def group_rows(values: np.ndarray, is_pos: np.ndarray, weight: np.ndarray | None
     booleans, ``weight`` (n,) non-negative counts (int64 or float64, see :func:`as_counts`) or None."""
     values = np.asarray(values, dtype=np.float64) + 0.0
     if weight is None:
+        if values.size and values.min() >= 0.0 and values.max() <= 1.0:
+            return group_keys(row_keys(values, is_pos))
         pos = is_pos.astype(np.int64)
         return _collapse(values, pos, 1 - pos)
     w = np.asarray(weight)
