@@ -333,3 +333,19 @@ def test_bench_multiclass_scaling_tiny(tmp_path):
         assert all(isinstance(fig[k], float) and np.isfinite(fig[k]) for k in ("log_loss", "brier", "ece_classwise"))
     assert figures["calengine temperature"]["log_loss"] == pytest.approx(figures["sklearn temperature"]["log_loss"], rel=1e-6)
     assert (tmp_path / "r" / "multiclass_scaling.md").read_text().startswith("# Multiclass scalings")
+
+
+def test_bench_mcgrad_tiny(tmp_path):
+    """bench_mcgrad.py on a 2,000-row planted table with two MCGrad rounds at most (Adult only in the full
+    run): three settings, each with finite figures, and MCGrad's time beside one booster's."""
+    bench = _load("bench_mcgrad")
+    out = tmp_path / "mcgrad"
+    assert bench.main(["--cases", "planted", "--rows", "2000", "--rounds", "2", "--min-report-rows", "20",
+                       "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["results"]
+    assert [(r["case"], r["setting"]) for r in rows] == [
+        ("planted", setting) for setting in ("global isotonic", "segment isotonic (K=20)", "MCGrad on global isotonic")]
+    assert all(np.isfinite(r["log_loss"]) and np.isfinite(r["mce_sigma"]) for r in rows)
+    mc = [r for r in rows if "rounds" in r]
+    assert all(r["rounds"] <= 2 and r["one_booster_cpu_s"] > 0 and r["time_ratio"] > 0 for r in mc)
+    assert "| planted | MCGrad on global isotonic |" in out.with_suffix(".md").read_text()
