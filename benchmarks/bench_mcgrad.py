@@ -146,14 +146,22 @@ def main(argv=None) -> int:
              " (sigma scale, every segment).", "",
              "| table | setting | log loss | worst ECE | worst ECCE (σ) | MCE (σ) | fit CPU s | MCGrad rounds | × one booster |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        rounds = f"{r['rounds']} of {r['rounds_tried']} tried" if "rounds" in r else "-"
-        ratio = f"{r['time_ratio']:.1f}" if "time_ratio" in r else "-"
-        lines.append(f"| {r['case']} | {r['setting']} | {r['log_loss']:.5f} | {r['worst_ece']:.4f} |"
-                     f" {r['worst_ecce_sigma']:.2f} | {r['mce_sigma']:.2f} | {r['fit_cpu_s']:.1f} | {rounds} | {ratio} |")
+    lines += [_table_row(r) for r in results]
     lines += ["", *environment_markdown(env)]
-    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    md = Path(args.out + ".md")
+    # the Findings are written by hand under the figures: a new run keeps them for their author to revise
+    old = md.read_text() if md.exists() else ""
+    findings = old[old.index("\n## Findings"):] if "\n## Findings" in old else ""
+    md.write_text("\n".join(lines) + "\n" + findings)
     return 0
+
+
+def _table_row(r: dict) -> str:
+    cells = [r["case"], r["setting"], f"{r['log_loss']:.5f}", f"{r['worst_ece']:.4f}", f"{r['worst_ecce_sigma']:.2f}",
+             f"{r['mce_sigma']:.2f}", f"{r['fit_cpu_s']:.1f}",
+             f"{r['rounds']} of {r['rounds_tried']} tried" if "rounds" in r else "-",
+             f"{r['time_ratio']:.1f}" if "time_ratio" in r else "-"]
+    return "| " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":
