@@ -336,11 +336,11 @@ def test_bench_multiclass_scaling_tiny(tmp_path):
 
 
 def test_bench_mcgrad_tiny(tmp_path):
-    """bench_mcgrad.py on a 2,000-row planted table with two MCGrad rounds at most (Adult only in the full
+    """bench_mcgrad.py on a 1,500-row planted table with two MCGrad rounds at most (Adult only in the full
     run): three settings, each with finite figures, and MCGrad's time beside one booster's."""
     bench = _load("bench_mcgrad")
     out = tmp_path / "mcgrad"
-    assert bench.main(["--cases", "planted", "--rows", "2000", "--rounds", "2", "--min-report-rows", "20",
+    assert bench.main(["--cases", "planted", "--rows", "1500", "--rounds", "2", "--min-report-rows", "20",
                        "--out", str(out)]) == 0
     rows = json.loads(out.with_suffix(".json").read_text())["results"]
     assert [(r["case"], r["setting"]) for r in rows] == [

@@ -1,8 +1,10 @@
 """MCGrad multicalibration (Tax et al., "MCGrad: Multicalibration at Web Scale", KDD 2026, arXiv
 2509.19884): the algorithm on arrays held in one process, with XGBoost as the round's booster.
 
-This module is the algorithm's core and its in-process reference; the partitioned fit over a table
-(``calengine fit --method mcgrad --by ...``, each round trained across the workers) is not built yet.
+This module is the algorithm's core and its in-process reference; :mod:`calengine.fit.mcgrad_cluster`
+runs the same rounds with each booster trained across the Dask workers.  The command-line fit over a
+Parquet table (``calengine fit --method mcgrad --by ...``: model storage, scoring per partition) is not
+built yet.
 
 The algorithm, as the paper and its reference implementation (facebookincubator/MCGrad) run it for a
 two-class problem:
@@ -42,7 +44,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["MCGradParams", "MCGradFit", "fit_mcgrad", "unshrink_factor", "segment_onehot", "logit"]
+__all__ = ["EarlyStopping", "MCGradParams", "MCGradFit", "fit_mcgrad", "unshrink_factor", "segment_onehot", "logit"]
 
 #: logits are clipped to this magnitude before the unshrink regression (the reference's epsilon)
 UNSHRINK_CLIP = 10.0
@@ -137,20 +139,31 @@ def segment_onehot(columns: list[np.ndarray], levels: list[list[str]] | None = N
     return X, [list(lv) for lv in levels]
 
 
+def unshrink_sums(f: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Gradient and curvature in α of the weighted log loss of ``sigmoid(α · clip(f, ±10))`` over these
+    rows: sums, so blocks of rows add (a reduction over partitions)."""
+    z = np.clip(np.asarray(f, dtype=np.float64), -UNSHRINK_CLIP, UNSHRINK_CLIP)
+    p = _sigmoid(alpha * z)
+    return float(np.sum(w * (p - y) * z)), float(np.sum(w * p * (1.0 - p) * z * z))
+
+
 def unshrink_factor(f: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *, tol: float = 1e-12,
-                    max_iter: int = 100) -> float:
+                    max_iter: int = 100, sums=None) -> float:
     """The α minimising the weighted log loss of ``sigmoid(α · clip(f, ±10))`` against ``y``, in
     [1e-8, 50]: Newton's method from α = 1 on the convex one-parameter loss, each step projected onto
-    the bounds (module docstring)."""
-    z = np.clip(np.asarray(f, dtype=np.float64), -UNSHRINK_CLIP, UNSHRINK_CLIP)
-    y = np.asarray(y, dtype=np.float64)
-    w = np.ones_like(z) if w is None else np.asarray(w, dtype=np.float64)
+    the bounds (module docstring).  ``sums(alpha)``: the summed :func:`unshrink_sums` of rows held
+    elsewhere (then ``f``, ``y``, ``w`` are ignored)."""
+    if sums is None:
+        y = np.asarray(y, dtype=np.float64)
+        w = np.ones_like(y) if w is None else np.asarray(w, dtype=np.float64)
+
+        def sums(alpha):
+            return unshrink_sums(f, y, w, alpha)
+
     lo, hi = UNSHRINK_BOUNDS
     alpha = 1.0
     for _ in range(max_iter):
-        p = _sigmoid(alpha * z)
-        grad = float(np.sum(w * (p - y) * z))
-        curv = float(np.sum(w * p * (1.0 - p) * z * z))
+        grad, curv = sums(alpha)
         if curv <= 0.0:
             break
         step = grad / curv
@@ -216,6 +229,23 @@ def _round(params: MCGradParams, X, f, y, w, seed: int):
     return booster, alpha, alpha * g
 
 
+class EarlyStopping:
+    """The held-out log loss after 0, 1, ... rounds; ``best``: the number of rounds with the lowest
+    (the first of ties); :meth:`add` says when ``patience`` rounds after the best have not improved."""
+
+    def __init__(self, first: float, patience: int) -> None:
+        self.losses, self.best, self.since, self.patience = [float(first)], 0, 0, int(patience)
+
+    def add(self, loss: float) -> bool:
+        """Record the next round's loss; True: stop."""
+        self.losses.append(float(loss))
+        if self.losses[-1] < self.losses[self.best]:
+            self.best, self.since = len(self.losses) - 1, 0
+            return False
+        self.since += 1
+        return self.since > self.patience
+
+
 def holdout_mask(n: int, share: float, seed: int) -> np.ndarray:
     """A seeded draw of ``share`` of ``n`` rows (True: held out)."""
     rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, 0x4D434744]))  # "MCGD"
@@ -245,19 +275,13 @@ def fit_mcgrad(scores, y, segments: list[np.ndarray], params: MCGradParams | Non
             raise DataError(f"mcgrad's early stopping holds out {params.holdout:g} of {y.size} rows and keeps no rows"
                             " of both classes on one side; give more rows or set early_stopping=false")
         f_fit, f_val = f0[fit_rows], f0[val_rows]
-        history.append(_log_loss(f_val, y[val_rows], w[val_rows]))
-        best, since = 0, 0
+        stop = EarlyStopping(_log_loss(f_val, y[val_rows], w[val_rows]), params.patience)
         for r in range(rounds):
             booster, alpha, f_fit = _round(params, X[fit_rows], f_fit, y[fit_rows], w[fit_rows], seed + r)
             f_val = alpha * (f_val + _delta(booster, X[val_rows], f_val))
-            history.append(_log_loss(f_val, y[val_rows], w[val_rows]))
-            if history[-1] < history[best]:
-                best, since = r + 1, 0
-            else:
-                since += 1
-                if since > params.patience:
-                    break
-        rounds = best
+            if stop.add(_log_loss(f_val, y[val_rows], w[val_rows])):
+                break
+        rounds, history = stop.best, stop.losses
     boosters, alphas, f = [], [], f0
     for r in range(rounds):
         booster, alpha, f = _round(params, X, f, y, w, seed + r)
