@@ -348,3 +348,19 @@ def test_bench_sql_export_tiny(tmp_path):
     assert all(s["ok"] == 1 and s["wall_s"] > 0 and s["peak"] > 0 for s in res["summary"].values())
     assert res["agreement"]["isotonic"] == {"rows": 6000, "rows_differ": 0, "max_abs_dp": 0.0, "same_length": True}
     assert "Agreement with calengine score" in (tmp_path / "r" / "sql_export.md").read_text()
+
+
+def test_bench_mcgrad_tiny(tmp_path):
+    """bench_mcgrad.py on a 1,500-row planted table with two MCGrad rounds at most (Adult only in the full
+    run): three settings, each with finite figures, and MCGrad's time beside one booster's."""
+    bench = _load("bench_mcgrad")
+    out = tmp_path / "mcgrad"
+    assert bench.main(["--cases", "planted", "--rows", "1500", "--rounds", "2", "--min-report-rows", "20",
+                       "--out", str(out)]) == 0
+    rows = json.loads(out.with_suffix(".json").read_text())["results"]
+    assert [(r["case"], r["setting"]) for r in rows] == [
+        ("planted", setting) for setting in ("global isotonic", "segment isotonic (K=20)", "MCGrad on global isotonic")]
+    assert all(np.isfinite(r["log_loss"]) and np.isfinite(r["mce_sigma"]) for r in rows)
+    mc = [r for r in rows if "rounds" in r]
+    assert all(r["rounds"] <= 2 and r["one_booster_cpu_s"] > 0 and r["time_ratio"] > 0 for r in mc)
+    assert "| planted | MCGrad on global isotonic |" in out.with_suffix(".md").read_text()

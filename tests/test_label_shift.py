@@ -363,3 +363,77 @@ def test_fits_record_the_class_totals_their_calibrators_met(tmp_path):
     X = df.iloc[500:]
     W = m.predict_proba(X) * (np.asarray(priors["applied"]) / np.asarray(priors["training"]))
     np.testing.assert_allclose(new.predict_proba(X), W / W.sum(axis=1, keepdims=True), rtol=0, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------- evaluate --prior-shift
+
+
+def test_evaluate_prior_shift_on_adult_resampled_to_a_known_rate(adult):
+    """``evaluate --prior-shift``: the EM estimate from the probabilities alone is within 0.02 of the
+    resample's positive rate (0.5 here, Adult's training rate 0.24), the 90 % bootstrap interval holds
+    it and is a few hundredths wide at 7,700 rows (binomial sd of a rate near 0.5: 0.0057, so a 90 %
+    interval of about 0.019 plus EM's own noise), and the text shows the same numbers."""
+    from calengine.methods.label_shift import em_priors
+
+    root, shifted = adult
+    ev = calengine.evaluate_models(root / "nb", str(root / "shift_0.5.parquet"), "class", prior_shift=60, seed=3)
+    shift = ev.to_json()["prior_shift"]
+    pos = shift["classes"].index(">50K")
+    truth = float((shifted[0.5]["class"] == ">50K").mean())
+    assert shift["observed"][pos] == pytest.approx(truth, abs=1e-12)
+    assert shift["training"] == pytest.approx([24720 / 32561, 7841 / 32561])
+    assert shift["rows"] == shift["labelled_rows"] == shift["sample_rows"] == len(shifted[0.5])
+    assert shift["em"]["converged"] and abs(shift["estimated"][pos] - truth) < 0.02, shift  # measured: 0.0016
+    assert shift["low"][pos] < truth < shift["high"][pos], shift
+    assert 0.01 < shift["high"][pos] - shift["low"][pos] < 0.06, shift
+    assert (shift["replicates"], shift["seed"], shift["level"]) == (60, 3, 0.9)
+    # the point estimate is adapt's EM: fixed-point sums, so the in-memory EM's bits
+    model = load_model(root / "nb")
+    assert shift["estimated"] == em_priors(model.predict_proba(shifted[0.5]), shift["training"]).priors.tolist()
+    row = next(line for line in ev.to_text().splitlines() if line.startswith(">50K "))
+    assert row.split()[1:3] == [f"{shift['training'][pos]:.4f}", f"{shift['estimated'][pos]:.4f}"], row
+    assert f"[{shift['low'][pos]:.4f}, {shift['high'][pos]:.4f}]" in row and row.endswith(f"{truth:.4f}"), row
+
+
+def test_prior_shift_replicates_are_plain_row_bootstraps_of_the_em(adult, tmp_path):
+    """Each replicate is the EM (a plain numpy one written in this file) on the rows a seeded
+    bootstrap resample draws, replicate r from SeedSequence(seed).spawn(B)[r]; and the interval is the
+    same with one worker or three (each task draws its replicates' own streams)."""
+    from calengine.fit.label_shift import _em_replicates, prior_shift_table
+    from calengine.thread_client import ThreadClient
+
+    root, shifted = adult
+    model = load_model(root / "nb")
+    df = shifted[0.1].iloc[:3000]
+    P = model.predict_proba(df)
+    train = training_priors(model)[0]
+    seeds = np.random.SeedSequence(7).spawn(3)
+    got = _em_replicates(P, train, seeds, 1e-12, 10_000)
+    for ss, row in zip(seeds, got):
+        idx = np.random.default_rng(ss).integers(0, len(P), len(P))
+        np.testing.assert_allclose(row, _numpy_em(P[idx], train), rtol=0, atol=1e-9)
+    for i in range(3):  # three files: three chunks, sampled apart and merged
+        df.iloc[i * 1000:(i + 1) * 1000].to_parquet(tmp_path / f"part{i}.parquet", index=False)
+    files = [str(tmp_path / f"part{i}.parquet") for i in range(3)]
+    runs = []
+    for workers in (1, 3):
+        with ThreadClient(workers) as c:
+            runs.append(prior_shift_table(c, model, files, "class", replicates=30, seed=7, max_rows=900))
+    assert runs[0] == runs[1]
+    assert runs[0]["sample_rows"] == 900 and runs[0]["rows"] == 3000
+
+
+def test_prior_shift_bad_input_is_one_line(adult, tmp_path):
+    root, _ = adult
+    data = root / "shift_0.5.parquet"
+    assert_one_line_error(run_cli("evaluate", root / "nb", data, "--target", "class", "--prior-shift", "1"),
+                          "--prior-shift must be at least 2")
+    assert_one_line_error(run_cli("evaluate", root / "nb", data, "--target", "class", "--prior-shift", "10001"),
+                          "--prior-shift must be at most 10000")
+    assert_one_line_error(run_cli("evaluate", root / "nb", data, "--target", "class", "--prior-shift",
+                                  "--weight", "age"), "drop --weight")
+    old = load_model(root / "nb")
+    old.info = {k: v for k, v in old.info.items() if k != "x_class_totals"}
+    save_model(old, tmp_path / "old")
+    assert_one_line_error(run_cli("evaluate", tmp_path / "old", data, "--target", "class", "--prior-shift"),
+                          "--prior-shift compares with the priors", "fit the model again")

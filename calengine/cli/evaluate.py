@@ -37,8 +37,13 @@ def add_parser(sub) -> None:
                         " error over them")
     p.add_argument("--max-segments", type=int, default=None, metavar="N",
                    help="refuse --by columns with more than N segments in all (default 1000, at most 20000)")
+    p.add_argument("--prior-shift", type=int, nargs="?", const=200, default=None, metavar="B",
+                   help="also the class priors of DATA estimated from the model's probabilities alone (adapt's EM),"
+                        " with a 90%% interval from B bootstrap resamples (default 200), beside the priors the model"
+                        " was calibrated to and DATA's label rates; --json key 'prior_shift'")
     p.add_argument("--seed", type=int, default=0, metavar="N",
-                   help="seed of the --bootstrap resamples (same seed, same band, on any number of workers)")
+                   help="seed of the --bootstrap and --prior-shift resamples (same seed, same band and interval, on"
+                        " any number of workers)")
     options.add_trust_option(p)
     options.add_cost_matrix_option(p, evaluate=True)
     options.add_cluster_options(p)
@@ -71,6 +76,7 @@ def run(args) -> int:
                              cost_matrix=args.cost_matrix,
                              bootstrap=args.bootstrap, seed=args.seed, alpha=args.alpha, report=args.report or None,
                              trust=args.trust_type, client=options.connect(args, map_only=True),
-                             progress=options.progress(args), by=args.by, max_segments=args.max_segments)
+                             progress=options.progress(args), by=args.by, max_segments=args.max_segments,
+                             prior_shift=args.prior_shift or 0)
     print(json.dumps(result.to_json()) if args.json else result.to_text())
     return 0

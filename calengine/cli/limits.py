@@ -33,6 +33,8 @@ class Limit(NamedTuple):
 LIMITS = (
     Limit("--bootstrap", "bootstrap", 2, 10_000,
           "each replicate refits the calibrator; 200 already gives a stable 90% band"),
+    Limit("--prior-shift", "prior_shift", 2, 10_000,
+          "each replicate runs EM on a resample of up to 200,000 rows' probabilities; 200 gives a stable 90% interval"),
     Limit("--seed", "seed", 0, 2**32 - 1, "seeds are 32 bits: a larger one would silently repeat a smaller one"),
     Limit("--cv", "cv", 2, 100, "each fold fits the learner once more"),
     Limit("--folds", "folds", 2, 100, "each outer fold fits a whole model"),

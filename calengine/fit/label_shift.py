@@ -41,33 +41,65 @@ METHODS = ("em", "bbse")
 
 @dataclass
 class PosteriorBlock:
-    """One fragment's posteriors under the parent model, how many rows it predicts as each class, and
-    (when the table carries the model's target column) how many rows hold each label."""
+    """One fragment's posteriors under the parent model, how many rows it predicts as each class,
+    (when the table carries the model's target column) how many rows hold each label, and (when
+    asked for, see :func:`posterior_chunk`) the seeded sample of its rows the bootstrap resamples."""
 
     P: np.ndarray
     predicted: np.ndarray
     observed: np.ndarray | None = None
+    #: ``(keys, P)`` of the rows with the smallest seeded keys, in key order; None: not asked for
+    sample: tuple | None = None
+
+
+#: stream of the prior-shift bootstrap's per-row sampling keys (apart from the calibration band's,
+#: :mod:`calengine.metrics.bootstrap`, so the two samples of one evaluation are independent)
+_SAMPLE_STREAM = 0x50534854  # "PSHT"
+
+
+def _bottom_rows(keys: np.ndarray, P: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` rows with the smallest keys, in key order (ties by the probabilities: any arrival
+    order of the pieces gives the same arrays)."""
+    order = np.lexsort((*P.T[::-1], keys))[:k]
+    return keys[order], P[order]
 
 
 @trims_heap
-def posterior_chunk(model, chunk, batch_rows: int, target: str | None = None) -> PosteriorBlock:
+def posterior_chunk(model, chunk, batch_rows: int, target: str | None = None,
+                    sample: tuple[int, int] | None = None) -> PosteriorBlock:
     """The parent model's class probabilities of a fragment's rows (runs in tasks).  ``target``: the
     model's target column, present in this table: its labels are counted (never used by the
-    estimates), and a label the model never saw is one line."""
+    estimates), and a label the model never saw is one line.  ``sample = (k, seed)``: also keep the
+    ``k`` rows with the smallest uniform keys, drawn from a stream seeded by ``seed``, the file's
+    identity, the chunk's first row group and the batch (the scheme of
+    :func:`calengine.metrics.bootstrap.chunk_score_sample`): a seeded uniform sample of the table that
+    depends on the table and the seed only, never on workers or task order."""
     from ..scores.table import _batches
 
     k = model.n_classes
     parts = []
     observed = np.zeros(k, dtype=np.int64) if target else None
+    keys, kept = np.empty(0), np.empty((0, k))
+    if sample is not None:
+        from ..parquet.dataset import file_key_hash
+
+        lo, hi = file_key_hash(chunk.file_key)
+        first = int(chunk.row_groups[0]) if chunk.row_groups else 0
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + ([target] if target else [])))
-    for df in _batches(chunk, columns, batch_rows):
+    for b, df in enumerate(_batches(chunk, columns, batch_rows)):
         if not len(df):
             continue
         if target:
             observed += np.bincount(_known_labels(model, df[target].dropna()), minlength=k)
-        parts.append(model.predict_proba_features(model.encoder.transform(df, order="F")))
+        P = model.predict_proba_features(model.encoder.transform(df, order="F"))
+        parts.append(P)
+        if sample is not None:
+            ss = np.random.SeedSequence([int(sample[1]) & 0xFFFFFFFF, _SAMPLE_STREAM, lo, hi, first, b])
+            u = np.random.default_rng(ss).random(len(df))
+            keys, kept = _bottom_rows(np.concatenate([keys, u]), np.concatenate([kept, P]), int(sample[0]))
     P = np.concatenate(parts) if parts else np.empty((0, k))
-    return PosteriorBlock(P, np.bincount(np.argmax(P, axis=1), minlength=k).astype(np.int64), observed)
+    return PosteriorBlock(P, np.bincount(np.argmax(P, axis=1), minlength=k).astype(np.int64), observed,
+                          None if sample is None else (keys, kept))
 
 
 def _known_labels(model, labels):
@@ -92,6 +124,34 @@ def _known_labels(model, labels):
 
 def block_rows(block: PosteriorBlock) -> tuple[int, np.ndarray, np.ndarray | None]:
     return int(block.P.shape[0]), block.predicted, block.observed
+
+
+def block_sample(block: PosteriorBlock) -> tuple:
+    return block.sample
+
+
+def score_posteriors(client, model_f, chunks, batch_rows: int, target: str | None, progress,
+                     sample: tuple[int, int] | None = None):
+    """Graph building: one :func:`posterior_chunk` task per chunk, whose blocks stay on the workers.
+    Returns ``(blocks, n_rows, predicted, observed)`` (``observed`` None without ``target``)."""
+    from ..progress import gather_in_order
+
+    blocks = [client.submit(posterior_chunk, model_f, c, batch_rows, target, sample, pure=False) for c in chunks]
+    sized = gather_in_order(client, [client.submit(block_rows, b, pure=False) for b in blocks], progress, "posteriors")
+    n_rows = int(sum(n for n, _, _ in sized))
+    predicted = np.sum([p for _, p, _ in sized], axis=0)
+    observed = np.sum([o for _, _, o in sized], axis=0) if target else None
+    return blocks, n_rows, predicted, observed
+
+
+def em_reduction(client, blocks, n_rows: int, train: np.ndarray, tol: float, max_iter: int) -> ls.EMResult:
+    """Saerens et al.'s EM over the posterior ``blocks``: each step one reduction of fixed-point sums."""
+
+    def step(new):
+        parts = client.gather([client.submit(block_em_sums, b, train, new, pure=False) for b in blocks])
+        return [sum(p[c] for p in parts) for c in range(len(new))]
+
+    return ls.run_em(step, n_rows, train, tol=tol, max_iter=max_iter)
 
 
 def block_em_sums(block: PosteriorBlock, train: np.ndarray, new: np.ndarray) -> list[int]:
@@ -190,20 +250,11 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
         train, source = counts / counts.sum(), "class rates of the --labelled table"
 
     labelled_here = target in parquet_columns(files)
-    blocks = [client.submit(posterior_chunk, model_f, c, batch_rows, target if labelled_here else None, pure=False)
-              for c in chunks]
-    sized = gather_in_order(client, [client.submit(block_rows, b, pure=False) for b in blocks], progress, "posteriors")
-    n_rows = int(sum(n for n, _, _ in sized))
-    predicted = np.sum([p for _, p, _ in sized], axis=0)
-    observed = np.sum([o for _, _, o in sized], axis=0) if labelled_here else None
+    blocks, n_rows, predicted, observed = score_posteriors(client, model_f, chunks, batch_rows,
+                                                           target if labelled_here else None, progress)
     if n_rows == 0:
         raise DataError("the table to adapt to has no rows; label-shift adaptation needs unlabelled rows")
-
-    def step(new):
-        parts = client.gather([client.submit(block_em_sums, b, train, new, pure=False) for b in blocks])
-        return [sum(p[c] for p in parts) for c in range(len(new))]
-
-    em = ls.run_em(step, n_rows, train, tol=tol, max_iter=max_iter)
+    em = em_reduction(client, blocks, n_rows, train, tol, max_iter)
     del blocks
     bbse = ls.bbse_priors(joint, predicted) if joint is not None else None
     priors = em.priors if method == "em" else np.maximum(bbse["priors"], ls.PRIOR_FLOOR)
@@ -325,3 +376,123 @@ def adapt_priors(model, data, *, method: str = "em", labelled=None, tol: float =
     if output is not None:
         save_model(new_model, output, overwrite=overwrite)
     return new_model
+
+
+# ------------------------------------------------------------------------------ evaluate --prior-shift
+
+#: ``evaluate --prior-shift`` without a number: bootstrap replicates of the EM estimate
+DEFAULT_PRIOR_SHIFT_REPLICATES = 200
+#: the two-sided level of its percentile interval
+PRIOR_SHIFT_LEVEL = 0.9
+#: replicates computed by one task (an EM on a 200,000-row sample takes tens of milliseconds)
+PRIOR_SHIFT_REPLICATES_PER_TASK = 25
+
+
+def check_prior_shift(model, weight: str | None = None) -> np.ndarray:
+    """The training priors ``evaluate --prior-shift`` compares with, or one line: a model that does not
+    record them, or ``--weight`` (the estimate counts every row once)."""
+    if weight is not None:
+        raise ParameterError("--prior-shift estimates the priors of the rows as they are, each counted once; drop"
+                             " --weight or drop --prior-shift")
+    train, reason = training_priors(model)
+    if train is None:
+        raise DataError(f"--prior-shift compares with the priors the model was calibrated to, and {reason}; fit the"
+                        " model again, or drop --prior-shift")
+    return train
+
+
+def _em_replicates(P: np.ndarray, train: np.ndarray, seeds, tol: float, max_iter: int) -> np.ndarray:
+    """EM estimates on one bootstrap resample of the rows of ``P`` per seed (a plain row bootstrap: the
+    resample's multiplicities weigh the rows, so each step is a weighted mean of re-weighted posteriors)."""
+    n, k = P.shape
+    out = np.empty((len(seeds), k))
+    for i, ss in enumerate(seeds):
+        w = np.bincount(np.random.default_rng(ss).integers(0, n, n), minlength=n).astype(np.float64)
+        new = train.copy()
+        for _ in range(int(max_iter)):
+            updated = np.maximum(w @ ls.shifted_posteriors(P, train, new) / n, ls.PRIOR_FLOOR)
+            updated /= updated.sum()
+            done = np.max(np.abs(updated - new)) < tol
+            new = updated
+            if done:
+                break
+        out[i] = new
+    return out
+
+
+def prior_shift_table(client, model, files: list[str], target: str, *, replicates: int = DEFAULT_PRIOR_SHIFT_REPLICATES,
+                      seed: int = 0, level: float = PRIOR_SHIFT_LEVEL, tol: float = ls.DEFAULT_TOL,
+                      max_iter: int = ls.DEFAULT_MAX_ITER, max_rows: int | None = None, batch_rows: int = 65536,
+                      chunk_rows: int = 1_000_000, progress=None) -> dict[str, Any]:
+    """``evaluate --prior-shift``: the class priors of an evaluated table estimated from ``model``'s
+    probabilities alone, beside the priors it was calibrated to and the table's own label rates.
+
+    The estimate is ``adapt``'s EM (:func:`em_reduction`: the same reduction, the same bits), over
+    every row with the model's input columns (a missing label does not matter to it).  Its interval is
+    the percentile interval of ``replicates`` EM estimates on plain bootstrap resamples of rows,
+    replicate ``r`` drawing from ``SeedSequence(seed).spawn(replicates)[r]`` in whichever task runs it
+    (the scheme of :mod:`calengine.metrics.bootstrap`): the same interval on any number of workers.
+    The resampled rows are a seeded uniform sample of at most ``max_rows`` (default
+    :data:`calengine.metrics.bootstrap.BOOTSTRAP_MAX_ROWS`) rows' probabilities, drawn in the scoring
+    pass (:func:`posterior_chunk`); on a larger table the interval is that of a table of ``max_rows``
+    rows, wider than the full table's (``sample_rows`` says so).  The interval covers the sampling
+    error of the rows, not a miscalibration of the model: EM is the maximum-likelihood estimate only
+    when the model's probabilities are calibrated on the training population.
+
+    Returns ``{"classes", "training", "training_from", "estimated", "low", "high", "observed", "rows",
+    "labelled_rows", "sample_rows", "replicates", "level", "seed", "em"}`` (lists over classes;
+    ``observed``: the label rates of the labelled rows).
+    """
+    from ..metrics.bootstrap import BOOTSTRAP_MAX_ROWS, _check
+    from ..parquet.data import check_columns
+    from ..scores.table import plan_chunks, share_model
+
+    _check(replicates, level)
+    ls.check_em_options(tol, max_iter)
+    max_rows = BOOTSTRAP_MAX_ROWS if max_rows is None else int(max_rows)
+    train = check_prior_shift(model)
+    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target]))
+    check_columns(files, columns)
+    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
+    if not chunks:
+        raise DataError("the evaluated table has no rows; --prior-shift needs rows to estimate the priors of")
+    model_f = share_model(client, model)
+    blocks, n_rows, _, observed = score_posteriors(client, model_f, chunks, batch_rows, target, progress,
+                                                   sample=(max_rows, seed))
+    em = em_reduction(client, blocks, n_rows, train, tol, max_iter)
+    keys, S = np.empty(0), np.empty((0, model.n_classes))
+    for part in client.gather([client.submit(block_sample, b, pure=False) for b in blocks]):
+        keys, S = _bottom_rows(np.concatenate([keys, part[0]]), np.concatenate([S, part[1]]), max_rows)
+    del blocks
+    children = np.random.SeedSequence(int(seed)).spawn(int(replicates))
+    groups = [children[i:i + PRIOR_SHIFT_REPLICATES_PER_TASK]
+              for i in range(0, int(replicates), PRIOR_SHIFT_REPLICATES_PER_TASK)]
+    S_f = client.scatter(S, broadcast=False)
+    draws = np.concatenate(client.gather([client.submit(_em_replicates, S_f, train, g, tol, max_iter, pure=False)
+                                          for g in groups]), axis=0)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha], axis=0)
+    labelled = int(observed.sum())
+    return {
+        "classes": [str(c) for c in model.labels.classes], "training": train.tolist(),
+        "training_from": training_priors(model)[1], "estimated": em.priors.tolist(), "low": low.tolist(),
+        "high": high.tolist(), "observed": (observed / labelled).tolist() if labelled else None, "rows": n_rows,
+        "labelled_rows": labelled, "sample_rows": int(S.shape[0]), "replicates": int(replicates),
+        "level": float(level), "seed": int(seed), "em": em.to_json(),
+    }
+
+
+def prior_shift_text(label: str, shift: dict[str, Any]) -> str:
+    """``evaluate``'s text of :func:`prior_shift_table`: one row per class."""
+    pct = f"{shift['level']:.0%}"
+    head = [f"prior shift of {label}: EM estimate from the model's probabilities of {shift['rows']:,} rows,",
+            f"  {pct} bootstrap interval from {shift['replicates']} resamples of {shift['sample_rows']:,} rows"
+            + ("" if shift["em"]["converged"] else f" (EM stopped after {shift['em']['iterations']} steps)")]
+    width = max(5, *(len(c) for c in shift["classes"]))
+    rows = [*head, f"{'class':<{width}}  training  estimated  {pct + ' interval':<17}  observed"]
+    for i, c in enumerate(shift["classes"]):
+        obs = "-" if shift["observed"] is None else f"{shift['observed'][i]:.4f}"
+        interval = f"[{shift['low'][i]:.4f}, {shift['high'][i]:.4f}]"
+        rows.append(f"{c:<{width}}  {shift['training'][i]:8.4f}  {shift['estimated'][i]:9.4f}  {interval:<17}  {obs:>8}")
+    rows.append(f"(training: {shift['training_from']}; observed: label rates of {shift['labelled_rows']:,} labelled rows)")
+    return "\n".join(rows)

@@ -48,6 +48,8 @@ class Evaluation:
     report: str | None = None
     #: with ``by``: per model, :meth:`calengine.metrics.segments.SegmentAccumulator.result`
     segments: list[dict] | None = None
+    #: with ``prior_shift``: per model, :func:`calengine.fit.label_shift.prior_shift_table`
+    prior_shifts: list[dict] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The object ``evaluate --json`` prints (that line is ``json.dumps`` of it): one model's
@@ -69,6 +71,8 @@ class Evaluation:
                 payload["decisions"] = res["decisions"]
             if self.segments is not None:
                 payload["segments"] = self.segments[i]
+            if self.prior_shifts is not None:
+                payload["prior_shift"] = self.prior_shifts[i]
             if self.bands is not None:
                 from .bootstrap import band_json
 
@@ -111,6 +115,10 @@ class Evaluation:
 
             for lb, seg in zip(self.labels, self.segments):
                 lines += ["", format_segments(lb, seg, width)]
+        if self.prior_shifts is not None:
+            from ..fit.label_shift import prior_shift_text
+
+            lines += [s for lb, shift in zip(self.labels, self.prior_shifts) for s in ("", prior_shift_text(lb, shift))]
         if self.report is not None:
             lines += ["", f"report: {os.path.join(self.report, 'index.html')}"]
         return "\n".join(lines)
@@ -118,7 +126,8 @@ class Evaluation:
 
 def evaluate_models(models, data, target: str, *, weight: str | None = None, cost_matrix=None, bootstrap: int = 0,
                     seed: int = 0, alpha: float = 0.01, report=None, trust=(), client=None, cluster=None,
-                    workers=None, progress=None, by=None, max_segments: int | None = None) -> Evaluation:
+                    workers=None, progress=None, by=None, max_segments: int | None = None,
+                    prior_shift: int = 0) -> Evaluation:
     """Evaluate one or more fitted models on a labelled table, exactly as ``calengine evaluate`` does.
 
     ``models``: a model directory or loaded :class:`~calengine.model.calibrated.CalibratedModel`, or a
@@ -135,7 +144,10 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     :func:`calengine.cluster.job_client`, else ``cluster``/``workers``; without a cluster the chunks
     run on a thread pool of this process.  ``by``: segment columns (a name, ``"a,b"`` or a list): the
     calibration of every segment (:mod:`calengine.metrics.segments`, at most ``max_segments``, default
-    1,000, counted over all the columns), one more pass over the table.  Every bad input is a
+    1,000, counted over all the columns), one more pass over the table.  ``prior_shift`` B >= 2: also
+    the class priors of the table estimated from each model's probabilities alone (``adapt``'s EM), with
+    a 90 % interval from B bootstrap resamples drawn with ``seed``, beside the training priors and the
+    observed label rates (:func:`calengine.fit.label_shift.prior_shift_table`).  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
     """
     import tempfile
@@ -162,6 +174,15 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         raise ParameterError("evaluate_models() needs at least one model: a model directory or a loaded model")
     named = [isinstance(m, (str, os.PathLike)) for m in given]
     loaded = [load_model(m, trust=tuple(trust or ())) if n else m for m, n in zip(given, named)]
+    if prior_shift:
+        from ..fit.label_shift import check_prior_shift
+        from ..fit.training import check_seed
+        from .bootstrap import _check
+
+        _check(prior_shift, 0.9)
+        seed = check_seed(seed)
+        for m in loaded:
+            check_prior_shift(m, weight)
     sources = [os.fspath(m) if n else f"model {i}" for i, (m, n) in enumerate(zip(given, named), 1)]
     report = None if report is None else os.fspath(report)
     prog = as_progress(progress)
@@ -193,6 +214,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                 bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
             segments = None if by is None else [_segment_table(c, m, files, target, by, weight, max_segments, prog)
                                                 for m in loaded]
+            if prior_shift:
+                from ..fit.label_shift import prior_shift_table
+
+                shifts = [prior_shift_table(c, m, files, target, replicates=prior_shift, seed=seed, progress=prog)
+                          for m in loaded]
             # ranged tables are read by tasks of this client, in this scratch directory: every number is
             # computed before either goes away (freeze keeps the answers and drops the ranges)
             results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
@@ -204,7 +230,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         result = Evaluation(
             models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
             labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts, bands=bands,
-            report=report, segments=segments,
+            report=report, segments=segments, prior_shifts=shifts if prior_shift else None,
         )
         if report is not None:
             _write_report(result, files)
