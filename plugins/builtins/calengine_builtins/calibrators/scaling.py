@@ -31,6 +31,7 @@ from ._solvers import (
     _platt_start,
     _platt_update,
     _slope_eval,
+    _slope_narrow_start,
     _slope_start,
     _slope_update,
 )
@@ -431,7 +432,9 @@ class TemperatureCalibrator(_SummaryStored, _OneSlope):
         return {"op": "summary", "kind": kind, "sorted": False}
 
     def _summary_extra(self, s, yi, w, request):
-        return {"max_abs": _max_abs(_log_odds(s, request["kind"]))}
+        z = _log_odds(s, request["kind"])
+        u = np.arcsinh(z)  # the summary grid's coordinate too (the asinh of the same log-odds)
+        return {"max_abs": _max_abs(z), **_start_hist(z, yi, w, u), "_hist_u": u}
 
     def _step_summary(self, stats, request):
         _check_merged(stats, self._red["kind"])
@@ -439,7 +442,8 @@ class TemperatureCalibrator(_SummaryStored, _OneSlope):
         if c == 0.0:
             self._finish(temperature_=1.0)
             return None
-        st, points = _slope_start(1e-6 / c, 1e6 / c)
+        z, t, w = _binned_points(stats, -1.0, 1.0)
+        st, points = _slope_narrow_start(z * t, w, 1e-6 / c, 1e6 / c)  # margins: z for positives, -z else
         self._red["slope"] = st
         return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": points}
 
