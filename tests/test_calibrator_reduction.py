@@ -313,6 +313,31 @@ def test_rounds_stay_few(variant, kind):
     assert _rounds(variant, kind) <= ROUND_LIMITS[VARIANTS[variant][0]]
 
 
+@pytest.mark.parametrize("kind", ["decision", "proba"])
+def test_binned_start_leaves_one_or_two_exact_newton_passes(kind):
+    # the Newton passes over the rows are what a score-column fit pays per round (issue 21's speed):
+    # sigmoid starts from its start histogram's fit, temperature on a 1e-5 bracket around its root
+    assert _rounds("sigmoid", kind, n=50_000) <= 3  # summary + 2 passes (was 7)
+    assert _rounds("temperature", kind, n=50_000) <= 4  # summary + ends + 2 (was 7)
+
+
+def test_narrow_temperature_bracket_missing_the_root_restarts_on_the_full_bracket():
+    from calengine_builtins.calibrators._solvers import _slope_eval, _slope_narrow_start, _slope_start, _slope_update
+
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=2000) + 0.8
+
+    def solve(st, points):
+        while points is not None:
+            points = _slope_update(st, _slope_eval(m, np.ones(m.size), points))
+        return st["x"]
+
+    exact = solve(*_slope_start(1e-6, 1e6))
+    wrong = solve(*_slope_narrow_start(2.0 * m, np.ones(m.size), 1e-6, 1e6))  # binned margins far off
+    assert wrong == pytest.approx(exact, rel=1e-14)
+    assert solve(*_slope_narrow_start(m, np.ones(m.size), 1e-6, 1e6)) == pytest.approx(exact, rel=1e-14)
+
+
 def test_sigmoid_rounds_on_separable_and_anticorrelated_data():
     rng = np.random.default_rng(1)
     f = rng.normal(size=10_000)

@@ -384,17 +384,31 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
     return spill_block(ScoreBlock(out), spill_dir)
 
 
+#: rows of a block the quantile summary reads at most (every k-th row beyond): see :func:`block_summary`
+SUMMARY_SAMPLE_ROWS = 1 << 16
+
+
 def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
     """Per calibration set: rows, per-column min / max, and a small quantile summary of each column
-    (used to cut score ranges for sorted calibrator rounds and for the raw-learner map)."""
+    (used only to cut score ranges for sorted calibrator rounds).
+
+    The quantiles are those of every k-th row, at most :data:`SUMMARY_SAMPLE_ROWS` of them: a range
+    boundary may fall anywhere without changing a fit (ranges only share out the work; every sorted
+    reduction is exact over any cutting that keeps ties together), so the summary needs only to cut
+    ranges of similar size, and a strided sample of 65,536 rows places a 1/64 quantile within a
+    fraction of a percent of its rank.  Exact quantiles of every row partitioned the whole block, the
+    fit's largest cost after the sort itself (7 % of a 10M-row isotonic fit's CPU).  Deterministic:
+    the same rows, the same boundaries.
+    """
     out = []
     for S, _, _ in loaded(block).sets:
         n = S.shape[0]
         if n == 0:
             out.append({"n": 0})
             continue
-        q = np.linspace(0.0, 1.0, min(points, n))
-        out.append({"n": n, "min": S.min(axis=0), "max": S.max(axis=0), "quantiles": np.quantile(S, q, axis=0)})
+        sample = S[:: -(-n // SUMMARY_SAMPLE_ROWS)]
+        q = np.linspace(0.0, 1.0, min(points, sample.shape[0]))
+        out.append({"n": n, "min": S.min(axis=0), "max": S.max(axis=0), "quantiles": np.quantile(sample, q, axis=0)})
     return out
 
 

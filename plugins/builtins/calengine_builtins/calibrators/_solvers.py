@@ -53,6 +53,31 @@ def _platt_update(st: dict[str, Any], ev) -> tuple[float, float] | None:
     return _platt_trial(st)
 
 
+def _platt_binned_start(f: np.ndarray, t: np.ndarray, w: np.ndarray, scale: float, a0: float, b0: float):
+    """The Newton start of the exact fit: the same Newton run to convergence, in the client, on the
+    start histogram's points (each bin's class mean of ``f`` with the class's weight in the bin).
+
+    Why: each exact Newton trial point is a pass over every row, and from the data-blind start
+    ``(a0, b0)`` the fit took six.  The binned objective differs from the exact one only by the spread
+    of ``f`` inside a bin (1/256 wide on the ``asinh`` scale), so its optimum is within ~1e-5 of the
+    exact one, and Newton's quadratic convergence finishes the exact fit in two passes (measured at
+    10^7 rows: 6 passes before, 2 after, same optimum to 1e-11).  The exact fit still decides the
+    answer, from the exact sums and by the same stopping rules; a binned run that does not finish
+    with finite values leaves the data-blind start.
+    """
+    if f.size < 2:
+        return a0, b0
+    st, (a, b) = _platt_start(a0, b0)
+    fs = f / scale
+    while True:
+        nxt = _platt_update(st, _platt_eval(fs, t, w, a, b))
+        if nxt is None:
+            break
+        a, b = nxt
+    a, b = float(st["a"]), float(st["b"])
+    return (a, b) if math.isfinite(a) and math.isfinite(b) else (a0, b0)
+
+
 def _platt_direction(st: dict[str, Any]):
     st["it"] += 1
     if st["it"] > 100:
@@ -172,11 +197,42 @@ def _slope_start(lo: float, hi: float) -> tuple[dict[str, Any], list[float]]:
     return {"lo": lo, "hi": hi, "phase": "ends", "it": 0}, [lo, hi]
 
 
+#: half-width, relative, of the bracket :func:`_slope_narrow_start` puts around a binned root (the
+#: start histogram's root was 7e-7 from the exact one at 10^7 rows)
+_NARROW = 1e-5
+
+
+def _slope_narrow_start(m: np.ndarray, w: np.ndarray, lo: float, hi: float) -> tuple[dict[str, Any], list[float]]:
+    """:func:`_slope_start` on a bracket of relative half-width :data:`_NARROW` around the root of the
+    same problem solved in the client on binned margins ``m`` with weights ``w`` (a start histogram's
+    points): the exact fit then starts with both ends within 1e-5 of its root and Newton needs two or
+    three passes over the rows instead of five.  When the exact root is not inside the narrow bracket
+    (its ends' derivatives have one sign), :func:`_slope_update` restarts on ``[lo, hi]``, so the
+    answer is always the exact problem's, found by the same safeguarded Newton."""
+    if m.size < 2:
+        return _slope_start(lo, hi)
+    st, points = _slope_start(lo, hi)
+    while points is not None:
+        points = _slope_update(st, _slope_eval(m, w, points))
+    x = float(st["x"])
+    a, b = max(lo, x * (1.0 - _NARROW)), min(hi, x * (1.0 + _NARROW))
+    if not (math.isfinite(x) and lo < a < b < hi):
+        return _slope_start(lo, hi)
+    st, points = _slope_start(a, b)
+    st["wide"] = (lo, hi)
+    return st, points
+
+
 def _slope_update(st: dict[str, Any], ev: np.ndarray):
     """``ev`` rows ``[g, g']`` at the requested points; returns the next points or ``None`` (then
     ``st["x"]`` is the answer)."""
     if st["phase"] == "ends":
         (g_lo, dg_lo), (g_hi, _) = ev
+        if "wide" in st and (g_lo >= 0.0 or g_hi <= 0.0):  # the root is outside a narrow start's bracket
+            fresh, points = _slope_start(*st["wide"])
+            st.clear()
+            st.update(fresh)
+            return points
         if g_lo >= 0.0:
             st["x"] = st["lo"]
             return None

@@ -19,15 +19,19 @@ from calengine.errors import ModelFormatError, ParameterError
 from calengine.reductions.pav import check_scores
 from calengine_builtins.deferred import check_is_fitted, expit
 
-from ._base import EPS, _as_probability, _BinaryCalibrator, _check_merged, _check_piece, _light, _live, _logit, _max_abs
+from ._base import (
+    EPS, _as_probability, _BinaryCalibrator, _check_merged, _check_piece, _light, _live, _logit, _max_abs, _summary,
+)
 from ._solvers import (
     _logreg_eval,
     _logreg_start,
     _logreg_update,
+    _platt_binned_start,
     _platt_eval,
     _platt_start,
     _platt_update,
     _slope_eval,
+    _slope_narrow_start,
     _slope_start,
     _slope_update,
 )
@@ -44,17 +48,48 @@ _HIST_SPAN = 40.0
 _HIST_KEYS = ("hist_wpos", "hist_wneg", "hist_spos", "hist_sneg")
 
 
-def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str, u: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per grid bin and class: total weight and weighted sum of the raw scores (so the mean score of
-    each class in each bin is known exactly)."""
-    u = np.arcsinh(_logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s)
+    each class in each bin is known exactly).  ``u``: the grid coordinate when the caller has it."""
+    if u is None:
+        u = np.arcsinh(_logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s)
     idx = np.clip(((u + _HIST_SPAN) * (_HIST_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _HIST_BINS - 1)
-    pos = yi == 1
-    out = {}
-    for key, mask, weights in (("hist_wpos", pos, w), ("hist_wneg", ~pos, w),
-                               ("hist_spos", pos, w * s), ("hist_sneg", ~pos, w * s)):
-        out[key] = np.bincount(idx[mask], weights=weights[mask], minlength=_HIST_BINS).astype(np.float64)
-    return out
+    # one bincount per sum over (class, bin) cells: each cell adds the same terms in the same order as
+    # a bincount of the class's rows alone would
+    idx += np.where(yi == 1, 0, _HIST_BINS)
+    n = 2 * _HIST_BINS
+    wsum = np.bincount(idx, weights=w, minlength=n).astype(np.float64)
+    ssum = np.bincount(idx, weights=w * s, minlength=n).astype(np.float64)
+    return {"hist_wpos": wsum[:_HIST_BINS], "hist_wneg": wsum[_HIST_BINS:],
+            "hist_spos": ssum[:_HIST_BINS], "hist_sneg": ssum[_HIST_BINS:]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# a fine histogram of the fitted input, for the Newton start of ``sigmoid``
+
+#: bins of the start histogram: ``asinh(f)`` over [-40, 40] in steps of 1/256 (``f``: what the
+#: sigmoid is fitted on).  Not stored in the model; 4 arrays of 20,480 float64 per piece (640 KiB).
+_START_BINS = 20480
+
+
+def _start_hist(f: np.ndarray, yi: np.ndarray, w: np.ndarray, u: np.ndarray) -> dict[str, np.ndarray]:
+    """Per grid bin and class (negatives row 0, positives row 1): total weight and weighted sum of
+    ``f``, so each bin's class means of ``f`` are exact.  Data-independent grid: pieces add up.
+    ``u``: ``asinh(f)``."""
+    idx = np.clip(((u + _HIST_SPAN) * (_START_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _START_BINS - 1)
+    idx += np.where(yi == 1, _START_BINS, 0)
+    n = 2 * _START_BINS
+    return {"start_w": np.bincount(idx, weights=w, minlength=n).reshape(2, _START_BINS),
+            "start_f": np.bincount(idx, weights=w * f, minlength=n).reshape(2, _START_BINS)}
+
+
+def _binned_points(stats: dict[str, Any], t_neg: float, t_pos: float):
+    """The start histogram's non-empty (bin, class) cells as weighted points ``(mean f, target, weight)``."""
+    W, F = np.asarray(stats["start_w"], dtype=np.float64), np.asarray(stats["start_f"], dtype=np.float64)
+    live = W > 0
+    f = F[live] / W[live]
+    t = np.where(np.nonzero(live)[0] == 1, t_pos, t_neg)
+    return f, t, W[live]
 
 
 class _SummaryStored:
@@ -64,9 +99,12 @@ class _SummaryStored:
 
     # (hooks on the generic protocol methods, which the subclasses do not override)
     def _ps_summary(self, scores, y, sample_weight, request):
-        stats = super()._ps_summary(scores, y, sample_weight, request)
-        s, yi, w = _live(*_check_piece(scores, y, sample_weight))
-        return {**stats, **_score_hist(s, yi, w, request["kind"])}
+        s, yi, w = _check_piece(scores, y, sample_weight)
+        stats = {"op": "summary", **_summary(s, yi, w)}
+        s, yi, w = _live(s, yi, w)
+        extra = self._summary_extra(s, yi, w, request)
+        u = extra.pop("_hist_u", None)  # the summary grid's coordinate, if the extras computed it
+        return {**stats, **extra, **_score_hist(s, yi, w, request["kind"], u)}
 
     def reduction_step(self, stats, request):
         if request.get("op") == "summary":
@@ -178,12 +216,18 @@ class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
         return {"op": "summary", "kind": kind, "sorted": False, "on": self.on}
 
     def _summary_extra(self, s, yi, w, request):
-        s = self._platt_input(s, request["kind"], request.get("on", "score"))
-        return {
-            "max_abs": _max_abs(s),
-            "min_live": float(s.min()) if s.size else math.inf,
-            "max_live": float(s.max()) if s.size else -math.inf,
+        on = request.get("on", "score")
+        f = self._platt_input(s, request["kind"], on)
+        u = np.arcsinh(f)
+        out = {
+            "max_abs": _max_abs(f),
+            "min_live": float(f.min()) if f.size else math.inf,
+            "max_live": float(f.max()) if f.size else -math.inf,
+            **_start_hist(f, yi, w, u),
         }
+        if on == "logit" and request["kind"] == "proba":
+            out["_hist_u"] = u  # f is the summary grid's logit: its asinh is the grid coordinate too
+        return out
 
     def _step_summary(self, stats, request):
         self._red["on"] = request["on"]
@@ -198,7 +242,9 @@ class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
             # stop at a start-dependent slope; the fit is the best constant, as for A > 0.
             self._finish(a_=0.0, b_=math.log((1.0 - t_bar) / t_bar))
             return None
-        st, (a, b) = _platt_start(0.0, math.log((n_neg + 1.0) / (n_pos + 1.0)))
+        a0, b0 = _platt_binned_start(*_binned_points(stats, t_neg, t_pos), scale,
+                                     0.0, math.log((n_neg + 1.0) / (n_pos + 1.0)))
+        st, (a, b) = _platt_start(a0, b0)
         self._red.update(newton=st, scale=scale, t_bar=t_bar)
         return {"op": "platt", "kind": self._red["kind"], "on": self._red["on"], "sorted": False, "scale": scale,
                 "t_pos": t_pos, "t_neg": t_neg, "a": a, "b": b}
@@ -386,7 +432,9 @@ class TemperatureCalibrator(_SummaryStored, _OneSlope):
         return {"op": "summary", "kind": kind, "sorted": False}
 
     def _summary_extra(self, s, yi, w, request):
-        return {"max_abs": _max_abs(_log_odds(s, request["kind"]))}
+        z = _log_odds(s, request["kind"])
+        u = np.arcsinh(z)  # the summary grid's coordinate too (the asinh of the same log-odds)
+        return {"max_abs": _max_abs(z), **_start_hist(z, yi, w, u), "_hist_u": u}
 
     def _step_summary(self, stats, request):
         _check_merged(stats, self._red["kind"])
@@ -394,7 +442,8 @@ class TemperatureCalibrator(_SummaryStored, _OneSlope):
         if c == 0.0:
             self._finish(temperature_=1.0)
             return None
-        st, points = _slope_start(1e-6 / c, 1e6 / c)
+        z, t, w = _binned_points(stats, -1.0, 1.0)
+        st, points = _slope_narrow_start(z * t, w, 1e-6 / c, 1e6 / c)  # margins: z for positives, -z else
         self._red["slope"] = st
         return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": points}
 
