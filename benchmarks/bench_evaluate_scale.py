@@ -23,7 +23,11 @@ seconds (user + system: on a shared machine they move less than the wall time) a
 evaluate / score; it checks that the evaluate paths print the same JSON.  Writes
 ``results/evaluate_scale.{md,json}``.
 
-    python benchmarks/bench_evaluate_scale.py [--rows-list 1000000,10000000] [--repeats 3]
+    python benchmarks/bench_evaluate_scale.py [--rows-list 1000000,10000000] [--repeats 3] [--report]
+
+``--report``: every evaluate also writes its HTML report (issue 22 §3), so the accumulator baseline is
+the report as it was drawn before (whole tables in this process) and "ranges" the report drawn from
+score ranges.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ FIT = ["--learner", "gaussian_nb", "--method", "sigmoid", "--mode", "refit"]
 
 
 def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baseline: bool,
-          before: str | None = None) -> dict[str, list]:
+          before: str | None = None, report: bool = False) -> dict[str, list]:
     kinds = ["score", "ranges"] + (["accumulator"] if baseline else []) + (["before"] if before else [])
     runs: dict[str, list] = {k: [] for k in kinds}
     for _ in range(repeats):
@@ -70,6 +74,10 @@ def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baselin
                 cmd = [*calengine, "score", str(model), str(table), "--output", str(out)]
             else:
                 args = ["--quiet", "evaluate", str(model), str(table), "--target", "y", "--json"]
+                if report:  # the HTML report too, into a fresh directory per run
+                    out = work / f"report-{kind}"
+                    shutil.rmtree(out, ignore_errors=True)
+                    args += ["--report", str(out)]
                 script = EVALUATE.format(min_rows=1 << 62 if kind == "accumulator" else 0)
                 cmd = [sys.executable, "-P", "-c", script, *args]
             env = None
@@ -97,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", default=None,
                     help="a directory holding an earlier build's calengine package: its ranged evaluate is timed too")
     ap.add_argument("--no-write", action="store_true", help="print only; write no result files")
+    ap.add_argument("--report", action="store_true",
+                    help="every evaluate also writes its HTML report (--report DIR): the accumulator baseline is"
+                         " then what evaluate --report did before its figures were drawn from ranges; writes"
+                         " results/evaluate_report.{md,json}")
     args = ap.parse_args(argv)
     if args.before and not (Path(args.before) / "calengine" / "__init__.py").is_file():
         raise SystemExit(f"error: --before {args.before} holds no calengine package; give the directory that"
@@ -120,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for rows in sizes:
         runs = _runs(calengine, model, table_of(rows), work, args.repeats, rows <= args.baseline_max_rows,
-                     args.before)
+                     args.before, args.report)
         med = {k: C.median([r.wall_s for r in v]) for k, v in runs.items()}
         cpu = {k: C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in v]) for k, v in runs.items()}
         peak = {k: max(r.rusage["maxrss_bytes"] for r in v) / C.MiB for k, v in runs.items()}
@@ -145,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                    " / ".join(f"{d['peak_rss_mib'][k]:.0f}" if k in d["peak_rss_mib"] else "—" for k in kinds),
                    {True: "yes", False: "**no**", None: "—"}[d["same_json"]]] for d in results]
     md = "\n".join([
-        "# Evaluation in bounded memory: `calengine evaluate` beside `score`, and the old accumulator path",
+        "# Evaluation in bounded memory: `calengine evaluate` beside `score`, and the old accumulator path"
+        + (" (every evaluate with `--report`)" if args.report else ""),
         "",
         f"Command: `{C.command_line()}`; tables: {', '.join(f'{s:,}' for s in sizes)} rows × {args.cols} float32"
         f" columns in {args.files} files (`gen_table.py`), gaussian_nb + sigmoid (refit) fitted on {model_table.name};"
@@ -159,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         C.machine_line(REPO_ROOT),
     ])
-    C.publish(md, results, "evaluate_scale", args.results_dir, write=not args.no_write)
+    C.publish(md, results, "evaluate_report" if args.report else "evaluate_scale", args.results_dir,
+              write=not args.no_write)
     return 0
 
 

@@ -278,3 +278,63 @@ def test_chunk_files_go_once_their_ranges_are_written_and_a_failure_leaves_no_sc
     assert all(re.fullmatch(r"(calibrated|raw)-\d-r\d+\.(value|pos|neg)\.npy", name) for name in seen[0]), seen[0]
     assert os.listdir(scratch) == []
     assert not any(path.startswith(str(scratch)) for path in range_cache._CACHE._ranges)
+
+
+# ---------------------------------------------------------------------------------------------------
+# evaluate --report on a table cut into ranges (issue 22 §3)
+
+
+def _figure_data(acc, classes) -> dict:
+    """Every number the report draws from one accumulator (see calengine.metrics.report.figures)."""
+    from calengine.metrics.report import figures
+
+    out = {}
+    for c in [*classes, None]:
+        for strategy in ("uniform", "quantile"):
+            out[f"reliability {c} {strategy}"] = acc.reliability_diagram(bins=figures.RELIABILITY_BINS,
+                                                                         strategy=strategy, cls=c)
+        if c is not None:
+            out[f"corp {c}"] = acc.corp_curve(c)
+            out[f"roc {c}"] = figures.roc_data(acc, c)
+    out["error-reject"] = figures.error_reject_data(acc)
+    return out
+
+
+def test_evaluate_report_on_ranges_draws_what_the_in_memory_report_draws(pima_model, tmp_path, monkeypatch):
+    """``evaluate --report`` of a table cut into about 15 ranges per table: the report is built from the
+    ranges (never a whole table), its figures' numbers equal the in-memory report's, and its page
+    (metrics, bin tables, legends' AUCs) is the same text."""
+    import calengine
+    from calengine.metrics import evaluation, range_eval
+
+    from test_report_ranged import report_equal
+
+    model, parts = pima_model  # three files: three chunks
+    seen = []
+    write = evaluation._write_report
+
+    def recording(ev, files):
+        for a in ev.accumulators:
+            seen.append({kind: (type(acc).__name__, _figure_data(acc, [1])) for kind, acc in a.items()})
+        return write(ev, files)
+
+    monkeypatch.setattr(evaluation, "_write_report", recording)
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 10**12)
+    old = calengine.evaluate_models(model, str(parts), "class", report=tmp_path / "old")
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+    monkeypatch.setattr(range_eval, "RANGE_VALUES", 50)
+    new = calengine.evaluate_models(model, str(parts), "class", report=tmp_path / "new")
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+    (before,), (after,) = seen[:1], seen[1:]
+    for kind in ("calibrated", "raw"):
+        assert before[kind][0] == "MetricAccumulator" and after[kind][0] == "RangedTables"
+        for name, d in before[kind][1].items():
+            report_equal(d, after[kind][1][name], close=("mean_predicted", "area", "hull_area"),
+                         where=f"{kind} {name}")
+
+    def page(d):
+        text = (d / "index.html").read_text(encoding="utf-8")
+        return re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", text)
+
+    assert page(tmp_path / "new") == page(tmp_path / "old")
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())

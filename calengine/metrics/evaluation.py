@@ -9,7 +9,8 @@ whose :meth:`~Evaluation.to_text` is the text ``evaluate`` prints: the command i
 function, so a Python user gets the same numbers and the same tables without argv.
 
 The table is never loaded into this process: chunks are evaluated where they are read and only their
-accumulators come back.  The report's calibration maps read at most
+accumulators come back (from :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows on, score ranges
+that stay where they were built, the report's figures included).  The report's calibration maps read at most
 :data:`~calengine.metrics.report.MAP_MAX_POINTS` rows of the table's first file.
 """
 
@@ -200,12 +201,12 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         with _forgetting(scratch), job_client(client, cluster=cluster, workers=workers,
                                               requirements=model_requirements(loaded), map_only=True) as c:
             # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
-            # the workers) unless the report's figures need whole tables
+            # the workers); the report's figures are drawn from the ranges too (calengine.metrics.ranged_curves)
             from ..thread_client import ThreadClient
 
             spill = scratch if isinstance(c, ThreadClient) else None
             accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm, weight=weight,
-                                   ranged=report is None, spill_dir=spill)
+                                   ranged=True, spill_dir=spill)
                     for m, cm in zip(loaded, costs)]
             if bootstrap:
                 from .bootstrap import table_calibration_map_band
@@ -223,17 +224,17 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             # computed before either goes away (freeze keeps the answers and drops the ranges)
             results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
             drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
+            result = Evaluation(
+                models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
+                labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts,
+                bands=bands, report=report, segments=segments, prior_shifts=shifts if prior_shift else None,
+            )
+            if report is not None:
+                _write_report(result, files)
             for a in accs:
                 for acc in a.values():
                     if hasattr(acc, "freeze"):
                         acc.freeze()
-        result = Evaluation(
-            models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
-            labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts, bands=bands,
-            report=report, segments=segments, prior_shifts=shifts if prior_shift else None,
-        )
-        if report is not None:
-            _write_report(result, files)
     return result
 
 

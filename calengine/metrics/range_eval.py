@@ -49,9 +49,9 @@ SKETCH_POINTS = 256
 RANGE_VALUES = 250_000
 #: at most this many ranges per table.
 MAX_RANGES = 512
-#: ``evaluate`` cuts tables into ranges from this many rows on (and without ``--report``, whose figures
-#: read whole tables): below it one process holds the tables comfortably and the in-memory accumulator
-#: needs fewer tasks.
+#: ``evaluate`` cuts tables into ranges from this many rows on (with ``--report`` too: its figures are
+#: drawn from the ranges, :mod:`calengine.metrics.ranged_curves`): below it one process holds the tables
+#: comfortably and the in-memory accumulator needs fewer tasks.
 RANGED_MIN_ROWS = 1_000_000
 
 _NAMES = ("value", "pos", "neg")
@@ -292,6 +292,60 @@ class RangedTables:
         self._require_rows()
         return self._cached(("error_reject_at", tuple(rates)), lambda: error_reject_at(
             self.top_ranges, rates, unit=self._unit(), mapper=self.mapper))
+
+    # ---- report curves (calengine.metrics.ranged_curves): the figures of ``evaluate --report`` ------
+
+    def _class_table(self, cls):
+        if cls is None:
+            return self.top_ranges
+        if isinstance(cls, bool) or not isinstance(cls, (int, np.integer)) or not 0 <= cls < self.n_classes:
+            from ..errors import ParameterError
+
+            raise ParameterError(f"cls must be a class index in 0..{self.n_classes - 1}, got {cls!r}")
+        return self.class_ranges[int(cls)]
+
+    def _integer_counts(self) -> None:
+        if self._unit() is not None:
+            from ..errors import ParameterError
+
+            raise ParameterError("the report's curves need integer counts; evaluate without --weight for a report")
+
+    def reliability_diagram(self, bins: int = 15, strategy: str = "uniform", cls: int | None = None) -> dict:
+        """:meth:`MetricAccumulator.reliability_diagram` (same bins; the forecast sums in fixed point)."""
+        from .ranged_curves import reliability_bins
+
+        self._require_rows()
+        self._integer_counts()
+        return self._cached(("reliability_diagram", bins, strategy, cls), lambda: reliability_bins(
+            self._class_table(cls), bins=bins, strategy=strategy, mapper=self.mapper))
+
+    def corp_curve(self, cls: int) -> dict:
+        """:meth:`MetricAccumulator.corp_curve` of class column ``cls``: the same blocks."""
+        from .ranged_curves import corp_curve
+
+        self._require_rows()
+        self._integer_counts()
+        return self._cached(("corp_curve", cls), lambda: corp_curve(self._class_table(cls), mapper=self.mapper))
+
+    def roc_thinned(self, cls: int, max_points: int | None = None) -> dict | None:
+        """The thinned ROC curve of class column ``cls`` with its hull (:func:`~calengine.metrics.ranged_curves.roc_thinned`)."""
+        from .ranged_curves import ROC_MAX_POINTS, roc_thinned
+
+        self._require_rows()
+        self._integer_counts()
+        mp = ROC_MAX_POINTS if max_points is None else max_points
+        return self._cached(("roc_thinned", cls, mp), lambda: roc_thinned(
+            self._class_table(cls), max_points=mp, mapper=self.mapper))
+
+    def error_reject_thinned(self, max_points: int | None = None) -> dict:
+        """The error-reject points the report draws (:func:`~calengine.metrics.ranged_curves.error_reject_thinned`)."""
+        from .ranged_curves import ROC_MAX_POINTS, error_reject_thinned
+
+        self._require_rows()
+        self._integer_counts()
+        mp = ROC_MAX_POINTS if max_points is None else max_points
+        return self._cached(("error_reject_thinned", mp), lambda: error_reject_thinned(
+            self.top_ranges, max_points=mp, mapper=self.mapper))
 
     def __repr__(self) -> str:
         return f"RangedTables(n_classes={self.n_classes}, n={self.n})"

@@ -13,7 +13,10 @@ the ROC view of Flach & Matsubara:
 * one table of every metric of :meth:`MetricAccumulator.result` for all models and their raw learners.
 
 Everything is computed from the exact, merged :class:`~calengine.metrics.measures.MetricAccumulator` of each
-model, so the report costs nothing extra on the cluster.
+model, or, for a large evaluation, from its tables cut into score ranges
+(:class:`~calengine.metrics.range_eval.RangedTables`, read while the evaluation runs: the curves of
+:mod:`calengine.metrics.ranged_curves`), so the report costs nothing extra on the cluster and no whole
+table in this process.
 
 Output contract: ``DIR`` holds one PNG file per figure and ``index.html``.  The page is
 self-contained (inline CSS, images embedded as base64 ``data:`` URIs, no script, no external

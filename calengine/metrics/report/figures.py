@@ -194,8 +194,6 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
 
 def _roc_figure(prep: _Prepared):
     """One panel per shown class: ROC curve (solid) and its upper convex hull (dashed), both models."""
-    from ..roc import convex_hull_vertices
-
     cal, raw = prep.entry.calibrated, prep.entry.raw
     classes = prep.classes
     fig, axes = _panel_grid(len(classes), panel=4.2 if len(classes) == 1 else 3.3)
@@ -205,17 +203,12 @@ def _roc_figure(prep: _Prepared):
         for acc, label, colour in ((raw, "raw", _RAW), (cal, "calibrated", _CAL)):
             if acc is None:
                 continue
-            r = acc.roc_curve(cls=c)
-            fpr, tpr = r["fpr"], r["tpr"]
-            if np.isnan(fpr).any() or np.isnan(tpr).any():
+            r = roc_data(acc, c)
+            if r is None:
                 continue
-            hull = convex_hull_vertices(fpr, tpr)
-            area = float(np.trapezoid(tpr, fpr))
-            hull_area = float(np.trapezoid(tpr[hull], fpr[hull]))
-            keep = _thin(fpr.size, hull)
-            ax.plot(fpr[keep], tpr[keep], color=colour, lw=1.4, label=f"{label} (AUC {area:.4f})")
-            ax.plot(fpr[hull], tpr[hull], color=colour, lw=1.0, ls="--", marker=".", ms=3,
-                    label=f"{label} hull (AUC {hull_area:.4f})")
+            ax.plot(r["fpr"], r["tpr"], color=colour, lw=1.4, label=f"{label} (AUC {r['area']:.4f})")
+            ax.plot(r["hull_fpr"], r["hull_tpr"], color=colour, lw=1.0, ls="--", marker=".", ms=3,
+                    label=f"{label} hull (AUC {r['hull_area']:.4f})")
             drawn = True
         if not drawn:
             ax.text(0.5, 0.5, "undefined: the class has no\npositive or no negative examples",
@@ -250,12 +243,51 @@ def _error_reject_figure(prep: _Prepared):
     return fig
 
 
-def _plot_error_reject(ax, acc: MetricAccumulator, label: str, colour: str, lw: float = 1.4) -> None:
+def roc_data(acc, cls: int) -> dict | None:
+    """What the ROC panel of class ``cls`` draws: the curve thinned to about :data:`CURVE_MAX_POINTS`
+    evenly spread points plus its hull vertices (``fpr``, ``tpr``), the upper convex hull
+    (``hull_fpr``, ``hull_tpr``) and both areas; None when the class lacks positives or negatives.
+    An evaluation cut into score ranges computes it range by range (``acc.roc_thinned``: the same
+    points, the area summed per range); an in-memory accumulator from its whole curve."""
+    from ..roc import convex_hull_vertices
+
+    if hasattr(acc, "roc_thinned"):
+        r = acc.roc_thinned(cls, CURVE_MAX_POINTS)
+        if r is None:
+            return None
+        r = dict(r)
+    else:
+        c = acc.roc_curve(cls=cls)
+        fpr, tpr = c["fpr"], c["tpr"]
+        if np.isnan(fpr).any() or np.isnan(tpr).any():
+            return None
+        hull = convex_hull_vertices(fpr, tpr)
+        keep = _thin(fpr.size, hull)
+        r = {"fpr": fpr[keep], "tpr": tpr[keep], "hull_fpr": fpr[hull], "hull_tpr": tpr[hull],
+             "area": float(np.trapezoid(tpr, fpr))}
+    r["hull_area"] = float(np.trapezoid(r["hull_tpr"], r["hull_fpr"]))
+    return r
+
+
+def error_reject_data(acc) -> dict:
+    """What the error-reject figure draws: ``reject_rate`` and ``error_rate`` at about
+    :data:`CURVE_MAX_POINTS` evenly spread points of the curve (its last point, rejecting everything,
+    has no error rate and is left out); range by range for an evaluation cut into score ranges."""
+    if hasattr(acc, "error_reject_thinned"):
+        d = acc.error_reject_thinned(CURVE_MAX_POINTS)
+        ok = ~np.isnan(d["error_rate"])
+        return {"reject_rate": d["reject_rate"][ok], "error_rate": d["error_rate"][ok]}
     d = acc.error_reject_curve()
     ok = ~np.isnan(d["error_rate"])
     x, y = d["reject_rate"][ok], d["error_rate"][ok]
     keep = _thin(x.size)
-    ax.plot(x[keep], y[keep], color=colour, lw=lw, label=f"{label} (error {y[0]:.4g} at no reject)")
+    return {"reject_rate": x[keep], "error_rate": y[keep]}
+
+
+def _plot_error_reject(ax, acc: MetricAccumulator, label: str, colour: str, lw: float = 1.4) -> None:
+    d = error_reject_data(acc)
+    x, y = d["reject_rate"], d["error_rate"]
+    ax.plot(x, y, color=colour, lw=lw, label=f"{label} (error {y[0]:.4g} at no reject)")
 
 
 def _decisions_figure(prep: _Prepared):

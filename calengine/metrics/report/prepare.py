@@ -18,6 +18,11 @@ import numpy as np
 
 from ...errors import DataError, ParameterError
 from ..measures import MetricAccumulator
+from ..range_eval import RangedTables
+
+#: what an entry's ``calibrated``/``raw`` may be: an in-memory accumulator, or the score ranges of a
+#: large evaluation (``evaluate --report`` from RANGED_MIN_ROWS rows on), read while they live
+_ACCUMULATORS = (MetricAccumulator, RangedTables)
 
 #: at most this many classes get their own reliability diagram / ROC panel (and calibration-map
 #: columns their own panel); beyond it the page says which ones are shown.
@@ -200,9 +205,9 @@ def _prepare(entries: Any) -> list[_Prepared]:
             raise ParameterError(f"entry {i} is a {type(entry).__name__}, not a ReportEntry")
         where = f"entry {i} ('{entry.label}')"
         cal, raw = entry.calibrated, entry.raw
-        if not isinstance(cal, MetricAccumulator):
+        if not isinstance(cal, _ACCUMULATORS):
             raise ParameterError(f"{where}: calibrated must be a MetricAccumulator")
-        if raw is not None and not isinstance(raw, MetricAccumulator):
+        if raw is not None and not isinstance(raw, _ACCUMULATORS):
             raise ParameterError(f"{where}: raw must be a MetricAccumulator or None")
         if raw is not None and raw.n_classes != cal.n_classes:
             raise ParameterError(
