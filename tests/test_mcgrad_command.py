@@ -126,6 +126,8 @@ def test_cli_fit_score_evaluate_by_beats_global_isotonic(tmp_path):
     assert mc["log_loss"] < iso_loss - 0.01, (mc["log_loss"], iso_loss)
     assert_one_line_error(run_cli("fit", train, "--target", "y", "--scores", "s", "--method", "mcgrad",
                                   "--output", tmp_path / "bad"), "--method mcgrad", "--by")
+    assert_one_line_error(run_cli("cv", train, "--target", "y", "--scores", "s", "--method", "mcgrad"),
+                          "calengine cv does not run --method mcgrad")
 
 
 @pytest.mark.parametrize("change, words", [
