@@ -34,6 +34,9 @@ def run(args) -> int:
 
     if args.folds < 2:
         raise ParameterError(f"--folds must be at least 2, got {args.folds}")
+    if args.method == "mcgrad":  # it needs --by, which cv does not take
+        raise ParameterError("calengine cv does not run --method mcgrad (it needs --by); fit it with calengine fit"
+                             " ... --by COL and measure it on a held-out table with calengine evaluate --by")
     config, spec, plugins, requirements = options.prepare_fit(args)
     with options.client(args, *requirements) as client:
         result = cross_validate(client, spec, config, folds=args.folds, plugins=plugins)

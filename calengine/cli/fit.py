@@ -94,6 +94,10 @@ def run(args) -> int:
     if segments:
         extras.append(f"by {','.join(segments['by'])}: {segments['segments_fitted']} of {segments['segments_seen']}"
                       f" segments with their own map (K={segments['shrinkage']})")
+    mcgrad = model.info.get("x_mcgrad")
+    if mcgrad:
+        rounds = ",".join(str(m["rounds"]) for m in mcgrad["members"])
+        extras.append(f"by {','.join(mcgrad['by'])}: {mcgrad['segments_seen']} segments, MCGrad rounds kept {rounds}")
     extra = f", {', '.join(extras)}" if extras else ""
     scores = score_columns_info(model)
     if scores is not None:

@@ -2,9 +2,9 @@
 2509.19884): the algorithm on arrays held in one process, with XGBoost as the round's booster.
 
 This module is the algorithm's core and its in-process reference; :mod:`calengine.fit.mcgrad_cluster`
-runs the same rounds with each booster trained across the Dask workers.  The command-line fit over a
-Parquet table (``calengine fit --method mcgrad --by ...``: model storage, scoring per partition) is not
-built yet.
+runs the same rounds with each booster trained across the Dask workers; :mod:`calengine.fit.mcgrad_table`
+is ``calengine fit --method mcgrad --by ...`` over a Parquet table and
+:mod:`calengine.model.mcgrad_member` stores and scores the rounds.
 
 The algorithm, as the paper and its reference implementation (facebookincubator/MCGrad) run it for a
 two-class problem:

@@ -18,8 +18,9 @@ picks other split candidates, as for every ``xgboost_dask`` fit.  The holdout of
 drawn per partition (seeded by the seed and the partition's number), so it depends on the
 partitioning, unlike the rest.
 
-This is the cluster half of the algorithm; reading a Parquet table into the state frames, storing the
-boosters in a model directory and scoring them per partition (``fit --method mcgrad``) are not built yet.
+``calengine fit --method mcgrad`` (:mod:`calengine.fit.mcgrad_table`) builds the frame from a Parquet
+table, one member's calibration rows at a time, and stores the boosters
+(:mod:`calengine.model.mcgrad_member`).
 """
 
 from __future__ import annotations

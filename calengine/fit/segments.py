@@ -202,6 +202,26 @@ def _check_columns(spec, by) -> None:
                         f" {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})")
 
 
+def count_segments(client, spec, config, ctx, by: tuple[str, ...], progress):
+    """``(plan, fragments, n_sets, counts)``: the calibration rows' fold plan (folds of a learner's fit;
+    none for ``--calibration-data``, ``--scores``, ``--prefit``), their fragments, the number of
+    calibration sets and each fragment's :func:`segment_counts`, in fragment order (also the first
+    pass of ``--method mcgrad``, :mod:`calengine.fit.mcgrad_table`)."""
+    from ..progress import gather_in_order
+    from ..tasks import partitions as pt
+
+    cal_mode = spec.calibration_data is not None
+    folds = not (cal_mode or spec.scores or spec.prefit)
+    plan = pt.FoldPlan(config.cv if folds else None, config.seed)
+    fragments = ctx.cal_fragments if cal_mode else ctx.fragments
+    n_sets = config.cv if folds else 1
+    parts = gather_in_order(
+        client, [client.submit(segment_counts, fr, ctx.enc, plan, by, n_sets, spec.max_segments, pure=False)
+                 for fr in fragments], progress, "segments",
+    )
+    return plan, fragments, n_sets, parts
+
+
 def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table):
     """The global model of ``spec`` / ``config``, then its per-segment calibrators (module docstring).
 
@@ -224,16 +244,8 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
     _check_columns(spec, by)
     base_spec = replace(spec, by=None)
     ctx = plan_table(client, base_spec, progress)
-    cal_mode = spec.calibration_data is not None
-    folds = not (cal_mode or spec.scores or spec.prefit)
-    plan = pt.FoldPlan(config.cv if folds else None, config.seed)
-    fragments = ctx.cal_fragments if cal_mode else ctx.fragments
-    n_sets = config.cv if folds else 1
     # 1. counts: which segments get their own map
-    parts = gather_in_order(
-        client, [client.submit(segment_counts, fr, ctx.enc, plan, by, n_sets, spec.max_segments, pure=False)
-                 for fr in fragments], progress, "segments",
-    )
+    plan, fragments, n_sets, parts = count_segments(client, spec, config, ctx, by, progress)
     totals: dict = {}
     unkeyed = 0.0
     for p in parts:

@@ -246,6 +246,10 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
     from .training import ENGINE_METHODS, split_learners
 
     plugins = plugins or get_plugins()
+    if config.method == "mcgrad":  # the global fit uncalibrated, then MCGrad's rounds (issue 25 §3)
+        from .mcgrad_table import fit_mcgrad_table
+
+        return fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_table)
     if spec.by:  # the global fit, then one calibrator per segment
         from .segments import fit_segmented
 
@@ -368,7 +372,7 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     labels = ctx.enc.labels
     k = labels.n_classes
     calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
-    uncalibrated = config.method == "none"
+    uncalibrated = config.method == "none" and not config.held_out  # held_out: MCGrad's base (fit/mcgrad_table.py)
     cal_mode = ctx.spec.calibration_data is not None
     if config.mode not in MODES:
         raise ParameterError(f"unknown --mode '{config.mode}'; choose one of {', '.join(MODES)}")

@@ -50,6 +50,9 @@ class FitConfig:
     #: after calibration (:mod:`calengine.methods.sampling`) and the manifest records the rates
     negative_sampling: float | None = None
     class_sampling: dict[str, float] | None = None
+    #: ``method="none"`` fitted on held-out rows (folds) like any calibrator, not on every row: the
+    #: base of ``--method mcgrad``, whose rounds then read each fold's held-out probabilities
+    held_out: bool = False
 
 
 #: seeds are 32-bit (numpy's and scikit-learn's ``random_state`` limit); larger values would alias
@@ -368,7 +371,13 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
         sampling_rates(list((config.class_sampling or {}).keys()) or [0, 1], config.negative_sampling,
                        config.class_sampling)
     calibrator = None
-    if config.method not in ENGINE_METHODS:
+    if config.method == "mcgrad":  # MCGrad's refusals and parameters, before any data is read
+        from .mcgrad_checks import BOOSTER_LEARNER, check_mcgrad
+
+        check_mcgrad(spec, config, plugins)
+        calibrator = registry.make("calibrators", "none", {}, plugins)
+        learners.append(registry.make("learners", BOOSTER_LEARNER, {}, plugins))  # it trains on every worker
+    elif config.method not in ENGINE_METHODS:
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
     code, sep, comb = (config.multiclass or "").rpartition(":")
     if sep and comb and code.lower() != "file":  # the combiner's parameters, checked before any data is read

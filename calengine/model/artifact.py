@@ -45,7 +45,7 @@ from ..version import MODEL_FORMAT_VERSION, __version__
 from ..parquet.data import LabelSpace, staged_directory
 from .checks import check_estimator, check_manifest, probe_model
 from .files import FileWriter, canonical_skops, check_zip_size, digest, load_npz, npz_bytes
-from .files import read_manifest_bytes, read_member_file
+from .files import check_plain_name, read_manifest_bytes, read_member_file
 from ..errors import CalengineError, ModelFormatError, PluginError, UnknownPluginError
 from ..plan.columns import encoder_from_json
 from ..plugins import PluginSet, get_plugins
@@ -259,6 +259,10 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             if parts["arrays"]:
                 writer.write(f"{folder}/arrays.npz", npz_bytes(parts["arrays"]))
                 desc["arrays"] = "arrays.npz"
+            if parts.get("files"):  # a member's own files (MCGrad's boosters), hashed like every file
+                for fname, blob in parts["files"].items():
+                    writer.write(f"{folder}/{check_plain_name(fname, 'member file')}", bytes(blob))
+                desc["files"] = sorted(parts["files"])
             members.append(desc)
         manifest = {
             "format": "calengine-model",
@@ -414,6 +418,10 @@ def member_class(kind: str) -> type:
 
     if kind == Member.kind:
         return Member
+    if kind == "mcgrad":  # fit --method mcgrad: a member plus MCGrad's rounds
+        from .mcgrad_member import MCGradMember
+
+        return MCGradMember
     if kind == "segmented":  # fit --by: a member plus per-segment calibrators
         from .segmented import SegmentedMember
 
@@ -473,7 +481,10 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
                 cal = registry.make("calibrators", cd["name"], cd["params"], plugins)
                 calibrators.append(cal.from_state(state))
         arrays = reader.arrays(mfolder, desc["arrays"]) if "arrays" in desc else {}
-        members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"]))
+        extra = {}
+        if "files" in desc:  # a member's own files, each read through the files table's checks
+            extra["files"] = {str(n): reader.blob(mfolder, check_plain_name(n, "member file"))[0] for n in desc["files"]}
+        members.append(member_class(desc["kind"]).from_parts(learners, calibrators, arrays, desc["meta"], **extra))
     combiner = None
     if manifest.get("combiner"):
         c = manifest["combiner"]

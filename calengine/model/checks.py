@@ -130,6 +130,8 @@ def check_manifest(manifest: Any) -> None:
             _check_state(cd, f"calibrator {b} of {where}")
         if "arrays" in desc:
             check_plain_name(desc["arrays"], f"the array file of {where}")
+        for name in _need(desc, "files", list, where) if "files" in desc else ():  # MCGrad's boosters
+            check_plain_name(name, f"a file of {where}")
     files = _need(manifest, "files", dict, "the manifest")
     for rel, entry in files.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int):

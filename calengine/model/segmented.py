@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["SegmentEncoder", "SegmentedMember", "SEGMENT_KIND", "segment_codes", "MAX_SEGMENTS"]
+__all__ = ["SegmentEncoder", "SegmentedMember", "WrappedMember", "SEGMENT_KIND", "segment_codes", "MAX_SEGMENTS"]
 
 #: the most segments a model may hold: ``calengine.metrics.segments.MAX_SEGMENTS_LIMIT`` (a test
 #: checks they agree; not imported, since the metrics import the scoring path, which loads models)
@@ -175,8 +175,33 @@ def split_features(X):
     return X[:, :-1], seg
 
 
+class WrappedMember:
+    """What a member wrapping a base member (``self.base``) behind a :class:`SegmentEncoder` passes
+    through: its columns, learners, raw map and scores (the segment column stripped).  Shared by
+    :class:`SegmentedMember` and :class:`calengine.model.mcgrad_member.MCGradMember`."""
+
+    @property
+    def n_columns(self) -> int:
+        return self.base.n_columns
+
+    @property
+    def learners(self) -> list:
+        return self.base.learners
+
+    @property
+    def raw(self):
+        return self.base.raw
+
+    def scores(self, X) -> np.ndarray:
+        return self.base.scores(split_features(X)[0])
+
+    def raw_column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
+        S = self.scores(X) if S is None else S
+        return self.base.raw.apply(S)
+
+
 @dataclass
-class SegmentedMember:
+class SegmentedMember(WrappedMember):
     """A fitted member (``base``) plus, per segment ``j``, the calibrators ``segment_cals[j]`` (as many as
     the base member has) and their blend weight ``weights[j]`` (module docstring)."""
 
@@ -216,25 +241,6 @@ class SegmentedMember:
         return cls(base, cals, np.asarray(meta["weights"], dtype=np.float64), shrinkage)
 
     # ------------------------------------------------------------------ the member interface
-    @property
-    def n_columns(self) -> int:
-        return self.base.n_columns
-
-    @property
-    def learners(self) -> list:
-        return self.base.learners
-
-    @property
-    def raw(self):
-        return self.base.raw
-
-    def scores(self, X) -> np.ndarray:
-        return self.base.scores(split_features(X)[0])
-
-    def raw_column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
-        S = self.scores(X) if S is None else S
-        return self.base.raw.apply(S)
-
     def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
         from .calibrated import Member
 

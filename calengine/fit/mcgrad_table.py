@@ -1,0 +1,126 @@
+"""``calengine fit DATA --method mcgrad --by COL[,COL...]``: MCGrad multicalibration of a learner's
+held-out probabilities, or of a score column, over a Parquet table (issue 25 §3).
+
+The flow:
+
+1. **Segments**: one pass counts the segments of the ``--by`` columns (``fit --by``'s counting task,
+   :func:`calengine.fit.segments.segment_counts`; more than ``--max-segments`` is one line).  Every
+   segment seen becomes a key of the model's :class:`~calengine.model.segmented.SegmentEncoder`.
+2. **Base model**: the global fit with the ``none`` calibrator *on held-out rows*
+   (``FitConfig.held_out``): with a learner, ``--cv`` fold members, each scoring the rows it was not
+   trained on (or ``--calibration-data``'s rows); with ``--scores``, the score column itself.  A
+   learner's probability is its own (decision values: the ``none`` calibrator's min-max rescaling,
+   which MCGrad's first round then bends, its feature set holding the current logit).
+3. **Rounds per member**: a dask DataFrame of that member's calibration rows (its held-out
+   probability, 0/1 label, weight, ``--by`` values; one task per fragment, where the rows are), then
+   :func:`calengine.fit.mcgrad_cluster.fit_mcgrad_on_cluster`: each round's booster trained across
+   the workers by the ``xgboost_dask`` learner, the unshrink factor and early stopping as sums over
+   partitions.  Member ``m``'s boosters are seeded ``seed + 1000·m + r``.
+4. **Model**: :class:`~calengine.model.mcgrad_member.MCGradMember` per member (the boosters as native
+   XGBoost JSON files, validated on load), which ``score`` applies per partition like any member.
+
+A ``--by`` value the rounds never saw, a missing one, or a combination of values not seen together,
+sets no one-hot indicator (:mod:`calengine.model.mcgrad_member`).  Two classes only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from ..errors import DataError
+from .mcgrad_checks import BOOSTER_LEARNER, check_mcgrad
+
+__all__ = ["fit_mcgrad_table", "member_rows"]
+
+#: member m's round r booster is seeded ``seed + SEED_STRIDE * m + r``
+SEED_STRIDE = 1000
+_S, _Y, _W = "__mcgrad_p", "__mcgrad_y", "__mcgrad_w"
+
+
+# ---------------------------------------------------------------------------------------------- in tasks
+
+
+def member_rows(fragment, enc, plan, member, m: int, by: tuple[str, ...], key_index: dict, keys: list):
+    """In-task: member ``m``'s calibration rows of this fragment as a frame: its held-out probability,
+    the 0/1 label, the weight and the ``--by`` values (all None for a row whose segment is not a key)."""
+    import pandas as pd
+
+    from ..model.segmented import segment_codes
+    from ..tasks import partitions as pt
+    from ..tasks.arrays import pin_native_threads
+    from .segments import _fragment_frame
+
+    pin_native_threads()
+    part = pt.load_part(fragment, enc, plan, order="F")
+    df, present = _fragment_frame(fragment, enc, by)
+    fkeys, codes = segment_codes(df.loc[present] if not present.all() else df, by)
+    seg = np.array([key_index.get(k, -1) for k in fkeys] + [-1], dtype=np.intp)[codes]
+    mask = np.ones(part.y.size, dtype=bool) if not plan.cv else part.folds == m
+    if part.w is not None:
+        mask &= part.w > 0
+    idx = np.flatnonzero(mask)
+    p = member.column_probabilities(part.X[idx])[:, 0] if idx.size else np.empty(0)
+    out = {}
+    for j, col in enumerate(by):
+        values = np.array([k[j] for k in keys] + [None], dtype=object)
+        out[col] = pd.array(values[seg[idx]], dtype="string")
+    out[_S] = p.astype(np.float64)
+    out[_Y] = (part.y[idx] == 1).astype(np.float64)
+    out[_W] = np.ones(idx.size) if part.w is None else part.w[idx].astype(np.float64)
+    return pd.DataFrame(out)
+
+
+# ---------------------------------------------------------------------------------------------- the fit
+
+
+def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_table):
+    """The global model of ``spec`` with the ``none`` calibrator on held-out rows, then MCGrad's rounds
+    per member (module docstring).  ``plan_table`` / ``fit_table``: those of :mod:`calengine.fit.table`."""
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    from .. import registry
+    from ..cluster import plain_client
+    from ..model.mcgrad_member import MCGradMember, booster_json
+    from ..model.segmented import SegmentEncoder
+    from .mcgrad_cluster import fit_mcgrad_on_cluster
+    from .segments import _check_columns, _too_many, count_segments
+
+    by, params = check_mcgrad(spec, config, plugins)
+    spec = replace(spec, by=by)
+    _check_columns(spec, by)
+    base_spec = replace(spec, by=None)
+    ctx = plan_table(client, base_spec, progress)
+    if ctx.enc.labels.n_classes != 2:
+        raise DataError(f"--method mcgrad calibrates two classes; '{spec.target}' has {ctx.enc.labels.n_classes}:"
+                        " calibrate one class against the rest (--positive) or choose another method")
+    plan, fragments, _, parts = count_segments(client, spec, config, ctx, by, progress)
+    keys = sorted({key for p in parts for key in p["keys"]})
+    if len(keys) > spec.max_segments:
+        raise _too_many(by, spec.max_segments)
+    key_index = {key: j for j, key in enumerate(keys)}
+
+    base_config = replace(config, method="none", method_params={}, held_out=True)
+    model = fit_table(client, base_spec, base_config, progress, plugins, ctx=ctx)
+    plain = plain_client(client)
+    learner = registry.make("learners", BOOSTER_LEARNER, {"n_estimators": int(params.trees)}, plugins)
+    members, rounds = [], []
+    for m, member in enumerate(model.members):
+        meta = pd.DataFrame({**{c: pd.array([], dtype="string") for c in by},
+                             _S: np.empty(0), _Y: np.empty(0), _W: np.empty(0)})
+        ddf = dd.from_delayed([dask.delayed(member_rows)(fr, ctx.enc, plan, member, m, by, key_index, keys)
+                               for fr in fragments], meta=meta, verify_meta=False)
+        with plain.as_current():  # the frame's own computations (levels, persists) run on the cluster too
+            fit = fit_mcgrad_on_cluster(client, ddf, list(by), _S, _Y, learner, params, weight=_W,
+                                        seed=config.seed + SEED_STRIDE * m)
+        members.append(MCGradMember(member, [booster_json(b) for b in fit.boosters], fit.alphas, fit.levels, keys))
+        rounds.append({"rounds": len(fit.boosters), "holdout_loss": [float(v) for v in fit.holdout_loss]})
+    model.members = members
+    model.encoder = SegmentEncoder(model.encoder, by, keys)
+    model.info.update(method="mcgrad", method_params=dict(config.method_params))
+    model.info["x_mcgrad"] = {"by": list(by), "segments_seen": len(keys), "params": asdict(params),
+                              "members": rounds, "booster_learner": BOOSTER_LEARNER}
+    return model

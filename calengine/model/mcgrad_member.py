@@ -1,0 +1,156 @@
+"""Scoring a model multicalibrated by MCGrad (``calengine fit --method mcgrad --by COL[,COL...]``,
+issue 25 §3; the algorithm is :mod:`calengine.fit.mcgrad`).
+
+An MCGrad member is a base member (the fold's learner, or the score column, with the ``none``
+calibrator: its own probability) plus the rounds fitted on that member's held-out probabilities:
+per round one XGBoost booster and its unshrink factor.  A row's probability is
+
+    f ← logit(p_base);  for each round r:  f ← α_r · (f + Δ_r([x, f]));  p = sigmoid(f)
+
+with ``x`` the row's segment one-hot.  How the segment reaches the member: the model's encoder is a
+:class:`calengine.model.segmented.SegmentEncoder` whose keys are *every* segment seen at fit time,
+so the appended column is the row's segment index; the member maps it to the one-hot of that
+segment's values over ``levels`` (a row with a missing ``--by`` value, or a combination of values not
+seen together at fit time, sets no indicator: the trees' "none of these" branch, which is also what
+the fit saw for rows with a missing value).  Each row's probability depends on that row alone.
+
+Storage, no pickles: each round's booster is a native XGBoost **JSON** file in the member's folder
+(``mcgrad_round_<r>.json``), listed and hashed in the manifest like every model file, and checked by
+:func:`calengine.booster_checks.validate_xgboost` (tree structure, feature indices below the one-hot
+width + 1, two classes) before XGBoost parses it; the unshrink factors, ``levels`` and ``keys`` are
+the member's JSON metadata.  The member applies the boosters loaded from those JSON bytes, in memory
+as after loading, so a saved model scores exactly as the fitted one (tests/test_mcgrad_command.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .segmented import WrappedMember
+
+__all__ = ["MCGradMember", "MEMBER_KIND", "booster_json"]
+
+#: the manifest's member kind of an MCGrad model
+MEMBER_KIND = "mcgrad"
+
+
+def booster_json(blob: bytes) -> bytes:
+    """A booster's native JSON, from its UBJSON or JSON bytes (validated first)."""
+    import xgboost as xgb
+
+    from ..booster_checks import validate_xgboost
+
+    validate_xgboost(bytes(blob), n_classes=2)
+    booster = xgb.Booster()
+    booster.load_model(bytearray(blob))
+    return bytes(booster.save_raw(raw_format="json"))
+
+
+def _round_name(r: int) -> str:
+    return f"mcgrad_round_{r}.json"
+
+
+@dataclass
+class MCGradMember(WrappedMember):
+    """A base member (``base``) plus MCGrad's rounds: ``boosters`` (native JSON bytes), ``alphas`` (the
+    unshrink factors), ``levels`` (the one-hot levels of each ``--by`` column) and ``keys`` (the
+    segments of the model's :class:`~calengine.model.segmented.SegmentEncoder`, in its order)."""
+
+    base: Any
+    boosters: list[bytes]
+    alphas: list[float]
+    levels: list[list[str]]
+    keys: list[tuple[str, ...]]
+    _loaded: list = field(default=None, init=False, repr=False, compare=False)
+
+    kind = MEMBER_KIND
+
+    def __post_init__(self) -> None:
+        from ..fit.mcgrad import segment_onehot
+
+        self.alphas = [float(a) for a in self.alphas]
+        self.levels = [[str(v) for v in lv] for lv in self.levels]
+        self.keys = [tuple(str(v) for v in k) for k in self.keys]
+        if len(self.boosters) != len(self.alphas) or not all(math.isfinite(a) and a > 0 for a in self.alphas):
+            raise ValueError(f"{len(self.boosters)} MCGrad boosters with {len(self.alphas)} positive finite factors")
+        if any(len(k) != len(self.levels) for k in self.keys):
+            raise ValueError("MCGrad segment keys do not match its --by columns")
+        cols = [np.array([k[j] for k in self.keys], dtype=object) for j in range(len(self.levels))]
+        onehot, _ = segment_onehot(cols, self.levels) if self.keys else (None, None)
+        width = sum(len(lv) for lv in self.levels)
+        # row j: the one-hot of key j; the last row (index -1): no indicator set
+        self._onehot = np.zeros((len(self.keys) + 1, width), dtype=np.float32)
+        if self.keys:
+            self._onehot[:-1] = onehot
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("base", "boosters", "alphas", "levels", "keys")}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    @property
+    def width(self) -> int:
+        return self._onehot.shape[1]
+
+    # ------------------------------------------------------------------ storage
+    def parts(self) -> dict[str, Any]:
+        base = self.base.parts()
+        meta = {**base["meta"], "mcgrad": {"alphas": list(self.alphas), "levels": self.levels,
+                                           "keys": [list(k) for k in self.keys], "rounds": len(self.boosters)}}
+        files = {_round_name(r): bytes(b) for r, b in enumerate(self.boosters)}
+        return {**base, "meta": meta, "files": files}
+
+    @classmethod
+    def from_parts(cls, learners, calibrators, arrays, meta, files=None) -> "MCGradMember":
+        from ..booster_checks import validate_xgboost
+        from .calibrated import Member
+
+        m = meta["mcgrad"]
+        rounds = int(m["rounds"])
+        files = files or {}
+        if rounds < 0 or sorted(files) != sorted(_round_name(r) for r in range(rounds)):
+            raise ValueError(f"an MCGrad member of {rounds} rounds needs the files {_round_name(0)}, ...;"
+                             f" the manifest lists {sorted(files)}")
+        levels = [[str(v) for v in lv] for lv in m["levels"]]
+        width = sum(len(lv) for lv in levels)
+        boosters = []
+        for r in range(rounds):
+            blob = bytes(files[_round_name(r)])
+            validate_xgboost(blob, n_features=width + 1, n_classes=2)  # before XGBoost parses it
+            boosters.append(blob)
+        base = Member.from_parts(learners, calibrators, arrays, {k: v for k, v in meta.items() if k != "mcgrad"})
+        return cls(base, boosters, m["alphas"], levels, [tuple(k) for k in m["keys"]])
+
+    # ------------------------------------------------------------------ the member interface
+    def _boosters(self) -> list:
+        if self._loaded is None:
+            import xgboost as xgb
+
+            loaded = []
+            for blob in self.boosters:
+                booster = xgb.Booster()
+                booster.load_model(bytearray(blob))
+                booster.set_param({"nthread": 1})
+                loaded.append(booster)
+            self._loaded = loaded
+        return self._loaded
+
+    def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
+        from ..fit.mcgrad import _delta, _sigmoid, logit
+        from .segmented import split_features
+
+        Xf, seg = split_features(X)
+        S = self.base.scores(Xf) if S is None else S
+        p = self.base.column_probabilities(None, S)[:, 0]
+        seg = np.where((seg >= 0) & (seg < len(self.keys)), seg, -1)
+        onehot = self._onehot[seg]
+        f = logit(p)
+        if f.size:
+            for booster, alpha in zip(self._boosters(), self.alphas):
+                f = alpha * (f + _delta(booster, onehot, f))
+        return _sigmoid(f)[:, None]
