@@ -574,3 +574,15 @@ def command_line() -> str:
     import shlex
 
     return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def add_generated_table_options(ap, *, rows_list: Sequence[int], methods: Sequence[str]) -> None:
+    """The options every benchmark of a generated score table shares (bench_score_columns, bench_sql_export):
+    which sizes and methods, how many repeats, how the generated Parquet is cut, and its seed."""
+    ints = lambda s: [int(float(x)) for x in s.split(",") if x.strip()]  # noqa: E731 - 1e7 is accepted
+    ap.add_argument("--rows-list", type=ints, default=list(rows_list))
+    ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=list(methods))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rows-per-file", type=int, default=5_000_000)
+    ap.add_argument("--row-group-rows", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)

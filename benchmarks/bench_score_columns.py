@@ -343,14 +343,8 @@ def render(d: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ints = lambda s: [int(float(x)) for x in s.split(",") if x.strip()]  # noqa: E731 - 1e7 is accepted
-    ap.add_argument("--rows-list", type=ints, default=[1_000_000, 10_000_000])
-    ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=list(METHODS))
-    ap.add_argument("--repeats", type=int, default=3)
+    C.add_generated_table_options(ap, rows_list=[1_000_000, 10_000_000], methods=METHODS)
     ap.add_argument("--workers", type=int, default=2, help="--cluster workers and Spark's local[W] (0: no cluster)")
-    ap.add_argument("--rows-per-file", type=int, default=5_000_000)
-    ap.add_argument("--row-group-rows", type=int, default=1_000_000)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sklearn-max-rows", type=int, default=100_000_000)
     ap.add_argument("--sklearn-min-available-gib", type=float, default=14.0)
     ap.add_argument("--spark-max-rows", type=int, default=10_000_000)

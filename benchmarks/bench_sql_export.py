@@ -191,15 +191,9 @@ def render(d: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ints = lambda s: [int(float(x)) for x in s.split(",") if x.strip()]  # noqa: E731 - 1e7 is accepted
-    ap.add_argument("--rows-list", type=ints, default=[10_000_000, 30_000_000])
-    ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=list(METHODS))
-    ap.add_argument("--repeats", type=int, default=3)
+    C.add_generated_table_options(ap, rows_list=[10_000_000, 30_000_000], methods=METHODS)
     ap.add_argument("--cal-rows", type=int, default=1_000_000, help="rows of the table the models are fitted on")
     ap.add_argument("--threads", type=int, default=2, help="DuckDB's threads (calengine score: its default)")
-    ap.add_argument("--rows-per-file", type=int, default=5_000_000)
-    ap.add_argument("--row-group-rows", type=int, default=1_000_000)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--sample-interval", type=float, default=0.15)
     ap.add_argument("--work-dir", default=f"/tmp/calengine-bench/{NAME}")
