@@ -576,9 +576,11 @@ def command_line() -> str:
     return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
 
-def add_generated_table_options(ap, *, rows_list: Sequence[int], methods: Sequence[str]) -> None:
+def add_generated_table_options(ap, *, name: str, results_dir: str, rows_list: Sequence[int],
+                                methods: Sequence[str]) -> None:
     """The options every benchmark of a generated score table shares (bench_score_columns, bench_sql_export):
-    which sizes and methods, how many repeats, how the generated Parquet is cut, and its seed."""
+    which sizes and methods, how many repeats, how the generated Parquet is cut, its seed, the per-run
+    timeout and RSS sampling, and where tables and results go."""
     ints = lambda s: [int(float(x)) for x in s.split(",") if x.strip()]  # noqa: E731 - 1e7 is accepted
     ap.add_argument("--rows-list", type=ints, default=list(rows_list))
     ap.add_argument("--methods", type=lambda s: [m for m in s.split(",") if m], default=list(methods))
@@ -586,3 +588,8 @@ def add_generated_table_options(ap, *, rows_list: Sequence[int], methods: Sequen
     ap.add_argument("--rows-per-file", type=int, default=5_000_000)
     ap.add_argument("--row-group-rows", type=int, default=1_000_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=3600.0)
+    ap.add_argument("--sample-interval", type=float, default=0.15)
+    ap.add_argument("--work-dir", default=f"/tmp/calengine-bench/{name}")
+    ap.add_argument("--results-dir", default=results_dir)
+    ap.add_argument("--name", default=name, help="result page name (results/NAME.{md,json})")

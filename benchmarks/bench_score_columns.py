@@ -343,7 +343,7 @@ def render(d: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    C.add_generated_table_options(ap, rows_list=[1_000_000, 10_000_000], methods=METHODS)
+    C.add_generated_table_options(ap, name=NAME, results_dir=str(HERE / "results"), rows_list=[1_000_000, 10_000_000], methods=METHODS)
     ap.add_argument("--workers", type=int, default=2, help="--cluster workers and Spark's local[W] (0: no cluster)")
     ap.add_argument("--sklearn-max-rows", type=int, default=100_000_000)
     ap.add_argument("--sklearn-min-available-gib", type=float, default=14.0)
@@ -351,11 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--spark-memory", default="12g", help="spark.driver.memory (local mode: the JVM's heap)")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--spark-repeats", type=int, default=3, help="at most this many Spark runs per size")
-    ap.add_argument("--timeout", type=float, default=3600.0)
-    ap.add_argument("--sample-interval", type=float, default=0.15)
-    ap.add_argument("--work-dir", default=f"/tmp/calengine-bench/{NAME}")
-    ap.add_argument("--results-dir", default=str(HERE / "results"))
-    ap.add_argument("--name", default=NAME, help="result page name (results/NAME.{md,json})")
     return ap
 
 

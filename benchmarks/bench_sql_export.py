@@ -191,14 +191,9 @@ def render(d: dict) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    C.add_generated_table_options(ap, rows_list=[10_000_000, 30_000_000], methods=METHODS)
+    C.add_generated_table_options(ap, name=NAME, results_dir=str(HERE / "results"), rows_list=[10_000_000, 30_000_000], methods=METHODS)
     ap.add_argument("--cal-rows", type=int, default=1_000_000, help="rows of the table the models are fitted on")
     ap.add_argument("--threads", type=int, default=2, help="DuckDB's threads (calengine score: its default)")
-    ap.add_argument("--timeout", type=float, default=3600.0)
-    ap.add_argument("--sample-interval", type=float, default=0.15)
-    ap.add_argument("--work-dir", default=f"/tmp/calengine-bench/{NAME}")
-    ap.add_argument("--results-dir", default=str(HERE / "results"))
-    ap.add_argument("--name", default=NAME, help="result page name (results/NAME.{md,json})")
     return ap
 
 
