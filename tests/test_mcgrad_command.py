@@ -9,6 +9,7 @@ isotonic fit of the same score column.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -65,7 +66,12 @@ def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
     assert [len(m.boosters) for m in model.members] == [2, 2]
     assert model.members[0].boosters != model.members[1].boosters  # fitted on different held-out rows
     save_model(model, tmp_path / "m")
+    from calengine import booster_guard
+
     loaded = load_model(tmp_path / "m")
+    # the loading process probed every round's booster in a child first, as every booster file is
+    rounds = [hashlib.sha256(b).hexdigest() for m in loaded.members for b in m.boosters]
+    assert len(rounds) == 4 and all(booster_guard._verdicts.get(h, "unprobed") is None for h in rounds)
     got, want = loaded.predict_frame(df), model.predict_frame(df)
     assert np.array_equal(got.to_numpy(), want.to_numpy())
     sub = df.iloc[::7].reset_index(drop=True)

@@ -123,6 +123,7 @@ class MCGradMember(WrappedMember):
             blob = bytes(files[_round_name(r)])
             validate_xgboost(blob, n_features=width + 1, n_classes=2)  # before XGBoost parses it
             boosters.append(blob)
+        _probe_in_child(boosters, width + 1)
         base = Member.from_parts(learners, calibrators, arrays, {k: v for k, v in meta.items() if k != "mcgrad"})
         return cls(base, boosters, m["alphas"], levels, [tuple(k) for k in m["keys"]])
 
@@ -154,3 +155,22 @@ class MCGradMember(WrappedMember):
             for booster, alpha in zip(self._boosters(), self.alphas):
                 f = alpha * (f + _delta(booster, onehot, f))
         return _sigmoid(f)[:, None]
+
+
+def _probe_in_child(boosters: list[bytes], n_features: int) -> None:
+    """The process that loads a model file loads and scores each round's booster in a child first, as
+    every booster learner's file is (:func:`calengine.booster_guard.probe_in_child`, once per content
+    hash): what the Python checks cannot foresee ends in one ModelFormatError line, not in this process's
+    death.  The probe runs with the xgboost plugin's learner class, the one MCGrad's rounds train with."""
+    if not boosters:
+        return
+    from ..booster_guard import probe_in_child
+    from ..errors import ModelFormatError, UnknownPluginError
+    from ..registry import lookup
+
+    try:
+        cls = lookup("learners", "xgboost")
+    except UnknownPluginError as exc:
+        raise ModelFormatError(f"this model's MCGrad rounds are XGBoost boosters: {exc}") from None
+    for blob in boosters:
+        probe_in_child(cls, blob, n_features, 2)
