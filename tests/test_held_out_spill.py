@@ -119,3 +119,28 @@ def test_local_cluster_worker_processes_spill_too(tmp_path, monkeypatch):
     assert decided == [False, True]
     grid = {"s": np.linspace(0.0, 1.0, 2001)}
     assert np.array_equal(_probabilities(kept, grid), _probabilities(spilled, grid))
+
+
+def test_every_task_side_npy_read_parses_its_header_under_the_one_lock(tmp_path, monkeypatch):
+    """CPython 3.11's ast.literal_eval (np.load's header parser) fails across threads ("AST constructor
+    recursion depth mismatch", seen in evaluate's range tasks): the held-out spill and the evaluate range
+    files read .npy headers only while holding spill's lock.  Any read that bypasses it fails here."""
+    import ast
+
+    from calengine.metrics import range_eval
+
+    parse, seen = ast.literal_eval, []
+
+    def checked(text):
+        seen.append(spill._NPY_HEADER_LOCK.locked())
+        return parse(text)
+
+    monkeypatch.setattr(ast, "literal_eval", checked)
+    block = np.arange(5.0)
+    assert np.array_equal(spill._load(spill._save(str(tmp_path), block)), block)
+    table = (np.array([0.1, 0.2, 0.7]), np.array([1, 0, 2]), np.array([0, 1, 1]))
+    handle = range_eval._save(table, str(tmp_path / "t"))
+    whole, part = range_eval._load(handle), range_eval._load(handle, 0.15, 0.5)
+    assert [a.tolist() for a in whole] == [a.tolist() for a in table]
+    assert [a.tolist() for a in part] == [[0.2], [0], [1]]
+    assert seen and all(seen), seen

@@ -36,6 +36,7 @@ import threading
 
 import numpy as np
 
+from ..tasks.spill import load_npy
 from .range_cache import cached_range
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import merge_all, merge_tables
@@ -70,7 +71,7 @@ def _load(handle, lo_value=None, hi_value=None):
     if kind == "disk" and (lo_value is not None or hi_value is not None):
         return _read_slice(data, lo_value, hi_value)
     if kind == "disk":
-        arrays = [np.load(f"{data}.{name}.npy", mmap_mode="r") for name in _NAMES]
+        arrays = [load_npy(f"{data}.{name}.npy", mmap_mode="r") for name in _NAMES]
     else:
         arrays = list(data)
     if lo_value is None and hi_value is None:
@@ -99,7 +100,7 @@ def _read_slice(path: str, lo_value, hi_value) -> tuple:
     with _MAPPED_LOCK:
         entry = _MAPPED.get(path)
     if entry is None:
-        maps = [np.load(f"{path}.{name}.npy", mmap_mode="r") for name in _NAMES]
+        maps = [load_npy(f"{path}.{name}.npy", mmap_mode="r") for name in _NAMES]
         entry = (maps[0], [(f"{path}.{name}.npy", m.offset, m.dtype) for name, m in zip(_NAMES, maps)])
         with _MAPPED_LOCK:
             entry = _MAPPED.setdefault(path, entry)

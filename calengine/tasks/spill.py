@@ -19,10 +19,25 @@ sure to see the driver's file system.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 
 import numpy as np
+
+#: ``np.load`` parses every ``.npy`` header with ``ast.literal_eval``, which CPython 3.11 does not make
+#: safe across threads: two task threads parsing at once can fail with "SystemError: AST constructor
+#: recursion depth mismatch" (python/cpython#106905; seen in evaluate's range tasks on the embedded
+#: scheduler).  Every task-side ``.npy`` read goes through :func:`load_npy`, one header at a time.
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+def load_npy(path: str, mmap_mode: str | None = None) -> np.ndarray:
+    """``np.load(path, mmap_mode=..., allow_pickle=False)`` with the header parsed under the process's one
+    lock.  A memory map is made under the lock (header and map only); a full load reads the data under
+    it too, which task threads that load a block and then sort it for far longer barely notice."""
+    with _NPY_HEADER_LOCK:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
 
 
 def _save(directory: str, array: np.ndarray) -> str:
@@ -32,7 +47,7 @@ def _save(directory: str, array: np.ndarray) -> str:
 
 
 def _load(path: str) -> np.ndarray:
-    return np.load(path, allow_pickle=False)
+    return load_npy(path)
 
 
 def _save_optional(directory: str, array: np.ndarray | None) -> str | None:
