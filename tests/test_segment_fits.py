@@ -86,6 +86,73 @@ def test_segment_maps_equal_in_memory_fits_on_any_partitioning(tmp_path, seed, f
                                atol=1e-12 if method == "isotonic" else 1e-6)
 
 
+def test_many_segments_are_few_range_tasks_and_each_segment_its_own_in_memory_isotonic(tmp_path, monkeypatch):
+    """Issue 25: thousands of segments must not mean thousands of tasks.  About 60 segments: the sorted
+    round is a couple of batched range tasks; with ranges cut at 150 rows (large segments span several
+    ranges, batches span segments) still fewer tasks than ranges, and every segment's map is its
+    in-memory isotonic fit."""
+    import distributed
+
+    from calengine import registry
+    from calengine.fit import calibrators
+
+    rng = np.random.default_rng(5)
+    n = 6000
+    g = rng.zipf(1.3, n) % 60
+    s = rng.random(n).round(3)
+    y = (rng.random(n) < np.clip(s + (g % 5 - 2) / 10, 0, 1)).astype(np.int64)
+    df = pd.DataFrame({"s": s, "g": g.astype(str), "y": y})
+    path = _write(df, tmp_path / "t.parquet", 700)
+    names, pairs = [], []
+    submit, groups = distributed.Client.submit, calibrators._range_groups
+
+    def counting(self, fn, *args, **kwargs):
+        names.append(getattr(fn, "__name__", ""))
+        return submit(self, fn, *args, **kwargs)
+
+    def grouping(*args):
+        out = groups(*args)
+        pairs.extend(p for grp in out for p in grp)
+        return out
+
+    monkeypatch.setattr(distributed.Client, "submit", counting)
+    monkeypatch.setattr(calibrators, "_range_groups", grouping)
+    model = _fit(path, 1500, "isotonic", 0)
+    keys = model.encoder.keys
+    assert len(keys) > 30 and len(pairs) > 30
+    assert names.count("ranges_partial_stats") <= 4  # the global fit's one, and about one per worker
+    monkeypatch.setattr(calibrators, "range_rows_for", lambda memory_limit: 150)
+    names.clear()
+    pairs.clear()
+    model = _fit(path, 1500, "isotonic", 0)
+    assert model.encoder.keys == keys
+    assert len(pairs) > 100 and names.count("ranges_partial_stats") < 0.9 * len(pairs)
+    got = model.predict_proba(df[["s", "g"]])[:, 1]
+    for (value,) in keys:
+        rows = (df["g"] == value).to_numpy()
+        want = registry.make("calibrators", "isotonic", {}).fit(df["s"][rows].to_numpy(), y[rows], score_kind="proba")
+        np.testing.assert_allclose(got[rows], want.predict(df["s"][rows].to_numpy()), atol=1e-12)
+
+
+@given(sizes=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 4)), min_size=1, max_size=30),
+       workers=st.integers(1, 4), limit=st.sampled_from([100, 1000, 10**6]))
+@settings(max_examples=25, deadline=None)
+def test_range_batches_keep_every_range_in_order_within_a_range_s_rows(sizes, workers, limit):
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from calengine.fit import calibrators
+
+    specs = [(i, i, 0, np.zeros(cuts)) for i, (_, cuts) in enumerate(sizes)]
+    summaries = [{"n": n} for n, _ in sizes]
+    with mock.patch.object(calibrators, "range_rows_for", lambda memory_limit: limit):
+        groups = calibrators._range_groups(specs, summaries, SimpleNamespace(memory_limit=1.0), workers)
+    assert [p for grp in groups for p in grp] == [(i, r) for i, (_, cuts) in enumerate(sizes) for r in range(cuts + 1)]
+    rows = {(i, r): n / (cuts + 1) for i, (n, cuts) in enumerate(sizes) for r in range(cuts + 1)}
+    for grp in groups:
+        assert len(grp) == 1 or sum(rows[p] for p in grp) <= limit + 1e-9
+
+
 def test_shrinkage_blends_towards_the_global_map_and_survives_save_and_load(tmp_path):
     df = _table(3)
     path = _write(df, tmp_path / "t.parquet", 300)

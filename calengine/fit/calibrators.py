@@ -118,7 +118,8 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
         from ..reductions.agreement import check_reduction_once
 
         check_reduction_once(calibrator, score_kind)  # a plugin whose reduction disagrees with its fit
-    pieces_of: dict[int, list] = {}  # sorted problems: per range, the futures of its pieces
+    groups: list = []  # sorted problems' score ranges, batched: ([(problem, range), ...], piece futures per split)
+    n_ranges_of: dict[int, int] = {}
     rounds = 0
     while True:
         pending = [i for i, r in enumerate(requests) if r is not None]
@@ -131,38 +132,41 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
         if unsorted:
             args = [(problems[i][0], problems[i][1], cals[i], requests[i], raw_kind) for i in unsorted]
             block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
-        new = [i for i in sorted_ if i not in pieces_of]
+        new = [i for i in sorted_ if i not in n_ranges_of]
         if new:
             specs = []
             for i in new:
                 cs, col = problems[i]
                 n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
                 specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
+                n_ranges_of[i] = n_ranges
             bl = blocks()
-            size = _split_group_size(len(bl), ctx, len(client.scheduler_info().get("workers", {})))
+            n_workers = len(client.scheduler_info().get("workers", {}))
+            size = _split_group_size(len(bl), ctx, n_workers)
             splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], spill_dir=spill_dir, pure=False)
                       for j in range(0, len(bl), size)]
-            for i, _, _, bounds in specs:
-                pieces_of[i] = [
-                    [client.submit(pt.take, sp, (i, r), pure=False) for sp in splits] for r in range(len(bounds) + 1)
-                ]
-        if not unsorted and not fallback and all(i in pieces_of for i in pending):
+            for group in _range_groups(specs, summaries, ctx, n_workers):
+                groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
+        if not unsorted and not fallback and all(i in n_ranges_of for i in pending):
             holder[0] = None  # each block is freed once its split has run
-        range_futures = {
-            i: [client.submit(pt.range_partial_stats, cals[i], requests[i], *pieces, pure=False) for pieces in pieces_of[i]]
-            for i in sorted_
-        }
-        flat = block_futures + [f for i in sorted_ for f in range_futures[i]]
+        live = set(sorted_)
+        range_tasks = []  # (the (problem, range) pairs a task computes, its future)
+        for group, parts in groups:
+            items = [(pos, cals[i], requests[i]) for pos, (i, _) in enumerate(group) if i in live]
+            if items:
+                range_tasks.append(([group[pos] for pos, _, _ in items],
+                                    client.submit(pt.ranges_partial_stats, items, *parts, pure=False)))
+        flat = block_futures + [f for _, f in range_tasks]
         results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators")
         block_results = results[: len(block_futures)]
-        pos = len(block_futures)
         merged: dict[int, Any] = {}
         for j, i in enumerate(unsorted):
             merged[i] = _calibrator_stats(cals[i], [r[j] for r in block_results])
+        range_stats: dict = {}
+        for (pairs, _), stats in zip(range_tasks, results[len(block_futures) :]):
+            range_stats.update(zip(pairs, stats))
         for i in sorted_:
-            n = len(range_futures[i])
-            merged[i] = _calibrator_stats(cals[i], results[pos : pos + n])
-            pos += n
+            merged[i] = _calibrator_stats(cals[i], [range_stats[(i, r)] for r in range(n_ranges_of[i])])
         for i in pending:
             with plugin_errors(cals[i], "fit"):
                 requests[i] = cals[i].reduction_step(merged[i], requests[i])
@@ -186,6 +190,28 @@ def _split_group_size(n_blocks: int, ctx, n_workers: int) -> int:
     rows_per_group = 4 * range_rows_for(ctx.memory_limit)
     groups = max(max(1, n_workers), math.ceil(ctx.n_rows / rows_per_group))
     return max(1, math.ceil(n_blocks / groups))
+
+
+def _range_groups(specs: list, summaries: list, ctx, n_workers: int) -> list[list]:
+    """The sorted problems' ``(problem, range)`` pairs, in order, batched so that one task computes
+    the statistics of many small ranges: a segment-wise fit (:mod:`calengine.fit.segments`) has one
+    problem per (member, segment), and one task per range made a thousand segments a thousand range
+    tasks (and as many piece-taking tasks per split), which cost its 1M-row fit 7x the global fit's
+    wall.  A batch holds about one range's rows (the memory bound of a range task) and there are at
+    least as many batches as workers when there are that many ranges.  Batching changes only which
+    task computes a range, never a range's rows or the order its statistics are merged in."""
+    pairs = [((i, r), summaries[cs]["n"] / (len(bounds) + 1)) for i, cs, _, bounds in specs
+             for r in range(len(bounds) + 1)]
+    budget = max(1.0, min(range_rows_for(ctx.memory_limit), sum(rows for _, rows in pairs) / max(1, n_workers)))
+    groups: list[list] = []
+    rows_in = 0.0
+    for pair, rows in pairs:
+        if not groups or (groups[-1] and rows_in + rows > budget):
+            groups.append([])
+            rows_in = 0.0
+        groups[-1].append(pair)
+        rows_in += rows
+    return groups
 
 
 def _calibrator_stats(cal, parts: list):

@@ -500,9 +500,17 @@ def _concatenate_pieces(pieces: list) -> tuple:
     return s, t, np.concatenate([_weights(p[2], p[0].shape[0]) for p in pieces])
 
 
-def take(mapping: dict, key):
-    """One entry of a task result (a tiny task, so each range task fetches only its own pieces)."""
-    return mapping[key]
+def take_many(mapping: dict, keys: list) -> list:
+    """Some entries of a task result, in order (a tiny task, so each range task fetches only its own
+    pieces)."""
+    return [mapping[key] for key in keys]
+
+
+def ranges_partial_stats(items: list, *parts: list) -> list:
+    """:func:`range_partial_stats` of a batch of score ranges (:func:`calengine.fit.calibrators._range_groups`):
+    ``items`` are ``(position, calibrator, request)``, ``parts`` one :func:`take_many` list per split,
+    a range's pieces at its position in each."""
+    return [range_partial_stats(cal, request, *[p[pos] for p in parts]) for pos, cal, request in items]
 
 
 @trims_heap
