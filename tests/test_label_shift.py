@@ -368,15 +368,18 @@ def test_fits_record_the_class_totals_their_calibrators_met(tmp_path):
 # ---------------------------------------------------------------------------------------------- evaluate --prior-shift
 
 
-def test_evaluate_prior_shift_on_adult_resampled_to_a_known_rate(adult):
+def test_evaluate_prior_shift_on_adult_resampled_to_a_known_rate(adult, tmp_path):
     """``evaluate --prior-shift``: the EM estimate from the probabilities alone is within 0.02 of the
     resample's positive rate (0.5 here, Adult's training rate 0.24), the 90 % bootstrap interval holds
     it and is a few hundredths wide at 7,700 rows (binomial sd of a rate near 0.5: 0.0057, so a 90 %
-    interval of about 0.019 plus EM's own noise), and the text shows the same numbers."""
+    interval of about 0.019 plus EM's own noise), and the text and the HTML report show the same numbers."""
+    import html
+
     from calengine.methods.label_shift import em_priors
 
     root, shifted = adult
-    ev = calengine.evaluate_models(root / "nb", str(root / "shift_0.5.parquet"), "class", prior_shift=60, seed=3)
+    ev = calengine.evaluate_models(root / "nb", str(root / "shift_0.5.parquet"), "class", prior_shift=60, seed=3,
+                                   report=tmp_path / "report")
     shift = ev.to_json()["prior_shift"]
     pos = shift["classes"].index(">50K")
     truth = float((shifted[0.5]["class"] == ">50K").mean())
@@ -393,6 +396,13 @@ def test_evaluate_prior_shift_on_adult_resampled_to_a_known_rate(adult):
     row = next(line for line in ev.to_text().splitlines() if line.startswith(">50K "))
     assert row.split()[1:3] == [f"{shift['training'][pos]:.4f}", f"{shift['estimated'][pos]:.4f}"], row
     assert f"[{shift['low'][pos]:.4f}, {shift['high'][pos]:.4f}]" in row and row.endswith(f"{truth:.4f}"), row
+    page = html.unescape((tmp_path / "report" / "index.html").read_text())
+    block = page[page.index("<h3>Prior shift</h3>"):]
+    block = block[: block.index("</table>")]
+    cells = [f"{shift['training'][pos]:.4f}", f"{shift['estimated'][pos]:.4f}",
+             f"[{shift['low'][pos]:.4f}, {shift['high'][pos]:.4f}]", f"{truth:.4f}"]
+    assert "<tr><td>>50K</td>" + "".join(f'<td class="num">{c}</td>' for c in cells) + "</tr>" in block, block
+    assert "90% interval" in block and "60 bootstrap resamples" in block and shift["training_from"] in block
 
 
 def test_prior_shift_replicates_are_plain_row_bootstraps_of_the_em(adult, tmp_path):

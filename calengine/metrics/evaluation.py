@@ -372,6 +372,7 @@ def _write_report(ev: Evaluation, files: list[str]) -> None:
                 drift=ev.drifts[i],
                 lineage=m.info.get("lineage"),
                 segments=None if ev.segments is None else ev.segments[i],
+                prior_shift=None if ev.prior_shifts is None else ev.prior_shifts[i],
             )
         )
     write_report(ev.report, entries)

@@ -293,6 +293,8 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
             parts.append('<div class="figs">' + "".join(_img(f) for f in figs["decisions"]) + "</div>")
     if e.segments is not None:
         parts.append(_segments_html(e.segments))
+    if e.prior_shift is not None:
+        parts.append(_prior_shift_html(e.prior_shift))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -322,6 +324,34 @@ def _segments_html(seg: dict) -> str:
         f" {_esc(format_metric(seg['mce_sigma']))} σ, p = {_esc(format_metric(seg['mce_pvalue']))}."
         + (f" {more} more segments are in <code>--json</code>." if more > 0 else "") + "</p>"
         + '<div class="scroll"><table><tr>' + "".join(f"<th>{_esc(h)}</th>" for h in heads) + f"</tr>{body}</table></div>"
+    )
+
+
+def _prior_shift_html(shift: dict) -> str:
+    """The ``evaluate --prior-shift`` block (:func:`calengine.fit.label_shift.prior_shift_table`): per
+    class, the prior the model was calibrated to, the EM estimate from its probabilities, the bootstrap
+    interval and the table's label rate, as ``--json`` carries them."""
+    pct = f"{shift['level']:.0%}"
+    heads = ("class", "training prior", "estimated prior (EM)", f"{pct} interval", "observed label rate")
+    body = "".join(
+        f"<tr><td>{_esc(c)}</td>"
+        + "".join(f'<td class="num">{_esc(v)}</td>' for v in (
+            f"{shift['training'][i]:.4f}", f"{shift['estimated'][i]:.4f}",
+            f"[{shift['low'][i]:.4f}, {shift['high'][i]:.4f}]",
+            "n/a" if shift["observed"] is None else f"{shift['observed'][i]:.4f}"))
+        + "</tr>"
+        for i, c in enumerate(shift["classes"])
+    )
+    em = shift["em"]
+    stopped = "" if em["converged"] else f" EM stopped after {em['iterations']} steps without converging."
+    return (
+        "<h3>Prior shift</h3>"
+        f'<p class="note">The class priors of this table estimated from the model\'s probabilities alone (EM,'
+        f" as <code>calengine adapt</code> runs it) over {shift['rows']:,} rows, with a {pct} percentile"
+        f" interval from {shift['replicates']} bootstrap resamples of {shift['sample_rows']:,} rows (seed"
+        f" {shift['seed']}); training priors: {_esc(shift['training_from'])}; observed: the label rates"
+        f" of {shift['labelled_rows']:,} labelled rows.{_esc(stopped)}</p>"
+        + "<table><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in heads) + f"</tr>{body}</table>"
     )
 
 

@@ -61,6 +61,8 @@ class ReportEntry:
     lineage: dict | None = None
     #: ``evaluate --by``: :meth:`calengine.metrics.segments.SegmentAccumulator.result`, shown as a table
     segments: dict | None = None
+    #: ``evaluate --prior-shift``: :func:`calengine.fit.label_shift.prior_shift_table`, shown as a table
+    prior_shift: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
