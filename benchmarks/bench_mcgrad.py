@@ -107,6 +107,40 @@ def run_case(name, train_path, train, test, target, positive, by, exclude, min_r
     return rows
 
 
+def run_cli_case(name, train_path, test, target, positive, by, exclude, min_rows, rounds, cv, work) -> list[dict]:
+    """The same three settings through the commands (``calengine fit``, each in its own process), the
+    models read back and measured on the test rows as :func:`run_case` measures: ``gaussian_nb`` with
+    ``--cv`` folds, then global isotonic, ``--by`` isotonic (K = 20) and ``--by ... --method mcgrad``
+    (at most ``rounds`` rounds, early stopping on, the other parameters MCGrad's defaults): held-out
+    probabilities per fold, trained across the embedded cluster's workers, as a user runs it."""
+    import calengine
+    from _common import run_measured
+    from bench_segment_fits import measure
+
+    base = [sys.executable, "-P", "-m", "calengine", "fit", train_path, "--target", target, "--learner", "gaussian_nb",
+            "--cv", str(cv), "--seed", "0", "--quiet", "--overwrite"]
+    base += (["--positive", positive] if positive else []) + [a for c in exclude for a in ("--exclude", c)]
+    settings = [("global isotonic", []), ("segment isotonic (K=20)", ["--by", ",".join(by), "--max-segments", "20000"]),
+                ("MCGrad", ["--by", ",".join(by), "--method", "mcgrad", "--method-param", f"rounds={rounds}"])]
+    rows = []
+    for setting, extra in settings:
+        out = Path(work) / f"{name}-{len(rows)}"
+        r = run_measured(base + extra + ["--output", str(out)])
+        if r.returncode:
+            raise RuntimeError(f"{setting} failed:\n{r.stderr[-2000:]}")
+        model = calengine.load_model(out)
+        m = measure(model, test, target, by, min_rows)
+        cpu = r.rusage["user_s"] + r.rusage["sys_s"]
+        kept = (model.info.get("x_mcgrad") or {}).get("members")
+        extra_out = {"rounds_kept": [k["rounds"] for k in kept]} if kept else {}
+        rows.append({"case": name, "setting": f"{setting} (command)", "fit_cpu_s": cpu, "fit_wall_s": r.wall_s,
+                     "command": " ".join(map(str, (base + extra)[3:])), **m, **extra_out})
+        print(f"{name:8s} {setting + ' (command)':34s} log loss {m['log_loss']:.5f}  worst ECE {m['worst_ece']:.4f}"
+              f"  worst ECCE {m['worst_ecce_sigma']:.2f}  MCE {m['mce_sigma']:.2f}  CPU {cpu:.1f}s"
+              f" wall {r.wall_s:.1f}s {extra_out}", flush=True)
+    return rows
+
+
 def main(argv=None) -> int:
     import pandas as pd
 
@@ -117,6 +151,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=40_000, help="training rows (and test rows) of the planted table")
     ap.add_argument("--rounds", type=int, default=100, help="MCGrad's most rounds (early stopping picks)")
     ap.add_argument("--cases", default="adult,planted", help="which tables (comma-separated)")
+    ap.add_argument("--via", choices=("core", "command", "both"), default="both",
+                    help="core: the in-process algorithm on training rows; command: calengine fit per setting")
+    ap.add_argument("--command-rounds", type=int, default=8, help="MCGrad's most rounds through the command")
+    ap.add_argument("--command-cv", type=int, default=2, help="folds of the learner through the command")
     ap.add_argument("--min-report-rows", type=int, default=100, help="smallest test segment whose ECE/ECCE counts")
     ap.add_argument("--out", default=str(HERE / "results" / "mcgrad"))
     args = ap.parse_args(argv)
@@ -129,13 +167,22 @@ def main(argv=None) -> int:
             train["age_band"], test["age_band"] = age_band(train["age"]), age_band(test["age"])
             test["class"] = test["class"].str.rstrip(".")
             train.to_parquet(Path(tmp) / "adult.parquet")
-            results += run_case("adult", str(Path(tmp) / "adult.parquet"), train, test, "class", ">50K",
-                                ["sex", "race", "age_band", "education"], [], args.min_report_rows, args.rounds)
+            adult = (str(Path(tmp) / "adult.parquet"), "class", ">50K", ["sex", "race", "age_band", "education"], [])
+            if args.via != "command":
+                results += run_case("adult", adult[0], train, test, *adult[1:], args.min_report_rows, args.rounds)
+            if args.via != "core":
+                results += run_cli_case("adult", adult[0], test, *adult[1:], args.min_report_rows, args.command_rounds,
+                                        args.command_cv, tmp)
         if "planted" in cases:
             gtrain, gtest = generate(args.rows, 1), generate(args.rows, 2)
             gtrain.to_parquet(Path(tmp) / "gen.parquet", row_group_size=5000)
-            results += run_case("planted", str(Path(tmp) / "gen.parquet"), gtrain, gtest, "y", None, ["region"],
-                                ["region"], args.min_report_rows, args.rounds)
+            planted = (str(Path(tmp) / "gen.parquet"), "y", None, ["region"], ["region"])
+            if args.via != "command":
+                results += run_case("planted", planted[0], gtrain, gtest, *planted[1:], args.min_report_rows,
+                                    args.rounds)
+            if args.via != "core":
+                results += run_cli_case("planted", planted[0], gtest, *planted[1:], args.min_report_rows,
+                                        args.command_rounds, args.command_cv, tmp)
     env = environment(REPO, ["calengine", "numpy", "xgboost-cpu", "scikit-learn"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps({"environment": env, "results": results}, indent=2, default=str))
@@ -159,7 +206,8 @@ def main(argv=None) -> int:
 def _table_row(r: dict) -> str:
     cells = [r["case"], r["setting"], f"{r['log_loss']:.5f}", f"{r['worst_ece']:.4f}", f"{r['worst_ecce_sigma']:.2f}",
              f"{r['mce_sigma']:.2f}", f"{r['fit_cpu_s']:.1f}",
-             f"{r['rounds']} of {r['rounds_tried']} tried" if "rounds" in r else "-",
+             f"{r['rounds']} of {r['rounds_tried']} tried" if "rounds" in r
+             else ",".join(map(str, r["rounds_kept"])) + " (per fold member)" if "rounds_kept" in r else "-",
              f"{r['time_ratio']:.1f}" if "time_ratio" in r else "-"]
     return "| " + " | ".join(cells) + " |"
 

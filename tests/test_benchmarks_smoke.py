@@ -356,7 +356,7 @@ def test_bench_mcgrad_tiny(tmp_path):
     bench = _load("bench_mcgrad")
     out = tmp_path / "mcgrad"
     assert bench.main(["--cases", "planted", "--rows", "1500", "--rounds", "2", "--min-report-rows", "20",
-                       "--out", str(out)]) == 0
+                       "--via", "core", "--out", str(out)]) == 0
     rows = json.loads(out.with_suffix(".json").read_text())["results"]
     assert [(r["case"], r["setting"]) for r in rows] == [
         ("planted", setting) for setting in ("global isotonic", "segment isotonic (K=20)", "MCGrad on global isotonic")]
@@ -364,3 +364,29 @@ def test_bench_mcgrad_tiny(tmp_path):
     mc = [r for r in rows if "rounds" in r]
     assert all(r["rounds"] <= 2 and r["one_booster_cpu_s"] > 0 and r["time_ratio"] > 0 for r in mc)
     assert "| planted | MCGrad on global isotonic |" in out.with_suffix(".md").read_text()
+
+
+def test_bench_segments_scale_tiny(tmp_path):
+    """bench_segments_scale.py: one of its commands (the --by fit) run and measured on a 3,000-row table
+    of 20 segments, and its page from those figures; the full run (every fit and evaluate, MCGrad
+    against one booster) is too slow for CI."""
+    bench = _load("bench_segments_scale")
+    seg_fits = _load("bench_segment_fits")
+    table = tmp_path / "t.parquet"
+    seg_fits.scale_table(table, 3000, 20)
+    cmds = bench.commands(table, tmp_path, 20)
+    assert [c[1] for c in cmds] == ["global isotonic", "--by seg (20 segments)", "global model",
+                                    "global model, --by seg", "--by model, --by seg"]
+    by = bench.run(*cmds[1], 3000, 1, 600)
+    assert by["wall_s"] > 0 and by["cpu_s"] > 0 and 50 < by["peak_rss_mib"] < 4096
+    assert (tmp_path / "by" / "manifest.json").exists()
+    fake = [{**by, "group": g, "setting": s, "wall_s": w} for g, s, w in
+            [("fit", "global isotonic", 2.0), ("evaluate", "global model", 1.0)]] + [by]
+    mc = [{**by, "group": "mcgrad", "setting": "m", "rows": 500, "cpu_s": 6.0}, {**by, "group": "mcgrad", "setting": "one",
+                                                                               "rows": 500, "cpu_s": 1.5}]
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(segments=20, repeats=1, mcgrad_rounds=2, trees=94)
+    page = bench.page(fake + mc, args, bench.environment(bench.REPO, []))
+    assert f"| 3,000 | fit | --by seg (20 segments) | {by['wall_s']:.2f} |" in page
+    assert "MCGrad CPU / (rounds × one booster's CPU): 2.00" in page
