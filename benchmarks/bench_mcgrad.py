@@ -20,6 +20,12 @@ of each 5 fold learners saw the row) but out-of-fold for nothing else; with the 
 here (naive Bayes, logistic regression) the in-sample scores are close to held-out ones, which is why
 this shortcut is taken until the partitioned fit (held-out scores per fold) exists: say so when quoting.
 
+``--via command`` (and ``both``, the default) also runs the three settings through ``calengine fit``, each
+in its own process (:func:`run_cli_case`): ``gaussian_nb`` with ``--command-cv`` folds, global isotonic,
+``--by`` isotonic and ``--by ... --method mcgrad`` (at most ``--command-rounds`` rounds, early stopping on):
+held-out probabilities per fold and boosters trained across the embedded cluster's workers, the engine's
+own path, where the in-process core above is the algorithm's; the models are read back and measured alike.
+
 Metrics on the test rows (``bench_segment_fits.measure``: ``calengine evaluate --by``'s accumulator):
 overall log loss; per segment, each column on its own, the worst ECE and ECCE (sigma scale) among
 segments of at least ``--min-report-rows`` rows; MCE, the largest segment ECCE over every segment.

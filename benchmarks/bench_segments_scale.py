@@ -156,7 +156,7 @@ def page(results: list[dict], args, env: dict) -> str:
                                  ["<", ">", ">", ">"]), "",
                   f"MCGrad CPU / (rounds × one booster's CPU): {ratio(m['cpu_s'], args.mcgrad_rounds * one['cpu_s']):.2f};"
                   f" wall: {ratio(m['wall_s'], args.mcgrad_rounds * one['wall_s']):.2f}."]
-    lines += ["", "Commands (T: the generated table):", ""]
+    lines += ["", "Commands (paths in this run's work directory; the first size's, then MCGrad's):", ""]
     lines += [f"* `{r['setting']}`: `calengine {r['command']}`" for r in results if r["rows"] == results[0]["rows"]
               or r["group"] == "mcgrad"]
     return "\n".join(lines + ["", *environment_markdown(env)])

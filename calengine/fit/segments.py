@@ -21,8 +21,10 @@ The flow, each step a pass of one task per fragment:
    ``merge_stats`` / ``reduction_step``) over those blocks: an unsorted round is one task per block
    computing the statistics of every segment at once, merged in block order; a sorted round
    (isotonic) cuts each segment's scores into score ranges with the same splitting tasks, one per
-   group of blocks.  So the model is the same bits on any partitioning, and thousands of segments do
-   not mean thousands of tasks per fragment.
+   group of blocks, and one task computes the statistics of many small ranges
+   (:func:`calengine.fit.calibrators._range_groups`).  So the model is the same bits on any
+   partitioning, and thousands of segments do not mean thousands of tasks (at 1M rows and 1,000
+   segments the sorted round had been 2,002 tasks, 7x the global fit's wall).
 
 Shrinkage (why the blend): a segment's isotonic map fitted on a few hundred rows is a staircase of
 a few steps whose noise costs more log loss than its bias saves; pulling it towards the global map of
