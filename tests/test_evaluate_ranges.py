@@ -129,6 +129,46 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     assert "census" not in calls and "sweep" in calls
 
 
+# class-1 values where 1 - v rounds (neighbours meeting on one class-0 value), 0.5 and its neighbours
+_EDGE_VALUES = [0.0, 1.0, 0.5, 0.5 - 2**-54, 0.5 - 2**-55, 0.5 + 2**-53, 1e-17, 2e-17, 3e-17, 0.25, 0.75, 0.1, 0.9]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_EDGE_VALUES) | st.floats(0.0, 1.0), min_size=1, max_size=50), st.data())
+def test_class_0_and_top_label_ranges_derived_from_class_1_ranges_are_the_tables_of_the_rows(p1, data):
+    # a binary model with P[:, 0] == 1 - P[:, 1] keeps only class-1 ranges; each class-0 / top-label range
+    # is read from slices of them: for any cut of the three tables the derived ranges must be the
+    # accumulator's tables cut there (no value split across two ranges after mirroring), and the
+    # metrics from them the accumulator's, bit for bit
+    from calengine.metrics.range_eval import derive_range, derived_slices
+
+    p1 = np.asarray(p1)
+    n = p1.size
+    y = np.asarray(data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)))
+    acc = MetricAccumulator(2).add(y, np.column_stack((1.0 - p1, p1)))
+    picks = st.sampled_from(_EDGE_VALUES) | st.sampled_from(sorted({*p1, *(1.0 - p1)})) | st.floats(0.0, 1.0)
+    # cuts at class-1 values and at their mirrors: boundaries where 1 - v rounds onto a neighbour
+    b1, b0, bt = (sorted({x for x in data.draw(st.lists(picks, max_size=5)) if x > 0.0}) for _ in range(3))
+    edges1 = [None, *b1, None]
+    ranges1 = [("mem", t) for t in cut(acc._cls[1], b1)]
+    derived = {}
+    for which, bounds in (("class0", b0), ("top", bt)):
+        edges = [None, *bounds, None]
+        derived[which] = []
+        for lo, hi in zip(edges[:-1], edges[1:]):
+            plan = derived_slices(which, lo, hi, edges1)
+            handle, answer = derive_range(which, None, None, [ab for _, ab in plan], *[ranges1[r] for r, _ in plan])
+            assert handle[0] == "mem" and answer is None
+            derived[which].append(handle[1])
+    for got, want, bounds in ((derived["class0"], acc._cls[0], b0), (derived["top"], acc._top, bt)):
+        for g, w in zip(got, cut(want, bounds)):
+            for x, z in zip(g, w):
+                assert x.dtype == z.dtype
+                np.testing.assert_array_equal(x, z)
+    cls = [derived["class0"], [t for _, t in ranges1]]
+    same(acc.result(), core_result(cls, derived["top"], n=acc.n, unit=None))
+
+
 @settings(max_examples=40, deadline=None)
 @given(cases())
 def test_thinned_error_reject_curve_is_the_full_curve_at_its_points(case):
@@ -188,6 +228,7 @@ def pima_model(tmp_path_factory):
 
     df = pd.read_parquet(pima)
     df["w"] = np.random.default_rng(0).integers(0, 4, len(df))
+    df["wf"] = np.random.default_rng(1).random(len(df)) * 3  # fractional weights
     parts = base / "parts"
     parts.mkdir()
     for i, lo in enumerate(range(0, len(df), 300)):  # three files: three chunks
@@ -195,17 +236,14 @@ def pima_model(tmp_path_factory):
     return base / "model", parts
 
 
-@pytest.mark.parametrize("weight", [None, "w"])
-def test_evaluate_cut_into_ranges_prints_what_the_accumulator_prints(pima_model, tmp_path, monkeypatch, weight):
-    """The whole command: chunks spilled, about 15 ranges per table, every metric, the drift check and the
-    error-reject curve as the in-memory accumulator gives them (the JSON and the text to the byte), and
-    the scratch directory gone afterwards."""
+def _accumulator_then_ranges(model, parts, tmp_path, monkeypatch, weight):
+    """The in-memory evaluation of ``model`` (the oracle), and a fresh scratch directory; afterwards every
+    evaluation of this test is cut into ranges of about 50 values."""
     import tempfile
 
     import calengine
     from calengine.metrics import range_eval
 
-    model, parts = pima_model
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -213,6 +251,19 @@ def test_evaluate_cut_into_ranges_prints_what_the_accumulator_prints(pima_model,
     old = calengine.evaluate_models(model, str(parts), "class", weight=weight)
     monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
     monkeypatch.setattr(range_eval, "RANGE_VALUES", 50)
+    return old, scratch
+
+
+@pytest.mark.parametrize("weight", [None, "w"])
+def test_evaluate_cut_into_ranges_prints_what_the_accumulator_prints(pima_model, tmp_path, monkeypatch, weight):
+    """The whole command: chunks spilled, about 15 ranges per table, every metric, the drift check and the
+    error-reject curve as the in-memory accumulator gives them (the JSON and the text to the byte), and
+    the scratch directory gone afterwards."""
+    import calengine
+    from calengine.metrics import range_eval
+
+    model, parts = pima_model
+    old, scratch = _accumulator_then_ranges(model, parts, tmp_path, monkeypatch, weight)
     written = []
     save = range_eval._save
     monkeypatch.setattr(range_eval, "_save", lambda t, p: written.append(p) or save(t, p))
@@ -223,6 +274,60 @@ def test_evaluate_cut_into_ranges_prints_what_the_accumulator_prints(pima_model,
     assert json.dumps(new.to_json()) == json.dumps(old.to_json())
     assert new.to_text(width=120) == old.to_text(width=120)
     assert os.listdir(scratch) == []
+
+
+@pytest.fixture(scope="module")
+def pima_single_model(pima_model):
+    """One sigmoid member (refit): its calibrated rows have P[:, 0] == 1 - P[:, 1] exactly."""
+    from cli_helpers import REPO, run_cli
+
+    model = pima_model[0].parent / "single"
+    r = run_cli("--quiet", "fit", REPO / "data" / "pima.parquet", "--target", "class", "--mode", "refit",
+                "--workers", "1", "--method", "sigmoid", "--output", model)
+    assert r.returncode == 0, r
+    return model, pima_model[1]
+
+
+@pytest.mark.parametrize("case", ["mirrored", "mixed", "fractional"])
+def test_evaluate_derives_a_binary_models_class_0_and_top_label_ranges_from_class_1(pima_single_model, tmp_path,
+                                                                                       monkeypatch, case):
+    """A model whose calibrated rows are complementary spills only the chunks' class-1 tables of that kind and
+    derives the class-0 and top-label ranges from class 1's; when one chunk is not derivable (here: made
+    so) its others are built from the derived chunk tables; fractional weights take the plain path.
+    Every case prints the accumulator's JSON and text to the byte and leaves no scratch."""
+    import threading
+
+    import calengine
+    from calengine.metrics import range_eval
+
+    model, parts = pima_single_model
+    weight = "wf" if case == "fractional" else None
+    old, scratch = _accumulator_then_ranges(model, parts, tmp_path, monkeypatch, weight)
+    written, derived, lock = [], [], threading.Lock()
+    save, derive, derivable = range_eval._save, range_eval.derive_range, range_eval.derivable
+    monkeypatch.setattr(range_eval, "_save", lambda t, p: written.append(os.path.basename(p)) or save(t, p))
+    monkeypatch.setattr(range_eval, "derive_range",
+                        lambda *a: derived.append((a[0], os.path.basename(a[1]).split("-")[0])) or derive(*a))
+    calls = []
+
+    def first_not(tables):  # the first chunk table checked (a calibrated one) is not derivable
+        with lock:
+            calls.append(1)
+            return derivable(tables) and len(calls) > 1
+
+    if case == "mixed":
+        monkeypatch.setattr(range_eval, "derivable", first_not)
+    new = calengine.evaluate_models(model, str(parts), "class", weight=weight)
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+    assert new.to_text(width=120) == old.to_text(width=120)
+    assert os.listdir(scratch) == []
+    chunk_files = sorted(p for p in written if p.startswith("c"))
+    if case == "mirrored":
+        assert derived.count(("class0", "calibrated")) >= 10 and derived.count(("top", "calibrated")) >= 5
+        assert [p for p in chunk_files if p.startswith("c0-calibrated")] == ["c0-calibrated-1"]
+    else:
+        assert ("class0", "calibrated") not in derived and ("top", "calibrated") not in derived
+        assert len([p for p in chunk_files if p.startswith("c0-calibrated")]) == 3
 
 
 def test_evaluate_cut_into_ranges_on_a_cluster_keeps_the_tables_on_the_workers(pima_model, monkeypatch):

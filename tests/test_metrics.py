@@ -555,6 +555,42 @@ def test_grouping_by_row_keys_is_the_grouped_table_of_the_rows(values, data):
         assert not np.signbit(got[0]).any()
 
 
+# values where 1 - p rounds: two class-1 values meeting on one class-0 value, ties at 0.5, 0 and 1
+_MIRROR_PROBS = st.lists(st.sampled_from([0.0, 1.0, 0.5, 0.5 - 2**-54, 0.5 - 2**-55, 0.5 + 2**-53, 1e-17, 2e-17,
+                                          1e-300, 0.25, 0.75, 1 - 2**-53]) | st.floats(0.0, 1.0),
+                         min_size=1, max_size=60)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_MIRROR_PROBS, st.data())
+def test_complementary_batches_derive_class_0_and_top_label_tables(p1, data):
+    # a binary batch with P[:, 0] == 1 - P[:, 1] on every row groups only its class-1 column; the class-0
+    # and top-label tables derived from it (mirror, merge of the halves) must be the tables of the rows,
+    # also when some batches of the accumulator are complementary and others not (an ulp off)
+    p1 = np.asarray(p1)
+    n = p1.size
+    y = np.asarray(data.draw(st.lists(st.integers(0, 1), min_size=n, max_size=n)))
+    P = np.column_stack((1.0 - p1, p1))
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=3)))
+    acc = MetricAccumulator(2)
+    rows = []
+    for lo, hi in zip([0, *cuts], [*cuts, n]):
+        Pb = P[lo:hi].copy()
+        if data.draw(st.booleans()):
+            Pb[:, 0] = np.nextafter(Pb[:, 0], 0.5)  # not complementary any more (rows still sum to 1)
+        acc.add(y[lo:hi], Pb)
+        rows.append(Pb)
+    Q = np.concatenate(rows)
+    pred = np.argmax(Q, axis=1)
+    want = [_grouped_reference(Q[:, 0], y == 0), _grouped_reference(Q[:, 1], y == 1),
+            _grouped_reference(Q[np.arange(n), pred], pred == y)]
+    for got, w in zip([*acc._cls, acc._top], want):
+        assert [x.dtype for x in got] == [np.float64, np.int64, np.int64]
+        for g, x in zip(got, w):
+            np.testing.assert_array_equal(g, x)
+        assert not np.signbit(got[0]).any()
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=40), st.booleans())
 def test_isotonic_recalibration_of_a_table_is_pav_of_its_rows(counts, fractional):

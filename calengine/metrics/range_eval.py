@@ -16,7 +16,12 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
    the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
-   its tables are written, so scratch holds each table once;
+   its tables are written, so scratch holds each table once.  A binary model whose rows have
+   ``P[:, 0] == 1 - P[:, 1]`` exactly (one calibrator returning ``1 - p``: checked on each chunk's tables,
+   :func:`derivable`) keeps only the class-1 table of a chunk: the class-0 and top-label ranges are
+   derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
+   range reads the class-1 values whose mirror falls in it, found by :func:`mirror_slices`, never a cut
+   of class 1 that could split one mirrored value), two tables fewer to group, spill and merge;
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
    run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch stays in the
    process's :mod:`~calengine.metrics.range_cache` within its byte budget, with the arrays the
@@ -32,6 +37,7 @@ units of ``total / 2**52`` of a total added in chunk order, so they agree with i
 from __future__ import annotations
 
 import os
+import struct
 import threading
 
 import numpy as np
@@ -39,7 +45,7 @@ import numpy as np
 from ..tasks.spill import load_npy
 from .range_cache import cached_range
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
-from .tables import merge_all, merge_tables
+from .tables import binary_top, empty_table, merge_all, merge_tables, mirror_table
 
 __all__ = ["RangedTables", "chunk_tables", "range_boundaries", "build_range", "SKETCH_POINTS", "RANGE_VALUES",
            "RANGED_MIN_ROWS", "evaluate_ranged"]
@@ -141,17 +147,38 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
             continue
         tables = _tables_of(arrays)
         out["n"][kind] = arrays["n"].item()
-        out["sketch"][kind] = [_sketch(t) for t in tables]
+        # a binary chunk whose class-0 and top-label tables are its class-1 table's mirror and merged
+        # halves keeps only that table: the others' ranges are derived from its ranges (derive_range)
+        mirrored = out.setdefault("mirrored", {})[kind] = derivable(tables)
+        keep = [j == 1 or not mirrored for j in range(len(tables))]
+        out["sketch"][kind] = [_sketch(t) if k else None for t, k in zip(tables, keep)]
         if spill_dir is not None:
-            out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) for j, t in enumerate(tables)]
+            out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) if k else None
+                                   for j, (t, k) in enumerate(zip(tables, keep))]
         else:
-            out["tables"][kind] = [("mem", tuple(np.ascontiguousarray(x) for x in t)) for t in tables]
+            out["tables"][kind] = [("mem", tuple(np.ascontiguousarray(x) for x in t)) if k else None
+                                   for t, k in zip(tables, keep)]
     return out
+
+
+def derivable(tables: list) -> bool:
+    """Whether a binary chunk's class-0 and top-label tables (integer counts) are those its class-1 table
+    gives (:func:`~calengine.metrics.tables.mirror_table`, :func:`~calengine.metrics.tables.binary_top`):
+    true of every chunk whose rows have ``P[:, 0] == 1 - P[:, 1]`` exactly.  Checked on the tables
+    themselves, so nothing is derived that would differ from the grouped rows in one bit."""
+    if len(tables) != 3 or tables[1][1].dtype.kind != "i" or tables[1][2].dtype.kind != "i":
+        return False
+    return all(_same_table(t, d(tables[1])) for t, d in ((tables[0], mirror_table), (tables[2], binary_top)))
+
+
+def _same_table(a, b) -> bool:
+    return all(x.dtype == z.dtype and np.array_equal(x, z) for x, z in zip(a, b))
 
 
 def small_part(part: dict) -> dict:
     """What the client needs of a chunk task's result (task): everything but in-memory tables."""
-    return {"sketch": part["sketch"], "n": part["n"], "decisions": part["decisions"]}
+    return {"sketch": part["sketch"], "n": part["n"], "decisions": part["decisions"],
+            "mirrored": part.get("mirrored", {})}
 
 
 def range_boundaries(sketches: list[dict], values_per_range: int | None = None) -> list[float]:
@@ -174,10 +201,10 @@ def range_boundaries(sketches: list[dict], values_per_range: int | None = None) 
 
 def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None):
     """One range's table (task): the chunks' slices in ``[bounds[0], bounds[1])`` (None: unbounded)
-    merged in chunk order, stored at ``spill_path`` or returned as arrays.  With ``census`` (a request
-    of :func:`calengine.metrics.kernels.census`) returns ``(handle, that kernel's answer)``: the
-    calibration suite's first pass over the range, run while the range is in memory instead of in a
-    later task that reads it again."""
+    merged in chunk order, stored at ``spill_path`` or returned as arrays: ``(handle, answer)``, the
+    answer that of :func:`calengine.metrics.kernels.census` for the request ``census`` (None without
+    one: fractional weights): the calibration suite's first pass over the range, run while the range is
+    in memory instead of in a later task that reads it again."""
     pieces = [_load(h, *bounds) for h in handles]
     if all(p[1].dtype.kind == "i" and p[2].dtype.kind == "i" for p in pieces):
         # integer counts add exactly in any order: one stable sort of all the pieces, not one per chunk
@@ -187,12 +214,78 @@ def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | 
         table = None
         for piece in pieces:
             table = piece if table is None else merge_tables(table, piece)
+    return _stored(table, spill_path, census)
+
+
+def _stored(table, spill_path: str | None, census: dict | None) -> tuple:
     handle = _save(table, spill_path) if spill_path is not None else ("mem", table)
     if census is None:
-        return handle
+        return handle, None
     from .kernels import census as census_kernel
 
     return handle, census_kernel(table, census)
+
+
+# ---- ranges of a binary model's class-0 and top-label tables, derived from its class-1 ranges ----------
+
+_HALF_UP = float(np.nextafter(0.5, 1.0))
+_ONE_BITS = struct.unpack("<q", struct.pack("<d", 1.0))[0]
+
+
+def _first_below(c: float) -> float:
+    """The least ``v`` in ``[0, 1]`` with ``1 - v < c`` (in float64; ``0 < c <= 1``): ``1 - v`` is
+    non-increasing in ``v``, and non-negative floats order as their bit patterns, so a binary search
+    over those (62 steps) finds it however ``1 - v`` rounds."""
+    lo, hi = 0, _ONE_BITS
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if 1.0 - _float_of_bits(mid) < c:
+            hi = mid
+        else:
+            lo = mid + 1
+    return _float_of_bits(lo)
+
+
+def _float_of_bits(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def mirror_slices(which: str, lo, hi) -> list[tuple]:
+    """The class-1 values ``[a, b)`` (None: unbounded) whose rows fall in ``[lo, hi)`` of the class-0
+    table (``which="class0"``: values ``1 - v``) or of the top-label table (``"top"``: ``v`` above 0.5,
+    ``1 - v`` at or below it), in increasing order of ``v``."""
+    below = (None if hi is None else _first_below(hi), None if lo is None else _first_below(lo))
+    if which == "class0":
+        return [below]
+    # top-label values are >= 0.5: the lower half mirrored (v <= 0.5), the upper half as it is (v > 0.5)
+    lower = (below[0], _HALF_UP if below[1] is None else min(below[1], _HALF_UP))
+    upper = (_HALF_UP if lo is None else max(lo, _HALF_UP), hi)
+    return [lower, upper]
+
+
+def derived_slices(which: str, lo, hi, edges1: list) -> list[tuple[int, tuple]]:
+    """``[(r, (a, b)), ...]``: the class-1 ranges ``r`` (edges ``edges1``, None at both ends) and their
+    slices ``[a, b)`` holding the rows of ``[lo, hi)`` of the class-0 or top-label table, in value order."""
+    out = []
+    for a, b in mirror_slices(which, lo, hi):
+        if a is not None and b is not None and not a < b:
+            continue
+        for r, (e0, e1) in enumerate(zip(edges1[:-1], edges1[1:])):
+            if (a is None or e1 is None or a < e1) and (b is None or e0 is None or e0 < b):
+                out.append((r, (a, b)))
+    return out
+
+
+def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles):
+    """One range of a binary model's class-0 (``which="class0"``) or top-label (``"top"``) table (task),
+    from the slices ``[a, b)`` of the class-1 ranges ``handles`` (one slice per handle, in value order;
+    see :func:`mirror_slices`): the mirror (:func:`~calengine.metrics.tables.mirror_table`) or the merged
+    halves (:func:`~calengine.metrics.tables.binary_top`) of those rows.  Stored and censused as
+    :func:`build_range` stores them."""
+    pieces = [_load(h, a, b) for h, (a, b) in zip(handles, slices)]
+    t1 = tuple(np.concatenate([p[i] for p in pieces]) for i in range(3)) if pieces else empty_table()
+    table = mirror_table(t1) if which == "class0" else binary_top(t1)
+    return _stored(table, spill_path, census)
 
 
 def run_kernel(kernel, handle, request):
@@ -353,16 +446,41 @@ class RangedTables:
 
 
 def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, label: str, census: dict) -> tuple:
-    """The futures of one table's ranges and of their census answers (for the request ``census``)."""
-    bounds = range_boundaries(sketches)
-    edges = [None, *bounds, None]
+    """The futures of one table's ranges and of their census answers (for the request ``census``), and
+    the ranges' edges (None: unbounded)."""
+    edges = [None, *range_boundaries(sketches), None]
     out, answers = [], []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
         built = client.submit(build_range, (lo, hi), path, *handles, census=census, pure=False)
         out.append(client.submit(_nth, built, 0, pure=False))
         answers.append(client.submit(_nth, built, 1, pure=False))
+    return out, answers, edges
+
+
+def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir, label: str,
+                    census: dict) -> tuple:
+    """The futures of the class-0 or top-label table's ranges (and census answers) of a binary model
+    whose every chunk is mirrored: cut by their own sketches (the class-1 sketches mapped), each read
+    from the slices of the class-1 ranges ``ranges1`` (edges ``edges1``) its rows come from."""
+    edges = [None, *range_boundaries([_mapped_sketch(s, which) for s in sketches]), None]
+    out, answers = [], []
+    for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        plan = derived_slices(which, lo, hi, edges1)
+        path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
+        built = client.submit(derive_range, which, path, census, [ab for _, ab in plan], *[ranges1[i] for i, _ in plan],
+                              pure=False)
+        out.append(client.submit(_nth, built, 0, pure=False))
+        answers.append(client.submit(_nth, built, 1, pure=False))
     return out, answers
+
+
+def _mapped_sketch(sketch: dict, which: str) -> dict:
+    """A class-1 sketch as a sketch of the class-0 (``1 - v``) or top-label (``max(v, 1 - v)``) table:
+    only the cut points are chosen from it (results never depend on them)."""
+    v = np.asarray(sketch["values"], dtype=np.float64)
+    m = 1.0 - v if which == "class0" else np.maximum(v, 1.0 - v)
+    return {**sketch, "values": m.tolist()}
 
 
 def _nth(pair, i: int):
@@ -396,14 +514,29 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         # (its request needs the total, known now); fractional weights' integer units are not
         unit_free = not isinstance(n, float) and n > 0
         requests = census_requests(k, None, float(n)) if unit_free else {}
-        ranges, censuses = [], {}
-        for j in range(k + 1):
+        mirrored = [s.get("mirrored", {}).get(kind, False) for s in small]
+        derive = all(mirrored)  # class 0 and top label from class 1's ranges; else every table from chunks
+        ranges, censuses = {}, {}
+        # class 1 first when the others derive from its ranges, last when a mirrored chunk's others
+        # derive from its chunk table (its files go once its ranges are written)
+        order = (1, 0, 2) if derive else ((0, 2, 1) if any(mirrored) else range(k + 1))
+        for j in order:
             key = ("class", j) if j < k else ("top",)
-            # the handle of table j of every chunk, picked where the chunk's result lives
-            hs = [client.submit(_pick, p, kind, j, pure=False) for p in parts]
-            table, answers = _ranges_of_table(client, hs, [s["sketch"][kind][j] for s in small], spill_dir,
-                                              f"{kind}-{j}", requests.get(key))
-            ranges.append(table)
+            if derive and j != 1:
+                which = "class0" if j == 0 else "top"
+                table, answers = _derived_ranges(client, which, ranges[1], edges1, [s["sketch"][kind][1] for s in small],
+                                                 spill_dir, f"{kind}-{j}", requests.get(key))
+                ranges[j] = table
+                if unit_free:
+                    censuses[key] = client.gather(answers)
+                continue
+            # the handle of table j of every chunk, picked where the chunk's result lives (a mirrored
+            # chunk's class-0 and top-label tables derived from its class-1 table when others are not)
+            hs = [client.submit(_pick, p, kind, j, spill_dir, i, pure=False) for i, p in enumerate(parts)]
+            sketches = [s["sketch"][kind][j] or _mapped_sketch(s["sketch"][kind][1], "class0" if j == 0 else "top")
+                        for s in small]
+            table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, f"{kind}-{j}", requests.get(key))
+            ranges[j] = table
             if unit_free:
                 censuses[key] = client.gather(answers)
             if spill_dir is not None:
@@ -411,7 +544,12 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
                 # written they go (scratch would otherwise hold every table twice)
                 client.gather(table)
                 _remove_chunk_files(client.gather(hs))
-        out[kind] = RangedTables(client, k, n, ranges[:k], ranges[k], censuses=censuses)
+            if derive:
+                edges1 = edges
+        if derive and spill_dir is not None:
+            client.gather([*ranges[0], *ranges[2]])
+            _forget_maps(client.gather(ranges[1]))
+        out[kind] = RangedTables(client, k, n, [ranges[j] for j in range(k)], ranges[k], censuses=censuses)
     if cost_matrix is not None:
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:
@@ -431,5 +569,23 @@ def _remove_chunk_files(handles) -> None:
                     pass
 
 
-def _pick(part: dict, kind: str, j: int):
-    return part["tables"][kind][j]
+def _forget_maps(handles) -> None:
+    """Drop this process's maps of class-1 range files the derived ranges read slices of (the files
+    stay: the kernels read them)."""
+    with _MAPPED_LOCK:
+        for kind, path in handles:
+            if kind == "disk":
+                _MAPPED.pop(path, None)
+
+
+def _pick(part: dict, kind: str, j: int, spill_dir: str | None = None, index: int = 0):
+    """Table ``j`` of a chunk's result; a mirrored chunk's class-0 or top-label table is derived from
+    its class-1 table here (and stored as the chunk's own would have been)."""
+    handle = part["tables"][kind][j]
+    if handle is not None:
+        return handle
+    table = _load(part["tables"][kind][1])
+    table = mirror_table(table) if j == 0 else binary_top(table)
+    if spill_dir is None:
+        return ("mem", table)
+    return _save(table, os.path.join(spill_dir, f"c{index}-{kind}-{j}"))

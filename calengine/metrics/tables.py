@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["empty_table", "group_rows", "row_keys", "group_keys", "merge_tables", "merge_all", "cut_points", "slice_range", "is_integral", "as_counts"]
+__all__ = ["empty_table", "group_rows", "row_keys", "group_keys", "merge_tables", "merge_all", "cut_points", "slice_range",
+           "is_integral", "as_counts", "complementary", "mirror_table", "binary_top"]
 
 
 def empty_table():
@@ -104,6 +105,45 @@ def group_rows(values: np.ndarray, is_pos: np.ndarray, weight: np.ndarray | None
     w = np.asarray(weight)
     zero = np.zeros(1, dtype=w.dtype)
     return _collapse(values, np.where(is_pos, w, zero), np.where(is_pos, zero, w))
+
+
+def complementary(P: np.ndarray) -> bool:
+    """Whether a batch of binary probabilities ``P`` (n, 2) has ``P[:, 0] == 1 - P[:, 1]`` exactly on every
+    row (in float64, as :func:`mirror_table` computes it): then its class-0 and top-label tables are
+    functions of its class-1 table and need not be grouped (a sigmoid, isotonic or any calibrator that
+    returns ``1 - p`` for class 0 gives such batches; a renormalised row may miss by an ulp and does not)."""
+    return P.shape[1] == 2 and bool(np.array_equal(P[:, 0], 1.0 - P[:, 1]))
+
+
+def mirror_table(table):
+    """The class-0 table of integer-count rows whose class-1 table is ``table``, for rows with
+    ``P[:, 0] == 1 - P[:, 1]`` (:func:`complementary`): values ``1 - v`` (``-0.0`` read as ``0.0``) in
+    increasing order, events and non-events swapped.  ``1 - v`` rounds, so neighbouring distinct ``v``
+    (below 0.5) can meet on one value: those groups are added (integer counts: exact in any order).
+    Non-increasing in ``v``, so a reversal sorts it and equal values are adjacent: no sort."""
+    v, a, b = table
+    m = (1.0 - v[::-1]) + 0.0
+    pos, neg = b[::-1], a[::-1]
+    if m.size == 0:
+        return m, pos.copy(), neg.copy()
+    new = m[1:] != m[:-1]
+    if new.all():
+        return m, pos.copy(), neg.copy()
+    starts = np.flatnonzero(np.concatenate(([True], new)))
+    return m[starts], np.add.reduceat(pos, starts), np.add.reduceat(neg, starts)
+
+
+def binary_top(table):
+    """The top-label table (confidence ``max(P[:, 0], P[:, 1])``, correct / wrong) of integer-count rows
+    whose class-1 table is ``table``, for rows with ``P[:, 0] == 1 - P[:, 1]`` (:func:`complementary`).
+
+    The predicted class is the argmax with ties to class 0: class 1 exactly when ``v > 0.5`` (then
+    ``1 - v < 0.5 < v`` without rounding), the confidence ``v`` and a row correct when it is an event; at
+    ``v <= 0.5`` class 0 with confidence ``1 - v >= 0.5``, correct when it is a non-event: the mirror of the
+    lower half (:func:`mirror_table`) merged with the upper half."""
+    v = table[0]
+    cut = int(np.searchsorted(v, 0.5, side="right"))
+    return merge_all([mirror_table(tuple(x[:cut] for x in table)), tuple(x[cut:] for x in table)])
 
 
 def merge_tables(a, b):
