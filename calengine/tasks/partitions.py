@@ -428,11 +428,10 @@ def block_partial_stats(block: ScoreBlock, requests: list) -> list:
     The block is handed to the calibrator in consecutive chunks of :data:`STATS_CHUNK_ROWS` rows whose
     statistics are merged left to right (``merge_stats``), not whole.  Why: a calibrator's partial
     statistics make several float64 temporaries of the piece's length (Platt's pass: the logit, the
-    margin, two ``expit`` and their products), so a whole 5M-row block cost ~120 MiB of heap per task
-    thread, and two threads' temporaries coinciding made the embedded process's peak (430-520 MiB for
-    a sigmoid fit) vary with how the rounds' tasks happened to overlap, which grew with the number of
-    blocks (benchmarks/results/score_columns_speed.md).  Chunks of 2^18 rows keep each task's
-    temporaries at a few MiB, in cache, whatever the block's size.  The protocol already requires
+    margin, two ``expit`` and their products), so a whole block of a 1M-row fragment cost ~100 MiB of
+    heap per task thread, and the rounds of a sigmoid fit were the embedded process's peak (430-520
+    MiB, varying with how two threads' temporaries overlapped; benchmarks/results/score_columns_speed.md).
+    Chunks of 2^18 rows keep each task's temporaries at a few MiB, in cache, whatever the block's size.  The protocol already requires
     ``merge_stats`` to combine the statistics of any cutting of the rows, and the cutting depends only
     on the block's rows, so a fit is the same on one thread, many workers or a cluster.
     """
