@@ -156,14 +156,14 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
             if items:
                 range_tasks.append(([group[pos] for pos, _, _ in items],
                                     client.submit(pt.ranges_partial_stats, items, *parts, pure=False)))
-        flat = block_futures + [f for _, f in range_tasks]
-        results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators")
-        block_results = results[: len(block_futures)]
         merged: dict[int, Any] = {}
-        for j, i in enumerate(unsorted):
-            merged[i] = _calibrator_stats(cals[i], [r[j] for r in block_results])
+        if unsorted:
+            stats = _merge_blocks(client, block_futures, [cals[i] for i in unsorted], progress if rounds == 1 else None)
+            merged.update(zip(unsorted, stats))
+        flat = [f for _, f in range_tasks]
+        results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators") if flat else []
         range_stats: dict = {}
-        for (pairs, _), stats in zip(range_tasks, results[len(block_futures) :]):
+        for (pairs, _), stats in zip(range_tasks, results):
             range_stats.update(zip(pairs, stats))
         for i in sorted_:
             merged[i] = _calibrator_stats(cals[i], [range_stats[(i, r)] for r in range(n_ranges_of[i])])
@@ -212,6 +212,36 @@ def _range_groups(specs: list, summaries: list, ctx, n_workers: int) -> list[lis
         groups[-1].append(pair)
         rows_in += rows
     return groups
+
+
+def _merge_blocks(client, futures: list, cals: list, progress) -> list:
+    """Per calibrator in ``cals``, the left-to-right merge of every block's statistics (the merge
+    :func:`_calibrator_stats` makes, the same bits), gathering the blocks' results one at a time in
+    submission order and releasing each once merged.  ``futures`` is emptied.
+
+    Why not gather them all and merge: a round's per-block results stay on the worker until gathered,
+    and the first round of a sigmoid or temperature fit returns ~0.7 MiB a block (its Newton start
+    histogram), so at 10^8 rows (100 fragments) the held results were ~70-100 MiB of an embedded
+    process's ~370 MiB peak, which is how that peak still grew 25 % from 10^7 rows.  Tasks run in about
+    submission order, so only a few results wait at a time whatever the number of blocks."""
+    from ..plugin_calls import plugin_errors
+
+    if progress is not None:
+        progress.start("calibrators", len(futures))
+    acc: list = [None] * len(cals)
+    futures.reverse()
+    while futures:
+        parts = client.gather(futures.pop())
+        for j, cal in enumerate(cals):
+            with plugin_errors(cal, "fit"):
+                acc[j] = pt.merge_in_order([acc[j], parts[j]], cal.merge_stats)
+        if progress is not None:
+            progress.advance()
+    if progress is not None:
+        progress.finish()
+    if any(m is None for m in acc):
+        raise DataError("calibration data is empty; pass at least one example of each class")
+    return acc
 
 
 def _calibrator_stats(cal, parts: list):

@@ -388,6 +388,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
 SUMMARY_SAMPLE_ROWS = 1 << 16
 
 
+@trims_heap
 def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
     """Per calibration set: rows, per-column min / max, and a small quantile summary of each column
     (used only to cut score ranges for sorted calibrator rounds).
@@ -412,28 +413,49 @@ def block_summary(block: ScoreBlock, points: int = 64) -> list[dict]:
     return out
 
 
+#: rows of a score block that one ``partial_stats`` call sees at most (divided by the columns of a
+#: whole score matrix): see :func:`block_partial_stats`
+STATS_CHUNK_ROWS = 1 << 18
+
+
+@trims_heap
 def block_partial_stats(block: ScoreBlock, requests: list) -> list:
     """``partial_stats`` of each (calset, column, calibrator, request) on this block (None: no rows).
     Column ``None``: a multiclass scaling's whole score matrix (read by
     :func:`calengine.model.calibrated.matrix_scores` for the raw kind given as a fifth entry) with the
-    rows' class indices."""
+    rows' class indices.
+
+    The block is handed to the calibrator in consecutive chunks of :data:`STATS_CHUNK_ROWS` rows whose
+    statistics are merged left to right (``merge_stats``), not whole.  Why: a calibrator's partial
+    statistics make several float64 temporaries of the piece's length (Platt's pass: the logit, the
+    margin, two ``expit`` and their products), so a whole block of a 1M-row fragment cost ~100 MiB of
+    heap per task thread, and the rounds of a sigmoid fit were the embedded process's peak (430-520
+    MiB, varying with how two threads' temporaries overlapped; benchmarks/results/score_columns_speed.md).
+    Chunks of 2^18 rows keep each task's temporaries at a few MiB, in cache, whatever the block's size.  The protocol already requires
+    ``merge_stats`` to combine the statistics of any cutting of the rows, and the cutting depends only
+    on the block's rows, so a fit is the same on one thread, many workers or a cluster.
+    """
     out = []
     from ..model.calibrated import matrix_scores
 
     block = loaded(block)
     for cs_index, column, cal, request, *raw_kind in requests:
         S, T, W = block.sets[cs_index]
-        if S.shape[0] == 0:
-            out.append(None)
-            continue
-        if column is None:
-            Z = matrix_scores(np.ascontiguousarray(S, dtype=np.float64), raw_kind[0] if raw_kind else "")
+        n = S.shape[0]
+        step = max(1, STATS_CHUNK_ROWS // (S.shape[1] if column is None else 1))
+        merged = None
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            w = _weights(None if W is None else W[a:b], b - a)
             with plugin_errors(cal, "fit"):
-                out.append(cal.partial_stats(Z, np.argmax(T, axis=1), _weights(W, S.shape[0]), request))
-            continue
-        s = np.ascontiguousarray(S[:, column], dtype=np.float64)
-        with plugin_errors(cal, "fit"):
-            out.append(cal.partial_stats(s, T[:, column].astype(np.int64), _weights(W, s.shape[0]), request))
+                if column is None:
+                    Z = matrix_scores(np.ascontiguousarray(S[a:b], dtype=np.float64), raw_kind[0] if raw_kind else "")
+                    stats = cal.partial_stats(Z, np.argmax(T[a:b], axis=1), w, request)
+                else:
+                    s = np.ascontiguousarray(S[a:b, column], dtype=np.float64)
+                    stats = cal.partial_stats(s, T[a:b, column].astype(np.int64), w, request)
+                merged = merge_in_order([merged, stats], cal.merge_stats)
+        out.append(merged)
     return out
 
 
