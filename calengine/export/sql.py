@@ -5,8 +5,9 @@ table's own column, so nothing but the calibration map has to be expressed) into
 relation (``input`` unless named) that returns every input column plus ``p_<class>`` per class.
 A model of a fitted learner is expressed too (one member or an ensemble, averaged), its features and
 learner by :mod:`.sql_learners`: on two classes ``logistic_regression``, ``linear_svm`` and the
-Gaussian, Bernoulli and multinomial naive Bayes; on several, ``logistic_regression`` (multinomial)
-with per-class calibrators and the ``normalize`` combiner.
+Gaussian, Bernoulli and multinomial naive Bayes; on several, ``logistic_regression`` (multinomial),
+``linear_svm`` (one-vs-rest margins) and the three naive Bayes, with per-class calibrators and the
+``normalize`` combiner.
 
 What is expressed, and how exactly:
 

@@ -21,8 +21,10 @@ than a score column):
   last bit where the engine's ``exp`` and ``ln`` are the C library's.  Other learners are refused.
 
 On k > 2 classes: ``logistic_regression`` (multinomial: the k logits' max-shifted softmax, as
-:func:`~calengine_builtins.learners._rowwise.softmax`) and ``linear_svm`` (its k one-vs-rest
-margins).  Not expressed: the naive Bayes on several classes and sparse input (text columns).
+:func:`~calengine_builtins.learners._rowwise.softmax`), ``linear_svm`` (its k one-vs-rest
+margins) and the three naive Bayes (k joint log-likelihoods, then every class's
+``exp(jll_i - logsumexp(jll))`` with the row's maximum subtracted first and the shifted
+exponentials summed in class order, as ``normalise_log``).  Not expressed: sparse input (text columns).
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ def learner_expr(d, learner, features: list[str], other_formats: str, tag: str =
     arrays = _linear_arrays(learner, name)
     if arrays is None:
         why = f"a {name} on sparse features" if name in ("logistic_regression", "linear_svm") else f"learner '{name}'"
-        raise ParameterError(f"{why} has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} on dense features, the"
-                             f" naive Bayes on two classes, and models of score columns); score it with {other_formats}")
+        raise ParameterError(f"{why} has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} on dense"
+                             f" features, and models of score columns); score it with {other_formats}")
     if name == "linear_svm":  # one margin per class column (one-vs-rest on k > 2 classes)
         return [], [_dot(d, features, *arrays, i) for i in range(arrays[2].shape[0])]
     return [], [expit(d, _dot(d, features, *arrays, 0))]
@@ -164,27 +166,27 @@ def _linear_arrays(learner, name: str):
 
 
 def _gaussian_nb(d, learner, features: list[str], other_formats: str, tag: str) -> tuple[list, list[str]]:
-    """P(second class) of a two-class Gaussian naive Bayes as :meth:`GaussianNBLearner.score` computes
-    it: per class ``const - 0.5 * sum_j ((x_j - theta_j) * (x_j - theta_j)) / var_j`` summed over
+    """The class probabilities of a Gaussian naive Bayes (two classes: the second's) as
+    :meth:`GaussianNBLearner.score` computes them: per class ``const - 0.5 * sum_j ((x_j - theta_j) * (x_j - theta_j)) / var_j`` summed over
     features in index order (the constants ``log prior - 0.5 * sum log(2 pi var)`` computed here with
     the learner's numpy expression), then ``exp(jll_1 - logsumexp(jll))`` with the max shift."""
     theta, var, prior = (learner._stored(k) for k in ("theta_", "var_", "class_prior_"))
-    if theta is None or var is None or prior is None or np.asarray(theta).shape[0] != 2:
-        raise ParameterError(f"a gaussian_nb on several classes has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)}"
-                             f" on two classes); score it with {other_formats}")
+    if theta is None or var is None or prior is None or np.asarray(theta).ndim != 2 or np.asarray(theta).shape[0] < 2:
+        raise ParameterError(f"the gaussian_nb holds no fitted class means; the model is damaged, fit it again or score"
+                             f" it with {other_formats}")
     theta, var = np.asarray(theta, dtype=np.float64), np.asarray(var, dtype=np.float64)
     _check_width("learner 'gaussian_nb'", theta.shape[1], features)
     const = np.log(np.asarray(prior, dtype=np.float64)) - 0.5 * np.log(2.0 * np.pi * var).sum(axis=1)
     jll = []
-    for i in range(2):
+    for i in range(theta.shape[0]):
         terms = [f"((({x} - {d.num(theta[i, j])}) * ({x} - {d.num(theta[i, j])})) / {d.num(var[i, j])})"
                  for j, x in enumerate(features)]
         jll.append(f"{d.num(const[i])} - 0.5 * ({' + '.join(terms)})")
-    return _second_class_probability(d, jll, tag)
+    return _normalised(d, jll, tag)
 
 
 def _discrete_nb(d, learner, name: str, features: list[str], other_formats: str, tag: str) -> tuple[list, list[str]]:
-    """P(second class) of a two-class Bernoulli or multinomial naive Bayes as
+    """The class probabilities (two classes: the second's) of a Bernoulli or multinomial naive Bayes as
     :func:`calengine_builtins.learners.naive_bayes._discrete_nb_score` computes it: the Pipeline's
     scaler (Bernoulli: ``StandardScaler`` when standardised; multinomial: ``MinMaxScaler(clip=True)``),
     Bernoulli's binarising (``x > binarize``), the joint log-likelihood ``x . W_i + c_i`` summed in
@@ -194,9 +196,9 @@ def _discrete_nb(d, learner, name: str, features: list[str], other_formats: str,
     steps = getattr(est, "steps", None) or [("nb", est)]
     nb = steps[-1][1]
     flp, clp = np.asarray(nb.feature_log_prob_, dtype=np.float64), np.asarray(nb.class_log_prior_, dtype=np.float64)
-    if flp.shape[0] != 2:
-        raise ParameterError(f"a {name} on several classes has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)}"
-                             f" on two classes); score it with {other_formats}")
+    if flp.ndim != 2 or flp.shape[0] < 2 or clp.shape != (flp.shape[0],):
+        raise ParameterError(f"the {name} holds no fitted class log-probabilities; the model is damaged, fit it again"
+                             f" or score it with {other_formats}")
     _check_width(f"learner '{name}'", flp.shape[1], features)
     xs = list(features)
     for _, step in steps[:-1]:
@@ -215,16 +217,18 @@ def _discrete_nb(d, learner, name: str, features: list[str], other_formats: str,
             xs = [f"CASE WHEN {x} > {d.num(nb.binarize)} THEN {d.num(1.0)} ELSE {d.num(0.0)} END" for x in xs]
     else:
         W, c = flp, clp
-    jll = [f"({' + '.join(f'{x} * {d.num(W[i, j])}' for j, x in enumerate(xs))}) + {d.num(c[i])}" for i in range(2)]
-    return _second_class_probability(d, jll, tag)
+    jll = [f"({' + '.join(f'{x} * {d.num(W[i, j])}' for j, x in enumerate(xs))}) + {d.num(c[i])}" for i in range(flp.shape[0])]
+    return _normalised(d, jll, tag)
 
 
-def _second_class_probability(d, jll: list[str], tag: str) -> tuple[list, list[str]]:
-    """``exp(jll_1 - logsumexp(jll))`` as :func:`~calengine_builtins.learners._rowwise.normalise_log`
-    computes it (max shift; the shifted exponentials summed in class order), the two joint
-    log-likelihoods written once each in the layer ``j``."""
+def _normalised(d, jll: list[str], tag: str) -> tuple[list, list[str]]:
+    """``exp(jll_i - logsumexp(jll))`` as :func:`~calengine_builtins.learners._rowwise.normalise_log`
+    computes it: the row's maximum subtracted first, the shifted exponentials summed in class order
+    (``row_sum``: left to right), ``ln`` of the sum plus the maximum.  The joint log-likelihoods are
+    written once each in the layer ``j``; on two classes only the second class's probability is
+    returned (the calibrators' one column), on k classes all k."""
     pre = [(f"{tag}jll{i}", e) for i, e in enumerate(jll)]
-    j0, j1 = (f"j.{d.ident(n)}" for n, _ in pre)
-    top = f"GREATEST({j0}, {j1})"
-    lse = f"(LN(EXP({j0} - {top}) + EXP({j1} - {top})) + {top})"
-    return pre, [f"EXP({j1} - {lse})"]
+    js = [f"j.{d.ident(n)}" for n, _ in pre]
+    top = f"GREATEST({', '.join(js)})"
+    lse = f"(LN({' + '.join(f'EXP({x} - {top})' for x in js)}) + {top})"
+    return pre, [f"EXP({x} - {lse})" for x in (js[1:] if len(js) == 2 else js)]
