@@ -174,7 +174,7 @@ def test_learners_in_onnx_on_adults_columns_score_as_calengine_does(tmp_path, le
     '<missing>', an unseen one '<other>'), the learner's sums in its own order, each fold member's
     calibrator and the members' mean: isotonic and Venn–ABERS (with its pair) bit for bit, sigmoid
     within 1e-12 of calengine."""
-    model = _fit_saved_loaded(tmp_path, pd.read_parquet(ADULT / "train.parquet").iloc[:1000], "class",
+    model = _fit_saved_loaded(tmp_path, pd.read_parquet(ADULT / "train.parquet").iloc[:600], "class",
                               learner=learner, method=method, **options)
     assert len(model.members) == (1 if "mode" in options else 2)
     _check(model, _adult_test_with_holes(1000), model.encoder.input_columns, exact)

@@ -312,3 +312,35 @@ def test_multiclass_learners_on_pendigits_score_as_calengine_does(tmp_path, lear
     from calengine.export.sql import model_sql
 
     _check(model, model_sql(model), df.iloc[1200:2400].drop(columns="class").reset_index(drop=True), exact=exact)
+
+
+def test_segment_and_mcgrad_models_are_refused_in_one_line_naming_what_scores_them(tmp_path):
+    """A --by model (per-segment maps blended with the global one) and an MCGrad model both wrap a
+    score-column member: SQL and ONNX refuse them saying which kind of model it is (not 'learner
+    score_columns'), and the Arrow function the refusal names does score them as calengine does."""
+    import pyarrow as pa
+
+    from calengine.cluster import dask_client
+    from calengine.export.sql import model_sql
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
+
+    rng = np.random.default_rng(3)
+    s = rng.random(1200)
+    df = pd.DataFrame({"s": s, "g": rng.choice(["a", "b"], 1200), "y": (rng.random(1200) < s).astype(np.int64)})
+    df.to_parquet(tmp_path / "t.parquet")
+    spec = TableSpec(str(tmp_path / "t.parquet"), "y", scores=("s",), by="g")
+    quick = {"rounds": 1, "early_stopping": False, "trees": 3, "learning_rate": 0.3}
+    with dask_client(workers=1) as client:
+        models = {"per segment": fit_table(client, spec, FitConfig(method="isotonic")),
+                  "MCGrad": fit_table(client, spec, FitConfig(method="mcgrad", method_params=quick))}
+    onnx = pytest.importorskip("calengine.export.onnx")
+    for what, model in models.items():
+        for export, fmt in ((model_sql, "SQL"), (onnx.model_onnx, "ONNX")):
+            with pytest.raises(CalengineError, match=f"{what}.*has no {fmt} export; score it with calengine score,"
+                                                     " --format mlflow or calengine.arrow_udf") as err:
+                export(model)
+            assert "\n" not in str(err.value) and "score_columns" not in str(err.value)
+        batch = pa.RecordBatch.from_pandas(df[["s", "g"]].iloc[:50], preserve_index=False)
+        got = calengine.arrow_udf(model)(batch).column("p_1").to_numpy()
+        assert np.array_equal(got, model.predict_frame(df.iloc[:50])["p_1"].to_numpy())

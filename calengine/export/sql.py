@@ -256,6 +256,7 @@ def _check_exportable(model, fmt: str = "SQL") -> tuple:
     from ..plan.columns import ColumnReader
     from ..score_columns import ScoreColumns
 
+    _check_not_wrapped(model, fmt)
     member = model.members[0]
     learner = (getattr(member, "learners", None) or [None])[0]
     reader = model.encoder
@@ -283,6 +284,24 @@ def _check_exportable(model, fmt: str = "SQL") -> tuple:
             if getattr(cal, "name", None) not in SQL_CALIBRATORS:
                 raise ParameterError(unsupported_calibrator(cal, fmt))
     return member, learner, reader
+
+
+#: member kinds that wrap a calibrated member (:mod:`calengine.model.segmented`, ``mcgrad_member``) and
+#: what the refusal calls them
+WRAPPED_KINDS = {"mcgrad": "an MCGrad model (calengine fit --method mcgrad: boosted corrections over the segments)",
+                 "segmented": "a model calibrated per segment (calengine fit --by ...: per-segment maps blended"
+                              " with the global map)"}
+
+
+def _check_not_wrapped(model, fmt: str) -> None:
+    """Refuse, in one line, the members that wrap a calibrated member (segments, MCGrad): neither SQL
+    nor ONNX expresses them; calengine score, MLflow and the Arrow function score them as they are."""
+    kinds = [getattr(m, "kind", None) for m in model.members]
+    if type(model.encoder).__name__ == "SegmentEncoder":  # reads the --by columns (segments or MCGrad)
+        kinds.append("segmented")
+    for kind, what in WRAPPED_KINDS.items():  # MCGrad first: it reads segments too
+        if kind in kinds:
+            raise ParameterError(f"{what} has no {fmt} export; score it with {OTHER_FORMATS}")
 
 
 def _check_learner_model(model, fmt: str = "SQL") -> None:
