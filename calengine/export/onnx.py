@@ -59,6 +59,9 @@ class _Graph:
         self.nodes, self.inits = [], []
         self._consts: dict = {}
         self.domains: set[str] = set()
+        #: relative width within which a score counts as equal to a piecewise map's boundary (0: exact
+        #: comparisons; a fitted learner's graph sets :data:`.onnx_learners.SNAP`, see there)
+        self.snap = 0.0
 
     def const(self, value, dtype=np.float64) -> str:
         arr = np.asarray(value, dtype=dtype)
@@ -116,6 +119,10 @@ class _Graph:
         b[0] = -np.inf
         eq = np.zeros(size, dtype=bool)
         eq[:n] = [o == "<" for o in ops]
+        if self.snap:  # a score within snap * |b| of b counts as b: "<" passes from below, "<=" only beyond
+            fin = np.isfinite(b)
+            width = self.snap * np.abs(b[fin])
+            b[fin] = np.where(eq[fin], b[fin] - width, b[fin] + width)
         b_name = self.const(b)
         zero = self.const(0, np.int64)
         idx = self.op("Where", self.op("IsNaN", s), zero, zero)  # int64 zeros shaped like s
@@ -156,7 +163,9 @@ def _isotonic(g: _Graph, cal, s: str) -> str:
     slope = np.concatenate(([0.0], slopes, [0.0]))
     xj, yj = g.op("Gather", g.const(knot), j), g.op("Gather", g.const(yk), j)
     line = g.add(g.mul(g.op("Gather", g.const(slope), j), g.sub(s, xj)), yj)
-    at = g.op("Or", g.op("Gather", g.const(flat, np.bool_), j), g.op("Equal", s, xj))
+    near = (g.op("LessOrEqual", g.op("Abs", g.sub(s, xj)), g.op("Gather", g.const(g.snap * np.abs(knot)), j))
+            if g.snap else g.op("Equal", s, xj))
+    at = g.op("Or", g.op("Gather", g.const(flat, np.bool_), j), near)
     return g.where(at, yj, line)
 
 
