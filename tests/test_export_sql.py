@@ -295,19 +295,52 @@ def test_linear_svm_and_naive_bayes_on_adults_columns_score_as_calengine_does(tm
     _check(model, model_sql(model), _adult_test_with_holes(1500), exact=exact)
 
 
-@pytest.mark.parametrize("learner,method,exact", [("logistic_regression", "isotonic", True), ("linear_svm", "sigmoid", False)])
+MULTICLASS_LEARNERS = [("logistic_regression", "isotonic", True), ("linear_svm", "sigmoid", False),
+                       ("gaussian_nb", "isotonic", True), ("bernoulli_nb", "sigmoid", False),
+                       ("multinomial_nb", "isotonic", True)]
+
+
+@pytest.mark.parametrize("learner,method,exact", MULTICLASS_LEARNERS)
 def test_multiclass_learners_on_pendigits_score_as_calengine_does(tmp_path, learner, method, exact):
-    """Ten classes: a multinomial logistic regression (its logits' max-shifted softmax) and a linear SVM
-    (ten one-vs-rest margins), one calibrator per class, the normalize combiner and two members'
-    mean; isotonic bit for bit.  Naive Bayes on several classes is refused in one line."""
+    """Ten classes: a multinomial logistic regression (its logits' max-shifted softmax), a linear SVM
+    (ten one-vs-rest margins) and the three naive Bayes (ten joint log-likelihoods, the row's maximum
+    subtracted before the log-sum-exp), one calibrator per class, the normalize combiner and two
+    members' mean; isotonic bit for bit, sigmoid within 1e-12."""
     df = pd.read_parquet(PENDIGITS)
     model = _fit_saved_loaded(tmp_path, df.iloc[:1200], "class", learner=learner, method=method, cv=2)
     assert model.n_classes == 10 and len(model.members) == 2 and model.combiner.name == "normalize"
     from calengine.export.sql import model_sql
 
     _check(model, model_sql(model), df.iloc[1200:2400].drop(columns="class").reset_index(drop=True), exact=exact)
-    if learner == "linear_svm":
-        (tmp_path / "nb").mkdir()
-        nb = _fit_saved_loaded(tmp_path / "nb", df.iloc[:600], "class", learner="gaussian_nb", method="sigmoid")
-        with pytest.raises(CalengineError, match="gaussian_nb on several classes has no SQL form.*calengine score"):
-            model_sql(nb)
+
+
+def test_segment_and_mcgrad_models_are_refused_in_one_line_naming_what_scores_them(tmp_path):
+    """A --by model (per-segment maps blended with the global one) and an MCGrad model both wrap a
+    score-column member: SQL and ONNX refuse them saying which kind of model it is (not 'learner
+    score_columns'), and the Arrow function the refusal names does score them as calengine does."""
+    import pyarrow as pa
+
+    from calengine.cluster import dask_client
+    from calengine.export.sql import model_sql
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
+
+    rng = np.random.default_rng(3)
+    s = rng.random(1200)
+    df = pd.DataFrame({"s": s, "g": rng.choice(["a", "b"], 1200), "y": (rng.random(1200) < s).astype(np.int64)})
+    df.to_parquet(tmp_path / "t.parquet")
+    spec = TableSpec(str(tmp_path / "t.parquet"), "y", scores=("s",), by="g")
+    quick = {"rounds": 1, "early_stopping": False, "trees": 3, "learning_rate": 0.3}
+    with dask_client(workers=1) as client:
+        models = {"per segment": fit_table(client, spec, FitConfig(method="isotonic")),
+                  "MCGrad": fit_table(client, spec, FitConfig(method="mcgrad", method_params=quick))}
+    onnx = pytest.importorskip("calengine.export.onnx")
+    for what, model in models.items():
+        for export, fmt in ((model_sql, "SQL"), (onnx.model_onnx, "ONNX")):
+            with pytest.raises(CalengineError, match=f"{what}.*has no {fmt} export; score it with calengine score,"
+                                                     " --format mlflow or calengine.arrow_udf") as err:
+                export(model)
+            assert "\n" not in str(err.value) and "score_columns" not in str(err.value)
+        batch = pa.RecordBatch.from_pandas(df[["s", "g"]].iloc[:50], preserve_index=False)
+        got = calengine.arrow_udf(model)(batch).column("p_1").to_numpy()
+        assert np.array_equal(got, model.predict_frame(df.iloc[:50])["p_1"].to_numpy())

@@ -1,9 +1,12 @@
-"""A calibrated model of score columns as an ONNX graph, for runtimes that score ONNX (onnxruntime,
-ONNX-serving stacks, ML.NET, ...).
+"""A calibrated model as an ONNX graph, for runtimes that score ONNX (onnxruntime, ONNX-serving
+stacks, ML.NET, ...).
 
 :func:`model_onnx` builds, with the ``onnx`` helper API (no pickles, no converters), the same
-computation as :func:`calengine.export.sql.model_sql` for a model of score columns
-(``calengine fit --scores ...``), step for step and in double precision throughout:
+computation as :func:`calengine.export.sql.model_sql`, step for step and in double precision
+throughout.  A model of a fitted learner (the learners SQL expresses: logistic regression, linear
+SVM, Gaussian/Bernoulli/multinomial naive Bayes, one member or a cross-validated ensemble) is built
+by :mod:`.onnx_learners` (its inputs are the table's columns); a model of score columns
+(``calengine fit --scores ...``) as follows:
 
 * **inputs**: one 1-D ``double`` tensor per score column, named after the column (``[N]``; cast
   float32 or integer columns to double first);
@@ -22,11 +25,13 @@ computation as :func:`calengine.export.sql.model_sql` for a model of score colum
   linear pieces with slopes computed here exactly as ``numpy.interp`` computes them; the multiclass
   scalings (temperature, vector, matrix, Dirichlet) as ``softmax(W u + b)`` with a max shift;
 * the ``normalize`` combiner of several classes; every other combiner (``coupling``), the
-  class-sampling corrections and fitted learners are refused with one line naming the other formats.
+  class-sampling corrections and the learners SQL does not express are refused with one line naming
+  the other formats.
 
 Precision: onnxruntime runs every operator used here in double, so the probabilities equal
 ``calengine score``'s within 1e-12 (the piecewise maps bit for bit, the tests pin both).  Opset
-:data:`OPSET` (ONNX IR version :data:`IR_VERSION`), default domain only.  The bytes are a pure
+:data:`OPSET` (ONNX IR version :data:`IR_VERSION`), default domain only (a learner's categorical
+columns add ``ai.onnx.ml``'s ``LabelEncoder``).  The bytes are a pure
 function of the model (names are positional, no timestamps): same model, same file.
 """
 
@@ -53,6 +58,10 @@ class _Graph:
     def __init__(self):
         self.nodes, self.inits = [], []
         self._consts: dict = {}
+        self.domains: set[str] = set()
+        #: relative width within which a score counts as equal to a piecewise map's boundary (0: exact
+        #: comparisons; a fitted learner's graph sets :data:`.onnx_learners.SNAP`, see there)
+        self.snap = 0.0
 
     def const(self, value, dtype=np.float64) -> str:
         arr = np.asarray(value, dtype=dtype)
@@ -65,11 +74,13 @@ class _Graph:
             self._consts[key] = name
         return self._consts[key]
 
-    def op(self, kind: str, *inputs: str, **attrs) -> str:
+    def op(self, kind: str, *inputs: str, domain: str = "", **attrs) -> str:
         from onnx import helper
 
         out = f"n{len(self.nodes)}"
-        self.nodes.append(helper.make_node(kind, list(inputs), [out], **attrs))
+        self.nodes.append(helper.make_node(kind, list(inputs), [out], domain=domain or None, **attrs))
+        if domain:
+            self.domains.add(domain)
         return out
 
     # arithmetic in the forms the SQL export writes (each a mirror of calengine's numpy)
@@ -108,6 +119,10 @@ class _Graph:
         b[0] = -np.inf
         eq = np.zeros(size, dtype=bool)
         eq[:n] = [o == "<" for o in ops]
+        if self.snap:  # a score within snap * |b| of b counts as b: "<" passes from below, "<=" only beyond
+            fin = np.isfinite(b)
+            width = self.snap * np.abs(b[fin])
+            b[fin] = np.where(eq[fin], b[fin] - width, b[fin] + width)
         b_name = self.const(b)
         zero = self.const(0, np.int64)
         idx = self.op("Where", self.op("IsNaN", s), zero, zero)  # int64 zeros shaped like s
@@ -148,7 +163,9 @@ def _isotonic(g: _Graph, cal, s: str) -> str:
     slope = np.concatenate(([0.0], slopes, [0.0]))
     xj, yj = g.op("Gather", g.const(knot), j), g.op("Gather", g.const(yk), j)
     line = g.add(g.mul(g.op("Gather", g.const(slope), j), g.sub(s, xj)), yj)
-    at = g.op("Or", g.op("Gather", g.const(flat, np.bool_), j), g.op("Equal", s, xj))
+    near = (g.op("LessOrEqual", g.op("Abs", g.sub(s, xj)), g.op("Gather", g.const(g.snap * np.abs(knot)), j))
+            if g.snap else g.op("Equal", s, xj))
+    at = g.op("Or", g.op("Gather", g.const(flat, np.bool_), j), near)
     return g.where(at, yj, line)
 
 
@@ -265,8 +282,13 @@ def _combined(g: _Graph, k: int, rs: list[str]) -> list[str]:
     return [g.where(g.op("Greater", total, g.num(0.0)), g.div(r, total), even) for r in rs]
 
 
+def _venn_abers_pair(g: _Graph, cal, s: str, which: int) -> str:
+    return g.step(s, *venn_abers_steps(cal, which))
+
+
 def model_onnx(model) -> bytes:
-    """The serialized ONNX model of a calibrated model of score columns (module docstring)."""
+    """The serialized ONNX model of a calibrated model (module docstring; a fitted learner's model:
+    :mod:`.onnx_learners`)."""
     try:
         import onnx
         from onnx import TensorProto, helper
@@ -274,40 +296,43 @@ def model_onnx(model) -> bytes:
         raise CalengineError("exporting to ONNX needs the onnx package; install it with: pip install 'calengine[onnx]'"
                              ) from None
 
-    from ..plan.columns import ColumnReader
-    from ..score_columns import ScoreColumns
-
-    learner = (getattr(model.members[0], "learners", None) or [None])[0]
-    if not isinstance(learner, ScoreColumns) or not isinstance(model.encoder, ColumnReader):
-        names = sorted({getattr(lr, "name", type(lr).__name__) for m in model.members for lr in getattr(m, "learners", [])})
-        raise ParameterError(f"ONNX expresses models of score columns (calengine fit --scores ...), not of a fitted"
-                             f" learner ({', '.join(names) or 'unknown'}); {FORMATS_HINT}")
     member, learner, reader = _check_exportable(model, "ONNX")
     g = _Graph()
-    scores, ok = _reads(g, reader, learner)
-    nan = g.num(np.nan)
-    cal = member.calibrators[0]
-    if _scales_vector(member, cal):
-        rs = _softmax_scaling(g, member, cal, scores, ok)
+    if reader is None:
+        from .onnx_learners import ML_OPSET, learner_model_graph
+
+        inputs, outs = learner_model_graph(g, model, calibrator_onnx, _combined, _venn_abers_pair)
+        outputs = [(OUTPUT, _stack(g, outs[0][1]), ["N", model.n_classes])] + [(n, t, ["N"]) for n, t in outs[1:]]
+        what = f"{', '.join(sorted({lr.name for m in model.members for lr in m.learners}))} ({len(model.members)} member(s))"
     else:
-        rs = [g.clip(calibrator_onnx(g, c, z), 0.0, 1.0) for c, z in zip(member.calibrators, scores)]
-    probs = [g.where(ok, p, nan) for p in _combined(g, model.n_classes, rs)]
-    outputs = [(OUTPUT, _stack(g, probs), ["N", model.n_classes])]
-    if model.is_venn_abers and model.n_classes == 2:
-        outputs += [(f"p_{w}", g.where(ok, g.step(scores[0], *venn_abers_steps(cal, i)), nan), ["N"]) for i, w in enumerate(("low", "high"))]
+        inputs = [(c, "double") for c in reader.columns]
+        scores, ok = _reads(g, reader, learner)
+        nan = g.num(np.nan)
+        cal = member.calibrators[0]
+        if _scales_vector(member, cal):
+            rs = _softmax_scaling(g, member, cal, scores, ok)
+        else:
+            rs = [g.clip(calibrator_onnx(g, c, z), 0.0, 1.0) for c, z in zip(member.calibrators, scores)]
+        probs = [g.where(ok, p, nan) for p in _combined(g, model.n_classes, rs)]
+        outputs = [(OUTPUT, _stack(g, probs), ["N", model.n_classes])]
+        if model.is_venn_abers and model.n_classes == 2:
+            outputs += [(f"p_{w}", g.where(ok, _venn_abers_pair(g, cal, scores[0], i), nan), ["N"])
+                        for i, w in enumerate(("low", "high"))]
+        what = "score columns " + ", ".join(reader.columns)
     for name, src, _ in outputs:
         g.nodes.append(helper.make_node("Identity", [src], [name]))
     classes = [str(c) for c in model.labels.classes]
+    types = {"double": TensorProto.DOUBLE, "string": TensorProto.STRING}
     graph = helper.make_graph(
         g.nodes, "calengine",
-        [helper.make_tensor_value_info(c, TensorProto.DOUBLE, ["N"]) for c in reader.columns],
+        [helper.make_tensor_value_info(c, types[t], ["N"]) for c, t in inputs],
         [helper.make_tensor_value_info(n, TensorProto.DOUBLE, shape) for n, _, shape in outputs],
         initializer=g.inits,
-        doc_string=f"calengine {model.info.get('method') or 'calibration'} of score columns {', '.join(reader.columns)}"
+        doc_string=f"calengine {model.info.get('method') or 'calibration'} of {what}"
                    f" -> probabilities of classes {', '.join(classes)}",
     )
-    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="calengine",
-                                   ir_version=IR_VERSION)
-    helper.set_model_props(onnx_model, {"classes": json.dumps(classes), "columns": json.dumps(list(reader.columns))})
+    opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("ai.onnx.ml", ML_OPSET)] if g.domains else [])
+    onnx_model = helper.make_model(graph, opset_imports=opsets, producer_name="calengine", ir_version=IR_VERSION)
+    helper.set_model_props(onnx_model, {"classes": json.dumps(classes), "columns": json.dumps([c for c, _ in inputs])})
     onnx.checker.check_model(onnx_model, full_check=True)
     return onnx_model.SerializeToString()

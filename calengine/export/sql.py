@@ -5,8 +5,9 @@ table's own column, so nothing but the calibration map has to be expressed) into
 relation (``input`` unless named) that returns every input column plus ``p_<class>`` per class.
 A model of a fitted learner is expressed too (one member or an ensemble, averaged), its features and
 learner by :mod:`.sql_learners`: on two classes ``logistic_regression``, ``linear_svm`` and the
-Gaussian, Bernoulli and multinomial naive Bayes; on several, ``logistic_regression`` (multinomial)
-with per-class calibrators and the ``normalize`` combiner.
+Gaussian, Bernoulli and multinomial naive Bayes; on several, ``logistic_regression`` (multinomial),
+``linear_svm`` (one-vs-rest margins) and the three naive Bayes, with per-class calibrators and the
+``normalize`` combiner.
 
 What is expressed, and how exactly:
 
@@ -63,7 +64,7 @@ SQL_CALIBRATORS = ("sigmoid", "sigmoid_nobias", "temperature", "beta", "isotonic
 LINEAR_SCALINGS = ("vector_scaling", "matrix_scaling", "dirichlet")
 #: the calibrators of a whole score vector SQL expresses: the linear scalings, and temperature on k classes
 MATRIX_SCALINGS = ("temperature",) + LINEAR_SCALINGS
-OTHER_FORMATS = "calengine score (or calengine.load_model(...).predict_frame in the engine's Python UDF)"
+OTHER_FORMATS = "calengine score, --format mlflow or calengine.arrow_udf(MODEL) in the engine's Python UDF"
 #: calengine's clip of probabilities away from 0 and 1 before a logit (calibrators' ``EPS``)
 EPS = 1e-12
 #: the reader's tolerance for probability scores outside [0, 1] (``calengine.plan.columns``)
@@ -255,11 +256,12 @@ def _check_exportable(model, fmt: str = "SQL") -> tuple:
     from ..plan.columns import ColumnReader
     from ..score_columns import ScoreColumns
 
+    _check_not_wrapped(model, fmt)
     member = model.members[0]
     learner = (getattr(member, "learners", None) or [None])[0]
     reader = model.encoder
     if not isinstance(learner, ScoreColumns) or not isinstance(model.encoder, ColumnReader):
-        _check_learner_model(model)
+        _check_learner_model(model, fmt)
         reader = None
     elif len(model.members) != 1 or getattr(model.members[0], "kind", None) != "calibrated":
         raise ParameterError(f"the {fmt} export needs a model with one calibrated member (this one has {len(model.members)}"
@@ -284,8 +286,26 @@ def _check_exportable(model, fmt: str = "SQL") -> tuple:
     return member, learner, reader
 
 
-def _check_learner_model(model) -> None:
-    """A model of a fitted learner SQL expresses: every member one learner of
+#: member kinds that wrap a calibrated member (:mod:`calengine.model.segmented`, ``mcgrad_member``) and
+#: what the refusal calls them
+WRAPPED_KINDS = {"mcgrad": "an MCGrad model (calengine fit --method mcgrad: boosted corrections over the segments)",
+                 "segmented": "a model calibrated per segment (calengine fit --by ...: per-segment maps blended"
+                              " with the global map)"}
+
+
+def _check_not_wrapped(model, fmt: str) -> None:
+    """Refuse, in one line, the members that wrap a calibrated member (segments, MCGrad): neither SQL
+    nor ONNX expresses them; calengine score, MLflow and the Arrow function score them as they are."""
+    kinds = [getattr(m, "kind", None) for m in model.members]
+    if type(model.encoder).__name__ == "SegmentEncoder":  # reads the --by columns (segments or MCGrad)
+        kinds.append("segmented")
+    for kind, what in WRAPPED_KINDS.items():  # MCGrad first: it reads segments too
+        if kind in kinds:
+            raise ParameterError(f"{what} has no {fmt} export; score it with {OTHER_FORMATS}")
+
+
+def _check_learner_model(model, fmt: str = "SQL") -> None:
+    """A model of a fitted learner SQL (and ONNX) expresses: every member one learner of
     :data:`.sql_learners.SQL_LEARNERS` and one calibrator per class column (one for two classes),
     members averaged (an ensemble) or one."""
     from ..plan.features import FeatureEncoder
@@ -295,21 +315,21 @@ def _check_learner_model(model) -> None:
     other = [n for n in names if n not in SQL_LEARNERS]
     if other or not isinstance(model.encoder, FeatureEncoder):
         raise ParameterError(
-            f"learner '{(other or names)[0]}' has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} and models of"
+            f"learner '{(other or names)[0]}' has no {fmt} form ({fmt} expresses {', '.join(SQL_LEARNERS)} and models of"
             f" score columns: calengine fit --scores ...); score it with {OTHER_FORMATS}"
         )
     shapes = {(getattr(m, "kind", None), len(m.learners), len(m.calibrators)) for m in model.members}
     per_class = 1 if model.n_classes == 2 else model.n_classes
     if shapes != {("calibrated", 1, per_class)} or len(set(model.member_groups)) > 1:
-        raise ParameterError(f"SQL expresses a fitted learner's model with one learner per member and one calibrator per"
+        raise ParameterError(f"{fmt} expresses a fitted learner's model with one learner per member and one calibrator per"
                              f" class column (two classes, or several with the normalize combiner); score this model"
                              f" with {OTHER_FORMATS}")
     scalings = sorted({c.name for m in model.members for c in m.calibrators if c.name in LINEAR_SCALINGS})
     if scalings:
-        raise ParameterError(f"calibrator '{scalings[0]}' on a fitted learner's score has no SQL form yet (it has on"
+        raise ParameterError(f"calibrator '{scalings[0]}' on a fitted learner's score has no {fmt} form yet (it has on"
                              f" score columns); score this model with {OTHER_FORMATS}")
     if model.is_venn_abers and len(model.members) > 1:
-        raise ParameterError(f"the cross Venn-ABERS combination of {len(model.members)} members has no SQL form; score"
+        raise ParameterError(f"the cross Venn-ABERS combination of {len(model.members)} members has no {fmt} form; score"
                              f" this model with {OTHER_FORMATS}")
 
 

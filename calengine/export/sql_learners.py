@@ -21,8 +21,10 @@ than a score column):
   last bit where the engine's ``exp`` and ``ln`` are the C library's.  Other learners are refused.
 
 On k > 2 classes: ``logistic_regression`` (multinomial: the k logits' max-shifted softmax, as
-:func:`~calengine_builtins.learners._rowwise.softmax`) and ``linear_svm`` (its k one-vs-rest
-margins).  Not expressed: the naive Bayes on several classes and sparse input (text columns).
+:func:`~calengine_builtins.learners._rowwise.softmax`), ``linear_svm`` (its k one-vs-rest
+margins) and the three naive Bayes (k joint log-likelihoods, then every class's
+``exp(jll_i - logsumexp(jll))`` with the row's maximum subtracted first and the shifted
+exponentials summed in class order, as ``normalise_log``).  Not expressed: sparse input (text columns).
 """
 
 from __future__ import annotations
@@ -77,35 +79,64 @@ def feature_exprs(d, encoder, other_formats: str) -> list[str]:
     return out
 
 
-def learner_expr(d, learner, features: list[str], other_formats: str, tag: str = "") -> tuple[list, list[str]]:
-    """The learner's score columns on the encoded ``features`` (:func:`feature_exprs`, by reference) as
-    the calibrators read them: on two classes one column (``logistic_regression``'s and the naive
-    Bayes' probability of the second class, ``linear_svm``'s margin), on k classes a multinomial
-    logistic regression's k probabilities or ``linear_svm``'s k one-vs-rest margins.  Returns ``(pre, columns)``: ``pre`` are ``(name,
-    expression)`` columns of an intermediate layer ``j`` (names prefixed with ``tag``) that the
-    columns read as ``j.<name>``, so a value used several times is written once."""
+def learner_params(learner, width: int, other_formats: str, fmt: str = "SQL") -> tuple[str, tuple]:
+    """What a learner's score is made of, apart from any format: ``(form, params)`` with ``form``
+
+    * ``"expit"``: a two-class ``logistic_regression``, ``expit`` of ``((x - mean) / scale) @ coef.T
+      + intercept`` (``params = (mean, scale, coef, intercept)``, ``coef`` one row);
+    * ``"margins"``: a ``linear_svm``'s margins, the same product (one row of ``coef`` per margin);
+    * ``"softmax"``: a multinomial ``logistic_regression``, the product's max-shifted softmax;
+    * ``"gaussian_nb"``: ``(theta, var, const)``, class ``i``'s joint log-likelihood
+      ``const[i] - 0.5 * sum_j ((x_j - theta[i, j]) * (x_j - theta[i, j])) / var[i, j]``;
+    * ``"discrete_nb"``: ``(scalers, binarize, W, c)``: the features through ``scalers`` (``("standard",
+      mean, scale)``: ``(x - mean) / scale``; ``("minmax", scale, min)``: ``x * scale + min`` clipped to
+      [0, 1]), binarised (``x > binarize``: 1, else 0) unless ``binarize`` is None, then ``x @ W.T + c``;
+
+    the naive Bayes' log-likelihoods normalised by the max-shifted log-sum-exp.  The constants are
+    computed here with the learner's own numpy expressions, so SQL and ONNX (which both render these
+    forms) start from the learner's bits.  ``width`` is the number of encoded features; anything else
+    is refused in one line naming ``fmt``."""
     name = getattr(learner, "name", type(learner).__name__)
     if name == "gaussian_nb":
-        return _gaussian_nb(d, learner, features, other_formats, tag)
+        return "gaussian_nb", _gaussian_params(learner, width, other_formats)
     if name in ("bernoulli_nb", "multinomial_nb"):
-        return _discrete_nb(d, learner, name, features, other_formats, tag)
+        return "discrete_nb", _discrete_params(learner, name, width, other_formats, fmt)
     if name == "logistic_regression" and learner._dense_arrays() is None:
         arrays = _multinomial_arrays(learner)
         if arrays is not None:
-            return _softmax(d, features, arrays, tag)
+            _check_width("the logistic_regression", arrays[0].shape[0], width)
+            return "softmax", arrays
     arrays = _linear_arrays(learner, name)
     if arrays is None:
         why = f"a {name} on sparse features" if name in ("logistic_regression", "linear_svm") else f"learner '{name}'"
-        raise ParameterError(f"{why} has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)} on dense features, the"
-                             f" naive Bayes on two classes, and models of score columns); score it with {other_formats}")
-    if name == "linear_svm":  # one margin per class column (one-vs-rest on k > 2 classes)
-        return [], [_dot(d, features, *arrays, i) for i in range(arrays[2].shape[0])]
-    return [], [expit(d, _dot(d, features, *arrays, 0))]
+        raise ParameterError(f"{why} has no {fmt} form ({fmt} expresses {', '.join(SQL_LEARNERS)} on dense"
+                             f" features, and models of score columns); score it with {other_formats}")
+    _check_width(f"the {name}", arrays[0].shape[0], width)
+    return ("margins" if name == "linear_svm" else "expit"), arrays
+
+
+def learner_expr(d, learner, features: list[str], other_formats: str, tag: str = "") -> tuple[list, list[str]]:
+    """The learner's score columns on the encoded ``features`` (:func:`feature_exprs`, by reference) as
+    the calibrators read them: on two classes one column (``logistic_regression``'s and the naive
+    Bayes' probability of the second class, ``linear_svm``'s margin), on k classes the k probabilities
+    (multinomial logistic regression, naive Bayes) or ``linear_svm``'s k one-vs-rest margins.  Returns
+    ``(pre, columns)``: ``pre`` are ``(name, expression)`` columns of an intermediate layer ``j`` (names
+    prefixed with ``tag``) that the columns read as ``j.<name>``, so a value used several times is
+    written once."""
+    form, params = learner_params(learner, len(features), other_formats)
+    if form == "gaussian_nb":
+        return _gaussian_nb(d, params, features, tag)
+    if form == "discrete_nb":
+        return _discrete_nb(d, params, features, tag)
+    if form == "softmax":
+        return _softmax(d, features, params, tag)
+    if form == "margins":  # one margin per class column (one-vs-rest on k > 2 classes)
+        return [], [_dot(d, features, *params, i) for i in range(params[2].shape[0])]
+    return [], [expit(d, _dot(d, features, *params, 0))]
 
 
 def _dot(d, features: list[str], mean, scale, coef, intercept, i: int) -> str:
     """Row ``i`` of ``((x - mean) / scale) @ coef.T + intercept``, summed over features in order."""
-    _check_width("the linear learner", mean.shape[0], features)
     terms = [f"(({x} - {d.num(mean[j])}) / {d.num(scale[j])}) * {d.num(coef[i, j])}" for j, x in enumerate(features)]
     return f"({' + '.join(terms) or d.num(0.0)}) + {d.num(intercept[i])}"
 
@@ -135,9 +166,9 @@ def _softmax(d, features: list[str], arrays, tag: str) -> tuple[list, list[str]]
     return pre, [f"{x} / {total}" for x in e]
 
 
-def _check_width(name: str, width: int, features: list[str]) -> None:
-    if width != len(features):
-        raise ParameterError(f"{name} reads {width} features but the encoder makes {len(features)};"
+def _check_width(name: str, width: int, features: int) -> None:
+    if width != features:
+        raise ParameterError(f"{name} reads {width} features but the encoder makes {features};"
                              " the model is damaged, fit it again")
 
 
@@ -163,68 +194,87 @@ def _linear_arrays(learner, name: str):
     return np.asarray(mean, dtype=np.float64), np.asarray(scale, dtype=np.float64), coef, intercept
 
 
-def _gaussian_nb(d, learner, features: list[str], other_formats: str, tag: str) -> tuple[list, list[str]]:
-    """P(second class) of a two-class Gaussian naive Bayes as :meth:`GaussianNBLearner.score` computes
-    it: per class ``const - 0.5 * sum_j ((x_j - theta_j) * (x_j - theta_j)) / var_j`` summed over
-    features in index order (the constants ``log prior - 0.5 * sum log(2 pi var)`` computed here with
-    the learner's numpy expression), then ``exp(jll_1 - logsumexp(jll))`` with the max shift."""
+def _gaussian_params(learner, width: int, other_formats: str) -> tuple:
+    """``(theta, var, const)`` of a Gaussian naive Bayes, ``const = log prior - 0.5 * sum log(2 pi var)``
+    with :meth:`GaussianNBLearner.score`'s numpy expression."""
     theta, var, prior = (learner._stored(k) for k in ("theta_", "var_", "class_prior_"))
-    if theta is None or var is None or prior is None or np.asarray(theta).shape[0] != 2:
-        raise ParameterError(f"a gaussian_nb on several classes has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)}"
-                             f" on two classes); score it with {other_formats}")
+    if theta is None or var is None or prior is None or np.asarray(theta).ndim != 2 or np.asarray(theta).shape[0] < 2:
+        raise ParameterError(f"the gaussian_nb holds no fitted class means; the model is damaged, fit it again or score"
+                             f" it with {other_formats}")
     theta, var = np.asarray(theta, dtype=np.float64), np.asarray(var, dtype=np.float64)
-    _check_width("learner 'gaussian_nb'", theta.shape[1], features)
+    _check_width("learner 'gaussian_nb'", theta.shape[1], width)
     const = np.log(np.asarray(prior, dtype=np.float64)) - 0.5 * np.log(2.0 * np.pi * var).sum(axis=1)
-    jll = []
-    for i in range(2):
-        terms = [f"((({x} - {d.num(theta[i, j])}) * ({x} - {d.num(theta[i, j])})) / {d.num(var[i, j])})"
-                 for j, x in enumerate(features)]
-        jll.append(f"{d.num(const[i])} - 0.5 * ({' + '.join(terms)})")
-    return _second_class_probability(d, jll, tag)
+    return theta, var, const
 
 
-def _discrete_nb(d, learner, name: str, features: list[str], other_formats: str, tag: str) -> tuple[list, list[str]]:
-    """P(second class) of a two-class Bernoulli or multinomial naive Bayes as
-    :func:`calengine_builtins.learners.naive_bayes._discrete_nb_score` computes it: the Pipeline's
-    scaler (Bernoulli: ``StandardScaler`` when standardised; multinomial: ``MinMaxScaler(clip=True)``),
-    Bernoulli's binarising (``x > binarize``), the joint log-likelihood ``x . W_i + c_i`` summed in
-    index order (``W``, ``c`` computed here with the learner's numpy expressions), then the
-    max-shifted log-sum-exp."""
+def _discrete_params(learner, name: str, width: int, other_formats: str, fmt: str) -> tuple:
+    """``(scalers, binarize, W, c)`` of a Bernoulli or multinomial naive Bayes as
+    :func:`calengine_builtins.learners.naive_bayes._discrete_nb_score` scores: the Pipeline's scaler
+    (Bernoulli: ``StandardScaler`` when standardised; multinomial: ``MinMaxScaler(clip=True)``),
+    Bernoulli's binarising, ``W``/``c`` with the learner's numpy expressions."""
     est = learner.estimator_
     steps = getattr(est, "steps", None) or [("nb", est)]
     nb = steps[-1][1]
     flp, clp = np.asarray(nb.feature_log_prob_, dtype=np.float64), np.asarray(nb.class_log_prior_, dtype=np.float64)
-    if flp.shape[0] != 2:
-        raise ParameterError(f"a {name} on several classes has no SQL form (SQL expresses {', '.join(SQL_LEARNERS)}"
-                             f" on two classes); score it with {other_formats}")
-    _check_width(f"learner '{name}'", flp.shape[1], features)
-    xs = list(features)
+    if flp.ndim != 2 or flp.shape[0] < 2 or clp.shape != (flp.shape[0],):
+        raise ParameterError(f"the {name} holds no fitted class log-probabilities; the model is damaged, fit it again"
+                             f" or score it with {other_formats}")
+    _check_width(f"learner '{name}'", flp.shape[1], width)
+    scalers = []
     for _, step in steps[:-1]:
         kind = type(step).__name__
         if kind == "StandardScaler" and step.with_mean and step.with_std:
-            xs = [f"(({x} - {d.num(step.mean_[j])}) / {d.num(step.scale_[j])})" for j, x in enumerate(xs)]
+            scalers.append(("standard", np.asarray(step.mean_, dtype=np.float64), np.asarray(step.scale_, dtype=np.float64)))
         elif kind == "MinMaxScaler" and step.clip and tuple(step.feature_range) == (0, 1):
-            xs = [f"LEAST(GREATEST({x} * {d.num(step.scale_[j])} + {d.num(step.min_[j])}, {d.num(0.0)}), {d.num(1.0)})"
-                  for j, x in enumerate(xs)]
+            scalers.append(("minmax", np.asarray(step.scale_, dtype=np.float64), np.asarray(step.min_, dtype=np.float64)))
         else:
-            raise ParameterError(f"a {name} scaled by {kind} (sparse features) has no SQL form; score it with {other_formats}")
+            raise ParameterError(f"a {name} scaled by {kind} (sparse features) has no {fmt} form; score it with {other_formats}")
+    binarize = None
     if name == "bernoulli_nb":
         neg = np.log(1.0 - np.exp(flp))
         W, c = flp - neg, clp + neg.sum(axis=1)
-        if nb.binarize is not None:
-            xs = [f"CASE WHEN {x} > {d.num(nb.binarize)} THEN {d.num(1.0)} ELSE {d.num(0.0)} END" for x in xs]
+        binarize = None if nb.binarize is None else float(nb.binarize)
     else:
         W, c = flp, clp
-    jll = [f"({' + '.join(f'{x} * {d.num(W[i, j])}' for j, x in enumerate(xs))}) + {d.num(c[i])}" for i in range(2)]
-    return _second_class_probability(d, jll, tag)
+    return scalers, binarize, W, c
 
 
-def _second_class_probability(d, jll: list[str], tag: str) -> tuple[list, list[str]]:
-    """``exp(jll_1 - logsumexp(jll))`` as :func:`~calengine_builtins.learners._rowwise.normalise_log`
-    computes it (max shift; the shifted exponentials summed in class order), the two joint
-    log-likelihoods written once each in the layer ``j``."""
+def _gaussian_nb(d, params, features: list[str], tag: str) -> tuple[list, list[str]]:
+    """Gaussian naive Bayes (:func:`learner_params`): each class's log-likelihood summed over features
+    in index order, as :meth:`GaussianNBLearner.score` sums them, then :func:`_normalised`."""
+    theta, var, const = params
+    jll = []
+    for i in range(theta.shape[0]):
+        terms = [f"((({x} - {d.num(theta[i, j])}) * ({x} - {d.num(theta[i, j])})) / {d.num(var[i, j])})"
+                 for j, x in enumerate(features)]
+        jll.append(f"{d.num(const[i])} - 0.5 * ({' + '.join(terms)})")
+    return _normalised(d, jll, tag)
+
+
+def _discrete_nb(d, params, features: list[str], tag: str) -> tuple[list, list[str]]:
+    """Bernoulli or multinomial naive Bayes (:func:`learner_params`): scaled, binarised, ``x . W_i +
+    c_i`` summed in index order, then :func:`_normalised`."""
+    scalers, binarize, W, c = params
+    xs = list(features)
+    for kind, a, b in scalers:
+        if kind == "standard":
+            xs = [f"(({x} - {d.num(a[j])}) / {d.num(b[j])})" for j, x in enumerate(xs)]
+        else:
+            xs = [f"LEAST(GREATEST({x} * {d.num(a[j])} + {d.num(b[j])}, {d.num(0.0)}), {d.num(1.0)})" for j, x in enumerate(xs)]
+    if binarize is not None:
+        xs = [f"CASE WHEN {x} > {d.num(binarize)} THEN {d.num(1.0)} ELSE {d.num(0.0)} END" for x in xs]
+    jll = [f"({' + '.join(f'{x} * {d.num(W[i, j])}' for j, x in enumerate(xs))}) + {d.num(c[i])}" for i in range(W.shape[0])]
+    return _normalised(d, jll, tag)
+
+
+def _normalised(d, jll: list[str], tag: str) -> tuple[list, list[str]]:
+    """``exp(jll_i - logsumexp(jll))`` as :func:`~calengine_builtins.learners._rowwise.normalise_log`
+    computes it: the row's maximum subtracted first, the shifted exponentials summed in class order
+    (``row_sum``: left to right), ``ln`` of the sum plus the maximum.  The joint log-likelihoods are
+    written once each in the layer ``j``; on two classes only the second class's probability is
+    returned (the calibrators' one column), on k classes all k."""
     pre = [(f"{tag}jll{i}", e) for i, e in enumerate(jll)]
-    j0, j1 = (f"j.{d.ident(n)}" for n, _ in pre)
-    top = f"GREATEST({j0}, {j1})"
-    lse = f"(LN(EXP({j0} - {top}) + EXP({j1} - {top})) + {top})"
-    return pre, [f"EXP({j1} - {lse})"]
+    js = [f"j.{d.ident(n)}" for n, _ in pre]
+    top = f"GREATEST({', '.join(js)})"
+    lse = f"(LN({' + '.join(f'EXP({x} - {top})' for x in js)}) + {top})"
+    return pre, [f"EXP({x} - {lse})" for x in (js[1:] if len(js) == 2 else js)]

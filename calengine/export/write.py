@@ -60,10 +60,14 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
         manifest.update(dialect=dialect, table=table, sha256=hashlib.sha256(body).hexdigest())
         _write_atomic(out, body)
     elif fmt == "onnx":
-        from .onnx import IR_VERSION, OPSET, OUTPUT, model_onnx
+        import onnx
+
+        from .onnx import IR_VERSION, OPSET, model_onnx
 
         body = model_onnx(model)
-        manifest.update(inputs=list(model.encoder.columns), opset=OPSET, ir_version=IR_VERSION, outputs=[OUTPUT], sha256=hashlib.sha256(body).hexdigest())
+        graph = onnx.load_from_string(body).graph
+        manifest.update(inputs=[i.name for i in graph.input], opset=OPSET, ir_version=IR_VERSION,
+                        outputs=[o.name for o in graph.output], sha256=hashlib.sha256(body).hexdigest())
         _write_atomic(out, body)
     else:
         manifest.update(_write_mlflow(model_dir, out, trust))
