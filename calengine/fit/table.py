@@ -213,13 +213,35 @@ def tree_merge(client, submit_leaf, items: list, progress: Progress | None, labe
         progress.start(label, len(items))
     size_of = {f.key: n for f, n in zip(level, sizes)}
     for done in as_completed(level, loop=client.loop):
+        if done.status != "finished":
+            # cancelled (the client lost the scheduler: Dask cancels every future it holds) or failed:
+            # raise now; merges submitted after the loss would wait forever (nothing answers them)
+            done.result()
         if progress is not None:
             progress.advance(size_of[done.key])
     if progress is not None:
         progress.finish()
     while len(level) > 1:
         level = [client.submit(pt.merge_all, *level[i : i + fan_in], pure=False) for i in range(0, len(level), fan_in)]
-    return level[0].result()
+    return _result_unless_lost(client, level[0])
+
+
+def _result_unless_lost(client, future):
+    """``future.result()``, or :class:`CommClosedError` once the client has given up on its scheduler.
+
+    A future submitted after the scheduler went away but before the client noticed is never cancelled
+    (Dask cancels only the futures it held when the connection broke), so a plain ``result()`` would
+    wait forever; the client closes itself when it cannot reconnect (its connect timeout)."""
+    from distributed.comm.core import CommClosedError
+
+    while True:
+        try:
+            return future.result(timeout=1.0)
+        except TimeoutError:
+            if future.done():
+                raise  # the merge itself raised TimeoutError: that is its error, not a wait
+            if getattr(client, "status", "running") in ("closing", "closed"):
+                raise CommClosedError("the client lost its connection to the Dask scheduler") from None
 
 
 def _class_counts_per_group(target_stat, labels) -> dict:
