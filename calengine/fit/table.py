@@ -229,9 +229,11 @@ def tree_merge(client, submit_leaf, items: list, progress: Progress | None, labe
 def _result_unless_lost(client, future):
     """``future.result()``, or :class:`CommClosedError` once the client has given up on its scheduler.
 
-    A future submitted after the scheduler went away but before the client noticed is never cancelled
-    (Dask cancels only the futures it held when the connection broke), so a plain ``result()`` would
-    wait forever; the client closes itself when it cannot reconnect (its connect timeout)."""
+    Why not a plain ``result()``: a fit whose scheduler was killed during planning once waited here
+    forever in CI (py-spy), and the interleaving was not reproduced (distributed cancels the futures it
+    holds, and those submitted while it reconnects, when it gives up).  Polling bounds the wait by the
+    client's own connect timeout whatever the cause: once the client is closing or closed, nothing
+    will answer this future."""
     from distributed.comm.core import CommClosedError
 
     while True:
