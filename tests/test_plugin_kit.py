@@ -34,7 +34,11 @@ def _cases(kind: str):
 
 @pytest.mark.parametrize("name", _cases("learners"))
 def test_every_installed_learner_conforms(name):
-    with warnings.catch_warnings():
+    # one OpenMP thread: under pytest-xdist every core already runs a test module, and HistGradientBoosting's
+    # default OpenMP team oversubscribed them (the sklearn case took 491 s of its 600 s timeout at load 13-17)
+    from threadpoolctl import threadpool_limits
+
+    with warnings.catch_warnings(), threadpool_limits(limits=1, user_api="openmp"):
         warnings.simplefilter("ignore")  # convergence warnings of tiny fits are not the point here
         testing.check_learner(_PLUGINS.classes["learners"][name])
 
