@@ -15,6 +15,83 @@ from hypothesis import strategies as st
 from calengine import registry
 
 
+def _isotonic(rng, n, kind, interpolation="step"):
+    s = rng.random(n).round(2) if kind == "proba" else rng.normal(size=n).round(1)
+    y = (rng.random(n) < (s if kind == "proba" else 1 / (1 + np.exp(-s)))).astype(np.int64)
+    y[:2] = [0, 1]
+    return registry.make("calibrators", "isotonic", {"interpolation": interpolation}).fit(s, y, score_kind=kind)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 12), kind=st.sampled_from(["proba", "decision"]))
+def test_isotonic_predict_grouped_is_each_fit_s_predict_bit_for_bit(seed, groups, kind):
+    rng = np.random.default_rng(seed)
+    cals = [_isotonic(rng, int(rng.integers(2, 60)), kind) for _ in range(groups)]
+    sizes = rng.integers(1, 40, size=groups)
+    bounds = np.concatenate(([0], np.cumsum(sizes)))
+    parts = []
+    for cal, m in zip(cals, sizes):
+        # scores on the fit's own block starts (ties: side="right"), between them, -0.0 and outside
+        pool = np.concatenate((cal.lo_, cal.hi_, [-0.0, 0.0, 1.0]))
+        s = np.where(rng.random(m) < 0.5, rng.choice(pool, m), rng.random(m) if kind == "proba" else rng.normal(size=m))
+        parts.append(s)
+    scores = np.concatenate(parts)
+    want = np.concatenate([cal.predict(s) for cal, s in zip(cals, parts)])
+    got = type(cals[0]).predict_grouped(cals, scores, bounds)
+    assert got.dtype == np.float64 and got.view(np.uint64).tolist() == want.view(np.uint64).tolist()
+
+
+def test_predict_grouped_falls_back_to_the_loop_for_linear_fits_and_other_calibrators():
+    rng = np.random.default_rng(1)
+    s = rng.random(30)
+    bounds = np.array([0, 10, 30])
+    linear = [_isotonic(rng, 50, "proba", "linear") for _ in range(2)]
+    want = np.concatenate([linear[0].predict(s[:10]), linear[1].predict(s[10:])])
+    np.testing.assert_array_equal(type(linear[0]).predict_grouped(linear, s, bounds), want)
+    y = (rng.random(200) < 0.4).astype(np.int64)
+    sig = [registry.make("calibrators", "sigmoid", {}).fit(rng.normal(size=200), y) for _ in range(2)]
+    want = np.concatenate([sig[0].predict(s[:10]), sig[1].predict(s[10:])])
+    np.testing.assert_array_equal(type(sig[0]).predict_grouped(sig, s, bounds), want)
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid"])
+def test_segmented_member_one_pass_is_the_row_by_row_blend(method):
+    """Every row's probability, scored in one batch of all segments, equals that row scored alone by
+    the module docstring's blend: weights 0 and 1, unseen segments (-1), out-of-range and NaN codes."""
+    from calengine.model.calibrated import Member, RawMap
+    from calengine.model.segmented import SegmentedMember
+
+    rng = np.random.default_rng(7)
+
+    def cal():
+        s = rng.random(300).round(2)
+        y = (rng.random(300) < np.clip(s + rng.normal(0, 0.2), 0, 1)).astype(np.int64)
+        return registry.make("calibrators", method, {}).fit(s, y, score_kind="proba")
+
+    n_seg = 40
+    weights = rng.random(n_seg)
+    weights[:5], weights[5:8] = 0.0, 1.0
+    base = Member([], [[0]], [cal()], RawMap("proba", np.zeros(1), np.ones(1)))
+    member = SegmentedMember(base, [[cal()] for _ in range(n_seg)], weights, 20.0)
+    n = 3000
+    seg = rng.integers(-1, n_seg + 3, size=n).astype(np.float64)
+    seg[:7] = np.nan
+    S = rng.random((n, 1)).round(3)
+    got = member.column_probabilities(seg[:, None], S)
+    G = base.column_probabilities(None, S)[:, 0]
+    want = G.copy()
+    for i in range(n):
+        j = int(seg[i]) if np.isfinite(seg[i]) else -1
+        if 0 <= j < n_seg and weights[j] > 0:
+            own = np.clip(member.segment_cals[j][0].predict(S[i]), 0.0, 1.0)[0]
+            want[i] = weights[j] * own + (1.0 - weights[j]) * G[i]
+    assert got.shape == (n, 1)
+    np.testing.assert_array_equal(got[:, 0], want)
+    # and each row scored alone gives its bits in the batch
+    alone = np.array([member.column_probabilities(seg[[i], None], S[[i]])[0, 0] for i in range(0, n, 37)])
+    np.testing.assert_array_equal(alone, got[::37, 0])
+
+
 @pytest.fixture(scope="module")
 def by_model(tmp_path_factory):
     """A small ``--by`` table (three row groups, a label missing here and there) and its model."""
