@@ -111,6 +111,36 @@ def by_model(tmp_path_factory):
     return path, df, model
 
 
+def test_fit_by_reads_the_segment_column_once_per_fragment(by_model, monkeypatch):
+    """The counting pass keeps each fragment's codes on the worker: the scoring pass reads no ``--by``
+    column, and the model is the one the rows give (each segment's in-memory isotonic, K = 20 blend)."""
+    import calengine
+    from calengine.parquet import dataset
+
+    path, df, model = by_model
+    reads = []
+    read = dataset.read_fragment
+
+    def counting(fragment, columns):
+        reads.append(tuple(columns))
+        return read(fragment, columns)
+
+    monkeypatch.setattr(dataset, "read_fragment", counting)
+    again = calengine.fit_table(str(path), "y", scores=("s",), method="isotonic", by="g", fragment_rows=1000)
+    with_g = [c for c in reads if "g" in c]
+    assert len(with_g) == 3, reads  # one read of the segment column per fragment: the counts
+    labelled = df[df["y"].notna()]
+    np.testing.assert_array_equal(again.predict_proba(labelled[["s", "g"]]), model.predict_proba(labelled[["s", "g"]]))
+    member = model.members[0]
+    for j, (value,) in enumerate(model.encoder.keys):
+        rows = (labelled["g"] == value).to_numpy()
+        want = registry.make("calibrators", "isotonic", {}).fit(labelled["s"][rows].to_numpy(),
+                                                                labelled["y"][rows].to_numpy().astype(np.int64),
+                                                                score_kind="proba")
+        np.testing.assert_array_equal(member.segment_cals[j][0].lo_, want.lo_)
+        np.testing.assert_allclose(member.segment_cals[j][0].values_, want.values_, rtol=1e-12)
+
+
 def test_evaluate_by_scores_each_row_once_and_reports_the_rows_segments(by_model, monkeypatch):
     """One scoring pass feeds the metrics and the segment report (each labelled row scored once), and
     the report's sums are those of the model's probabilities of every row."""
