@@ -178,3 +178,20 @@ def test_evaluate_by_scores_each_row_once_and_reports_the_rows_segments(by_model
         assert got[key]["rows"] == r["rows"]
         for name in ("mean_p", "mean_y", "log_loss", "ece", "ecce_sigma", "spiegelhalter_z"):
             assert got[key][name] == pytest.approx(r[name], rel=1e-9, abs=1e-12), (key, name)
+
+
+@pytest.mark.parametrize("values", [
+    pd.Series(["b", "a", None, "b", "null"], dtype="str"), pd.Series(["b", "a", None, "b"], dtype=object),
+    pd.Series([3, None, 1, 3], dtype="Int64"), pd.Series([0.25, np.nan, 1.0, 0.25]), pd.Series([True, False, True]),
+    pd.Series(["x", "y", None, "x"], dtype="category"), pd.Series(pd.to_datetime(["2024-01-02", None, "2024-01-02"])),
+], ids=["str", "object", "Int64", "float", "bool", "category", "datetime"])
+def test_segments_are_factorised_from_the_series_as_from_its_values(values):
+    """The fit and the report factorise a batch's Series as it is (no Python objects for Arrow strings):
+    the same names and codes as from the column's NumPy values."""
+    from calengine.metrics import segments as metric
+    from calengine.model import segmented
+
+    for factorize in (segmented._factorize, metric._factorize):
+        codes, names = factorize(values)
+        want_codes, want_names = factorize(values.to_numpy())
+        assert names == want_names and codes.tolist() == want_codes.tolist()

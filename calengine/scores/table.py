@@ -376,7 +376,7 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
         if decisions is not None:
             decisions.add(y, P, Q if with_raw else None, df)
         if seg is not None:
-            seg.add({c: df[c].to_numpy() for c in by}, y, P, w)
+            seg.add({c: df[c] for c in by}, y, P, w)  # Series: Arrow strings are factorised as they are
     out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
     if decisions is not None:
         out["decisions"] = decisions
