@@ -145,10 +145,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     :func:`calengine.cluster.job_client`, else ``cluster``/``workers``; without a cluster the chunks
     run on a thread pool of this process.  ``by``: segment columns (a name, ``"a,b"`` or a list): the
     calibration of every segment (:mod:`calengine.metrics.segments`, at most ``max_segments``, default
-    1,000, counted over all the columns), summed in the metrics' pass (each row scored once).  ``prior_shift`` B >= 2: also
-    the class priors of the table estimated from each model's probabilities alone (``adapt``'s EM), with
-    a 90 % interval from B bootstrap resamples drawn with ``seed``, beside the training priors and the
-    observed label rates (:func:`calengine.fit.label_shift.prior_shift_table`).  Every bad input is a
+    1,000, counted over all the columns), summed in the metrics' pass (each row scored once).
+    ``prior_shift`` B >= 2: also the class priors of the table estimated from each model's
+    probabilities alone (``adapt``'s EM), with a 90 % interval from B bootstrap resamples drawn with
+    ``seed``, beside the training priors and the observed label rates
+    (:func:`calengine.fit.label_shift.prior_shift_table`).  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
     """
     import tempfile
