@@ -131,15 +131,14 @@ class SegmentAccumulator:
             codes, uniques = _factorize(segments[col])
             groups.append((col, codes, [(col, u) for u in uniques]))
         for _, codes, keys in groups:
-            # sums over this column's own values only, added to their rows: the whole table's group is
-            # one grid, not a grid per segment of every column (the same sums, in the same row order)
-            ids = self._ids(keys)  # distinct: one per value
-            k = len(keys)
+            ids = self._ids(keys)
+            m = len(self.keys)
+            seg = ids[codes]
             for name, v in row.items():
-                self.scalars[name][ids] += np.bincount(codes, weights=v, minlength=k)
-            flat = codes * GRID + cell
+                self.scalars[name] += np.bincount(seg, weights=v, minlength=m)
+            flat = seg * GRID + cell
             for name, v in (("w", w), ("wy", w * yv), ("wp", w * p)):
-                self.cells[name][ids] += np.bincount(flat, weights=v, minlength=k * GRID).reshape(k, GRID)
+                self.cells[name] += np.bincount(flat, weights=v, minlength=m * GRID).reshape(m, GRID)
 
     def merge(self, other: "SegmentAccumulator") -> "SegmentAccumulator":
         """Add ``other``'s sums (its segments joined to these by key)."""
