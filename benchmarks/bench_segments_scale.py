@@ -25,6 +25,11 @@ the same table, ``--method none``).  Both train through ``xgboost_dask`` across 
 workers.  The ratio to quote is MCGrad's CPU over (rounds x the one booster's).
 
     python benchmarks/bench_segments_scale.py --rows-list 1e6,3e6,1e7   # results/segments_scale.{md,json}
+
+``--baseline-python PY`` (e.g. the interpreter of a venv holding main's package): every fit and
+evaluate also runs with ``PY``, just before this build's run of the same command (models in a
+``baseline/`` subdirectory), and the page adds a before/after table: each build's ratios against its
+own global fit / plain evaluate, and this build's CPU over the baseline's.
 """
 
 from __future__ import annotations
@@ -44,21 +49,22 @@ from _common import (  # noqa: E402
 BOOSTER = {"n_estimators": 94, "learning_rate": 0.0287, "max_depth": 2, "min_child_weight": 30, "reg_lambda": 0.0091}
 
 
-def _cli(*args) -> list[str]:
-    return [sys.executable, "-P", "-m", "calengine", *map(str, args)]
+def _cli(*args, python: str | None = None) -> list[str]:
+    return [python or sys.executable, "-P", "-m", "calengine", *map(str, args)]
 
 
-def commands(table: Path, work: Path, segments: int) -> list[tuple[str, str, list[str]]]:
-    """``(group, setting, argv)`` of the fits and evaluations of one table, in run order."""
+def commands(table: Path, work: Path, segments: int, python: str | None = None) -> list[tuple[str, str, list[str]]]:
+    """``(group, setting, argv)`` of the fits and evaluations of one table, in run order (``python``:
+    the interpreter, this one by default)."""
     g, b = work / "global", work / "by"
     fit = ["fit", table, "--target", "y", "--scores", "s", "--method", "isotonic", "--quiet", "--overwrite"]
     ev = ["evaluate", "--target", "y", "--quiet"]
     return [
-        ("fit", "global isotonic", _cli(*fit, "--output", g)),
-        ("fit", f"--by seg ({segments} segments)", _cli(*fit, "--by", "seg", "--output", b)),
-        ("evaluate", "global model", _cli(ev[0], g, table, *ev[1:])),
-        ("evaluate", "global model, --by seg", _cli(ev[0], g, table, *ev[1:], "--by", "seg")),
-        ("evaluate", "--by model, --by seg", _cli(ev[0], b, table, *ev[1:], "--by", "seg")),
+        ("fit", "global isotonic", _cli(*fit, "--output", g, python=python)),
+        ("fit", f"--by seg ({segments} segments)", _cli(*fit, "--by", "seg", "--output", b, python=python)),
+        ("evaluate", "global model", _cli(ev[0], g, table, *ev[1:], python=python)),
+        ("evaluate", "global model, --by seg", _cli(ev[0], g, table, *ev[1:], "--by", "seg", python=python)),
+        ("evaluate", "--by model, --by seg", _cli(ev[0], b, table, *ev[1:], "--by", "seg", python=python)),
     ]
 
 
@@ -110,6 +116,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default="/tmp/calengine-bench/segments_scale")
     ap.add_argument("--results-dir", default=str(HERE / "results"))
     ap.add_argument("--name", default="segments_scale")
+    ap.add_argument("--baseline-python", default=None, help="also run every fit and evaluate with this interpreter")
+    ap.add_argument("--baseline-name", default="baseline", help="what the page calls the baseline build")
     args = ap.parse_args(argv)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
@@ -117,7 +125,12 @@ def main(argv=None) -> int:
     for rows in args.rows_list:
         table = work / f"t{rows}.parquet"
         scale_table(table, rows, args.segments)
-        for group, setting, cmd in commands(table, work, args.segments):
+        base = commands(table, work / "baseline", args.segments, args.baseline_python) if args.baseline_python else None
+        for i, (group, setting, cmd) in enumerate(commands(table, work, args.segments)):
+            if base:  # back to back with this build's run of the same command
+                (work / "baseline").mkdir(exist_ok=True)
+                results.append({**run(group, setting, base[i][2], rows, args.repeats, args.timeout),
+                                "build": args.baseline_name})
             results.append(run(group, setting, cmd, rows, args.repeats, args.timeout))
     if args.mcgrad_rows:
         table = work / f"t{args.mcgrad_rows}.parquet"
@@ -131,6 +144,8 @@ def main(argv=None) -> int:
 
 
 def page(results: list[dict], args, env: dict) -> str:
+    before = [r for r in results if r.get("build")]
+    results = [r for r in results if not r.get("build")]
     base = {(r["rows"], r["group"]): r for r in results if r["setting"] in ("global isotonic", "global model")}
     rows = []
     for r in results:
@@ -146,6 +161,8 @@ def page(results: list[dict], args, env: dict) -> str:
              " against the global fit / the plain evaluate of the same rows in the same run.", "",
              markdown_table(["rows", "step", "setting", "wall s", "CPU s", "peak RSS MiB", "wall ×", "CPU ×",
                              "RSS ×"], rows, ["<", "<", "<", ">", ">", ">", ">", ">", ">"])]
+    if before:
+        lines += ["", *before_after(before, results, base, getattr(args, "baseline_name", "baseline"))]
     mc = [r for r in results if r["group"] == "mcgrad"]
     if len(mc) == 2:
         m, one = mc
@@ -160,6 +177,26 @@ def page(results: list[dict], args, env: dict) -> str:
     lines += [f"* `{r['setting']}`: `calengine {r['command']}`" for r in results if r["rows"] == results[0]["rows"]
               or r["group"] == "mcgrad"]
     return "\n".join(lines + ["", *environment_markdown(env)])
+
+
+def before_after(before: list[dict], after: list[dict], base: dict, name: str) -> list[str]:
+    """The before/after table: per command, each build's figures and ratio over its own baseline
+    command (global fit, plain evaluate), and this build's CPU over the other build's."""
+    old_base = {(r["rows"], r["group"]): r for r in before if r["setting"] in ("global isotonic", "global model")}
+    now = {(r["rows"], r["group"], r["setting"]): r for r in after}
+    rows = []
+    for b in before:
+        a = now.get((b["rows"], b["group"], b["setting"]))
+        if a is None:
+            continue
+        ob, nb = old_base[(b["rows"], b["group"])], base[(a["rows"], a["group"])]
+        rows.append([f"{b['rows']:,}", b["group"], b["setting"], b["cpu_s"], a["cpu_s"],
+                     ratio(b["cpu_s"], ob["cpu_s"]), ratio(a["cpu_s"], nb["cpu_s"]), ratio(a["cpu_s"], b["cpu_s"]),
+                     b["wall_s"], a["wall_s"], f"{b['peak_rss_mib']:.0f}", f"{a['peak_rss_mib']:.0f}"])
+    return [f"Before ({name}) and after (this build), each command run back to back with both, the same table:",
+            "", markdown_table(["rows", "step", "setting", f"CPU s {name}", "CPU s this", f"CPU × global {name}",
+                                "CPU × global this", "CPU this / " + name, f"wall s {name}", "wall s this",
+                                f"peak MiB {name}", "peak MiB this"], rows, ["<", "<", "<"] + [">"] * 9)]
 
 
 if __name__ == "__main__":

@@ -600,6 +600,22 @@ class Calibrator(Params, metaclass=ABCMeta):
     def reduction_step(self, stats: dict[str, Any], request: dict[str, Any]) -> dict[str, Any] | None:
         raise NotImplementedError(f"calibrator '{self.name}' cannot be fitted as a reduction")
 
+    # ------------------------------------------------------------------ optional: many fits, one pass
+    @classmethod
+    def predict_grouped(cls, calibrators: list, scores: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """``calibrators[j].predict(scores[bounds[j]:bounds[j + 1]])`` for every ``j``, concatenated.
+
+        A segment-wise model (``fit --by``) applies one fitted calibrator per segment to a batch's
+        rows grouped by segment: with thousands of segments, a call per segment is most of the cost.
+        A class that can apply many of its fitted calibrators in one vectorised pass overrides this;
+        the result must be bit for bit the per-calibrator ``predict`` (the default loops).  The engine
+        calls it with calibrators of this very class only, fitted, and non-empty groups
+        (``bounds`` increasing from 0 to ``len(scores)``)."""
+        out = np.empty(len(scores), dtype=np.float64)
+        for j, cal in enumerate(calibrators):
+            out[bounds[j]:bounds[j + 1]] = cal.predict(scores[bounds[j]:bounds[j + 1]])
+        return out
+
     def to_state(self) -> dict[str, Any]:
         """Default: every public fitted attribute (name ending in ``_``)."""
         return {k: v for k, v in vars(self).items() if k.endswith("_") and not k.startswith("_")}

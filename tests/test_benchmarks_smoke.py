@@ -390,3 +390,8 @@ def test_bench_segments_scale_tiny(tmp_path):
     page = bench.page(fake + mc, args, bench.environment(bench.REPO, []))
     assert f"| 3,000 | fit | --by seg (20 segments) | {by['wall_s']:.2f} |" in page
     assert "MCGrad CPU / (rounds × one booster's CPU): 2.00" in page
+    # --baseline-python: the same commands of another build, and the before/after table
+    old = [{**r, "build": "main", "cpu_s": 2 * r["cpu_s"]} for r in fake]
+    page = bench.page(old + fake + mc, SimpleNamespace(**vars(args), baseline_name="main"), bench.environment(bench.REPO, []))
+    assert f"| 3,000 | fit | --by seg (20 segments) | {by['wall_s']:.2f} |" in page and "CPU this / main" in page
+    assert f"| 3,000 | fit | --by seg (20 segments) | {2 * by['cpu_s']:.2f} | {by['cpu_s']:.2f} |" in page

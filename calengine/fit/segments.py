@@ -15,7 +15,10 @@ The flow, each step a pass of one task per fragment:
    segments is one line, raised by the first task that sees too many.
 2. **Scores**: per fragment, one task scores its calibration rows with each member's learners and
    groups them by segment (:func:`segment_score_fragment`): a :class:`ScoreBlock` whose sets are the
-   (member, segment) pairs.
+   (member, segment) pairs.  The rows' segments are the codes the counting task kept on the worker
+   (4 bytes a row), so the ``--by`` columns are read and factorised once per fragment: factorising
+   a string column was the larger part of what the ``--by`` fit added to the global one, and it
+   had been done twice.
 3. **Calibrators**: :func:`calengine.fit.calibrators.fit_calibrators`, the reduction driver of the
    global fit, runs every calibrator's own protocol (``reduction_start`` / ``partial_stats`` /
    ``merge_stats`` / ``reduction_step``) over those blocks: an unsorted round is one task per block
@@ -93,9 +96,13 @@ def _fragment_frame(fragment, enc, by: tuple[str, ...]):
     return df, df[enc.target].notna().to_numpy()
 
 
-def segment_counts(fragment, enc, plan, by: tuple[str, ...], n_sets: int, max_segments: int) -> dict:
+def segment_counts(fragment, enc, plan, by: tuple[str, ...], n_sets: int, max_segments: int,
+                   keep_codes: bool = False) -> dict:
     """In-task: ``{"keys": [...], "weights": (segments, n_sets, k), "unkeyed": weight}`` of this
-    fragment's calibration rows; set ``i`` is fold ``i``'s rows (every row without folds)."""
+    fragment's calibration rows; set ``i`` is fold ``i``'s rows (every row without folds).
+    ``keep_codes``: also ``"codes"``, each labelled row's index into ``keys`` (``-1``: a missing
+    value), in the order :func:`calengine.tasks.partitions.load_part` keeps the rows, so the scoring
+    pass (:func:`segment_score_fragment`) neither reads nor factorises the ``--by`` columns again."""
     from ..model.segmented import segment_codes
     from ..plan.folds import fragment_folds
 
@@ -115,7 +122,15 @@ def segment_counts(fragment, enc, plan, by: tuple[str, ...], n_sets: int, max_se
     keyed = live & (codes >= 0)
     flat = (codes[keyed] * n_sets + sets[keyed]) * k + y[keyed]
     weights = np.bincount(flat, weights=w[keyed], minlength=len(keys) * n_sets * k).reshape(len(keys), n_sets, k)
-    return {"keys": keys, "weights": weights, "unkeyed": float(w[live & (codes < 0)].sum())}
+    out = {"keys": keys, "weights": weights, "unkeyed": float(w[live & (codes < 0)].sum())}
+    if keep_codes:
+        out["codes"] = codes.astype(np.int32)  # at most MAX_SEGMENTS_LIMIT keys: 4 bytes a row, kept on the worker
+    return out
+
+
+def counts_only(counted: dict) -> dict:
+    """In-task: a :func:`segment_counts` result without its per-row codes (what the client gathers)."""
+    return {k: v for k, v in counted.items() if k != "codes"}
 
 
 def _too_many(by, max_segments: int) -> DataError:
@@ -127,20 +142,24 @@ def _too_many(by, max_segments: int) -> DataError:
     )
 
 
-def segment_score_fragment(fragment, enc, plan, members: list, by: tuple[str, ...], key_index: dict):
+def segment_score_fragment(fragment, enc, plan, members: list, counted: dict, key_index: dict):
     """In-task: a :class:`calengine.tasks.partitions.ScoreBlock` of this fragment's calibration rows
-    whose set ``m * S + j`` holds member ``m``'s held-out scores of segment ``j`` (``S`` segments)."""
-    from ..model.segmented import segment_codes
+    whose set ``m * S + j`` holds member ``m``'s held-out scores of segment ``j`` (``S`` segments).
+    ``counted``: the fragment's :func:`segment_counts` with ``keep_codes`` (its rows' segments)."""
     from ..tasks import partitions as pt
     from ..tasks.arrays import pin_native_threads
 
     pin_native_threads()
     part = pt.load_part(fragment, enc, plan, order="F")
-    df, present = _fragment_frame(fragment, enc, by)
-    keys, codes = segment_codes(df.loc[present] if not present.all() else df, by)
-    lookup = np.array([key_index.get(key, -1) for key in keys] + [-1], dtype=np.intp)
+    codes = counted["codes"]
+    if codes.size != part.y.size:
+        raise DataError(f"'{fragment.path}' changed while the job ran ({part.y.size} labelled rows read,"
+                        f" {codes.size} counted); do not modify the data during a fit")
+    lookup = np.array([key_index.get(key, -1) for key in counted["keys"]] + [-1], dtype=np.intp)
     seg = lookup[codes]
     n_seg = len(key_index)
+    # int16 segment indices sort by radix (numpy's stable sort of 16-bit integers): O(rows); same order
+    small = np.int16 if n_seg <= np.iinfo(np.int16).max else np.int32
     sets = []
     for m, member in enumerate(members):
         mask = seg >= 0
@@ -152,7 +171,7 @@ def segment_score_fragment(fragment, enc, plan, members: list, by: tuple[str, ..
         S = member.scores(part.X[idx]) if idx.size else np.empty((0, member.n_columns))
         T = pt._targets(part.y[idx], S.shape[1], None, plan)
         W = None if part.w is None else part.w[idx]
-        order = np.argsort(seg[idx], kind="stable")
+        order = np.argsort(seg[idx].astype(small), kind="stable")
         bounds = np.searchsorted(seg[idx][order], np.arange(n_seg + 1))
         for j in range(n_seg):
             r = order[bounds[j] : bounds[j + 1]]
@@ -209,6 +228,12 @@ def count_segments(client, spec, config, ctx, by: tuple[str, ...], progress):
     none for ``--calibration-data``, ``--scores``, ``--prefit``), their fragments, the number of
     calibration sets and each fragment's :func:`segment_counts`, in fragment order (also the first
     pass of ``--method mcgrad``, :mod:`calengine.fit.mcgrad_table`)."""
+    return _count_segments(client, spec, config, ctx, by, progress)[:4]
+
+
+def _count_segments(client, spec, config, ctx, by: tuple[str, ...], progress, keep_codes: bool = False):
+    """:func:`count_segments` plus the count tasks' futures (with ``keep_codes``, holding each
+    fragment's per-row segment codes on the workers; the client gathers the counts only)."""
     from ..progress import gather_in_order
     from ..tasks import partitions as pt
 
@@ -217,11 +242,11 @@ def count_segments(client, spec, config, ctx, by: tuple[str, ...], progress):
     plan = pt.FoldPlan(config.cv if folds else None, config.seed)
     fragments = ctx.cal_fragments if cal_mode else ctx.fragments
     n_sets = config.cv if folds else 1
-    parts = gather_in_order(
-        client, [client.submit(segment_counts, fr, ctx.enc, plan, by, n_sets, spec.max_segments, pure=False)
-                 for fr in fragments], progress, "segments",
-    )
-    return plan, fragments, n_sets, parts
+    counted = [client.submit(segment_counts, fr, ctx.enc, plan, by, n_sets, spec.max_segments, keep_codes,
+                             pure=False) for fr in fragments]
+    small = [client.submit(counts_only, c, pure=False) for c in counted] if keep_codes else counted
+    parts = gather_in_order(client, small, progress, "segments")
+    return plan, fragments, n_sets, parts, counted
 
 
 def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table):
@@ -247,7 +272,7 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
     base_spec = replace(spec, by=None)
     ctx = plan_table(client, base_spec, progress)
     # 1. counts: which segments get their own map
-    plan, fragments, n_sets, parts = count_segments(client, spec, config, ctx, by, progress)
+    plan, fragments, n_sets, parts, counted = _count_segments(client, spec, config, ctx, by, progress, keep_codes=True)
     totals: dict = {}
     unkeyed = 0.0
     for p in parts:
@@ -274,8 +299,8 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
         members_f = client.submit(pt.as_given, members, pure=False)
 
         def make_blocks():
-            return [client.submit(segment_score_fragment, fr, ctx.enc, plan, members_f, by, key_index, pure=False)
-                    for fr in fragments]
+            return [client.submit(segment_score_fragment, fr, ctx.enc, plan, members_f, c, key_index, pure=False)
+                    for fr, c in zip(fragments, counted)]
 
         blocks = make_blocks()
         summaries = gather_in_order(

@@ -145,10 +145,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     :func:`calengine.cluster.job_client`, else ``cluster``/``workers``; without a cluster the chunks
     run on a thread pool of this process.  ``by``: segment columns (a name, ``"a,b"`` or a list): the
     calibration of every segment (:mod:`calengine.metrics.segments`, at most ``max_segments``, default
-    1,000, counted over all the columns), one more pass over the table.  ``prior_shift`` B >= 2: also
-    the class priors of the table estimated from each model's probabilities alone (``adapt``'s EM), with
-    a 90 % interval from B bootstrap resamples drawn with ``seed``, beside the training priors and the
-    observed label rates (:func:`calengine.fit.label_shift.prior_shift_table`).  Every bad input is a
+    1,000, counted over all the columns), summed in the metrics' pass (each row scored once).
+    ``prior_shift`` B >= 2: also the class priors of the table estimated from each model's
+    probabilities alone (``adapt``'s EM), with a 90 % interval from B bootstrap resamples drawn with
+    ``seed``, beside the training priors and the observed label rates
+    (:func:`calengine.fit.label_shift.prior_shift_table`).  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
     """
     import tempfile
@@ -205,16 +206,19 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             from ..thread_client import ThreadClient
 
             spill = scratch if isinstance(c, ThreadClient) else None
+            if by is not None:
+                _check_segment_columns(files, by, target, weight)
+            seg_opt = None if by is None else (by, max_segments)
             accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm, weight=weight,
-                                   ranged=True, spill_dir=spill)
+                                   ranged=True, spill_dir=spill, segments=seg_opt)
                     for m, cm in zip(loaded, costs)]
+            # --by: the segment sums came with the metrics' pass (each row scored once for both)
+            segments = None if by is None else [a.pop("segments").result() for a in accs]
             if bootstrap:
                 from .bootstrap import table_calibration_map_band
 
                 # a seeded sample of the evaluated rows scored where they are read, never the whole table here
                 bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
-            segments = None if by is None else [_segment_table(c, m, files, target, by, weight, max_segments, prog)
-                                                for m in loaded]
             if prior_shift:
                 from ..fit.label_shift import prior_shift_table
 
@@ -238,28 +242,14 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     return result
 
 
-def _segment_table(client, model, files, target, by, weight, max_segments, progress) -> dict:
-    """Graph building of ``--by``: one :func:`~calengine.metrics.segments.segment_chunk` task per chunk,
-    their accumulators merged in chunk order, the result computed here."""
+def _check_segment_columns(files, by, target, weight) -> None:
+    """``--by`` names columns of the table other than the target and the weight (one line, before work)."""
     from ..parquet.data import check_columns
-    from ..scores.table import default_batch_rows, plan_chunks, share_model
-    from ..progress import gather_in_order
-    from .segments import segment_chunk
 
     missing = [c for c in by if c in (target, weight)]
     if missing:
         raise ParameterError(f"--by column '{missing[0]}' is the target or the weight; segment by another column")
-    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target, *by] + ([weight] if weight else [])))
-    check_columns(files, columns)
-    chunks = [ch for ch in plan_chunks(files, columns) if ch.n_rows > 0]
-    model_f = share_model(client, model)
-    futures = [client.submit(segment_chunk, model_f, ch, target, tuple(by), default_batch_rows(len(columns)), weight,
-                             max_segments, pure=False) for ch in chunks]
-    parts = gather_in_order(client, futures, progress, "segments")
-    acc = parts[0]
-    for part in parts[1:]:
-        acc.merge(part)
-    return acc.result()
+    check_columns(files, list(by))
 
 
 @contextlib.contextmanager

@@ -140,7 +140,7 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
     ``evaluate_chunk``: :func:`calengine.scores.table.evaluate_chunk` (passed in: the scores side calls
     this module, not the other way round)."""
     part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight)
-    out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions")}
+    out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions"), "segments": part.get("segments")}
     for kind in ("calibrated", "raw"):
         arrays = part[kind]
         if arrays is None:
@@ -178,7 +178,7 @@ def _same_table(a, b) -> bool:
 def small_part(part: dict) -> dict:
     """What the client needs of a chunk task's result (task): everything but in-memory tables."""
     return {"sketch": part["sketch"], "n": part["n"], "decisions": part["decisions"],
-            "mirrored": part.get("mirrored", {})}
+            "mirrored": part.get("mirrored", {}), "segments": part.get("segments")}
 
 
 def range_boundaries(sketches: list[dict], values_per_range: int | None = None) -> list[float]:
@@ -554,6 +554,10 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:
             out["decisions"].merge(s["decisions"])
+    if small[0].get("segments") is not None:  # evaluate --by: the segment sums of the same pass, in chunk order
+        from .segments import merge_in_order
+
+        out["segments"] = merge_in_order([s["segments"] for s in small])
     return out
 
 

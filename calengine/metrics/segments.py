@@ -14,7 +14,9 @@ Which probability: for two classes, the positive class's; for more, the top labe
 probability against "the predicted class is right"), as calengine's ``ece`` does.  Log loss and Brier
 score use the whole probability vector.
 
-How it scales: every statistic is a sum over rows, kept per segment and per cell of a
+How it scales: the sums ride on ``evaluate``'s own pass (:func:`calengine.scores.table.evaluate_chunk`
+adds each batch's rows to a chunk's accumulator with the probabilities it scored for the metrics), so
+a row is read and scored once for both.  Every statistic is a sum over rows, kept per segment and per cell of a
 :data:`GRID`-cell grid of the probability, so a chunk's accumulator is a few arrays and merging adds
 them (any chunking gives the same sums up to float addition order; the chunks are merged in a fixed
 order).  The number of segments is bounded by ``max_segments`` (one line naming the column that
@@ -33,7 +35,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["SegmentAccumulator", "segment_chunk", "format_segments", "check_segment_options", "holm", "GRID", "ECE_BINS",
+__all__ = ["SegmentAccumulator", "merge_in_order", "format_segments", "check_segment_options", "holm", "GRID", "ECE_BINS",
            "DEFAULT_MAX_SEGMENTS", "MAX_SEGMENTS_LIMIT"]
 
 #: cells of the probability grid each segment keeps (a power of two: cell boundaries are exact floats)
@@ -100,8 +102,8 @@ class SegmentAccumulator:
         return np.array([self._index[k] for k in keys], dtype=np.intp)
 
     def add(self, segments: dict, y: np.ndarray, P: np.ndarray, w: np.ndarray | None = None) -> None:
-        """Add rows: ``segments`` maps each ``by`` column to its values (one per row), ``y`` the class
-        indices, ``P`` the (n, k) probabilities, ``w`` the weights (None: 1)."""
+        """Add rows: ``segments`` maps each ``by`` column to its values (one per row: an array or a
+        pandas Series), ``y`` the class indices, ``P`` the (n, k) probabilities, ``w`` the weights (None: 1)."""
         n = y.shape[0]
         if n == 0:
             return
@@ -195,6 +197,8 @@ def _factorize(values) -> tuple[np.ndarray, list]:
     so a value reads the same whichever file or chunk it came from."""
     import pandas as pd
 
+    if isinstance(values, pd.Series) and not isinstance(values.dtype, pd.StringDtype):
+        values = values.to_numpy()  # as the values always were (an Int64 column with nulls reads 3.0)
     s = pd.Series(values, copy=False)
     text = s.astype("string").fillna("null")
     codes, uniques = pd.factorize(text, sort=False)
@@ -235,16 +239,12 @@ def holm(pvalues: list[float]) -> list[float]:
     return out.tolist()
 
 
-def segment_chunk(model, chunk, target: str, by: tuple, batch_rows: int, weight: str | None, max_segments: int):
-    """In-task: the :class:`SegmentAccumulator` of one chunk's rows (the model's calibrated probabilities)."""
-    from ..scores.table import _batches, _weight_column
-
-    acc = SegmentAccumulator(tuple(by), model.n_classes, max_segments)
-    columns = sorted(set(model.encoder.input_columns) | {target} | set(by) | ({weight} if weight else set()))
-    for df in _batches(chunk, columns, batch_rows):
-        y = model.labels.encode(df[target])
-        P = model.predict_proba_features(model.encoder.transform(df))
-        acc.add({c: df[c].to_numpy() for c in by}, y, P, _weight_column(df, weight))
+def merge_in_order(accs: list) -> "SegmentAccumulator":
+    """The chunks' accumulators (``evaluate_chunk``'s ``"segments"``) merged in chunk order: the same
+    sums whichever worker ran which chunk."""
+    acc = accs[0]
+    for part in accs[1:]:
+        acc.merge(part)
     return acc
 
 

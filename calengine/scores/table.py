@@ -336,10 +336,13 @@ def _weight_column(df, weight: str | None):
 
 @trims_heap
 def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix=None,
-                   weight: str | None = None) -> dict:
+                   weight: str | None = None, segments: tuple | None = None) -> dict:
     """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities, rows
     weighted by the column ``weight`` when given; with ``cost_matrix``, also a
-    :class:`~calengine.decisions.DecisionAccumulator` of both's decisions."""
+    :class:`~calengine.decisions.DecisionAccumulator` of both's decisions; with ``segments``
+    (``(by columns, max_segments)``, ``evaluate --by``), also ``"segments"``: the
+    :class:`~calengine.metrics.segments.SegmentAccumulator` of the same probabilities, so a row is
+    scored once for both."""
     from ..metrics.measures import MetricAccumulator
 
     k = model.n_classes
@@ -352,7 +355,14 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
 
         decisions = DecisionAccumulator(cost_matrix)
         cost_columns = set(cost_matrix.columns)
-    columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns | ({weight} if weight else set()))
+    by, seg = (), None
+    if segments is not None:
+        from ..metrics.segments import SegmentAccumulator
+
+        by = tuple(segments[0])
+        seg = SegmentAccumulator(by, k, segments[1])
+    columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns | ({weight} if weight else set())
+                     | set(by))
     for df in _batches(chunk, columns, batch_rows):
         y = model.labels.encode(df[target])
         w = _weight_column(df, weight)
@@ -365,9 +375,13 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
         cal.add(y, P, sample_weight=w)
         if decisions is not None:
             decisions.add(y, P, Q if with_raw else None, df)
+        if seg is not None:
+            seg.add({c: df[c] for c in by}, y, P, w)  # Series: Arrow strings are factorised as they are
     out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
     if decisions is not None:
         out["decisions"] = decisions
+    if seg is not None:
+        out["segments"] = seg
     return out
 
 
@@ -384,6 +398,7 @@ def evaluate_table(
     weight: str | None = None,
     ranged: bool = False,
     spill_dir: str | None = None,
+    segments: tuple | None = None,
 ) -> dict[str, dict]:
     """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks.
 
@@ -391,7 +406,12 @@ def evaluate_table(
     ``weight``: a column of non-negative row weights every metric uses (a weight counts as rows).
     ``ranged``: from :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows on, the tables are cut
     into score ranges that no process holds whole (:func:`calengine.metrics.range_eval.evaluate_ranged`,
-    written to ``spill_dir`` when given) and the values are :class:`~calengine.metrics.range_eval.RangedTables`."""
+    written to ``spill_dir`` when given) and the values are :class:`~calengine.metrics.range_eval.RangedTables`.
+    ``segments``: ``(by columns, max_segments)`` of ``evaluate --by``: also ``"segments"``, the
+    chunks' :class:`~calengine.metrics.segments.SegmentAccumulator` merged in chunk order, from the
+    same pass (the batches and chunks are those of the metrics, which read the ``--by`` columns too)."""
+    import functools
+
     from ..parquet.data import check_columns
     from ..metrics.measures import MetricAccumulator
 
@@ -400,7 +420,8 @@ def evaluate_table(
     cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns
                                  + ([weight] if weight else [])))
-    check_columns(files, columns)
+    by = list(segments[0]) if segments is not None else []
+    check_columns(files, list(dict.fromkeys(columns + by)))
     batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
@@ -408,11 +429,12 @@ def evaluate_table(
     from ..metrics import range_eval
 
     model_f = share_model(client, model)
+    chunk_fn = evaluate_chunk if segments is None else functools.partial(evaluate_chunk, segments=segments)
     if ranged and sum(c.n_rows for c in chunks) >= range_eval.RANGED_MIN_ROWS:
-        return range_eval.evaluate_ranged(client, evaluate_chunk, model_f, model.n_classes, chunks, target, batch_rows,
+        return range_eval.evaluate_ranged(client, chunk_fn, model_f, model.n_classes, chunks, target, batch_rows,
                                           with_raw, cost_matrix, weight, spill_dir, progress)
     futures = [
-        client.submit(evaluate_chunk, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
+        client.submit(chunk_fn, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
         for chunk in chunks
     ]
     parts = gather_in_order(client, futures, progress, "evaluate")
@@ -431,4 +453,8 @@ def evaluate_table(
         for p in parts[1:]:
             merged.merge(p["decisions"])
         out["decisions"] = merged
+    if segments is not None:
+        from ..metrics.segments import merge_in_order
+
+        out["segments"] = merge_in_order([p["segments"] for p in parts])
     return out

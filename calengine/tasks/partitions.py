@@ -528,11 +528,15 @@ def take_many(mapping: dict, keys: list) -> list:
     return [mapping[key] for key in keys]
 
 
+@trims_heap
 def ranges_partial_stats(items: list, *parts: list) -> list:
     """:func:`range_partial_stats` of a batch of score ranges (:func:`calengine.fit.calibrators._range_groups`):
     ``items`` are ``(position, calibrator, request)``, ``parts`` one :func:`take_many` list per split,
-    a range's pieces at its position in each."""
-    return [range_partial_stats(cal, request, *[p[pos] for p in parts]) for pos, cal, request in items]
+    a range's pieces at its position in each.  The heap is trimmed once for the batch, not per range
+    (a ``--by`` fit's batches hold up to thousands of small ranges, and trimming after each was 7 %
+    of a 3M-row, 1,000-segment isotonic fit's samples)."""
+    stats = range_partial_stats.__wrapped__
+    return [stats(cal, request, *[p[pos] for p in parts]) for pos, cal, request in items]
 
 
 @trims_heap

@@ -74,3 +74,31 @@ class IsotonicCalibrator(_BinaryCalibrator):
         if self.interpolation_ == "linear":
             return predict_linear(self.lo_, self.hi_, self.values_, s)
         return predict_step(self.lo_, self.values_, s)
+
+    @classmethod
+    def predict_grouped(cls, calibrators: list, scores, bounds) -> np.ndarray:
+        """Many step fits in one pass (the engine's hook for segment-wise models): each row's block is
+        the count of its own fit's block starts at or below its score, found by one lexicographic
+        sort of every fit's block starts and every row, keyed by (fit, score, block starts first), so
+        ties count as ``np.searchsorted(lo, s, side="right")`` counts them; the same bits as
+        :meth:`predict`, fit by fit.  Linear interpolation, mixed score kinds, or a fit without
+        blocks take the loop."""
+        first = calibrators[0]
+        if any(getattr(c, "interpolation_", None) != "step" or getattr(c, "score_kind_", None) != first.score_kind_
+               or getattr(c, "lo_", np.empty(0)).size == 0 for c in calibrators):
+            return super().predict_grouped(calibrators, scores, bounds)
+        s = first._check_predict(scores)
+        lengths = np.array([c.lo_.size for c in calibrators], dtype=np.intp)
+        offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        n_knots = int(lengths.sum())
+        group = np.repeat(np.arange(len(calibrators)), np.diff(np.asarray(bounds, dtype=np.intp)))
+        keys = (np.concatenate((np.zeros(n_knots, np.int8), np.ones(s.size, np.int8))),
+                np.concatenate([c.lo_ for c in calibrators] + [s]),
+                np.concatenate((np.repeat(np.arange(len(calibrators)), lengths), group)))
+        order = np.lexsort(keys)
+        knots_before = np.cumsum(order < n_knots)
+        position = np.empty(order.size, dtype=np.intp)
+        position[order] = np.arange(order.size)
+        count = knots_before[position[n_knots:]] - offsets[group]
+        idx = np.clip(count - 1, 0, lengths[group] - 1)
+        return np.concatenate([c.values_ for c in calibrators])[offsets[group] + idx]
