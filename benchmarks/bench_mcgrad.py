@@ -8,7 +8,7 @@ What runs, in one process:
 * **Adult** (``data/adult``, positive ``>50K``): ``gaussian_nb`` + isotonic (5-fold ``ensemble``,
   ``calengine.fit_table``) trained on ``train.parquet``; segments ``sex``, ``race``, ``age_band``
   (<25, 25-34, ..., 65+) and ``education``.  Segment-wise isotonic is fitted ``--by`` all four (their
-  value tuples); MCGrad gets the four columns one-hot.
+  value tuples); MCGrad gets the four columns as categorical features.
 * **Planted** (:func:`bench_segment_fits.generate`): three features the learner sees and a ``region``
   (30 values, Zipf sizes) it does not, whose true log-odds carry an offset per region; the default
   learner + isotonic, fitted ``--by region``; ``--rows`` training and as many test rows.
@@ -65,10 +65,10 @@ class _Probabilities:
 def _one_booster_cpu(params, X, f, y) -> float:
     import xgboost as xgb
 
-    from calengine.fit.mcgrad import _features
+    from calengine.fit.mcgrad import _matrix
 
     t0 = time.process_time()
-    data = xgb.DMatrix(_features(X, f), label=y.astype(np.float32), base_margin=f)
+    data = _matrix(X, f, label=y.astype(np.float32), base_margin=f)
     xgb.train({**params.booster_params(0), "nthread": 1}, data, num_boost_round=int(params.trees))
     return time.process_time() - t0
 
@@ -76,7 +76,7 @@ def _one_booster_cpu(params, X, f, y) -> float:
 def run_case(name, train_path, train, test, target, positive, by, exclude, min_rows, rounds) -> list[dict]:
     import calengine
     from bench_segment_fits import measure
-    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, logit, segment_onehot
+    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, logit, segment_codes
 
     rows = []
 
@@ -101,9 +101,9 @@ def run_case(name, train_path, train, test, target, positive, by, exclude, min_r
     t0 = time.process_time()
     fit = fit_mcgrad(s_train, y, [train[c].to_numpy() for c in by], params, seed=0)
     cpu = time.process_time() - t0
-    X_test = segment_onehot([test[c].to_numpy() for c in by], fit.levels)[0]
+    X_test = segment_codes([test[c].to_numpy() for c in by], fit.levels)[0]
     p = fit.predict_proba(s_test, X_test)
-    X_train = segment_onehot([train[c].to_numpy() for c in by], fit.levels)[0]
+    X_train = segment_codes([train[c].to_numpy() for c in by], fit.levels)[0]
     one = _one_booster_cpu(params, X_train, logit(s_train), y)
     record("MCGrad on global isotonic", _Probabilities(np.column_stack([1 - p, p]), glob.labels), cpu,
            {"rounds": len(fit.boosters), "rounds_tried": len(fit.holdout_loss) - 1, "one_booster_cpu_s": one,

@@ -1,8 +1,8 @@
 """MCGrad's core (``calengine.fit.mcgrad``): the rounds against a plain XGBoost loop written here from
 the paper's description, planted segment miscalibration removed, and bad parameters in one line.
 
-Oracles: the reference loop trains each round with ``xgboost.train`` on ``[one-hot segments, logit]``
-with the logit as base margin, and finds the unshrink factor with scipy's bounded scalar search (the
+Oracles: the reference loop trains each round with ``xgboost.train`` on ``[segment codes, logit]`` (each
+segment column one categorical feature, coded here by pandas) with the logit as base margin, and finds the unshrink factor with scipy's bounded scalar search (the
 reference implementation's method) at a tight tolerance; the module uses Newton's method for it, so
 the two agree only if both find the minimiser.  The worst-segment calibration error is
 ``evaluate --by``'s ECCE on the sigma scale (``calengine.metrics.segments``).
@@ -15,7 +15,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from calengine.errors import DataError, ParameterError
-from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, segment_onehot, unshrink_factor
+from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, segment_codes, unshrink_factor
 from calengine.metrics.segments import SegmentAccumulator
 
 xgb = pytest.importorskip("xgboost")
@@ -39,14 +39,18 @@ def _worst_ecce(p, y, segs):
 
 def _reference(s, y, segs, params, seed):
     """MCGrad's rounds as plainly as xgboost and scipy say them (no early stopping)."""
-    X, _ = segment_onehot(segs)
+    import pandas as pd
+
+    X = np.column_stack([pd.Categorical(c, categories=sorted(set(c))).codes for c in segs])
+    types = ["c"] * len(segs) + ["q"]
     f = np.log(s) - np.log1p(-s)
     for r in range(params.rounds):
         feats = np.column_stack([X, f]).astype(np.float32)
         booster = xgb.train({**params.booster_params(seed + r), "nthread": 1},
-                            xgb.DMatrix(feats, label=y.astype(np.float32), base_margin=f),
+                            xgb.DMatrix(feats, label=y.astype(np.float32), base_margin=f, feature_types=types,
+                                        enable_categorical=True),
                             num_boost_round=params.trees)
-        f = f + booster.predict(xgb.DMatrix(feats), output_margin=True)
+        f = f + booster.predict(xgb.DMatrix(feats, feature_types=types, enable_categorical=True), output_margin=True)
         z = np.clip(f, -10, 10)
         alpha = minimize_scalar(lambda a: np.mean(np.logaddexp(0, -a * z) * y + np.logaddexp(0, a * z) * (1 - y)),
                                 bounds=(1e-8, 50), method="bounded", options={"xatol": 1e-12}).x
@@ -64,7 +68,7 @@ def test_rounds_equal_a_plain_xgboost_loop():
     params = MCGradParams(rounds=3, early_stopping=False, trees=10, learning_rate=0.3)
     fit = fit_mcgrad(s, y, segs, params, seed=5)
     assert len(fit.boosters) == 3 and fit.holdout_loss == []
-    got = fit.predict_proba(s, segment_onehot(segs, fit.levels)[0])
+    got = fit.predict_proba(s, segment_codes(segs, fit.levels)[0])
     np.testing.assert_allclose(got, _reference(s, y, segs, params, 5), rtol=0, atol=1e-6)
 
 
@@ -78,7 +82,7 @@ def test_planted_segment_miscalibration_is_removed():
     fit = fit_mcgrad(s, y, segs, params, seed=0)
     assert 1 <= len(fit.boosters) <= 10 and len(fit.holdout_loss) >= len(fit.boosters) + 1
     assert min(fit.holdout_loss) < fit.holdout_loss[0]  # the rounds kept improved the held-out rows
-    pt = fit.predict_proba(st, segment_onehot(segt, fit.levels)[0])
+    pt = fit.predict_proba(st, segment_codes(segt, fit.levels)[0])
     before, after = _worst_ecce(st, yt, segt), _worst_ecce(pt, yt, segt)
     assert before > 8 and after < 4, (before, after)
 
@@ -86,10 +90,28 @@ def test_planted_segment_miscalibration_is_removed():
         return -np.mean(yt * np.log(p) + (1 - yt) * np.log(1 - p))
 
     assert ll(pt) < ll(st) - 0.01, (ll(st), ll(pt))
-    # unseen and missing segment values set no indicator: scored, finite, in (0, 1)
+    # unseen and missing segment values are missing codes: scored, finite, in (0, 1)
     odd = [np.array(["a9", None], dtype=object), np.array(["b0", "b7"])]
-    p_odd = fit.predict_proba(np.array([0.3, 0.6]), segment_onehot(odd, fit.levels)[0])
+    codes = segment_codes(odd, fit.levels)[0]
+    assert np.isnan(codes[:, 0]).all() and codes[0, 1] == 0 and np.isnan(codes[1, 1])
+    p_odd = fit.predict_proba(np.array([0.3, 0.6]), codes)
     assert np.all((p_odd > 0) & (p_odd < 1))
+
+
+def test_segment_features_are_one_code_column_per_segment_column():
+    """The memory fix of issue 25: 1,000 segment values are one float32 column of codes (pandas'
+    categorical codes as the oracle), not 1,000 one-hot columns; the codes follow the sorted levels."""
+    rng = np.random.default_rng(0)
+    seg = np.array([f"s{v:04d}" for v in rng.integers(0, 1000, 20_000)], dtype=object)
+    X, levels = segment_codes([seg])
+    assert X.shape == (20_000, 1) and X.dtype == np.float32 and len(levels[0]) == len(set(seg))
+    np.testing.assert_array_equal(X[:, 0], pd_codes(seg))
+
+
+def pd_codes(values):
+    import pandas as pd
+
+    return pd.Categorical(values, categories=sorted(set(values))).codes.astype(np.float32)
 
 
 def test_unshrink_factor_is_the_no_intercept_logistic_regression():
@@ -145,7 +167,7 @@ def test_the_cluster_rounds_equal_the_in_process_core_on_one_worker():
     s, y, segs = _planted(2000, 0)
     params = MCGradParams(rounds=2, early_stopping=False, trees=10, learning_rate=0.3)
     ref = fit_mcgrad(s, y, segs, params, seed=5)
-    X = segment_onehot(segs, ref.levels)[0]
+    X = segment_codes(segs, ref.levels)[0]
     ddf = dd.from_pandas(pd.DataFrame({"A": segs[0], "B": segs[1], "s": s, "y": y}), npartitions=3)
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:

@@ -85,12 +85,34 @@ def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
     assert name in manifest["files"]
     doc = json.loads((tmp_path / "m" / name).read_text())
     assert doc["learner"]["learner_model_param"]["num_feature"] == str(model.members[0].width + 1)
-    # a booster of another width, handed to the member: refused by booster_checks before XGBoost
+    # the segment features are one categorical column per --by column (A, B), not one per value
+    assert model.members[0].width == 2 and doc["learner"]["feature_types"] == ["c", "c", "q"]
     parts = model.members[0].parts()
-    doc["learner"]["learner_model_param"]["num_feature"] = "3"
-    files = {**parts["files"], "mcgrad_round_0.json": json.dumps(doc).encode()}
+
+    def from_parts(doc):
+        files = {**parts["files"], "mcgrad_round_0.json": json.dumps(doc).encode()}
+        return MCGradMember.from_parts(parts["learners"], parts["calibrators"], parts["arrays"], parts["meta"],
+                                       files=files)
+
+    # a categorical split on a category past the column's values (XGBoost would size a bitset by it),
+    # or on the numeric logit: refused by booster_checks before XGBoost parses the file
+    trees = doc["learner"]["gradient_booster"]["model"]["trees"]
+    t = next(i for i, tree in enumerate(trees) if tree["categories_nodes"])
+    for change, words in (({"categories": [2**30] * len(trees[t]["categories"])}, "outside its feature's categories"),
+                          ({"categories_sizes": [0] * len(trees[t]["categories_sizes"])}, "outside its category table")):
+        bad = json.loads(json.dumps(doc))
+        bad["learner"]["gradient_booster"]["model"]["trees"][t].update(change)
+        with pytest.raises(ModelFormatError, match=words):
+            from_parts(bad)
+    bad = json.loads(json.dumps(doc))
+    node = trees[t]["categories_nodes"][0]
+    bad["learner"]["gradient_booster"]["model"]["trees"][t]["split_indices"][node] = 2
+    with pytest.raises(ModelFormatError, match="categorical split on a numeric feature"):
+        from_parts(bad)
+    # a booster of another width, handed to the member: refused by booster_checks before XGBoost
+    doc["learner"]["learner_model_param"]["num_feature"] = "7"
     with pytest.raises(ModelFormatError, match="XGBoost"):
-        MCGradMember.from_parts(parts["learners"], parts["calibrators"], parts["arrays"], parts["meta"], files=files)
+        from_parts(doc)
     (tmp_path / "m" / name).write_text(json.dumps(doc))
     with pytest.raises(ModelFormatError):
         load_model(tmp_path / "m")

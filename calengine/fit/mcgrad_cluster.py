@@ -2,8 +2,8 @@
 booster trained on every worker by the ``xgboost_dask`` learner (``XGBoostDask.fit_margin_on_cluster``:
 ``xgboost.dask.train`` with each row's current logit as its base margin).
 
-The rows stay on the workers as one state frame per partition (the segment one-hot, the current logit
-``__f``, the label, the weight, the holdout flag); the client holds only boosters and a few sums:
+The rows stay on the workers as one state frame per partition (the segment codes, one float column per
+``--by`` column, categorical for XGBoost; the current logit ``__f``, the label, the weight, the holdout flag); the client holds only boosters and a few sums:
 
 * a round's booster is one distributed training over the partitions' training rows;
 * every row's new logit ``f + Δ`` is computed where the row is (a map over partitions);
@@ -28,7 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ParameterError
-from .mcgrad import EarlyStopping, MCGradFit, MCGradParams, _delta, logit, segment_onehot, unshrink_factor, unshrink_sums
+from .mcgrad import (
+    EarlyStopping, MCGradFit, MCGradParams, _delta, feature_types, logit, segment_codes, unshrink_factor, unshrink_sums,
+)
 
 __all__ = ["fit_mcgrad_on_cluster"]
 
@@ -43,7 +45,7 @@ def _state(df, by, levels, score, target, weight, holdout, seed, partition_info=
     """A partition's state frame (runs in tasks)."""
     import pandas as pd
 
-    X, _ = segment_onehot([df[c].to_numpy() for c in by], levels)
+    X, _ = segment_codes([df[c].to_numpy() for c in by], levels)
     out = pd.DataFrame(X, columns=_columns(X.shape[1]), index=df.index)
     out[_F] = logit(df[score].to_numpy(dtype=np.float64))
     out[_Y] = df[target].to_numpy(dtype=np.float64)
@@ -104,7 +106,7 @@ def fit_mcgrad_on_cluster(client, ddf, by: list[str], score: str, target: str, l
                         " cannot: install calengine-xgboost and use xgboost_dask")
     plain = plain_client(client)
     levels = [sorted(str(v) for v in ddf[c].dropna().astype("string").unique().compute()) for c in by]
-    width = sum(len(lv) for lv in levels)
+    width = len(levels)
     holdout = params.holdout if params.early_stopping else 0.0
     meta = _state(ddf._meta, by, levels, score, target, weight, holdout, seed)
     state = ddf.map_partitions(_state, by, levels, score, target, weight, holdout, seed, meta=meta).persist()
@@ -123,7 +125,7 @@ def fit_mcgrad_on_cluster(client, ddf, by: list[str], score: str, target: str, l
             with plain.as_current():
                 booster = learner.fit_margin_on_cluster(
                     plain, features, train[_Y], train[_F], weight=train[_W],
-                    params={**params.booster_params(seed + r), "nthread": 1})
+                    params={**params.booster_params(seed + r), "nthread": 1}, feature_types=feature_types(width))
             state = state.map_partitions(_advance, booster, width, meta=meta).persist()
             alpha = unshrink_factor(None, None, sums=lambda a: _sum_parts(plain, state, _newton_part, a, False))
             state = state.map_partitions(_scale, alpha, meta=meta).persist()

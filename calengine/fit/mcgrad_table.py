@@ -20,7 +20,7 @@ The flow:
    XGBoost JSON files, validated on load), which ``score`` applies per partition like any member.
 
 A ``--by`` value the rounds never saw, a missing one, or a combination of values not seen together,
-sets no one-hot indicator (:mod:`calengine.model.mcgrad_member`).  Two classes only.
+has missing segment codes (:mod:`calengine.model.mcgrad_member`).  Two classes only.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
 
     from .. import registry
     from ..cluster import plain_client
-    from ..model.mcgrad_member import MCGradMember, booster_json
+    from ..model.mcgrad_member import MCGradMember, booster_json, categories_of
     from ..model.segmented import SegmentEncoder
     from .mcgrad_cluster import fit_mcgrad_on_cluster
     from .segments import _check_columns, _too_many, count_segments
@@ -116,7 +116,9 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
         with plain.as_current():  # the frame's own computations (levels, persists) run on the cluster too
             fit = fit_mcgrad_on_cluster(client, ddf, list(by), _S, _Y, learner, params, weight=_W,
                                         seed=config.seed + SEED_STRIDE * m)
-        members.append(MCGradMember(member, [booster_json(b) for b in fit.boosters], fit.alphas, fit.levels, keys))
+        categories = categories_of(fit.levels)
+        members.append(MCGradMember(member, [booster_json(b, categories) for b in fit.boosters], fit.alphas,
+                                    fit.levels, keys))
         rounds.append({"rounds": len(fit.boosters), "holdout_loss": [float(v) for v in fit.holdout_loss]})
     model.members = members
     model.encoder = SegmentEncoder(model.encoder, by, keys)

@@ -7,17 +7,19 @@ per round one XGBoost booster and its unshrink factor.  A row's probability is
 
     f ← logit(p_base);  for each round r:  f ← α_r · (f + Δ_r([x, f]));  p = sigmoid(f)
 
-with ``x`` the row's segment one-hot.  How the segment reaches the member: the model's encoder is a
-:class:`calengine.model.segmented.SegmentEncoder` whose keys are *every* segment seen at fit time,
-so the appended column is the row's segment index; the member maps it to the one-hot of that
-segment's values over ``levels`` (a row with a missing ``--by`` value, or a combination of values not
-seen together at fit time, sets no indicator: the trees' "none of these" branch, which is also what
-the fit saw for rows with a missing value).  Each row's probability depends on that row alone.
+with ``x`` the row's segment codes (one categorical feature per ``--by`` column,
+:func:`calengine.fit.mcgrad.segment_codes`).  How the segment reaches the member: the model's encoder
+is a :class:`calengine.model.segmented.SegmentEncoder` whose keys are *every* segment seen at fit
+time, so the appended column is the row's segment index; the member maps it to that segment's codes
+over ``levels`` (a row with a missing ``--by`` value, or a combination of values not seen together at
+fit time, has every code missing: each split's default branch, which is also where the fit sent rows
+with a missing value).  Each row's probability depends on that row alone.
 
 Storage, no pickles: each round's booster is a native XGBoost **JSON** file in the member's folder
 (``mcgrad_round_<r>.json``), listed and hashed in the manifest like every model file, and checked by
-:func:`calengine.booster_checks.validate_xgboost` (tree structure, feature indices below the one-hot
-width + 1, two classes) before XGBoost parses it; the unshrink factors, ``levels`` and ``keys`` are
+:func:`calengine.booster_checks.validate_xgboost` (tree structure, one feature per ``--by`` column
+plus the logit, two classes, categorical splits only on the ``--by`` features and only over the codes
+of their ``levels``) before XGBoost parses it; the unshrink factors, ``levels`` and ``keys`` are
 the member's JSON metadata.  The member applies the boosters loaded from those JSON bytes, in memory
 as after loading, so a saved model scores exactly as the fitted one (tests/test_mcgrad_command.py).
 """
@@ -32,19 +34,26 @@ import numpy as np
 
 from .segmented import WrappedMember
 
-__all__ = ["MCGradMember", "MEMBER_KIND", "booster_json"]
+__all__ = ["MCGradMember", "MEMBER_KIND", "booster_json", "categories_of"]
 
 #: the manifest's member kind of an MCGrad model
 MEMBER_KIND = "mcgrad"
 
 
-def booster_json(blob: bytes) -> bytes:
-    """A booster's native JSON, from its UBJSON or JSON bytes (validated first)."""
+def categories_of(levels: list[list[str]]) -> list[int | None]:
+    """:func:`calengine.booster_checks.validate_xgboost`'s ``categories`` of a round: each ``--by``
+    column's number of values, then the numeric logit."""
+    return [len(lv) for lv in levels] + [None]
+
+
+def booster_json(blob: bytes, categories: list[int | None] | None = None) -> bytes:
+    """A booster's native JSON, from its UBJSON or JSON bytes (validated first, ``categories`` as
+    :func:`categories_of` gives them)."""
     import xgboost as xgb
 
     from ..booster_checks import validate_xgboost
 
-    validate_xgboost(bytes(blob), n_classes=2)
+    validate_xgboost(bytes(blob), n_classes=2, categories=categories)
     booster = xgb.Booster()
     booster.load_model(bytearray(blob))
     return bytes(booster.save_raw(raw_format="json"))
@@ -57,7 +66,7 @@ def _round_name(r: int) -> str:
 @dataclass
 class MCGradMember(WrappedMember):
     """A base member (``base``) plus MCGrad's rounds: ``boosters`` (native JSON bytes), ``alphas`` (the
-    unshrink factors), ``levels`` (the one-hot levels of each ``--by`` column) and ``keys`` (the
+    unshrink factors), ``levels`` (the values of each ``--by`` column, in code order) and ``keys`` (the
     segments of the model's :class:`~calengine.model.segmented.SegmentEncoder`, in its order)."""
 
     base: Any
@@ -70,7 +79,7 @@ class MCGradMember(WrappedMember):
     kind = MEMBER_KIND
 
     def __post_init__(self) -> None:
-        from ..fit.mcgrad import segment_onehot
+        from ..fit.mcgrad import segment_codes
 
         self.alphas = [float(a) for a in self.alphas]
         self.levels = [[str(v) for v in lv] for lv in self.levels]
@@ -80,12 +89,10 @@ class MCGradMember(WrappedMember):
         if any(len(k) != len(self.levels) for k in self.keys):
             raise ValueError("MCGrad segment keys do not match its --by columns")
         cols = [np.array([k[j] for k in self.keys], dtype=object) for j in range(len(self.levels))]
-        onehot, _ = segment_onehot(cols, self.levels) if self.keys else (None, None)
-        width = sum(len(lv) for lv in self.levels)
-        # row j: the one-hot of key j; the last row (index -1): no indicator set
-        self._onehot = np.zeros((len(self.keys) + 1, width), dtype=np.float32)
+        # row j: the codes of key j; the last row (index -1): every code missing
+        self._codes = np.full((len(self.keys) + 1, len(self.levels)), np.nan, dtype=np.float32)
         if self.keys:
-            self._onehot[:-1] = onehot
+            self._codes[:-1] = segment_codes(cols, self.levels)[0]
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in ("base", "boosters", "alphas", "levels", "keys")}
@@ -95,7 +102,8 @@ class MCGradMember(WrappedMember):
 
     @property
     def width(self) -> int:
-        return self._onehot.shape[1]
+        """The round boosters' segment features: one per ``--by`` column."""
+        return self._codes.shape[1]
 
     # ------------------------------------------------------------------ storage
     def parts(self) -> dict[str, Any]:
@@ -117,13 +125,13 @@ class MCGradMember(WrappedMember):
             raise ValueError(f"an MCGrad member of {rounds} rounds needs the files {_round_name(0)}, ...;"
                              f" the manifest lists {sorted(files)}")
         levels = [[str(v) for v in lv] for lv in m["levels"]]
-        width = sum(len(lv) for lv in levels)
+        categories = categories_of(levels)
         boosters = []
         for r in range(rounds):
             blob = bytes(files[_round_name(r)])
-            validate_xgboost(blob, n_features=width + 1, n_classes=2)  # before XGBoost parses it
+            validate_xgboost(blob, n_features=len(categories), n_classes=2, categories=categories)  # before XGBoost
             boosters.append(blob)
-        _probe_in_child(boosters, width + 1)
+        _probe_in_child(boosters, len(categories))
         base = Member.from_parts(learners, calibrators, arrays, {k: v for k, v in meta.items() if k != "mcgrad"})
         return cls(base, boosters, m["alphas"], levels, [tuple(k) for k in m["keys"]])
 
@@ -149,11 +157,11 @@ class MCGradMember(WrappedMember):
         S = self.base.scores(Xf) if S is None else S
         p = self.base.column_probabilities(None, S)[:, 0]
         seg = np.where((seg >= 0) & (seg < len(self.keys)), seg, -1)
-        onehot = self._onehot[seg]
+        codes = self._codes[seg]
         f = logit(p)
         if f.size:
             for booster, alpha in zip(self._boosters(), self.alphas):
-                f = alpha * (f + _delta(booster, onehot, f))
+                f = alpha * (f + _delta(booster, codes, f))
         return _sigmoid(f)[:, None]
 
 
