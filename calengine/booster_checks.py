@@ -21,7 +21,7 @@ Both take the file's bytes or a path (what a ``--prefit PATH`` option hands them
 feature and class counts the caller will use: a model fitted on another feature count is refused here,
 not by the library mid-scoring.  Linear trees and multi-output leaves are refused: calengine's boosters
 never write them.  Categorical splits are refused unless the caller names which features are
-categorical and how many categories each has (``validate_xgboost(..., categories=[...])``, what MCGrad's
+categorical and how many categories each has (``categories=[...]`` of either function, what MCGrad's
 rounds store): then every categorical split's category list must lie inside the tree's category table,
 be non-empty, sit on an internal node whose split type says so and split a categorical feature, and hold
 only categories below that feature's count (XGBoost sizes a bitset by the largest category of a split,
@@ -473,9 +473,10 @@ def _lgb_numbers(fields: dict[str, str], key: str, n: int, where: str, kind: str
 
 
 def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None = None,
-                      n_classes: int | None = None) -> BoosterSummary:
+                      n_classes: int | None = None, categories: list[int | None] | None = None) -> BoosterSummary:
     """Check a LightGBM text model (bytes or a path) before LightGBM reads it; see the module
-    docstring.  ``n_features``/``n_classes``: the counts the caller will use (``None``: not checked)."""
+    docstring.  ``n_features``/``n_classes``: the counts the caller will use (``None``: not checked);
+    ``categories`` as for :func:`validate_xgboost`."""
     blob = _read(source, "LightGBM")
     try:
         text = blob.decode("utf-8")
@@ -499,7 +500,9 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     if names is not None and len(names.split()) != max_idx + 1:
         raise _bad("LightGBM", f"names {len(names.split())} features and has max_feature_idx {max_idx}")
     blocks = body.split("\nTree=")
-    nodes = [_lgb_tree_nodes(block, t, max_idx + 1) for t, block in enumerate(blocks)]
+    if categories is not None and len(categories) != max_idx + 1:
+        raise _bad("LightGBM", f"has {max_idx + 1} features, not the {len(categories)} this model declares")
+    nodes = [_lgb_tree_nodes(block, t, max_idx + 1, categories) for t, block in enumerate(blocks)]
     _check_forest(np.concatenate([a[0] for a in nodes]), np.concatenate([a[1] for a in nodes]),
                   [a[0].shape[0] for a in nodes], None, "LightGBM")
     if len(blocks) % per_iter:
@@ -510,7 +513,7 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     return _check_expected("LightGBM", BoosterSummary(max_idx + 1, max(2, num_class), len(blocks)), n_features, n_classes)
 
 
-def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray]:
+def _lgb_tree_nodes(block: str, t: int, nf: int, categories: list[int | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Tree ``t``'s block checked on its own (lengths, ranges, finite values), and its children as one
     node array -- internal nodes ``0..n-1``, leaf ``j`` as node ``n + j`` -- for the shape check
     across trees in :func:`validate_lightgbm` (each node and leaf reached once)."""
@@ -520,7 +523,8 @@ def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray
         raise _bad("LightGBM", f"has {where} out of order or unnamed")
     fields = _lgb_fields(lines[1:], where)
     leaves = _count(fields.get("num_leaves"), f"{where} num_leaves", 1, "LightGBM")
-    if _count(fields.get("num_cat", "0"), f"{where} num_cat", 0, "LightGBM"):
+    num_cat = _count(fields.get("num_cat", "0"), f"{where} num_cat", 0, "LightGBM")
+    if num_cat and categories is None:
         raise _bad("LightGBM", f"has {where} with categorical splits (not supported)")
     if fields.get("is_linear", "0") != "0":
         raise _bad("LightGBM", f"has {where} with linear leaves (not supported)")
@@ -535,10 +539,10 @@ def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray
     if n == 0:
         return np.full(1, -1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
     feature = _lgb_numbers(fields, "split_feature", n, where, "i")
-    _lgb_numbers(fields, "threshold", n, where, "f")
+    threshold = _lgb_numbers(fields, "threshold", n, where, "f")
     decision = _lgb_numbers(fields, "decision_type", n, where, "i")
-    if np.any(decision & 1) or np.any(decision < 0) or np.any(decision > 15):
-        raise _bad("LightGBM", f"has {where} with a categorical or unknown decision type")
+    if np.any(decision < 0) or np.any(decision > 15) or int(np.sum(decision & 1)) != num_cat:
+        raise _bad("LightGBM", f"has {where} with an unknown decision type, or categorical splits other than num_cat")
     left = _lgb_numbers(fields, "left_child", n, where, "i")
     right = _lgb_numbers(fields, "right_child", n, where, "i")
     for kids in (left, right):
@@ -546,7 +550,32 @@ def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray
             raise _bad("LightGBM", f"has {where} with a child index outside -{leaves}..{n - 1}")
     if np.any(feature < 0) or np.any(feature >= nf):
         raise _bad("LightGBM", f"has {where} splitting on a feature index outside 0..{nf - 1}")
+    if num_cat:
+        _lgb_categorical(fields, where, num_cat, feature[(decision & 1) == 1], threshold[(decision & 1) == 1], categories)
     as_node = lambda kids: np.where(kids < 0, n + ~kids, kids)  # noqa: E731
     full_l = np.concatenate([as_node(left), np.full(leaves, -1)])
     full_r = np.concatenate([as_node(right), np.full(leaves, -1)])
     return full_l, full_r
+
+
+def _lgb_categorical(fields: dict[str, str], where: str, num_cat: int, split_on: np.ndarray, index: np.ndarray,
+                     categories: list[int | None]) -> None:
+    """A LightGBM tree's categorical splits against the caller's ``categories`` (module docstring): each
+    categorical node's threshold is its index into ``cat_boundaries`` (each index once), whose ranges of
+    ``cat_threshold`` (32-bit words of the category bitset) are in order, non-empty and no longer than
+    the feature's categories need."""
+    if not np.array_equal(np.sort(index), np.arange(num_cat)):
+        raise _bad("LightGBM", f"has {where} whose categorical splits do not index its num_cat category sets")
+    bounds = _lgb_numbers(fields, "cat_boundaries", num_cat + 1, where, "i")
+    words = fields.get("cat_threshold", "").split()
+    if bounds[0] != 0 or np.any(np.diff(bounds) < 1) or bounds[-1] != len(words):
+        raise _bad("LightGBM", f"has {where} whose cat_boundaries do not cut its cat_threshold")
+    bits = _lgb_numbers(fields, "cat_threshold", len(words), where, "i")
+    if np.any(bits < 0) or np.any(bits >= 2**32):
+        raise _bad("LightGBM", f"has {where} with a cat_threshold word outside 32 bits")
+    limit = np.array([-1 if categories[j] is None else int(categories[j]) for j in split_on], dtype=np.int64)
+    if np.any(limit < 0):
+        raise _bad("LightGBM", f"has {where} with a categorical split on a numeric feature")
+    width = np.diff(bounds)[index.astype(np.int64)]
+    if np.any(width > (limit + 31) // 32):
+        raise _bad("LightGBM", f"has {where} with a category outside its feature's categories")

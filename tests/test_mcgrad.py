@@ -72,6 +72,36 @@ def test_rounds_equal_a_plain_xgboost_loop():
     np.testing.assert_allclose(got, _reference(s, y, segs, params, 5), rtol=0, atol=1e-6)
 
 
+def test_lightgbm_rounds_equal_a_plain_lightgbm_loop():
+    """``booster=lightgbm``: three rounds against ``lightgbm.train`` with the logit as init score, the
+    segment codes as ``categorical_feature`` (coded by pandas here) and MCGrad's settings in LightGBM's
+    names, and scipy's unshrink: 1e-6, as for XGBoost (measured: below 1e-9)."""
+    lgb = pytest.importorskip("lightgbm")
+    import pandas as pd
+
+    s, y, segs = _planted(3000, 0)
+    params = MCGradParams(rounds=3, early_stopping=False, trees=10, learning_rate=0.3, booster="lightgbm")
+    fit = fit_mcgrad(s, y, segs, params, seed=5)
+    assert fit.library == "lightgbm" and fit.boosters[0].startswith(b"tree\n")
+    X = np.column_stack([pd.Categorical(c, categories=sorted(set(c))).codes for c in segs]).astype(np.float64)
+    f = np.log(s) - np.log1p(-s)
+    for r in range(3):
+        feats = np.column_stack([X, f])
+        lgb_params = {"objective": "binary", "learning_rate": 0.3, "max_depth": 2, "num_leaves": 4,
+                      "min_sum_hessian_in_leaf": params.min_child_weight, "lambda_l2": params.reg_lambda,
+                      "min_gain_to_split": params.gamma, "boost_from_average": False, "seed": 5 + r,
+                      "max_bin": params.max_bin,
+                      "deterministic": True, "force_row_wise": True, "num_threads": 1, "verbosity": -1}
+        data = lgb.Dataset(feats, label=y, init_score=f, categorical_feature=[0, 1],
+                           params={"max_bin": params.max_bin, "verbosity": -1})
+        f = f + lgb.train(lgb_params, data, num_boost_round=10).predict(feats, raw_score=True)
+        z = np.clip(f, -10, 10)
+        f = f * minimize_scalar(lambda a: np.mean(np.logaddexp(0, -a * z) * y + np.logaddexp(0, a * z) * (1 - y)),
+                                bounds=(1e-8, 50), method="bounded", options={"xatol": 1e-12}).x
+    got = fit.predict_proba(s, segment_codes(segs, fit.levels)[0])
+    np.testing.assert_allclose(got, 1.0 / (1.0 + np.exp(-f)), rtol=0, atol=1e-6)
+
+
 def test_planted_segment_miscalibration_is_removed():
     """Offsets of up to 0.6 on the logit per value of two columns: the global score's worst segment
     is off by 12 sigma on fresh rows; after MCGrad (early stopping on a 20 % holdout) every segment
@@ -132,6 +162,7 @@ def test_unshrink_factor_is_the_no_intercept_logistic_regression():
     ({"holdout": 0.95}, "holdout must be a number in (0, 0.9]"),
     ({"early_stopping": "yes"}, "early_stopping must be true or false"),
     ({"gamma": float("nan")}, "gamma must be a number from 0"),
+    ({"booster": "catboost"}, "booster must be one of xgboost, lightgbm"),
 ])
 def test_bad_parameters_are_one_line(kwargs, words):
     with pytest.raises(ParameterError) as err:
@@ -180,5 +211,30 @@ def test_the_cluster_rounds_equal_the_in_process_core_on_one_worker():
         assert len(es.holdout_loss) >= len(es.boosters) + 1 and all(isinstance(v, float) for v in es.holdout_loss)
         from calengine_builtins.learners.naive_bayes import GaussianNBLearner  # a learner without base margins
 
-        with pytest.raises(ParameterError, match="install calengine-xgboost and use xgboost_dask"):
+        with pytest.raises(ParameterError, match="install the plugin of xgboost_dask"):
             fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", GaussianNBLearner(), params)
+
+
+def test_lightgbm_cluster_rounds_equal_the_in_process_core_on_one_worker():
+    """``booster=lightgbm`` through ``lightgbm_dask`` (LightGBM's data-parallel learner, the logit as
+    init score) on one worker, three partitions: the in-process core's probabilities to 1e-12 (measured:
+    0; the core hands LightGBM float64 features, as the cluster's frame holds them)."""
+    pytest.importorskip("lightgbm.dask")
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client, LocalCluster
+
+    from calengine.fit.mcgrad_cluster import fit_mcgrad_on_cluster
+    from calengine_lightgbm import LightGBMDask
+
+    s, y, segs = _planted(2000, 0)
+    params = MCGradParams(rounds=2, early_stopping=False, trees=10, learning_rate=0.3, booster="lightgbm")
+    ref = fit_mcgrad(s, y, segs, params, seed=5)
+    X = segment_codes(segs, ref.levels)[0]
+    ddf = dd.from_pandas(pd.DataFrame({"A": segs[0], "B": segs[1], "s": s, "y": y}), npartitions=3)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        got = fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", LightGBMDask(n_estimators=10), params, seed=5)
+    assert got.library == "lightgbm" and got.levels == ref.levels and len(got.boosters) == 2
+    np.testing.assert_allclose(got.alphas, ref.alphas, rtol=1e-12)
+    np.testing.assert_allclose(got.predict_proba(s, X), ref.predict_proba(s, X), rtol=0, atol=1e-12)

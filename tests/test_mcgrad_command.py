@@ -118,6 +118,52 @@ def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
         load_model(tmp_path / "m")
 
 
+def test_lightgbm_rounds_are_deterministic_saved_bit_for_bit_and_checked(tmp_path):
+    """``--method-param booster=lightgbm``: the rounds train through ``lightgbm_dask``; two fits with the
+    same seed write the same booster files byte for byte; the saved model (LightGBM text files
+    ``mcgrad_round_<r>.txt``) scores as the fitted one bit for bit; a categorical split whose bitset is
+    wider than its feature's categories, whose cat_boundaries do not cut cat_threshold, or that splits
+    the numeric logit is refused by booster_checks before LightGBM parses the file."""
+    pytest.importorskip("lightgbm.dask")
+    from calengine.cluster import dask_client
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
+    from calengine.model.artifact import load_model, save_model
+    from calengine.model.mcgrad_member import MCGradMember
+
+    df = _planted(2000, 0)
+    path = _write(df, tmp_path / "t.parquet")
+    spec = TableSpec(str(path), "y", scores=("s",), fragment_rows=1000, by="A,B")
+    config = FitConfig(method="mcgrad", method_params={**QUICK, "booster": "lightgbm"}, seed=3)
+    with dask_client(workers=1) as client:
+        model, again = (fit_table(client, spec, config) for _ in range(2))
+    member = model.members[0]
+    assert member.library == "lightgbm" and len(member.boosters) == 2
+    assert member.boosters == again.members[0].boosters and member.alphas == again.members[0].alphas
+    assert model.info["x_mcgrad"]["booster_learner"] == "lightgbm_dask"
+    save_model(model, tmp_path / "m")
+    assert (tmp_path / "m" / "members" / "0" / "mcgrad_round_1.txt").exists()
+    loaded = load_model(tmp_path / "m")
+    assert np.array_equal(loaded.predict_frame(df).to_numpy(), model.predict_frame(df).to_numpy())
+    parts = member.parts()
+    text = parts["files"]["mcgrad_round_0.txt"].decode()
+    assert "num_cat=" in text and "cat_threshold=" in text
+
+    def refused(old, new, words):
+        assert old in text, old
+        files = {**parts["files"], "mcgrad_round_0.txt": text.replace(old, new, 1).encode()}
+        with pytest.raises(ModelFormatError, match=words):
+            MCGradMember.from_parts(parts["learners"], parts["calibrators"], parts["arrays"], parts["meta"], files=files)
+
+    block = text[text.index("Tree=") : text.index("\n\n", text.index("cat_threshold="))]
+    bounds = next(line for line in block.splitlines() if line.startswith("cat_boundaries="))
+    refused(bounds, "cat_boundaries=0 " + " ".join(["2"] * (len(bounds.split()) - 1)), "cat_boundaries|categories")
+    thresholds = next(line for line in block.splitlines() if line.startswith("cat_threshold="))
+    refused(thresholds, thresholds + " 1 1", "cat_boundaries do not cut")
+    features = next(line for line in block.splitlines() if line.startswith("split_feature="))
+    refused(features, "split_feature=" + " ".join(["2"] * (len(features.split()) - 0)), "numeric feature|feature index")
+
+
 def test_cli_fit_score_evaluate_by_beats_global_isotonic(tmp_path):
     """fit --scores s --by A,B --method mcgrad on 4,000 planted rows (one round of 40 trees), then score
     and evaluate --by on 4,000 fresh rows: the worst segment's ECCE falls from ~11 sigma under global

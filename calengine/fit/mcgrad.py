@@ -49,8 +49,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["EarlyStopping", "MCGradParams", "MCGradFit", "feature_types", "fit_mcgrad", "unshrink_factor", "segment_codes",
-           "logit"]
+__all__ = ["EarlyStopping", "MCGradParams", "MCGradFit", "fit_mcgrad", "unshrink_factor", "segment_codes", "logit"]
 
 #: logits are clipped to this magnitude before the unshrink regression (the reference's epsilon)
 UNSHRINK_CLIP = 10.0
@@ -76,7 +75,8 @@ def _sigmoid(f: np.ndarray) -> np.ndarray:
 class MCGradParams:
     """``--method-param`` of mcgrad: ``rounds`` (the most rounds; with ``early_stopping`` the held-out
     rows pick how many), ``early_stopping``, ``patience`` (rounds tried after the best one),
-    ``holdout`` (share of rows held out for early stopping), and the round booster's ``trees``,
+    ``holdout`` (share of rows held out for early stopping), ``booster`` (the library of the rounds,
+    ``xgboost`` or ``lightgbm``: :mod:`calengine.fit.mcgrad_boosters`), and the round booster's ``trees``,
     ``learning_rate``, ``max_depth``, ``min_child_weight``, ``reg_lambda``, ``gamma`` (minimum split
     gain) and ``max_bin``."""
 
@@ -91,8 +91,13 @@ class MCGradParams:
     reg_lambda: float = 0.009131373863997217
     gamma: float = 0.15007305226251808
     max_bin: int = 256
+    booster: str = "xgboost"
 
     def __post_init__(self) -> None:
+        from .mcgrad_boosters import LIBRARIES
+
+        if self.booster not in LIBRARIES:
+            raise ParameterError(f"mcgrad's booster must be one of {', '.join(LIBRARIES)}, got {self.booster!r}")
         def integer(name, lo, hi):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
@@ -143,11 +148,6 @@ def segment_codes(columns: list[np.ndarray], levels: list[list[str]] | None = No
     return X, [list(lv) for lv in levels]
 
 
-def feature_types(n_segment_columns: int) -> list[str]:
-    """XGBoost's feature types of a round's features: the segment codes categorical, the logit numeric."""
-    return ["c"] * int(n_segment_columns) + ["q"]
-
-
 def unshrink_sums(f: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float) -> tuple[float, float]:
     """Gradient and curvature in α of the weighted log loss of ``sigmoid(α · clip(f, ±10))`` over these
     rows: sums, so blocks of rows add (a reduction over partitions)."""
@@ -191,24 +191,24 @@ def _log_loss(f: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
 
 @dataclass
 class MCGradFit:
-    """A fitted MCGrad: per round the booster (XGBoost, kept as its native UBJSON bytes) and the unshrink
-    factor; ``levels``: the values of each segment column, in code order; ``holdout_loss``: the held-out log
-    loss after 0, 1, ... rounds of the early-stopping pass (empty without early stopping)."""
+    """A fitted MCGrad: per round the booster (``library``'s bytes: XGBoost's UBJSON, LightGBM's text) and
+    the unshrink factor; ``levels``: the values of each segment column, in code order; ``holdout_loss``:
+    the held-out log loss after 0, 1, ... rounds of the early-stopping pass (empty without early stopping)."""
 
     boosters: list[bytes]
     alphas: list[float]
     levels: list[list[str]]
     holdout_loss: list[float] = field(default_factory=list)
+    library: str = "xgboost"
 
     def apply(self, f: np.ndarray, X: np.ndarray) -> np.ndarray:
         """The calibrated logits of rows with logits ``f`` and segment codes ``X`` (:func:`segment_codes`)."""
-        import xgboost as xgb
+        from .mcgrad_boosters import library
 
+        lib = library(self.library)
         f = np.asarray(f, dtype=np.float64).copy()
         for blob, alpha in zip(self.boosters, self.alphas):
-            booster = xgb.Booster()
-            booster.load_model(bytearray(blob))
-            f = alpha * (f + _delta(booster, X, f))
+            f = alpha * (f + lib.delta(lib.load(blob), X, f))
         return f
 
     def predict_proba(self, scores, X) -> np.ndarray:
@@ -216,28 +216,10 @@ class MCGradFit:
         return _sigmoid(self.apply(logit(scores), X))
 
 
-def _features(X: np.ndarray, f: np.ndarray) -> np.ndarray:
-    return np.column_stack([X, f.astype(np.float32)]).astype(np.float32)
-
-
-def _matrix(X, f, **kw):
-    import xgboost as xgb
-
-    return xgb.DMatrix(_features(X, f), feature_types=feature_types(X.shape[1]), enable_categorical=True, **kw)
-
-
-def _delta(booster, X, f) -> np.ndarray:
-    """The round booster's correction of the logit (its margin without base margin: base_score 0.5 is 0)."""
-    return booster.predict(_matrix(X, f), output_margin=True).astype(np.float64)
-
-
-def _round(params: MCGradParams, X, f, y, w, seed: int):
-    """One round on rows ``(X, f, y, w)``: ``(booster, alpha, new f)``."""
-    import xgboost as xgb
-
-    data = _matrix(X, f, label=y.astype(np.float32), weight=w, base_margin=f)
-    booster = xgb.train({**params.booster_params(seed), "nthread": 1}, data, num_boost_round=int(params.trees))
-    g = f + _delta(booster, X, f)
+def _round(lib, params: MCGradParams, X, f, y, w, seed: int):
+    """One round on rows ``(X, f, y, w)`` with library ``lib``: ``(booster, alpha, new f)``."""
+    booster = lib.train(params, X, f, y, w, seed)
+    g = f + lib.delta(booster, X, f)
     alpha = unshrink_factor(g, y, w)
     return booster, alpha, alpha * g
 
@@ -278,6 +260,9 @@ def fit_mcgrad(scores, y, segments: list[np.ndarray], params: MCGradParams | Non
     if not np.all((y == 0) | (y == 1)) or y.min() == y.max():
         raise DataError("mcgrad needs labels 0 and 1, both present")
     w = np.ones_like(y) if weight is None else np.asarray(weight, dtype=np.float64).reshape(-1)
+    from .mcgrad_boosters import library
+
+    lib = library(params.booster)
     X, levels = segment_codes(segments)
     rounds = int(params.rounds)
     history: list[float] = []
@@ -290,14 +275,14 @@ def fit_mcgrad(scores, y, segments: list[np.ndarray], params: MCGradParams | Non
         f_fit, f_val = f0[fit_rows], f0[val_rows]
         stop = EarlyStopping(_log_loss(f_val, y[val_rows], w[val_rows]), params.patience)
         for r in range(rounds):
-            booster, alpha, f_fit = _round(params, X[fit_rows], f_fit, y[fit_rows], w[fit_rows], seed + r)
-            f_val = alpha * (f_val + _delta(booster, X[val_rows], f_val))
+            booster, alpha, f_fit = _round(lib, params, X[fit_rows], f_fit, y[fit_rows], w[fit_rows], seed + r)
+            f_val = alpha * (f_val + lib.delta(booster, X[val_rows], f_val))
             if stop.add(_log_loss(f_val, y[val_rows], w[val_rows])):
                 break
         rounds, history = stop.best, stop.losses
     boosters, alphas, f = [], [], f0
     for r in range(rounds):
-        booster, alpha, f = _round(params, X, f, y, w, seed + r)
-        boosters.append(bytes(booster.save_raw(raw_format="ubj")))
+        booster, alpha, f = _round(lib, params, X, f, y, w, seed + r)
+        boosters.append(lib.to_bytes(booster))
         alphas.append(alpha)
-    return MCGradFit(boosters, alphas, levels, history)
+    return MCGradFit(boosters, alphas, levels, history, params.booster)

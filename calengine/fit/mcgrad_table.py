@@ -14,10 +14,11 @@ The flow:
 3. **Rounds per member**: a dask DataFrame of that member's calibration rows (its held-out
    probability, 0/1 label, weight, ``--by`` values; one task per fragment, where the rows are), then
    :func:`calengine.fit.mcgrad_cluster.fit_mcgrad_on_cluster`: each round's booster trained across
-   the workers by the ``xgboost_dask`` learner, the unshrink factor and early stopping as sums over
-   partitions.  Member ``m``'s boosters are seeded ``seed + 1000·m + r``.
+   the workers by the ``xgboost_dask`` learner (``lightgbm_dask`` with ``booster=lightgbm``), the
+   unshrink factor and early stopping as sums over partitions.  Member ``m``'s boosters are seeded ``seed + 1000·m + r``.
 4. **Model**: :class:`~calengine.model.mcgrad_member.MCGradMember` per member (the boosters as native
-   XGBoost JSON files, validated on load), which ``score`` applies per partition like any member.
+   XGBoost JSON or LightGBM text files, validated on load), which ``score`` applies per partition like
+   any member.
 
 A ``--by`` value the rounds never saw, a missing one, or a combination of values not seen together,
 has missing segment codes (:mod:`calengine.model.mcgrad_member`).  Two classes only.
@@ -30,7 +31,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from ..errors import DataError
-from .mcgrad_checks import BOOSTER_LEARNER, check_mcgrad
+from .mcgrad_checks import booster_learner, check_mcgrad
 
 __all__ = ["fit_mcgrad_table", "member_rows"]
 
@@ -84,7 +85,8 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
 
     from .. import registry
     from ..cluster import plain_client
-    from ..model.mcgrad_member import MCGradMember, booster_json, categories_of
+    from ..model.mcgrad_member import MCGradMember, categories_of
+    from .mcgrad_boosters import library
     from ..model.segmented import SegmentEncoder
     from .mcgrad_cluster import fit_mcgrad_on_cluster
     from .segments import _check_columns, _too_many, count_segments
@@ -106,7 +108,9 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
     base_config = replace(config, method="none", method_params={}, held_out=True)
     model = fit_table(client, base_spec, base_config, progress, plugins, ctx=ctx)
     plain = plain_client(client)
-    learner = registry.make("learners", BOOSTER_LEARNER, {"n_estimators": int(params.trees)}, plugins)
+    learner_name = booster_learner(params)
+    learner = registry.make("learners", learner_name, {"n_estimators": int(params.trees)}, plugins)
+    lib = library(params.booster)
     members, rounds = [], []
     for m, member in enumerate(model.members):
         meta = pd.DataFrame({**{c: pd.array([], dtype="string") for c in by},
@@ -117,12 +121,12 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
             fit = fit_mcgrad_on_cluster(client, ddf, list(by), _S, _Y, learner, params, weight=_W,
                                         seed=config.seed + SEED_STRIDE * m)
         categories = categories_of(fit.levels)
-        members.append(MCGradMember(member, [booster_json(b, categories) for b in fit.boosters], fit.alphas,
-                                    fit.levels, keys))
+        members.append(MCGradMember(member, [lib.stored(b, categories) for b in fit.boosters], fit.alphas,
+                                    fit.levels, keys, lib.name))
         rounds.append({"rounds": len(fit.boosters), "holdout_loss": [float(v) for v in fit.holdout_loss]})
     model.members = members
     model.encoder = SegmentEncoder(model.encoder, by, keys)
     model.info.update(method="mcgrad", method_params=dict(config.method_params))
     model.info["x_mcgrad"] = {"by": list(by), "segments_seen": len(keys), "params": asdict(params),
-                              "members": rounds, "booster_learner": BOOSTER_LEARNER}
+                              "members": rounds, "booster_learner": learner_name}
     return model
