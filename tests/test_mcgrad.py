@@ -180,61 +180,44 @@ def test_bad_data_is_one_line():
         fit_mcgrad(s[:3], np.array([0, 1, 0]), [segs[0][:3]], MCGradParams(holdout=0.01))
 
 
-def test_the_cluster_rounds_equal_the_in_process_core_on_one_worker():
+@pytest.mark.parametrize("booster, module, learner", [("xgboost", "calengine_xgboost", "XGBoostDask"),
+                                                      ("lightgbm", "calengine_lightgbm", "LightGBMDask")])
+def test_the_cluster_rounds_equal_the_in_process_core_on_one_worker(booster, module, learner):
     """fit_mcgrad_on_cluster: three partitions on one Dask worker, two rounds, each trained by xgboost_dask
-    with the rows' logits as base margins.  On one worker XGBoost sketches the rows as in one process,
-    so the boosters are the core's; the unshrink sums are added per partition, in another order than
-    one array's sum, so the factors may differ in the last bits: 1e-12 (measured: 0, bit for bit).  (On
-    two workers the distributed sketch differs: measured 0.11 after three such rounds, as for every
-    xgboost_dask fit.)  A learner that cannot train with base margins is one line."""
-    pytest.importorskip("xgboost.dask")
+    with the rows' logits as base margins (or lightgbm_dask, LightGBM's data-parallel learner, with them
+    as init scores).  On one worker XGBoost sketches the rows as in one process, so the boosters are the
+    core's; the unshrink sums are added per partition, in another order than one array's sum, so the
+    factors may differ in the last bits: 1e-12 (measured: 0, bit for bit, for both libraries; the core
+    hands LightGBM float64 features, as the cluster's frame holds them).  (On two workers XGBoost's
+    distributed sketch differs: measured 0.11 after three such rounds, as for every xgboost_dask fit.)
+    A learner that cannot train with base margins is one line."""
+    pytest.importorskip(f"{booster}.dask")
+    import importlib
+
     import dask.dataframe as dd
     import pandas as pd
     from distributed import Client, LocalCluster
 
     from calengine.fit.mcgrad_cluster import fit_mcgrad_on_cluster
-    from calengine_xgboost import XGBoostDask
 
+    cls = getattr(importlib.import_module(module), learner)
     s, y, segs = _planted(2000, 0)
-    params = MCGradParams(rounds=2, early_stopping=False, trees=10, learning_rate=0.3)
+    params = MCGradParams(rounds=2, early_stopping=False, trees=10, learning_rate=0.3, booster=booster)
     ref = fit_mcgrad(s, y, segs, params, seed=5)
     X = segment_codes(segs, ref.levels)[0]
     ddf = dd.from_pandas(pd.DataFrame({"A": segs[0], "B": segs[1], "s": s, "y": y}), npartitions=3)
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster) as client:
-        got = fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", XGBoostDask(n_estimators=10), params, seed=5)
-        assert got.levels == ref.levels and len(got.boosters) == 2
+        got = fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", cls(n_estimators=10), params, seed=5)
+        assert got.library == booster and got.levels == ref.levels and len(got.boosters) == 2
         np.testing.assert_allclose(got.alphas, ref.alphas, rtol=1e-12)
         np.testing.assert_allclose(got.predict_proba(s, X), ref.predict_proba(s, X), rtol=0, atol=1e-12)
-        es = fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", XGBoostDask(n_estimators=10),
+        if booster != "xgboost":
+            return
+        es = fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", cls(n_estimators=10),
                                    MCGradParams(rounds=1, trees=10, learning_rate=0.3), seed=0)
         assert len(es.holdout_loss) >= len(es.boosters) + 1 and all(isinstance(v, float) for v in es.holdout_loss)
         from calengine_builtins.learners.naive_bayes import GaussianNBLearner  # a learner without base margins
 
         with pytest.raises(ParameterError, match="install the plugin of xgboost_dask"):
             fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", GaussianNBLearner(), params)
-
-
-def test_lightgbm_cluster_rounds_equal_the_in_process_core_on_one_worker():
-    """``booster=lightgbm`` through ``lightgbm_dask`` (LightGBM's data-parallel learner, the logit as
-    init score) on one worker, three partitions: the in-process core's probabilities to 1e-12 (measured:
-    0; the core hands LightGBM float64 features, as the cluster's frame holds them)."""
-    pytest.importorskip("lightgbm.dask")
-    import dask.dataframe as dd
-    import pandas as pd
-    from distributed import Client, LocalCluster
-
-    from calengine.fit.mcgrad_cluster import fit_mcgrad_on_cluster
-    from calengine_lightgbm import LightGBMDask
-
-    s, y, segs = _planted(2000, 0)
-    params = MCGradParams(rounds=2, early_stopping=False, trees=10, learning_rate=0.3, booster="lightgbm")
-    ref = fit_mcgrad(s, y, segs, params, seed=5)
-    X = segment_codes(segs, ref.levels)[0]
-    ddf = dd.from_pandas(pd.DataFrame({"A": segs[0], "B": segs[1], "s": s, "y": y}), npartitions=3)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        got = fit_mcgrad_on_cluster(client, ddf, ["A", "B"], "s", "y", LightGBMDask(n_estimators=10), params, seed=5)
-    assert got.library == "lightgbm" and got.levels == ref.levels and len(got.boosters) == 2
-    np.testing.assert_allclose(got.alphas, ref.alphas, rtol=1e-12)
-    np.testing.assert_allclose(got.predict_proba(s, X), ref.predict_proba(s, X), rtol=0, atol=1e-12)

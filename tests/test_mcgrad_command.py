@@ -47,7 +47,7 @@ def _write(df, path, row_group=1000):
 
 def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
     """A learner's held-out probabilities (gaussian_nb, two folds, fragments of 1,000 rows on one
-    worker): each fold member gets its own rounds; the saved model's predict_frame equals the fitted
+    worker): the fold members share one set of rounds fitted on their held-out rows pooled; the saved model's predict_frame equals the fitted
     one's bit for bit; the boosters are native XGBoost JSON files in the files table; a booster whose
     feature count does not match the segments is refused before XGBoost parses it; a changed file is
     refused by its hash; a row's probability does not depend on the rows scored with it."""
@@ -64,7 +64,9 @@ def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
         model = fit_table(client, spec, FitConfig(learner="gaussian_nb", method="mcgrad", cv=2, method_params=QUICK))
     assert [type(m).__name__ for m in model.members] == ["MCGradMember"] * 2
     assert [len(m.boosters) for m in model.members] == [2, 2]
-    assert model.members[0].boosters != model.members[1].boosters  # fitted on different held-out rows
+    # one set of rounds, fitted on both members' held-out rows pooled, shared by the members
+    assert model.members[0].boosters == model.members[1].boosters and model.members[0].alphas == model.members[1].alphas
+    assert model.info["x_mcgrad"]["pooled"] is True
     save_model(model, tmp_path / "m")
     from calengine import booster_guard
 
