@@ -237,3 +237,21 @@ def test_what_mcgrad_does_not_serve_is_one_line(change, words):
     with pytest.raises(ParameterError) as err:
         prepare_fit(config, spec, plugins)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_rounds_library_whose_plugin_is_missing_is_one_line():
+    """``booster=lightgbm`` without calengine-lightgbm (a plugin table holding only xgboost_dask) is
+    refused before any data is read, naming the package; so is xgboost's own absence."""
+    from types import SimpleNamespace
+
+    from calengine.fit.mcgrad_checks import check_mcgrad
+    from calengine.fit.table import TableSpec
+    from calengine.fit.training import FitConfig
+
+    spec = TableSpec("t.parquet", "y", scores=("s",), by="A")
+    only = SimpleNamespace(classes={"learners": {"xgboost_dask": object}})
+    assert check_mcgrad(spec, FitConfig(method="mcgrad"), only)[0] == ("A",)
+    with pytest.raises(ParameterError, match="'lightgbm_dask' learner, which is not installed: pip install calengine-lightgbm"):
+        check_mcgrad(spec, FitConfig(method="mcgrad", method_params={"booster": "lightgbm"}), only)
+    with pytest.raises(ParameterError, match="pip install calengine-xgboost"):
+        check_mcgrad(spec, FitConfig(method="mcgrad"), SimpleNamespace(classes={"learners": {}}))

@@ -1,5 +1,6 @@
 """MCGrad multicalibration (Tax et al., "MCGrad: Multicalibration at Web Scale", KDD 2026, arXiv
-2509.19884): the algorithm on arrays held in one process, with XGBoost as the round's booster.
+2509.19884): the algorithm on arrays held in one process, with XGBoost (or LightGBM,
+:mod:`calengine.fit.mcgrad_boosters`) as the round's booster.
 
 This module is the algorithm's core and its in-process reference; :mod:`calengine.fit.mcgrad_cluster`
 runs the same rounds with each booster trained across the Dask workers; :mod:`calengine.fit.mcgrad_table`

@@ -4,9 +4,9 @@ booster is trained in one process, applied, serialised, checked and loaded, one 
 Both see the same features, one categorical code column per ``--by`` column then the current logit
 (:func:`calengine.fit.mcgrad.segment_codes`), and start every row from its logit (XGBoost's base margin,
 LightGBM's init score); ``delta`` is the booster's own margin without it.  The reference implementation
-trains LightGBM; XGBoost is the default because its distributed training (``xgboost_dask``) survives a
-lost worker with one line and is deterministic on a fixed layout; LightGBM's data-parallel learner
-(``lightgbm_dask``) is the alternative a LightGBM shop has installed.
+trains LightGBM; XGBoost stays the default because MCGrad's figures in ``benchmarks/results`` and its
+defaults' translation were made with it; LightGBM's data-parallel learner (``lightgbm_dask``) is the
+alternative for a LightGBM shop.  Both are deterministic for one seed and one cluster layout.
 
 MCGrad's booster settings map onto LightGBM as: ``max_depth`` d → ``max_depth`` d and ``num_leaves``
 2^d (the depth-2 tree of four leaves XGBoost grows), ``min_child_weight`` → ``min_sum_hessian_in_leaf``
