@@ -8,7 +8,7 @@ What runs, in one process:
 * **Adult** (``data/adult``, positive ``>50K``): ``gaussian_nb`` + isotonic (5-fold ``ensemble``,
   ``calengine.fit_table``) trained on ``train.parquet``; segments ``sex``, ``race``, ``age_band``
   (<25, 25-34, ..., 65+) and ``education``.  Segment-wise isotonic is fitted ``--by`` all four (their
-  value tuples); MCGrad gets the four columns one-hot.
+  value tuples); MCGrad gets the four columns as categorical features.
 * **Planted** (:func:`bench_segment_fits.generate`): three features the learner sees and a ``region``
   (30 values, Zipf sizes) it does not, whose true log-odds carry an offset per region; the default
   learner + isotonic, fitted ``--by region``; ``--rows`` training and as many test rows.
@@ -34,6 +34,8 @@ parameters trained once on the same rows and features (``xgboost.train``, base m
 and their ratio; one thread each.
 
     python benchmarks/bench_mcgrad.py      # writes benchmarks/results/mcgrad.{md,json}
+
+``--ablation`` adds the planted-table gap's ablation (:func:`run_ablation`).
 """
 
 from __future__ import annotations
@@ -65,10 +67,10 @@ class _Probabilities:
 def _one_booster_cpu(params, X, f, y) -> float:
     import xgboost as xgb
 
-    from calengine.fit.mcgrad import _features
+    from calengine.fit.mcgrad_boosters import library
 
     t0 = time.process_time()
-    data = xgb.DMatrix(_features(X, f), label=y.astype(np.float32), base_margin=f)
+    data = library("xgboost").matrix(X, f, label=y.astype(np.float32), base_margin=f)
     xgb.train({**params.booster_params(0), "nthread": 1}, data, num_boost_round=int(params.trees))
     return time.process_time() - t0
 
@@ -76,7 +78,7 @@ def _one_booster_cpu(params, X, f, y) -> float:
 def run_case(name, train_path, train, test, target, positive, by, exclude, min_rows, rounds) -> list[dict]:
     import calengine
     from bench_segment_fits import measure
-    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, logit, segment_onehot
+    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, logit, segment_codes
 
     rows = []
 
@@ -101,9 +103,9 @@ def run_case(name, train_path, train, test, target, positive, by, exclude, min_r
     t0 = time.process_time()
     fit = fit_mcgrad(s_train, y, [train[c].to_numpy() for c in by], params, seed=0)
     cpu = time.process_time() - t0
-    X_test = segment_onehot([test[c].to_numpy() for c in by], fit.levels)[0]
+    X_test = segment_codes([test[c].to_numpy() for c in by], fit.levels)[0]
     p = fit.predict_proba(s_test, X_test)
-    X_train = segment_onehot([train[c].to_numpy() for c in by], fit.levels)[0]
+    X_train = segment_codes([train[c].to_numpy() for c in by], fit.levels)[0]
     one = _one_booster_cpu(params, X_train, logit(s_train), y)
     record("MCGrad on global isotonic", _Probabilities(np.column_stack([1 - p, p]), glob.labels), cpu,
            {"rounds": len(fit.boosters), "rounds_tried": len(fit.holdout_loss) - 1, "one_booster_cpu_s": one,
@@ -147,6 +149,46 @@ def run_cli_case(name, train_path, test, target, positive, by, exclude, min_rows
     return rows
 
 
+def run_ablation(rows: int, rounds: int, min_rows: int) -> list[dict]:
+    """The planted-table gap (``--ablation``): MCGrad's in-process core on out-of-fold ``GaussianNB``
+    probabilities (2 folds, scikit-learn, as the command's fold members score their held-out rows),
+    pooled over the folds, from two start points (the raw probabilities, and isotonic fitted on them)
+    and with four early-stopping settings; worst region σ and log loss on fresh rows."""
+    from bench_segment_fits import generate
+    from sklearn.isotonic import IsotonicRegression
+    from sklearn.naive_bayes import GaussianNB
+
+    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, segment_codes
+    from calengine.metrics.segments import SegmentAccumulator
+
+    train, test = generate(rows, 1), generate(rows, 2)
+    cols = ["x1", "x2", "x3"]
+    X, y, Xt, yt = train[cols].to_numpy(), train["y"].to_numpy(), test[cols].to_numpy(), test["y"].to_numpy()
+    fold = np.random.default_rng(0).integers(0, 2, len(train))
+    oof = np.empty(len(train))
+    for k in (0, 1):
+        oof[fold == k] = GaussianNB().fit(X[fold != k], y[fold != k]).predict_proba(X[fold == k])[:, 1]
+    p_test = GaussianNB().fit(X, y).predict_proba(Xt)[:, 1]
+    iso = IsotonicRegression(out_of_bounds="clip", y_min=1e-6, y_max=1 - 1e-6).fit(oof, y)
+    region, region_t = [train["region"].to_numpy()], [test["region"].to_numpy()]
+    out = []
+    for start, s_fit, s_test in (("raw NB", oof, p_test), ("isotonic", iso.predict(oof), iso.predict(p_test))):
+        for label, kw in (("defaults (patience 0)", {}), ("patience 5", {"patience": 5}),
+                          ("patience 5, min_child_weight 5", {"patience": 5, "min_child_weight": 5.0}),
+                          (f"no early stopping, {rounds} rounds", {"early_stopping": False})):
+            fit = fit_mcgrad(s_fit, y, region, MCGradParams(**{"rounds": rounds, **kw}), seed=0)
+            p = fit.predict_proba(s_test, segment_codes(region_t, fit.levels)[0])
+            acc = SegmentAccumulator(("region",), 2, 20_000)
+            acc.add({"region": region_t[0]}, yt, np.column_stack([1 - p, p]))
+            worst = max(r["ecce_sigma"] for r in acc.result()["segments"][1:] if r["rows"] >= min_rows)
+            loss = float(-np.mean(yt * np.log(p) + (1 - yt) * np.log(1 - p)))
+            out.append({"start": start, "setting": label, "rounds": len(fit.boosters), "worst_ecce_sigma": worst,
+                        "log_loss": loss, "holdout_loss": fit.holdout_loss[:8]})
+            print(f"ablation {start:9s} {label:34s} rounds {len(fit.boosters):3d}  worst σ {worst:.2f}"
+                  f"  log loss {loss:.5f}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     import pandas as pd
 
@@ -162,9 +204,11 @@ def main(argv=None) -> int:
     ap.add_argument("--command-rounds", type=int, default=8, help="MCGrad's most rounds through the command")
     ap.add_argument("--command-cv", type=int, default=2, help="folds of the learner through the command")
     ap.add_argument("--min-report-rows", type=int, default=100, help="smallest test segment whose ECE/ECCE counts")
+    ap.add_argument("--ablation", action="store_true", help="also the planted-table gap's ablation (run_ablation)")
     ap.add_argument("--out", default=str(HERE / "results" / "mcgrad"))
     args = ap.parse_args(argv)
     results = []
+    ablation = run_ablation(args.rows, 30, args.min_report_rows) if args.ablation else []
     with tempfile.TemporaryDirectory() as tmp:
         cases = args.cases.split(",")
         if "adult" in cases:
@@ -191,7 +235,8 @@ def main(argv=None) -> int:
                                         args.command_rounds, args.command_cv, tmp)
     env = environment(REPO, ["calengine", "numpy", "xgboost-cpu", "scikit-learn"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out + ".json").write_text(json.dumps({"environment": env, "results": results}, indent=2, default=str))
+    Path(args.out + ".json").write_text(json.dumps({"environment": env, "results": results, "ablation": ablation},
+                                                   indent=2, default=str))
     lines = ["# MCGrad beside global and segment-wise isotonic", "",
              "Written by `python benchmarks/bench_mcgrad.py` (see its docstring for the tables, metrics and the"
              " in-sample caveat). Test-table figures; worst ECE / ECCE over segments of at least"
@@ -200,6 +245,11 @@ def main(argv=None) -> int:
              "| table | setting | log loss | worst ECE | worst ECCE (σ) | MCE (σ) | fit CPU s | MCGrad rounds | × one booster |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [_table_row(r) for r in results]
+    if ablation:
+        lines += ["", "Ablation (`--ablation`, planted table, in process, out-of-fold GaussianNB probabilities pooled):", "",
+                  "| start | early stopping | rounds kept | worst ECCE (σ) | log loss |", "|---|---|---|---|---|"]
+        lines += [f"| {a['start']} | {a['setting']} | {a['rounds']} | {a['worst_ecce_sigma']:.2f} | {a['log_loss']:.5f} |"
+                  for a in ablation]
     lines += ["", *environment_markdown(env)]
     md = Path(args.out + ".md")
     # the Findings are written by hand under the figures: a new run keeps them for their author to revise

@@ -15,13 +15,15 @@ the embedded cluster's workers as threads), medians of ``--repeats``:
 * ``evaluate GLOBAL T --target y``, ``evaluate GLOBAL T --target y --by seg`` (the segment report's
   own cost) and ``evaluate BY T --target y --by seg`` (the segment-wise model, reported by segment).
 
-MCGrad (at ``--mcgrad-rows``, the same generator): ``fit T --target y --scores s --by seg --method
-mcgrad`` with ``--mcgrad-rounds`` rounds and early stopping off (so the round count is fixed and the
-time is not the early-stopping pass's), against ``fit T --target y --learner xgboost_dask`` with
+MCGrad (at each size of ``--mcgrad-rows``, the same generator): ``fit T --target y --scores s --by seg
+--method mcgrad`` with ``--mcgrad-rounds`` rounds and early stopping off (so the round count is fixed and
+the time is not the early-stopping pass's), against ``fit T --target y --learner xgboost_dask`` with
 MCGrad's booster settings (94 trees, learning rate 0.0287, depth 2, min child weight 30, L2 0.0091;
-XGBoost's learner has no ``gamma``) on the features ``s`` and ``seg`` one-hot (``--max-categories``
-covering every segment, as MCGrad's one-hot does), trained once on every row (``--calibration-data``
-the same table, ``--method none``).  Both train through ``xgboost_dask`` across the embedded cluster's
+XGBoost's learner has no ``gamma``) on the features ``--booster-features`` (default ``s,seg``: ``seg``
+one-hot through ``--max-categories`` covering every segment, the learner's encoding, dense; ``s``: the
+score alone, the baseline that fits in memory at 10^6 rows and more), trained once on every row
+(``--calibration-data`` the same table, ``--method none``).  MCGrad's rounds see ``seg`` as one
+categorical feature (``calengine.fit.mcgrad``).  Both train through ``xgboost_dask`` across the embedded cluster's
 workers.  The ratio to quote is MCGrad's CPU over (rounds x the one booster's).
 
     python benchmarks/bench_segments_scale.py --rows-list 1e6,3e6,1e7   # results/segments_scale.{md,json}
@@ -68,7 +70,8 @@ def commands(table: Path, work: Path, segments: int, python: str | None = None) 
     ]
 
 
-def mcgrad_commands(table: Path, work: Path, segments: int, rounds: int, trees: int) -> list[tuple[str, str, list]]:
+def mcgrad_commands(table: Path, work: Path, segments: int, rounds: int, trees: int,
+                    features: str = "s,seg") -> list[tuple[str, str, list]]:
     mc = ["--method-param", f"rounds={rounds}", "--method-param", "early_stopping=false",
           "--method-param", f"trees={trees}"]
     booster = [a for k, v in {**BOOSTER, "n_estimators": trees}.items() for a in ("--learner-param", f"{k}={v}")]
@@ -76,8 +79,8 @@ def mcgrad_commands(table: Path, work: Path, segments: int, rounds: int, trees: 
         ("mcgrad", f"fit --method mcgrad --by seg ({rounds} rounds)",
          _cli("fit", table, "--target", "y", "--scores", "s", "--by", "seg", "--method", "mcgrad", *mc,
               "--output", work / "mcgrad", "--quiet", "--overwrite")),
-        ("mcgrad", "one booster (xgboost_dask, same settings)",
-         _cli("fit", table, "--target", "y", "--learner", "xgboost_dask", *booster, "--features", "s,seg",
+        ("mcgrad", f"one booster (xgboost_dask, same settings, features {features})",
+         _cli("fit", table, "--target", "y", "--learner", "xgboost_dask", *booster, "--features", features,
               "--max-categories", segments + 1, "--calibration-data", table, "--method", "none",
               "--output", work / "booster", "--quiet", "--overwrite")),
     ]
@@ -109,7 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows-list", type=ints, default=[1_000_000, 3_000_000, 10_000_000])
     ap.add_argument("--segments", type=int, default=1_000)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--mcgrad-rows", type=int, default=100_000, help="0: no MCGrad runs")
+    ap.add_argument("--mcgrad-rows", type=ints, default=[100_000], help="sizes of the MCGrad runs; 0 or '': none")
+    ap.add_argument("--booster-features", default="s,seg", help="the one booster's --features (s,seg or s)")
     ap.add_argument("--mcgrad-rounds", type=int, default=2)
     ap.add_argument("--trees", type=int, default=94, help="trees per MCGrad round and of the one booster")
     ap.add_argument("--timeout", type=float, default=3600.0)
@@ -132,11 +136,12 @@ def main(argv=None) -> int:
                 results.append({**run(group, setting, base[i][2], rows, args.repeats, args.timeout),
                                 "build": args.baseline_name})
             results.append(run(group, setting, cmd, rows, args.repeats, args.timeout))
-    if args.mcgrad_rows:
-        table = work / f"t{args.mcgrad_rows}.parquet"
-        scale_table(table, args.mcgrad_rows, args.segments)
-        for group, setting, cmd in mcgrad_commands(table, work, args.segments, args.mcgrad_rounds, args.trees):
-            results.append(run(group, setting, cmd, args.mcgrad_rows, args.repeats, args.timeout))
+    for rows in [r for r in args.mcgrad_rows if r]:
+        table = work / f"t{rows}.parquet"
+        scale_table(table, rows, args.segments)
+        for group, setting, cmd in mcgrad_commands(table, work, args.segments, args.mcgrad_rounds, args.trees,
+                                                   args.booster_features):
+            results.append(run(group, setting, cmd, rows, args.repeats, args.timeout))
     env = environment(REPO, ["calengine", "numpy", "dask", "distributed", "xgboost-cpu"])
     write_results(args.results_dir, args.name, {"environment": env, "args": vars(args), "results": results},
                   page(results, args, env))
@@ -164,18 +169,17 @@ def page(results: list[dict], args, env: dict) -> str:
     if before:
         lines += ["", *before_after(before, results, base, getattr(args, "baseline_name", "baseline"))]
     mc = [r for r in results if r["group"] == "mcgrad"]
-    if len(mc) == 2:
-        m, one = mc
-        lines += ["", f"MCGrad at {m['rows']:,} rows, {args.mcgrad_rounds} rounds of {args.trees} trees (early stopping"
-                  " off), against one booster of the same settings on the same rows:", "",
-                  markdown_table(["fit", "wall s", "CPU s", "peak RSS MiB"],
-                                 [[r["setting"], r["wall_s"], r["cpu_s"], f"{r['peak_rss_mib']:.0f}"] for r in mc],
-                                 ["<", ">", ">", ">"]), "",
-                  f"MCGrad CPU / (rounds × one booster's CPU): {ratio(m['cpu_s'], args.mcgrad_rounds * one['cpu_s']):.2f};"
-                  f" wall: {ratio(m['wall_s'], args.mcgrad_rounds * one['wall_s']):.2f}."]
+    if mc:
+        lines += ["", f"MCGrad, {args.mcgrad_rounds} rounds of {args.trees} trees (early stopping off), against one"
+                  " booster of the same settings on the same rows:", "",
+                  markdown_table(["rows", "fit", "wall s", "CPU s", "peak RSS MiB", "CPU / (rounds × booster)"],
+                                 [[f"{r['rows']:,}", r["setting"], r["wall_s"], r["cpu_s"], f"{r['peak_rss_mib']:.0f}",
+                                   f"{ratio(m['cpu_s'], args.mcgrad_rounds * one['cpu_s']):.2f}" if r is m else ""]
+                                  for m, one in zip(mc[::2], mc[1::2]) for r in (m, one)],
+                                 ["<", "<", ">", ">", ">", ">"])]
     lines += ["", "Commands (paths in this run's work directory; the first size's, then MCGrad's):", ""]
     lines += [f"* `{r['setting']}`: `calengine {r['command']}`" for r in results if r["rows"] == results[0]["rows"]
-              or r["group"] == "mcgrad"]
+              or (r["group"] == "mcgrad" and r["rows"] == mc[0]["rows"])]
     return "\n".join(lines + ["", *environment_markdown(env)])
 
 

@@ -19,8 +19,13 @@ check what its predictor relies on; they import neither library, raise one
 
 Both take the file's bytes or a path (what a ``--prefit PATH`` option hands them), and optionally the
 feature and class counts the caller will use: a model fitted on another feature count is refused here,
-not by the library mid-scoring.  Categorical splits, linear trees and multi-output leaves are refused:
-calengine's boosters never write them, and their extra tables would need checks of their own.
+not by the library mid-scoring.  Linear trees and multi-output leaves are refused: calengine's boosters
+never write them.  Categorical splits are refused unless the caller names which features are
+categorical and how many categories each has (``categories=[...]`` of either function, what MCGrad's
+rounds store): then every categorical split's category list must lie inside the tree's category table,
+be non-empty, sit on an internal node whose split type says so and split a categorical feature, and hold
+only categories below that feature's count (XGBoost sizes a bitset by the largest category of a split,
+so an unbounded one is a memory bomb).
 """
 
 from __future__ import annotations
@@ -320,9 +325,11 @@ def _check_forest(left: np.ndarray, right: np.ndarray, sizes: list[int], live: l
 
 
 def validate_xgboost(source: bytes | str | os.PathLike, n_features: int | None = None,
-                     n_classes: int | None = None) -> BoosterSummary:
+                     n_classes: int | None = None, categories: list[int | None] | None = None) -> BoosterSummary:
     """Check an XGBoost JSON or UBJSON model (bytes or a path) before XGBoost reads it; see the module
-    docstring.  ``n_features``/``n_classes``: the counts the caller will use (``None``: not checked)."""
+    docstring.  ``n_features``/``n_classes``: the counts the caller will use (``None``: not checked).
+    ``categories``: per feature, its number of categories (``None``: numeric); without it any
+    categorical split is refused."""
     doc = _xgb_document(_read(source, "XGBoost"))
     learner = _get(doc, "learner")
     mparam = _get(learner, "learner_model_param")
@@ -361,7 +368,9 @@ def validate_xgboost(source: bytes | str | os.PathLike, n_features: int | None =
         drop = np.asarray(_get(booster, "weight_drop"), dtype=np.float64)
         if drop.shape != (len(trees),) or not np.all(np.isfinite(drop)):
             raise _bad("XGBoost", "has dart weights inconsistent with its trees")
-    arrays = [_xgb_tree_arrays(tree, t) for t, tree in enumerate(trees)]
+    if categories is not None and len(categories) != nf:
+        raise _bad("XGBoost", f"has {nf} features, not the {len(categories)} this model declares")
+    arrays = [_xgb_tree_arrays(tree, t, categories) for t, tree in enumerate(trees)]
     left, right, feature, cond = (np.concatenate([a[i] for a in arrays]) for i in range(4))
     internal, tree_of = _check_forest(left, right, [a[4] for a in arrays], [a[5] for a in arrays], "XGBoost")
     wrong = np.flatnonzero(internal & ((feature < 0) | (feature >= nf)))
@@ -373,7 +382,7 @@ def validate_xgboost(source: bytes | str | os.PathLike, n_features: int | None =
     return _check_expected("XGBoost", BoosterSummary(nf, max(2, num_class), len(trees)), n_features, n_classes)
 
 
-def _xgb_tree_arrays(tree: Any, t: int) -> tuple:
+def _xgb_tree_arrays(tree: Any, t: int, categories: list[int | None] | None = None) -> tuple:
     """Tree ``t``'s ``(left, right, split feature, split condition, num_nodes, live nodes)``, each
     array of the declared node count; the checks across trees follow in :func:`validate_xgboost`."""
     where = f"tree {t}"
@@ -392,9 +401,46 @@ def _xgb_tree_arrays(tree: Any, t: int) -> tuple:
     cond = _array(tree, "split_conditions", n, where, "f")
     for key in ("default_left", "base_weights"):
         _array(tree, key, n, where, "f")
-    if "split_type" in tree and np.any(_array(tree, "split_type", n, where, "i") != 0):
-        raise _bad("XGBoost", f"has {where} with categorical splits (not supported)")
+    split_type = _array(tree, "split_type", n, where, "i") if "split_type" in tree else np.zeros(n, dtype=np.int64)
+    _xgb_categorical(tree, where, split_type, left, feature, categories)
     return left, right, feature, cond, n, n - deleted
+
+
+def _xgb_categorical(tree: dict, where: str, split_type: np.ndarray, left: np.ndarray, feature: np.ndarray,
+                     categories: list[int | None] | None) -> None:
+    """A tree's categorical splits against the caller's ``categories`` (module docstring)."""
+    keys = ("categories", "categories_nodes", "categories_segments", "categories_sizes")
+    nodes = np.flatnonzero(split_type != 0)
+    if not nodes.size:
+        if any(np.asarray(tree.get(k, [])).size for k in keys):
+            raise _bad("XGBoost", f"has {where} with category tables but no categorical split")
+        return
+    if categories is None:
+        raise _bad("XGBoost", f"has {where} with categorical splits (not supported)")
+    if np.any(split_type[nodes] != 1) or np.any(left[nodes] == -1):
+        raise _bad("XGBoost", f"has {where} with an unknown split type or a categorical leaf")
+    m = nodes.size
+    listed = _array(tree, "categories_nodes", m, where, "i")
+    start = _array(tree, "categories_segments", m, where, "i")
+    size = _array(tree, "categories_sizes", m, where, "i")
+    raw = np.asarray(tree.get("categories", []))
+    if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "biu"):
+        raise _bad("XGBoost", f"has {where} whose 'categories' are not integers")
+    cats = raw.astype(np.int64)
+    if not np.array_equal(listed, nodes):
+        raise _bad("XGBoost", f"has {where} whose categorical nodes do not match its split types")
+    if np.any(size < 1) or np.any(start < 0) or np.any(start + size > cats.size):
+        raise _bad("XGBoost", f"has {where} with a category list outside its category table")
+    split_on = feature[nodes]
+    if np.any((split_on < 0) | (split_on >= len(categories))):
+        return  # the feature range check of validate_xgboost names this tree
+    bound = np.array([-1 if categories[j] is None else int(categories[j]) for j in split_on], dtype=np.int64)
+    if np.any(bound < 0):
+        raise _bad("XGBoost", f"has {where} with a categorical split on a numeric feature")
+    total = int(size.sum())
+    index = np.repeat(start - np.concatenate([[0], np.cumsum(size)[:-1]]), size) + np.arange(total)
+    if np.any(cats[index] < 0) or np.any(cats[index] >= np.repeat(bound, size)):
+        raise _bad("XGBoost", f"has {where} with a category outside its feature's categories")
 
 
 # ---------------------------------------------------------------------------------------------- LightGBM
@@ -427,9 +473,10 @@ def _lgb_numbers(fields: dict[str, str], key: str, n: int, where: str, kind: str
 
 
 def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None = None,
-                      n_classes: int | None = None) -> BoosterSummary:
+                      n_classes: int | None = None, categories: list[int | None] | None = None) -> BoosterSummary:
     """Check a LightGBM text model (bytes or a path) before LightGBM reads it; see the module
-    docstring.  ``n_features``/``n_classes``: the counts the caller will use (``None``: not checked)."""
+    docstring.  ``n_features``/``n_classes``: the counts the caller will use (``None``: not checked);
+    ``categories`` as for :func:`validate_xgboost`."""
     blob = _read(source, "LightGBM")
     try:
         text = blob.decode("utf-8")
@@ -453,7 +500,9 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     if names is not None and len(names.split()) != max_idx + 1:
         raise _bad("LightGBM", f"names {len(names.split())} features and has max_feature_idx {max_idx}")
     blocks = body.split("\nTree=")
-    nodes = [_lgb_tree_nodes(block, t, max_idx + 1) for t, block in enumerate(blocks)]
+    if categories is not None and len(categories) != max_idx + 1:
+        raise _bad("LightGBM", f"has {max_idx + 1} features, not the {len(categories)} this model declares")
+    nodes = [_lgb_tree_nodes(block, t, max_idx + 1, categories) for t, block in enumerate(blocks)]
     _check_forest(np.concatenate([a[0] for a in nodes]), np.concatenate([a[1] for a in nodes]),
                   [a[0].shape[0] for a in nodes], None, "LightGBM")
     if len(blocks) % per_iter:
@@ -464,7 +513,7 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     return _check_expected("LightGBM", BoosterSummary(max_idx + 1, max(2, num_class), len(blocks)), n_features, n_classes)
 
 
-def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray]:
+def _lgb_tree_nodes(block: str, t: int, nf: int, categories: list[int | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Tree ``t``'s block checked on its own (lengths, ranges, finite values), and its children as one
     node array -- internal nodes ``0..n-1``, leaf ``j`` as node ``n + j`` -- for the shape check
     across trees in :func:`validate_lightgbm` (each node and leaf reached once)."""
@@ -474,7 +523,8 @@ def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray
         raise _bad("LightGBM", f"has {where} out of order or unnamed")
     fields = _lgb_fields(lines[1:], where)
     leaves = _count(fields.get("num_leaves"), f"{where} num_leaves", 1, "LightGBM")
-    if _count(fields.get("num_cat", "0"), f"{where} num_cat", 0, "LightGBM"):
+    num_cat = _count(fields.get("num_cat", "0"), f"{where} num_cat", 0, "LightGBM")
+    if num_cat and categories is None:
         raise _bad("LightGBM", f"has {where} with categorical splits (not supported)")
     if fields.get("is_linear", "0") != "0":
         raise _bad("LightGBM", f"has {where} with linear leaves (not supported)")
@@ -489,10 +539,10 @@ def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray
     if n == 0:
         return np.full(1, -1, dtype=np.int64), np.full(1, -1, dtype=np.int64)
     feature = _lgb_numbers(fields, "split_feature", n, where, "i")
-    _lgb_numbers(fields, "threshold", n, where, "f")
+    threshold = _lgb_numbers(fields, "threshold", n, where, "f")
     decision = _lgb_numbers(fields, "decision_type", n, where, "i")
-    if np.any(decision & 1) or np.any(decision < 0) or np.any(decision > 15):
-        raise _bad("LightGBM", f"has {where} with a categorical or unknown decision type")
+    if np.any(decision < 0) or np.any(decision > 15) or int(np.sum(decision & 1)) != num_cat:
+        raise _bad("LightGBM", f"has {where} with an unknown decision type, or categorical splits other than num_cat")
     left = _lgb_numbers(fields, "left_child", n, where, "i")
     right = _lgb_numbers(fields, "right_child", n, where, "i")
     for kids in (left, right):
@@ -500,7 +550,32 @@ def _lgb_tree_nodes(block: str, t: int, nf: int) -> tuple[np.ndarray, np.ndarray
             raise _bad("LightGBM", f"has {where} with a child index outside -{leaves}..{n - 1}")
     if np.any(feature < 0) or np.any(feature >= nf):
         raise _bad("LightGBM", f"has {where} splitting on a feature index outside 0..{nf - 1}")
+    if num_cat:
+        _lgb_categorical(fields, where, num_cat, feature[(decision & 1) == 1], threshold[(decision & 1) == 1], categories)
     as_node = lambda kids: np.where(kids < 0, n + ~kids, kids)  # noqa: E731
     full_l = np.concatenate([as_node(left), np.full(leaves, -1)])
     full_r = np.concatenate([as_node(right), np.full(leaves, -1)])
     return full_l, full_r
+
+
+def _lgb_categorical(fields: dict[str, str], where: str, num_cat: int, split_on: np.ndarray, index: np.ndarray,
+                     categories: list[int | None]) -> None:
+    """A LightGBM tree's categorical splits against the caller's ``categories`` (module docstring): each
+    categorical node's threshold is its index into ``cat_boundaries`` (each index once), whose ranges of
+    ``cat_threshold`` (32-bit words of the category bitset) are in order, non-empty and no longer than
+    the feature's categories need."""
+    if not np.array_equal(np.sort(index), np.arange(num_cat)):
+        raise _bad("LightGBM", f"has {where} whose categorical splits do not index its num_cat category sets")
+    bounds = _lgb_numbers(fields, "cat_boundaries", num_cat + 1, where, "i")
+    words = fields.get("cat_threshold", "").split()
+    if bounds[0] != 0 or np.any(np.diff(bounds) < 1) or bounds[-1] != len(words):
+        raise _bad("LightGBM", f"has {where} whose cat_boundaries do not cut its cat_threshold")
+    bits = _lgb_numbers(fields, "cat_threshold", len(words), where, "i")
+    if np.any(bits < 0) or np.any(bits >= 2**32):
+        raise _bad("LightGBM", f"has {where} with a cat_threshold word outside 32 bits")
+    limit = np.array([-1 if categories[j] is None else int(categories[j]) for j in split_on], dtype=np.int64)
+    if np.any(limit < 0):
+        raise _bad("LightGBM", f"has {where} with a categorical split on a numeric feature")
+    width = np.diff(bounds)[index.astype(np.int64)]
+    if np.any(width > (limit + 31) // 32):
+        raise _bad("LightGBM", f"has {where} with a category outside its feature's categories")

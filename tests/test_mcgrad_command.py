@@ -47,7 +47,7 @@ def _write(df, path, row_group=1000):
 
 def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
     """A learner's held-out probabilities (gaussian_nb, two folds, fragments of 1,000 rows on one
-    worker): each fold member gets its own rounds; the saved model's predict_frame equals the fitted
+    worker): the fold members share one set of rounds fitted on their held-out rows pooled; the saved model's predict_frame equals the fitted
     one's bit for bit; the boosters are native XGBoost JSON files in the files table; a booster whose
     feature count does not match the segments is refused before XGBoost parses it; a changed file is
     refused by its hash; a row's probability does not depend on the rows scored with it."""
@@ -64,7 +64,9 @@ def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
         model = fit_table(client, spec, FitConfig(learner="gaussian_nb", method="mcgrad", cv=2, method_params=QUICK))
     assert [type(m).__name__ for m in model.members] == ["MCGradMember"] * 2
     assert [len(m.boosters) for m in model.members] == [2, 2]
-    assert model.members[0].boosters != model.members[1].boosters  # fitted on different held-out rows
+    # one set of rounds, fitted on both members' held-out rows pooled, shared by the members
+    assert model.members[0].boosters == model.members[1].boosters and model.members[0].alphas == model.members[1].alphas
+    assert model.info["x_mcgrad"]["pooled"] is True
     save_model(model, tmp_path / "m")
     from calengine import booster_guard
 
@@ -85,15 +87,83 @@ def test_saved_model_scores_bit_for_bit_and_its_boosters_are_checked(tmp_path):
     assert name in manifest["files"]
     doc = json.loads((tmp_path / "m" / name).read_text())
     assert doc["learner"]["learner_model_param"]["num_feature"] == str(model.members[0].width + 1)
-    # a booster of another width, handed to the member: refused by booster_checks before XGBoost
+    # the segment features are one categorical column per --by column (A, B), not one per value
+    assert model.members[0].width == 2 and doc["learner"]["feature_types"] == ["c", "c", "q"]
     parts = model.members[0].parts()
-    doc["learner"]["learner_model_param"]["num_feature"] = "3"
-    files = {**parts["files"], "mcgrad_round_0.json": json.dumps(doc).encode()}
+
+    def from_parts(doc):
+        files = {**parts["files"], "mcgrad_round_0.json": json.dumps(doc).encode()}
+        return MCGradMember.from_parts(parts["learners"], parts["calibrators"], parts["arrays"], parts["meta"],
+                                       files=files)
+
+    # a categorical split on a category past the column's values (XGBoost would size a bitset by it),
+    # or on the numeric logit: refused by booster_checks before XGBoost parses the file
+    trees = doc["learner"]["gradient_booster"]["model"]["trees"]
+    t = next(i for i, tree in enumerate(trees) if tree["categories_nodes"])
+    for change, words in (({"categories": [2**30] * len(trees[t]["categories"])}, "outside its feature's categories"),
+                          ({"categories_sizes": [0] * len(trees[t]["categories_sizes"])}, "outside its category table")):
+        bad = json.loads(json.dumps(doc))
+        bad["learner"]["gradient_booster"]["model"]["trees"][t].update(change)
+        with pytest.raises(ModelFormatError, match=words):
+            from_parts(bad)
+    bad = json.loads(json.dumps(doc))
+    node = trees[t]["categories_nodes"][0]
+    bad["learner"]["gradient_booster"]["model"]["trees"][t]["split_indices"][node] = 2
+    with pytest.raises(ModelFormatError, match="categorical split on a numeric feature"):
+        from_parts(bad)
+    # a booster of another width, handed to the member: refused by booster_checks before XGBoost
+    doc["learner"]["learner_model_param"]["num_feature"] = "7"
     with pytest.raises(ModelFormatError, match="XGBoost"):
-        MCGradMember.from_parts(parts["learners"], parts["calibrators"], parts["arrays"], parts["meta"], files=files)
+        from_parts(doc)
     (tmp_path / "m" / name).write_text(json.dumps(doc))
     with pytest.raises(ModelFormatError):
         load_model(tmp_path / "m")
+
+
+def test_lightgbm_rounds_are_deterministic_saved_bit_for_bit_and_checked(tmp_path):
+    """``--method-param booster=lightgbm``: the rounds train through ``lightgbm_dask``; two fits with the
+    same seed write the same booster files byte for byte; the saved model (LightGBM text files
+    ``mcgrad_round_<r>.txt``) scores as the fitted one bit for bit; a categorical split whose bitset is
+    wider than its feature's categories, whose cat_boundaries do not cut cat_threshold, or that splits
+    the numeric logit is refused by booster_checks before LightGBM parses the file."""
+    pytest.importorskip("lightgbm.dask")
+    from calengine.cluster import dask_client
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
+    from calengine.model.artifact import load_model, save_model
+    from calengine.model.mcgrad_member import MCGradMember
+
+    df = _planted(2000, 0)
+    path = _write(df, tmp_path / "t.parquet")
+    spec = TableSpec(str(path), "y", scores=("s",), fragment_rows=1000, by="A,B")
+    config = FitConfig(method="mcgrad", method_params={**QUICK, "booster": "lightgbm"}, seed=3)
+    with dask_client(workers=1) as client:
+        model, again = (fit_table(client, spec, config) for _ in range(2))
+    member = model.members[0]
+    assert member.library == "lightgbm" and len(member.boosters) == 2
+    assert member.boosters == again.members[0].boosters and member.alphas == again.members[0].alphas
+    assert model.info["x_mcgrad"]["booster_learner"] == "lightgbm_dask"
+    save_model(model, tmp_path / "m")
+    assert (tmp_path / "m" / "members" / "0" / "mcgrad_round_1.txt").exists()
+    loaded = load_model(tmp_path / "m")
+    assert np.array_equal(loaded.predict_frame(df).to_numpy(), model.predict_frame(df).to_numpy())
+    parts = member.parts()
+    text = parts["files"]["mcgrad_round_0.txt"].decode()
+    assert "num_cat=" in text and "cat_threshold=" in text
+
+    def refused(old, new, words):
+        assert old in text, old
+        files = {**parts["files"], "mcgrad_round_0.txt": text.replace(old, new, 1).encode()}
+        with pytest.raises(ModelFormatError, match=words):
+            MCGradMember.from_parts(parts["learners"], parts["calibrators"], parts["arrays"], parts["meta"], files=files)
+
+    block = text[text.index("Tree=") : text.index("\n\n", text.index("cat_threshold="))]
+    bounds = next(line for line in block.splitlines() if line.startswith("cat_boundaries="))
+    refused(bounds, "cat_boundaries=0 " + " ".join(["2"] * (len(bounds.split()) - 1)), "cat_boundaries|categories")
+    thresholds = next(line for line in block.splitlines() if line.startswith("cat_threshold="))
+    refused(thresholds, thresholds + " 1 1", "cat_boundaries do not cut")
+    features = next(line for line in block.splitlines() if line.startswith("split_feature="))
+    refused(features, "split_feature=" + " ".join(["2"] * (len(features.split()) - 0)), "numeric feature|feature index")
 
 
 def test_cli_fit_score_evaluate_by_beats_global_isotonic(tmp_path):
@@ -167,3 +237,21 @@ def test_what_mcgrad_does_not_serve_is_one_line(change, words):
     with pytest.raises(ParameterError) as err:
         prepare_fit(config, spec, plugins)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_rounds_library_whose_plugin_is_missing_is_one_line():
+    """``booster=lightgbm`` without calengine-lightgbm (a plugin table holding only xgboost_dask) is
+    refused before any data is read, naming the package; so is xgboost's own absence."""
+    from types import SimpleNamespace
+
+    from calengine.fit.mcgrad_checks import check_mcgrad
+    from calengine.fit.table import TableSpec
+    from calengine.fit.training import FitConfig
+
+    spec = TableSpec("t.parquet", "y", scores=("s",), by="A")
+    only = SimpleNamespace(classes={"learners": {"xgboost_dask": object}})
+    assert check_mcgrad(spec, FitConfig(method="mcgrad"), only)[0] == ("A",)
+    with pytest.raises(ParameterError, match="'lightgbm_dask' learner, which is not installed: pip install calengine-lightgbm"):
+        check_mcgrad(spec, FitConfig(method="mcgrad", method_params={"booster": "lightgbm"}), only)
+    with pytest.raises(ParameterError, match="pip install calengine-xgboost"):
+        check_mcgrad(spec, FitConfig(method="mcgrad"), SimpleNamespace(classes={"learners": {}}))

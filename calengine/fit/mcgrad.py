@@ -1,5 +1,6 @@
 """MCGrad multicalibration (Tax et al., "MCGrad: Multicalibration at Web Scale", KDD 2026, arXiv
-2509.19884): the algorithm on arrays held in one process, with XGBoost as the round's booster.
+2509.19884): the algorithm on arrays held in one process, with XGBoost (or LightGBM,
+:mod:`calengine.fit.mcgrad_boosters`) as the round's booster.
 
 This module is the algorithm's core and its in-process reference; :mod:`calengine.fit.mcgrad_cluster`
 runs the same rounds with each booster trained across the Dask workers; :mod:`calengine.fit.mcgrad_table`
@@ -10,9 +11,14 @@ The algorithm, as the paper and its reference implementation (facebookincubator/
 two-class problem:
 
 * A row is its current logit ``f`` (round 0: the logit of the score to calibrate) and its segment
-  features ``x`` (here: the ``--by`` columns one-hot encoded over the values seen at fit time; a value
-  unseen at fit time, or a missing one, sets none of its column's indicators, so it gets what the
-  trees learnt for "none of these").
+  features ``x``: each ``--by`` column as one **categorical** feature, its value's code among the
+  values seen at fit time (sorted), as the reference hands LightGBM its categorical columns.  The trees
+  split a categorical feature by a set of its values (XGBoost's partition-based categorical splits), so
+  one split can put every segment with a like residual on one side, and the features take one column
+  per ``--by`` column whatever the number of segments (a dense one-hot took one per *value*: 1,000
+  segments at 10^5 rows were 2.3-2.8 GiB).  A value unseen at fit time, or a missing one, is a missing
+  code (NaN): it follows each split's default branch, which the trees learnt from the rows with a
+  missing value (or, with none, XGBoost's default).
 * Round ``r`` trains a gradient-boosted booster on the features ``[x, f]`` to the log loss of the labels
   with **base margin** ``f``: its trees fit the log-loss gradient of the current prediction, so they
   learn corrections ``Δ(x, f)`` of the logit wherever a segment, or a region of scores within one, is
@@ -44,7 +50,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["EarlyStopping", "MCGradParams", "MCGradFit", "fit_mcgrad", "unshrink_factor", "segment_onehot", "logit"]
+__all__ = ["EarlyStopping", "MCGradParams", "MCGradFit", "fit_mcgrad", "unshrink_factor", "segment_codes", "logit"]
 
 #: logits are clipped to this magnitude before the unshrink regression (the reference's epsilon)
 UNSHRINK_CLIP = 10.0
@@ -70,7 +76,8 @@ def _sigmoid(f: np.ndarray) -> np.ndarray:
 class MCGradParams:
     """``--method-param`` of mcgrad: ``rounds`` (the most rounds; with ``early_stopping`` the held-out
     rows pick how many), ``early_stopping``, ``patience`` (rounds tried after the best one),
-    ``holdout`` (share of rows held out for early stopping), and the round booster's ``trees``,
+    ``holdout`` (share of rows held out for early stopping), ``booster`` (the library of the rounds,
+    ``xgboost`` or ``lightgbm``: :mod:`calengine.fit.mcgrad_boosters`), and the round booster's ``trees``,
     ``learning_rate``, ``max_depth``, ``min_child_weight``, ``reg_lambda``, ``gamma`` (minimum split
     gain) and ``max_bin``."""
 
@@ -85,8 +92,13 @@ class MCGradParams:
     reg_lambda: float = 0.009131373863997217
     gamma: float = 0.15007305226251808
     max_bin: int = 256
+    booster: str = "xgboost"
 
     def __post_init__(self) -> None:
+        from .mcgrad_boosters import LIBRARIES
+
+        if self.booster not in LIBRARIES:
+            raise ParameterError(f"mcgrad's booster must be one of {', '.join(LIBRARIES)}, got {self.booster!r}")
         def integer(name, lo, hi):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
@@ -120,22 +132,20 @@ class MCGradParams:
         }
 
 
-def segment_onehot(columns: list[np.ndarray], levels: list[list[str]] | None = None):
-    """``(X, levels)``: the segment columns (arrays of values, read as strings; missing values match no
-    level) one-hot over ``levels`` (default: each column's sorted distinct values)."""
+def segment_codes(columns: list[np.ndarray], levels: list[list[str]] | None = None):
+    """``(X, levels)``: the segment columns (arrays of values, read as strings) as float32 codes, column
+    ``j`` a value's index in ``levels[j]`` (default: each column's sorted distinct values); a missing
+    value, or one not in ``levels[j]``, is NaN (a missing category)."""
     import pandas as pd
 
     strings = [pd.Series(c, copy=False).astype("string") for c in columns]
     if levels is None:
         levels = [sorted(str(v) for v in s.dropna().unique()) for s in strings]
     n = len(strings[0]) if strings else 0
-    X = np.zeros((n, sum(len(lv) for lv in levels)), dtype=np.float32)
-    at = 0
-    for s, lv in zip(strings, levels):
+    X = np.empty((n, len(strings)), dtype=np.float32)
+    for j, (s, lv) in enumerate(zip(strings, levels)):
         codes = pd.Index(lv, dtype="string").get_indexer(s)  # -1: a missing value, or one not in lv
-        rows = np.flatnonzero(codes >= 0)
-        X[rows, at + codes[rows]] = 1.0
-        at += len(lv)
+        X[:, j] = np.where(codes >= 0, codes, np.nan)
     return X, [list(lv) for lv in levels]
 
 
@@ -182,24 +192,24 @@ def _log_loss(f: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
 
 @dataclass
 class MCGradFit:
-    """A fitted MCGrad: per round the booster (XGBoost, kept as its native UBJSON bytes) and the unshrink
-    factor; ``levels``: the one-hot levels of each segment column; ``holdout_loss``: the held-out log
-    loss after 0, 1, ... rounds of the early-stopping pass (empty without early stopping)."""
+    """A fitted MCGrad: per round the booster (``library``'s bytes: XGBoost's UBJSON, LightGBM's text) and
+    the unshrink factor; ``levels``: the values of each segment column, in code order; ``holdout_loss``:
+    the held-out log loss after 0, 1, ... rounds of the early-stopping pass (empty without early stopping)."""
 
     boosters: list[bytes]
     alphas: list[float]
     levels: list[list[str]]
     holdout_loss: list[float] = field(default_factory=list)
+    library: str = "xgboost"
 
     def apply(self, f: np.ndarray, X: np.ndarray) -> np.ndarray:
-        """The calibrated logits of rows with logits ``f`` and one-hot segment features ``X``."""
-        import xgboost as xgb
+        """The calibrated logits of rows with logits ``f`` and segment codes ``X`` (:func:`segment_codes`)."""
+        from .mcgrad_boosters import library
 
+        lib = library(self.library)
         f = np.asarray(f, dtype=np.float64).copy()
         for blob, alpha in zip(self.boosters, self.alphas):
-            booster = xgb.Booster()
-            booster.load_model(bytearray(blob))
-            f = alpha * (f + _delta(booster, X, f))
+            f = alpha * (f + lib.delta(lib.load(blob), X, f))
         return f
 
     def predict_proba(self, scores, X) -> np.ndarray:
@@ -207,24 +217,10 @@ class MCGradFit:
         return _sigmoid(self.apply(logit(scores), X))
 
 
-def _features(X: np.ndarray, f: np.ndarray) -> np.ndarray:
-    return np.column_stack([X, f.astype(np.float32)]).astype(np.float32)
-
-
-def _delta(booster, X, f) -> np.ndarray:
-    """The round booster's correction of the logit (its margin without base margin: base_score 0.5 is 0)."""
-    import xgboost as xgb
-
-    return booster.predict(xgb.DMatrix(_features(X, f)), output_margin=True).astype(np.float64)
-
-
-def _round(params: MCGradParams, X, f, y, w, seed: int):
-    """One round on rows ``(X, f, y, w)``: ``(booster, alpha, new f)``."""
-    import xgboost as xgb
-
-    data = xgb.DMatrix(_features(X, f), label=y.astype(np.float32), weight=w, base_margin=f)
-    booster = xgb.train({**params.booster_params(seed), "nthread": 1}, data, num_boost_round=int(params.trees))
-    g = f + _delta(booster, X, f)
+def _round(lib, params: MCGradParams, X, f, y, w, seed: int):
+    """One round on rows ``(X, f, y, w)`` with library ``lib``: ``(booster, alpha, new f)``."""
+    booster = lib.train(params, X, f, y, w, seed)
+    g = f + lib.delta(booster, X, f)
     alpha = unshrink_factor(g, y, w)
     return booster, alpha, alpha * g
 
@@ -265,7 +261,10 @@ def fit_mcgrad(scores, y, segments: list[np.ndarray], params: MCGradParams | Non
     if not np.all((y == 0) | (y == 1)) or y.min() == y.max():
         raise DataError("mcgrad needs labels 0 and 1, both present")
     w = np.ones_like(y) if weight is None else np.asarray(weight, dtype=np.float64).reshape(-1)
-    X, levels = segment_onehot(segments)
+    from .mcgrad_boosters import library
+
+    lib = library(params.booster)
+    X, levels = segment_codes(segments)
     rounds = int(params.rounds)
     history: list[float] = []
     if params.early_stopping:
@@ -277,14 +276,14 @@ def fit_mcgrad(scores, y, segments: list[np.ndarray], params: MCGradParams | Non
         f_fit, f_val = f0[fit_rows], f0[val_rows]
         stop = EarlyStopping(_log_loss(f_val, y[val_rows], w[val_rows]), params.patience)
         for r in range(rounds):
-            booster, alpha, f_fit = _round(params, X[fit_rows], f_fit, y[fit_rows], w[fit_rows], seed + r)
-            f_val = alpha * (f_val + _delta(booster, X[val_rows], f_val))
+            booster, alpha, f_fit = _round(lib, params, X[fit_rows], f_fit, y[fit_rows], w[fit_rows], seed + r)
+            f_val = alpha * (f_val + lib.delta(booster, X[val_rows], f_val))
             if stop.add(_log_loss(f_val, y[val_rows], w[val_rows])):
                 break
         rounds, history = stop.best, stop.losses
     boosters, alphas, f = [], [], f0
     for r in range(rounds):
-        booster, alpha, f = _round(params, X, f, y, w, seed + r)
-        boosters.append(bytes(booster.save_raw(raw_format="ubj")))
+        booster, alpha, f = _round(lib, params, X, f, y, w, seed + r)
+        boosters.append(lib.to_bytes(booster))
         alphas.append(alpha)
-    return MCGradFit(boosters, alphas, levels, history)
+    return MCGradFit(boosters, alphas, levels, history, params.booster)

@@ -9,10 +9,19 @@ from dataclasses import replace
 
 from ..errors import ParameterError
 
-__all__ = ["BOOSTER_LEARNER", "check_mcgrad", "mcgrad_params"]
+__all__ = ["BOOSTER_LEARNER", "booster_learner", "check_mcgrad", "mcgrad_params"]
 
-#: the learner that trains every round across the workers (plugin calengine-xgboost)
+#: the learner that trains every round across the workers by default (plugin calengine-xgboost)
 BOOSTER_LEARNER = "xgboost_dask"
+#: the plugin that provides each rounds library's cluster learner
+_PLUGIN = {"xgboost_dask": "calengine-xgboost (plugins/xgboost", "lightgbm_dask": "calengine-lightgbm (plugins/lightgbm"}
+
+
+def booster_learner(params) -> str:
+    """The cluster learner that trains the rounds of ``params.booster``."""
+    from .mcgrad_boosters import library
+
+    return library(params.booster).learner
 
 
 def mcgrad_params(method_params: dict):
@@ -38,11 +47,16 @@ def check_mcgrad(spec, config, plugins):
     from ..metrics.segments import check_segment_options
 
     by = check_segment_options(spec.by, spec.max_segments) if spec.by else ()
-    _refuse(replace(spec, by=by), config, plugins)
-    return by, mcgrad_params(config.method_params)
+    _refuse(replace(spec, by=by), config)
+    params = mcgrad_params(config.method_params)
+    learner = booster_learner(params)
+    if learner not in plugins.classes["learners"]:
+        raise ParameterError(f"--method mcgrad trains its rounds with the '{learner}' learner, which is not"
+                             f" installed: pip install {_PLUGIN[learner]} in the repository)")
+    return by, params
 
 
-def _refuse(spec, config, plugins) -> None:
+def _refuse(spec, config) -> None:
     """One line for what MCGrad does not serve, before any work."""
     if not spec.by:
         raise ParameterError("--method mcgrad multicalibrates over segments; name them with --by COL[,COL...]"
@@ -61,9 +75,6 @@ def _refuse(spec, config, plugins) -> None:
     if spec.scores and spec.score_kind != "proba":
         raise ParameterError(f"--method mcgrad reads probability scores; --score-kind {spec.score_kind} columns"
                              " are not: give probabilities (--score-kind proba)")
-    if BOOSTER_LEARNER not in plugins.classes["learners"]:
-        raise ParameterError(f"--method mcgrad trains its rounds with the '{BOOSTER_LEARNER}' learner, which is not"
-                             " installed: pip install calengine-xgboost (plugins/xgboost in the repository)")
     clash = [c for c in spec.by if c in {spec.target, spec.weight} - {None} or c in (spec.scores or ())]
     if clash:
         raise ParameterError(f"--by column '{clash[0]}' is the target, the weight or a score column; segment by"

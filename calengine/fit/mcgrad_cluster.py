@@ -1,9 +1,11 @@
 """MCGrad's rounds across a Dask cluster: the algorithm of :mod:`calengine.fit.mcgrad`, each round's
 booster trained on every worker by the ``xgboost_dask`` learner (``XGBoostDask.fit_margin_on_cluster``:
-``xgboost.dask.train`` with each row's current logit as its base margin).
+``xgboost.dask.train`` with each row's current logit as its base margin) or, with ``booster=lightgbm``,
+the ``lightgbm_dask`` learner (``LightGBMDask.fit_margin_on_cluster``: LightGBM's data-parallel
+learner with the logit as init score).
 
-The rows stay on the workers as one state frame per partition (the segment one-hot, the current logit
-``__f``, the label, the weight, the holdout flag); the client holds only boosters and a few sums:
+The rows stay on the workers as one state frame per partition (the segment codes, one float column per
+``--by`` column, categorical for XGBoost; the current logit ``__f``, the label, the weight, the holdout flag); the client holds only boosters and a few sums:
 
 * a round's booster is one distributed training over the partitions' training rows;
 * every row's new logit ``f + Δ`` is computed where the row is (a map over partitions);
@@ -28,7 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ParameterError
-from .mcgrad import EarlyStopping, MCGradFit, MCGradParams, _delta, logit, segment_onehot, unshrink_factor, unshrink_sums
+from .mcgrad import EarlyStopping, MCGradFit, MCGradParams, logit, segment_codes, unshrink_factor, unshrink_sums
+from .mcgrad_boosters import library
 
 __all__ = ["fit_mcgrad_on_cluster"]
 
@@ -43,7 +46,7 @@ def _state(df, by, levels, score, target, weight, holdout, seed, partition_info=
     """A partition's state frame (runs in tasks)."""
     import pandas as pd
 
-    X, _ = segment_onehot([df[c].to_numpy() for c in by], levels)
+    X, _ = segment_codes([df[c].to_numpy() for c in by], levels)
     out = pd.DataFrame(X, columns=_columns(X.shape[1]), index=df.index)
     out[_F] = logit(df[score].to_numpy(dtype=np.float64))
     out[_Y] = df[target].to_numpy(dtype=np.float64)
@@ -55,12 +58,13 @@ def _state(df, by, levels, score, target, weight, holdout, seed, partition_info=
     return out
 
 
-def _advance(part, booster, width: int):
-    """``__g = __f + Δ``: the round's booster applied where the rows are (runs in tasks)."""
+def _advance(part, blob: bytes, name: str, width: int):
+    """``__g = __f + Δ``: the round's booster (``name``'s bytes) applied where the rows are (runs in tasks)."""
+    lib = library(name)
     part = part.copy()
     X = part[_columns(width)].to_numpy(dtype=np.float32)
     f = part[_F].to_numpy(dtype=np.float64)
-    part[_G] = f + _delta(booster, X, f) if len(part) else f
+    part[_G] = f + lib.delta(lib.load(blob), X, f) if len(part) else f
     return part
 
 
@@ -93,18 +97,19 @@ def _sum_parts(client, state, fn, *args) -> np.ndarray:
 def fit_mcgrad_on_cluster(client, ddf, by: list[str], score: str, target: str, learner,
                           params: MCGradParams | None = None, *, weight: str | None = None, seed: int = 0) -> MCGradFit:
     """MCGrad over a dask DataFrame ``ddf`` (columns ``by``, ``score`` probabilities, ``target`` 0/1,
-    optional ``weight``), each round trained across the cluster by ``learner`` (an ``xgboost_dask``
-    learner: anything with ``fit_margin_on_cluster``).  Returns the same :class:`MCGradFit` as the
-    in-process :func:`calengine.fit.mcgrad.fit_mcgrad` (module docstring)."""
+    optional ``weight``), each round trained across the cluster by ``learner`` (``params.booster``'s cluster
+    learner, ``xgboost_dask`` or ``lightgbm_dask``: anything with ``fit_margin_on_cluster``).  Returns the
+    same :class:`MCGradFit` as the in-process :func:`calengine.fit.mcgrad.fit_mcgrad` (module docstring)."""
     from ..cluster import plain_client
 
     params = MCGradParams() if params is None else params
+    lib = library(params.booster)
     if not hasattr(learner, "fit_margin_on_cluster"):
-        raise ParameterError(f"mcgrad trains its rounds on the cluster with an XGBoost booster; learner '{learner.name}'"
-                        " cannot: install calengine-xgboost and use xgboost_dask")
+        raise ParameterError(f"mcgrad trains its rounds on the cluster with a booster that starts from each row's"
+                             f" logit; learner '{learner.name}' cannot: install the plugin of {lib.learner} and use it")
     plain = plain_client(client)
     levels = [sorted(str(v) for v in ddf[c].dropna().astype("string").unique().compute()) for c in by]
-    width = sum(len(lv) for lv in levels)
+    width = len(levels)
     holdout = params.holdout if params.early_stopping else 0.0
     meta = _state(ddf._meta, by, levels, score, target, weight, holdout, seed)
     state = ddf.map_partitions(_state, by, levels, score, target, weight, holdout, seed, meta=meta).persist()
@@ -122,12 +127,13 @@ def fit_mcgrad_on_cluster(client, ddf, by: list[str], score: str, target: str, l
             features = train[_columns(width) + [_F]]
             with plain.as_current():
                 booster = learner.fit_margin_on_cluster(
-                    plain, features, train[_Y], train[_F], weight=train[_W],
-                    params={**params.booster_params(seed + r), "nthread": 1})
-            state = state.map_partitions(_advance, booster, width, meta=meta).persist()
+                    plain, features, train[_Y], train[_F], weight=train[_W], params=lib.cluster_params(params, seed + r),
+                    feature_types=lib.feature_types(width))
+            blob = lib.to_bytes(booster)
+            state = state.map_partitions(_advance, blob, lib.name, width, meta=meta).persist()
             alpha = unshrink_factor(None, None, sums=lambda a: _sum_parts(plain, state, _newton_part, a, False))
             state = state.map_partitions(_scale, alpha, meta=meta).persist()
-            boosters.append(bytes(booster.save_raw(raw_format="ubj")))
+            boosters.append(blob)
             alphas.append(alpha)
             if stop is not None and stop.add(held_loss(state)):
                 break
@@ -140,4 +146,4 @@ def fit_mcgrad_on_cluster(client, ddf, by: list[str], score: str, target: str, l
         rounds, history = stop.best, stop.losses
         start = start.assign(**{_HELD: False})
     boosters, alphas, _ = run(start, rounds, False)
-    return MCGradFit(boosters, alphas, levels, history)
+    return MCGradFit(boosters, alphas, levels, history, lib.name)

@@ -372,11 +372,11 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
                        config.class_sampling)
     calibrator = None
     if config.method == "mcgrad":  # MCGrad's refusals and parameters, before any data is read
-        from .mcgrad_checks import BOOSTER_LEARNER, check_mcgrad
+        from .mcgrad_checks import booster_learner, check_mcgrad
 
-        check_mcgrad(spec, config, plugins)
+        _, mc_params = check_mcgrad(spec, config, plugins)
         calibrator = registry.make("calibrators", "none", {}, plugins)
-        learners.append(registry.make("learners", BOOSTER_LEARNER, {}, plugins))  # it trains on every worker
+        learners.append(registry.make("learners", booster_learner(mc_params), {}, plugins))  # it trains on every worker
     elif config.method not in ENGINE_METHODS:
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
     code, sep, comb = (config.multiclass or "").rpartition(":")

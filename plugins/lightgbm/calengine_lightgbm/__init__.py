@@ -172,6 +172,42 @@ class LightGBMDask(LightGBM):
         return self
 
 
+    #: LightGBM's parameter names that the scikit-learn classifier takes under its own names
+    _SKLEARN_NAMES = {"min_sum_hessian_in_leaf": "min_child_weight", "lambda_l2": "reg_lambda",
+                      "min_gain_to_split": "min_split_gain", "seed": "random_state"}
+
+    def fit_margin_on_cluster(self, client, X, y, base_margin, weight=None, params=None, feature_types=None):
+        """A two-class booster trained by the data-parallel learner across every worker, each row starting
+        from its ``base_margin`` (LightGBM's init score; MCGrad's rounds, :mod:`calengine.fit.mcgrad_cluster`):
+        ``X`` a dask DataFrame of features, ``y`` 0/1 labels, ``weight`` row weights (None: 1), ``params``
+        LightGBM parameters overriding :meth:`booster_params`, ``feature_types`` per column (``"c"``:
+        categorical codes, passed as ``categorical_feature``; ``"q"``: numeric).  Returns the
+        ``lightgbm.Booster`` (re-read from its text model), not a fitted learner; a lost worker is one
+        line, as in :meth:`fit_on_cluster`."""
+        import lightgbm.dask as dlgb
+
+        self.check_ranges(integers={"network_timeout": 1})
+        merged = {**self.booster_params(2), **(params or {})}
+        merged.pop("num_threads", None)
+        objective = merged.pop("objective")
+        merged = {self._SKLEARN_NAMES.get(k, k): v for k, v in merged.items()}
+        categorical = [j for j, t in enumerate(feature_types or []) if t == "c"] or "auto"
+        with self.training_on_cluster():
+            model = dlgb.DaskLGBMClassifier(client=client, objective=objective, n_estimators=int(self.n_estimators),
+                                            tree_learner="data", time_out=int(self.network_timeout), **merged)
+
+            def train():
+                with client.as_current(), warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Parameter .* will be ignored", category=UserWarning)
+                    model.fit(X, y, sample_weight=weight, init_score=base_margin, categorical_feature=categorical)
+
+            run_watching_workers(client, train, self.name)
+            text = model.booster_.model_to_string()
+        # the text's parameter section records this run's random ports: drop them, so that one seed and
+        # one layout give the same file byte for byte (LightGBM reads that section as information only)
+        return self.library_module().Booster(model_str=_NETWORK_PARAMS.sub("", text))
+
+
 #: kept for code written against the plugin before BoosterLearner: ``check_library_version(recorded,
 #: installed)`` refuses a booster of a newer release or another major version
 check_library_version = LightGBM.check_library_version
@@ -233,6 +269,8 @@ def run_watching_workers(client, fn, name: str, poll: float = 0.5) -> None:
         raise box["error"]
 
 
+#: the lines of a model's parameter section that name the training run's sockets
+_NETWORK_PARAMS = re.compile(r"^\[(?:machines|local_listen_port): [^\]\n]*\]\n", re.MULTILINE)
 #: LightGBM's messages when a peer's connection breaks (its network layer, e.g. "Socket recv error")
 _NETWORK_FAILURE = re.compile(r"socket|connection|network|timed? ?out", re.IGNORECASE)
 #: seconds to wait, after such a failure, for the scheduler to report the worker that died

@@ -171,20 +171,24 @@ class XGBoostDask(XGBoost):
         self.n_classes_ = int(training.n_classes)
         return self
 
-    def fit_margin_on_cluster(self, client, X, y, base_margin, weight=None, params=None):
+    def fit_margin_on_cluster(self, client, X, y, base_margin, weight=None, params=None, feature_types=None):
         """A two-class booster trained across every worker on dask collections with a per-row base
         margin (MCGrad's rounds, :mod:`calengine.fit.mcgrad`): ``X`` a dask DataFrame of features,
         ``y`` 0/1 labels, ``base_margin`` each row's starting logit, ``weight`` row weights (None: 1);
-        ``params`` overrides of :meth:`booster_params` (e.g. ``base_score``, ``gamma``).  Returns the
-        booster (its feature names cleared: it scores plain arrays in the columns' order), not a fitted
-        learner; a failure of the cluster is one line, as in :meth:`fit_on_cluster`."""
+        ``params`` overrides of :meth:`booster_params` (e.g. ``base_score``, ``gamma``);
+        ``feature_types`` XGBoost's per-column types (``"c"``: categorical, codes 0, 1, ... and NaN for
+        missing; ``"q"``: numeric; None: all numeric).  Returns the booster (its feature names cleared:
+        it scores plain arrays in the columns' order), not a fitted learner; a failure of the cluster is
+        one line, as in :meth:`fit_on_cluster`."""
         import xgboost.dask as dxgb
         from xgboost.collective import Config
 
         self.check_ranges(integers={"collective_timeout": 1})
         merged = {**self.booster_params(2), **(params or {})}
         with self.training_on_cluster(), self.library_module().config_context(verbosity=0):
-            dtrain = dxgb.DaskDMatrix(client, X, y, weight=weight, base_margin=base_margin)
+            categorical = {} if feature_types is None else {"feature_types": list(feature_types),
+                                                            "enable_categorical": "c" in feature_types}
+            dtrain = dxgb.DaskDMatrix(client, X, y, weight=weight, base_margin=base_margin, **categorical)
             out = dxgb.train(client, merged, dtrain, num_boost_round=int(self.n_estimators), verbose_eval=False,
                              coll_cfg=Config(timeout=int(self.collective_timeout)))
         booster = out["booster"]
