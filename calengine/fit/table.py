@@ -261,15 +261,13 @@ def _result_unless_lost(client, future):
 
 
 def _class_counts_per_group(target_stat, labels) -> dict:
-    import pandas as pd
-
     index = {}
     out = {}
     for key, counts in target_stat.per_group.items():
         arr = np.zeros(labels.n_classes, dtype=np.int64)
         for value, c in counts.items():
             if value not in index:
-                index[value] = int(labels.encode(pd.Series([value]))[0])
+                index[value] = labels.index_of(value)
             arr[index[value]] += c
         out[key] = arr
     return out
