@@ -1,5 +1,5 @@
-"""A score-column fit reads its columns from Arrow into NumPy without pandas (calengine.tasks.partitions
-``_load_numeric_part``, ``_target_counts``; calengine.parquet.dataset.arrow_numpy): the arrays, label
+"""A score-column fit reads its columns from Arrow into NumPy without pandas (calengine.tasks.numeric_read,
+calengine.parquet.dataset.arrow_numpy): the arrays, label
 counts and errors must be those of the pandas path it replaces, which remains for every other table."""
 
 from __future__ import annotations

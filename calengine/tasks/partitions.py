@@ -18,6 +18,8 @@ from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from .heap import trims_heap
+from .numeric_read import load_numeric_part as _load_numeric_part
+from .numeric_read import target_counts as _target_counts
 from .spill import SpilledBlock, SpilledPiece, load_sets, piece_parts, spill_block, spill_pieces
 
 
@@ -91,9 +93,9 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
     from ..plan.folds import fragment_costing_keys
 
     columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target] + ([enc.weight] if enc.weight else [])))
-    part = _load_numeric_part(fragment, enc, plan, columns, with_keys, order, costing)
-    if part is not None:
-        return part
+    arrays = _load_numeric_part(fragment, enc, plan, columns, with_keys, order, costing)
+    if arrays is not None:
+        return Part(*arrays)
     df = read_fragment(fragment, columns)
     series = df[enc.target]
     present = series.notna().to_numpy()
@@ -109,69 +111,6 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
     w = kept[enc.weight].to_numpy(dtype=np.float64, na_value=np.nan) if enc.weight else None
     cost_keys = fragment_costing_keys(fragment, plan.seed if plan else 0)[present] if costing else None
     return Part(X, y_all[present], folds, keys, w, cost_keys)
-
-
-def _integer_labels(table, target: str):
-    """The target of an Arrow record batch as a NumPy integer array, or None unless it is an integer column
-    without missing values (what :func:`_load_numeric_part` and :func:`_target_counts` read)."""
-    import pyarrow.types as pat
-
-    from ..parquet.dataset import arrow_numpy
-
-    column = table.column(target)
-    if not pat.is_integer(column.type) or column.null_count:
-        return None
-    return arrow_numpy(column)
-
-
-def _load_numeric_part(fragment, enc: Encoding, plan: FoldPlan | None, columns: list[str], with_keys: bool,
-                       order: str, costing: bool) -> Part | None:
-    """:func:`load_part` without pandas, for a model that reads numeric columns as they are (a
-    :class:`~calengine.plan.columns.ColumnReader`: score columns, a ``--prefit`` model's features)
-    and an integer target without missing values with numeric classes; None otherwise (the caller
-    reads the fragment through pandas).  The same arrays: the reader's ``transform_arrow`` is its
-    ``transform`` without pandas, and :meth:`~calengine.parquet.data.LabelSpace.encode_integers` is
-    ``encode``'s comparison."""
-    from ..parquet.dataset import arrow_numpy, read_fragment_arrow
-    from ..plan.columns import ColumnReader
-    from ..plan.folds import fragment_costing_keys
-
-    if not isinstance(enc.encoder, ColumnReader) or not enc.labels._numeric():
-        return None
-    table = read_fragment_arrow(fragment, columns)  # a RecordBatch
-    if table is None:
-        return None
-    y = _integer_labels(table, enc.target)
-    X = enc.encoder.transform_arrow(table, order=order) if y is not None else None
-    if X is None:
-        return None
-    y = enc.labels.encode_integers(y)
-    folds = fragment_folds(y, fragment, enc.labels.n_classes, plan.cv, plan.seed) if plan is not None and plan.cv else None
-    keys = fragment_sample_keys(fragment, plan.seed if plan else 0) if with_keys else None
-    w = arrow_numpy(table.column(enc.weight)).astype(np.float64) if enc.weight else None
-    cost_keys = fragment_costing_keys(fragment, plan.seed if plan else 0) if costing else None
-    return Part(X, y, folds, keys, w, cost_keys)
-
-
-def _target_counts(fragment, target: str, keys: list):
-    """:func:`fragment_table_stats` of a fit that reads no feature statistics (score columns, a
-    ``--prefit`` model) and no weights, without pandas: the per-row-group label counts of an integer
-    target without missing values (None for any other target: the caller takes the general path).
-    The same counts, keyed by the same Python ints (pandas' ``value_counts`` through ``_plain``)."""
-    from ..parquet.dataset import read_fragment_arrow
-    from ..reductions.column_stats import TableStats, TargetStat
-
-    table = read_fragment_arrow(fragment, [target])
-    y = None if table is None else _integer_labels(table, target)
-    if y is None:
-        return None
-    per_group = {}
-    start = 0
-    for key, n in zip(keys, fragment.group_rows):
-        values, counts = np.unique(y[start : start + n], return_counts=True)
-        per_group[tuple(key)] = {int(v): int(c) for v, c in zip(values, counts)}
-        start += n
-    return TableStats(len(y), {}, TargetStat(target, per_group, 0))
 
 
 def unit_rows(part: Part, unit: Unit, plan: FoldPlan) -> tuple[np.ndarray, np.ndarray]:
