@@ -9,6 +9,8 @@ configurations interleaved within a repeat so that other jobs on the machine fal
   in isotonic (``--method-param interpolation=linear``, scikit-learn's rule), sigmoid and temperature;
   embedded (the default: tasks as threads of one process) and ``--cluster --workers W`` (a
   LocalCluster of W worker processes on 127.0.0.1).
+* **before** (``--before-python PY``) -- the same embedded fits with another interpreter's installed
+  calengine (a venv holding the commit to compare against), in the same repeats.
 * **scikit-learn** (rows <= ``--sklearn-max-rows``; at 10^8 only if ``--sklearn-min-available-gib``
   GiB are free) -- one process reads ``s`` (as float64) and ``y`` from the same Parquet files (row group
   by row group) and fits ``IsotonicRegression(out_of_bounds="clip")``: interpreter, imports, read and fit, the work
@@ -166,8 +168,8 @@ def measure(cmd: list[str], args, label: str) -> dict:
     return rec
 
 
-def grid_probabilities(model: Path, grid_table: Path, out: Path):
-    r = subprocess.run([*calengine_cmd(), "--quiet", "score", str(model), str(grid_table), "--output", str(out)],
+def grid_probabilities(model: Path, grid_table: Path, out: Path, exe: list[str] | None = None):
+    r = subprocess.run([*(exe or calengine_cmd()), "--quiet", "score", str(model), str(grid_table), "--output", str(out)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"calengine score failed: {r.stderr[-800:]}")
@@ -191,8 +193,11 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
     table = GS.ensure_scores_table(data, spec, files, args.row_group_rows, quiet=True)
     print(f"{rows:,} rows: {table['files']} files, {table['bytes'] / C.MiB:,.0f} MiB"
           f" ({'reused' if table['reused'] else 'written'})", file=sys.stderr)
-    configs = [(f"calengine {m} embedded", m, None) for m in args.methods]
-    configs += [(f"calengine {m} cluster", m, args.workers) for m in args.methods if args.workers]
+    cmd = calengine_cmd()
+    before = [args.before_python, "-P", "-m", "calengine"] if args.before_python else None
+    configs = [(f"calengine {m} embedded", m, None, cmd) for m in args.methods]
+    configs += [(f"before {m} embedded", m, None, before) for m in args.methods if before]
+    configs += [(f"calengine {m} cluster", m, args.workers, cmd) for m in args.methods if args.workers]
     skipped = {}
     do_sklearn = rows <= args.sklearn_max_rows
     if do_sklearn and rows > 50_000_000 and available_gib() < args.sklearn_min_available_gib:
@@ -208,7 +213,7 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
             do_spark, skipped["spark"] = False, "pyspark not installed (pip install pyspark)"
     else:
         skipped["spark"] = "--no-spark" if args.no_spark else f"rows > --spark-max-rows {args.spark_max_rows:,}"
-    runs: dict[str, list[dict]] = {label: [] for label, _, _ in configs}
+    runs: dict[str, list[dict]] = {label: [] for label, *_ in configs}
     if do_sklearn:
         runs["sklearn"] = []
     if do_spark:
@@ -216,13 +221,13 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
     grids: dict[str, np.ndarray] = {}
     run_dir = work / "runs"
     for rep in range(args.repeats):
-        for label, method, workers in configs:
+        for label, method, workers, exe in configs:
             model = run_dir / f"model-{len(grids)}"
             shutil.rmtree(model, ignore_errors=True)
-            rec = measure([*calengine_cmd(), *fit_argv(str(data), str(model), method, workers)], args, label)
+            rec = measure([*exe, *fit_argv(str(data), str(model), method, workers)], args, label)
             runs[label].append(rec)
             if rep == 0 and rec["returncode"] == 0:
-                grids[label] = grid_probabilities(model, work / "grid.parquet", run_dir / "grid-scored")
+                grids[label] = grid_probabilities(model, work / "grid.parquet", run_dir / "grid-scored", exe)
             shutil.rmtree(model, ignore_errors=True)
         for kind, on in (("sklearn", do_sklearn), ("spark", do_spark and rep < args.spark_repeats)):
             if not on:
@@ -351,6 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--spark-memory", default="12g", help="spark.driver.memory (local mode: the JVM's heap)")
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--spark-repeats", type=int, default=3, help="at most this many Spark runs per size")
+    ap.add_argument("--before-python", metavar="PY", default=None,
+                    help="also run the embedded fits with this interpreter's installed calengine (e.g. a venv"
+                    " holding main), labelled 'before', interleaved with the others: a baseline side by side")
     return ap
 
 

@@ -362,7 +362,8 @@ def dask_client(
     """Yield a ``distributed.Client`` for ``cluster`` (see the module docstring), closed afterwards.
 
     ``map_only`` says the job only maps tasks over chunks and reduces their results in the client
-    (score, decide, evaluate): without a cluster (and without ``memory_limit``, which only a Dask
+    (score, decide, evaluate, and a fit of score columns:
+    :func:`calengine.fit.score_columns.runs_as_map`): without a cluster (and without ``memory_limit``, which only a Dask
     worker enforces) it then gets a :class:`~calengine.thread_client.ThreadClient` of ``workers``
     threads, the same tasks on the same kind of threads without importing ``distributed`` and
     starting its scheduler (0.4-0.6 s, a fifth of scoring 10M rows).

@@ -299,14 +299,19 @@ def test_bench_score_columns_tiny(tmp_path):
     bench = _load("bench_score_columns")
     assert bench.main(["--rows-list", "20000", "--methods", "isotonic", "--workers", "0",
                        "--no-spark", "--repeats", "1", "--rows-per-file", "8000", "--row-group-rows", "5000",
+                       "--before-python", sys.executable,  # the baseline side by side: here the same package
                        "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
     data = json.loads((tmp_path / "r" / "score_columns.json").read_text())
     (res,) = data["results"]
     assert res["rows"] == 20000 and res["files"] == 3
     sm = res["summary"]
-    assert set(sm) == {"calengine isotonic embedded", "sklearn"}
+    assert set(sm) == {"calengine isotonic embedded", "before isotonic embedded", "sklearn"}
     assert all(v["ok"] == 1 and v["wall_s"] > 0 and v["client"] > 0 for v in sm.values())
     assert res["agreement"]["calengine isotonic embedded vs sklearn"] <= 1e-9
+    assert res["agreement"]["before isotonic embedded vs sklearn"] <= 1e-9
+    # the issue's speed and peak targets judge this build only (the baseline's isotonic map is still compared)
+    assert not any(c["what"].startswith("before") and ("wall" in c["what"] or "peak" in c["what"]) for c in data["checks"])
+    assert any(c["what"].startswith("calengine isotonic embedded / sklearn wall") for c in data["checks"])
     assert sm["calengine isotonic embedded"]["max_abs_dp_truth"] < 0.15
     assert res["skipped"]["spark"] == "--no-spark"
     assert "## Targets (issue 21)" in (tmp_path / "r" / "score_columns.md").read_text()

@@ -216,3 +216,28 @@ def test_threads_building_the_lazy_estimator_at_once_get_one_estimator():
             built = list(ex.map(lambda _: learner.estimator_, range(16)))
         assert all(b is built[0] for b in built)
         assert "_pending_state" not in vars(learner)
+
+
+FIT_PROBE = r"""
+import json, sys
+from calengine.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "heavy": sorted(m for m in ("distributed", "pandas", "sklearn") if m in sys.modules)}))
+"""
+
+
+def test_embedded_score_column_fit_never_imports_distributed(tmp_path):
+    """``fit --scores`` without --cluster runs on a ThreadClient (calengine.fit.score_columns.runs_as_map)
+    and reads its numeric columns from Arrow into NumPy (tasks.partitions._load_numeric_part): importing
+    distributed and starting its scheduler, and importing pandas, were ~1.6 s of CPU of a 10M-row fit.
+    (With --cluster it is Dask's: the score-column tests' --cluster runs.)"""
+    import pandas as pd
+
+    df = pd.read_parquet(PIMA)
+    data = tmp_path / "scores.parquet"
+    pd.DataFrame({"s": (df["plasma_glucose"] / df["plasma_glucose"].max()).clip(0, 1), "y": df["class"]}).to_parquet(data)
+    r = subprocess.run([sys.executable, "-P", "-c", FIT_PROBE, "--quiet", "fit", str(data), "--target", "y",
+                        "--scores", "s", "--method", "sigmoid", "--output", str(tmp_path / "m")],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"code": 0, "heavy": []}

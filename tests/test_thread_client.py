@@ -133,3 +133,65 @@ def test_numpy_expit_is_scipys_logistic():
     np.testing.assert_array_equal(inplace, got)
     x32 = x[np.abs(x) < 1e30].astype(np.float32)
     np.testing.assert_array_equal(expit(x32), scipy_expit(x32))  # other dtypes are scipy's own
+
+
+def test_futures_inside_containers_are_resolved_and_one_future_gathers_to_its_result():
+    """As Dask does: a fit hands its score tasks the list of its learners' futures, and gathers one
+    block's statistics at a time."""
+    with ThreadClient(2) as client:
+        a, b = client.submit(lambda: 1), client.submit(lambda: 2)
+        nested = client.submit(lambda xs, d: (xs, d), [a, (b, 3)], d={"k": [a]})
+        assert client.gather(nested) == ([1, (2, 3)], {"k": [1]})
+        assert client.gather([nested, a]) == [([1, (2, 3)], {"k": [1]}), 1]
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "temperature", "venn_abers"])
+def test_score_column_fit_on_threads_is_the_embedded_dask_fit(tmp_path, method):
+    """``fit --scores`` without --cluster runs on a ThreadClient (calengine.fit.score_columns.runs_as_map):
+    the same tasks, tree merges, spilled blocks and score ranges as on ``LocalCluster(processes=False)``,
+    so the calibrator files are the same bytes."""
+    import pyarrow as pa
+    from distributed import Client, LocalCluster
+
+    import calengine.plan.memory as memory
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
+    from calengine.model.artifact import save_model
+
+    rng = np.random.default_rng(3)
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for i in range(3):  # 9 fragments of 400 rows: a two-level tree merge and several blocks
+        s = np.round(rng.random(1_200), 3)
+        pq.write_table(pa.table({"s": s, "y": (rng.random(1_200) < s).astype(np.int8)}), folder / f"p{i}.parquet",
+                       row_group_size=400)
+    spec = TableSpec(data=str(folder), target="y", scores=("s",), fragment_rows=400)
+    config = FitConfig(method=method, method_params={}, seed=0)
+    old = memory.SPILL_MIN_ROWS
+    memory.SPILL_MIN_ROWS = 0  # the blocks go to disk on both clients
+    try:
+        with ThreadClient(2) as threads:
+            save_model(fit_table(threads, spec, config), tmp_path / "threads")
+        with LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as lc, \
+                Client(lc) as dask:
+            save_model(fit_table(dask, spec, config), tmp_path / "dask")
+    finally:
+        memory.SPILL_MIN_ROWS = old
+    files = sorted(p.relative_to(tmp_path / "dask") for p in (tmp_path / "dask").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "threads") for p in (tmp_path / "threads").rglob("*") if p.is_file())
+    for rel in files:
+        assert (tmp_path / "threads" / rel).read_bytes() == (tmp_path / "dask" / rel).read_bytes(), rel
+
+
+def test_thread_client_plans_with_the_embedded_workers_memory_limit():
+    """An embedded fit on threads sizes fragments and ranges, and refuses what would not fit, with the
+    limit Dask gives the embedded scheduler's one worker (distributed.system.MEMORY_LIMIT by its
+    threads' share of the cores)."""
+    import os
+
+    from distributed.system import MEMORY_LIMIT
+
+    from calengine.plan.memory import worker_memory_limit
+
+    with ThreadClient(1) as client:
+        assert worker_memory_limit(client) == float(int(MEMORY_LIMIT * min(1.0, 1 / (os.cpu_count() or 1))))

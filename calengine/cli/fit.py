@@ -48,7 +48,7 @@ def run(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from ..errors import DataError
-    from ..fit.score_columns import score_columns_info
+    from ..fit.score_columns import runs_as_map, score_columns_info
     from ..fit.table import fit_table
     from ..model.artifact import save_model
 
@@ -73,7 +73,8 @@ def run(args) -> int:
         if args.cluster != "local":
             prepared.result()  # embedded or remote: nothing slow to overlap, so fail fast on names
         progress = options.progress(args)
-        with options.client(args, lambda: prepared.result()[3]) as client:
+        map_only = runs_as_map(args.scores, args.prefit, args.by, args.method)  # no learner to train
+        with options.client(args, lambda: prepared.result()[3], map_only=map_only) as client:
             config, spec, plugins, _ = prepared.result()
             model = fit_table(client, spec, config, progress=progress, plugins=plugins)
     finally:

@@ -125,6 +125,18 @@ def check_sampling(config, classes: list) -> None:
     sampling_rates(classes, config.negative_sampling, config.class_sampling)
 
 
+def runs_as_map(scores, prefit, by, method: str) -> bool:
+    """Whether a fit is a map over fragments whose statistics are merged in fixed trees or in the client,
+    and nothing else: a fit of score columns or of a ``--prefit`` model (no learner is trained), not
+    segment-wise (``--by``) and not MCGrad (whose rounds compute Dask collections).  Without
+    ``--cluster`` such a fit runs on a :class:`~calengine.thread_client.ThreadClient`
+    (:func:`calengine.cluster.dask_client`'s ``map_only``), as ``score`` does: importing ``distributed``
+    and starting the embedded scheduler took ~1 s of CPU of a 10M-row sigmoid fit's ~8 s, and Dask's
+    task handling another ~13 % of its busy samples (``benchmarks/results/score_columns_speed_s8.md``).
+    The tasks are the same functions on the same kind of threads, so the model is the same bits."""
+    return bool(scores or prefit) and not by and method != "mcgrad"
+
+
 def prefit_spec(spec):
     """(the checked :class:`~calengine.prefit.Prefit` learner of ``spec.prefit``, ``spec`` with its
     feature columns): the file is opened, validated and loaded here, before any data is read."""

@@ -38,6 +38,7 @@ def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic"
     from ..cluster import dask_client
     from ..parquet.data import table_files
     from ..progress import Progress
+    from .score_columns import runs_as_map
     from .table import TableSpec, fit_table
     from .training import FitConfig
 
@@ -62,7 +63,8 @@ def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic"
         )
         config = FitConfig(method=method, method_params=dict(method_params or {}), seed=seed,
                            negative_sampling=negative_sampling, class_sampling=class_sampling)
-        with dask_client(cluster, workers=workers, memory_limit=worker_memory) as client:
+        map_only = runs_as_map(scores, prefit, None, method)
+        with dask_client(cluster, workers=workers, memory_limit=worker_memory, map_only=map_only) as client:
             model = fit_table(client, spec, config, progress=Progress(enabled=progress))
     if output is not None:
         from ..model.artifact import save_model

@@ -200,7 +200,7 @@ def tree_merge(client, submit_leaf, items: list, progress: Progress | None, labe
     cost a 512 MiB worker 90 MiB of statistics on a 70-fragment table and pushed it to Dask's pause
     threshold, where a worker stops running tasks.
     """
-    from distributed import as_completed
+    from ..thread_client import as_completed
 
     level = []
     sizes = []
@@ -211,19 +211,28 @@ def tree_merge(client, submit_leaf, items: list, progress: Progress | None, labe
         del group
     if progress is not None:
         progress.start(label, len(items))
-    size_of = {f.key: n for f, n in zip(level, sizes)}
-    for done in as_completed(level, loop=client.loop):
-        if done.status != "finished":
+    size_of = {id(f): n for f, n in zip(level, sizes)}
+    for done in as_completed(client, level):
+        if _failed(done):
             # cancelled (the client lost the scheduler: Dask cancels every future it holds) or failed:
             # raise now; merges submitted after the loss would wait forever (nothing answers them)
             done.result()
         if progress is not None:
-            progress.advance(size_of[done.key])
+            progress.advance(size_of[id(done)])
     if progress is not None:
         progress.finish()
     while len(level) > 1:
         level = [client.submit(pt.merge_all, *level[i : i + fan_in], pure=False) for i in range(0, len(level), fan_in)]
     return _result_unless_lost(client, level[0])
+
+
+def _failed(future) -> bool:
+    """Whether a finished ``future`` (Dask's, or a :class:`~calengine.thread_client.ThreadClient`'s
+    :class:`concurrent.futures.Future`) was cancelled or raised."""
+    status = getattr(future, "status", None)  # a Dask future's
+    if status is not None:
+        return status != "finished"
+    return future.cancelled() or future.exception() is not None
 
 
 def _result_unless_lost(client, future):
@@ -233,7 +242,12 @@ def _result_unless_lost(client, future):
     forever in CI (py-spy), and the interleaving was not reproduced (distributed cancels the futures it
     holds, and those submitted while it reconnects, when it gives up).  Polling bounds the wait by the
     client's own connect timeout whatever the cause: once the client is closing or closed, nothing
-    will answer this future."""
+    will answer this future.  (A :class:`~calengine.thread_client.ThreadClient`'s threads cannot be
+    lost: its result is waited for.)"""
+    from ..thread_client import ThreadClient
+
+    if isinstance(client, ThreadClient):
+        return future.result()
     from distributed.comm.core import CommClosedError
 
     while True:
@@ -247,15 +261,13 @@ def _result_unless_lost(client, future):
 
 
 def _class_counts_per_group(target_stat, labels) -> dict:
-    import pandas as pd
-
     index = {}
     out = {}
     for key, counts in target_stat.per_group.items():
         arr = np.zeros(labels.n_classes, dtype=np.int64)
         for value, c in counts.items():
             if value not in index:
-                index[value] = int(labels.encode(pd.Series([value]))[0])
+                index[value] = labels.index_of(value)
             arr[index[value]] += c
         out[key] = arr
     return out

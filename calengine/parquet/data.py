@@ -198,13 +198,16 @@ class LabelSpace:
         """Class indices for a pandas Series of labels; unknown or missing labels are an error.
 
         Labels are matched by their text form (vectorised), so ``1`` read from an int column and
-        ``1`` stored in the manifest agree whatever integer width either had.
+        ``1`` stored in the manifest agree whatever integer width either had.  A NumPy array of
+        integers with numeric classes is matched without pandas (:meth:`encode_integers`).
         """
+        if isinstance(y, np.ndarray) and y.dtype.kind in "iu" and self._numeric():
+            return self.encode_integers(y)
         import pandas as pd
 
         series = pd.Series(y)
         missing = series.isna().to_numpy()
-        numeric = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in self.classes)
+        numeric = self._numeric()
         if numeric and pd.api.types.is_numeric_dtype(series.dtype) and not pd.api.types.is_bool_dtype(series.dtype):
             values = series.to_numpy(dtype=np.float64, na_value=np.nan)
             idx = pd.Index(np.asarray(self.classes, dtype=np.float64)).get_indexer(values)
@@ -221,6 +224,34 @@ class LabelSpace:
         if missing.any():
             raise DataError(f"target '{self.target}' has missing values; drop those rows before evaluating")
         return idx.astype(np.int64)
+
+    def _numeric(self) -> bool:
+        return all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in self.classes)
+
+    def encode_integers(self, y: np.ndarray) -> np.ndarray:
+        """:meth:`encode` of a NumPy integer array (no missing values) when the classes are numbers:
+        the same float64 comparison as the pandas path's ``Index.get_indexer``, by a binary search
+        over the sorted classes, and the same error for a label the model does not know."""
+        values = np.asarray(y).astype(np.float64)
+        classes = np.asarray(self.classes, dtype=np.float64)
+        order = np.argsort(classes, kind="stable")
+        pos = np.minimum(np.searchsorted(classes[order], values), classes.size - 1)
+        found = classes[order][pos] == values
+        if not found.all():
+            raise DataError(
+                f"target '{self.target}' holds {str(_plain(y[int(np.argmin(found))]))!r}, a class the model"
+                " was not trained on "
+                f"(classes: {', '.join(map(str, self.classes))}); evaluate on data with the same labels"
+            )
+        return order[pos].astype(np.int64)
+
+    def index_of(self, value) -> int:
+        """The class index of one label value (:meth:`encode` of it)."""
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            return int(self.encode(np.asarray([value]))[0])
+        import pandas as pd
+
+        return int(self.encode(pd.Series([value]))[0])
 
     def to_json(self) -> dict:
         return {"target": self.target, "classes": [_plain(c) for c in self.classes]}

@@ -130,10 +130,12 @@ class ColumnReader:
         """:meth:`transform` of an Arrow ``RecordBatch`` without pandas (None when it does not apply)."""
         if not self.reads_arrow(batch.schema):
             return None
+        from ..parquet.dataset import arrow_numpy
+
         names = batch.schema.names
         buf = np.empty((len(self.columns), batch.num_rows), dtype=np.float64)
         for j, c in enumerate(self.columns):
-            np.copyto(buf[j], batch.column(names.index(c)).to_numpy(zero_copy_only=False), casting="unsafe")
+            np.copyto(buf[j], arrow_numpy(batch.column(names.index(c))), casting="unsafe")
         return self._checked(buf, order)
 
     def _checked(self, buf: np.ndarray, order: str) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import tempfile
 
 from ..parquet.dataset import DEFAULT_FRAGMENT_ROWS
@@ -34,10 +35,43 @@ def range_rows_for(memory_limit: float, default: int = 2_000_000) -> int:
 
 
 def worker_memory_limit(client) -> float:
-    """The smallest memory limit of the cluster's workers (inf when they have none)."""
+    """The smallest memory limit of the cluster's workers (inf when they have none).
+
+    A :class:`~calengine.thread_client.ThreadClient` (an embedded fit of score columns) has no Dask
+    worker: its limit is the one Dask gives the embedded scheduler's single worker by default (the
+    machine's memory, or the process's cgroup or RSS limit if lower, times the share of the cores its
+    threads use), so a fit plans its fragments and ranges, and refuses what would not fit, the same on
+    either client."""
+    from ..thread_client import ThreadClient
+
+    if isinstance(client, ThreadClient):
+        return float(int(_machine_memory() * min(1.0, client.threads / (os.cpu_count() or 1))))
     limits = [w.get("memory_limit") or 0 for w in client.scheduler_info().get("workers", {}).values()]
     limits = [m for m in limits if m]
     return float(min(limits)) if limits else math.inf
+
+
+def _machine_memory() -> float:
+    """Dask's ``distributed.system.MEMORY_LIMIT`` without importing ``distributed``: the physical memory,
+    capped by a cgroup (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) and ``RLIMIT_RSS``."""
+    import resource
+
+    limit = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) > 0:
+            limit = min(limit, float(text))
+    try:
+        rss = resource.getrlimit(resource.RLIMIT_RSS)[0]
+    except (OSError, ValueError, AttributeError):
+        rss = resource.RLIM_INFINITY
+    if rss not in (resource.RLIM_INFINITY, -1) and rss > 0:
+        limit = min(limit, float(rss))
+    return limit
 
 
 def feature_width(enc) -> int:
@@ -81,6 +115,10 @@ def spills_held_out(client, n_rows: int) -> bool:
     themselves."""
     if n_rows < SPILL_MIN_ROWS:
         return False
+    from ..thread_client import ThreadClient
+
+    if isinstance(client, ThreadClient):  # tasks are threads of this process
+        return True
     from distributed import LocalCluster
 
     plain = getattr(client, "plain", client)  # a CheckedClient wraps the distributed.Client

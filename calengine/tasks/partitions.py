@@ -18,6 +18,8 @@ from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from .heap import trims_heap
+from .numeric_read import load_numeric_part as _load_numeric_part
+from .numeric_read import target_counts as _target_counts
 from .spill import SpilledBlock, SpilledPiece, load_sets, piece_parts, spill_block, spill_pieces
 
 
@@ -91,6 +93,9 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
     from ..plan.folds import fragment_costing_keys
 
     columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target] + ([enc.weight] if enc.weight else [])))
+    arrays = _load_numeric_part(fragment, enc, plan, columns, with_keys, order, costing)
+    if arrays is not None:
+        return Part(*arrays)
     df = read_fragment(fragment, columns)
     series = df[enc.target]
     present = series.notna().to_numpy()
@@ -130,8 +135,12 @@ def fragment_table_stats(fragment, feature_columns, target, text_columns, weight
     from ..parquet.dataset import read_fragment
 
     cols = list(dict.fromkeys(list(feature_columns) + ([target] if target else []) + ([weight] if weight else [])))
-    df = read_fragment(fragment, cols)
     keys = [(fragment.file_key, g) for g in fragment.row_groups]
+    if target and not feature_columns and not weight:
+        stats = _target_counts(fragment, target, keys)
+        if stats is not None:
+            return stats
+    df = read_fragment(fragment, cols)
     return partition_stats(
         df, list(feature_columns), target, where=f"'{fragment.path}'", group_keys=keys,
         group_rows=list(fragment.group_rows), text_columns=tuple(text_columns), weight=weight,

@@ -1,0 +1,79 @@
+"""Reading a fragment's numeric columns from Arrow into NumPy, without pandas (runs in tasks).
+
+The pandas path of :mod:`calengine.tasks.partitions` (``read_fragment``, a DataFrame, the encoder's
+``transform``, ``LabelSpace.encode``) serves every table; a fit of score columns or of a ``--prefit``
+model reads only numeric columns and an integer target, which NumPy takes from Arrow directly.  That
+was the only reason such a fit imported pandas (~0.6 s of CPU, in its first task), and its frames and
+``value_counts`` cost another ~0.5 s at 10M rows (``benchmarks/results/score_columns_speed_s8.md``).
+Each function here returns what the pandas path returns, or None when its conditions do not hold
+(the caller then takes the pandas path); apart from :mod:`~calengine.tasks.partitions` to keep that
+module under ~600 lines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def integer_labels(table, target: str):
+    """The target of an Arrow record batch as a NumPy integer array, or None unless it is an integer column
+    without missing values (what :func:`load_numeric_part` and :func:`target_counts` read)."""
+    import pyarrow.types as pat
+
+    from ..parquet.dataset import arrow_numpy
+
+    column = table.column(target)
+    if not pat.is_integer(column.type) or column.null_count:
+        return None
+    return arrow_numpy(column)
+
+
+def load_numeric_part(fragment, enc, plan, columns: list[str], with_keys: bool, order: str, costing: bool):
+    """The arrays of :func:`~calengine.tasks.partitions.load_part`'s ``Part`` (``X, y, folds, keys, w,
+    cost_keys``) without pandas, for a model that reads numeric columns as they are (a
+    :class:`~calengine.plan.columns.ColumnReader`: score columns, a ``--prefit`` model's features)
+    and an integer target without missing values with numeric classes; None otherwise (the caller
+    reads the fragment through pandas).  The same arrays: the reader's ``transform_arrow`` is its
+    ``transform`` without pandas, and :meth:`~calengine.parquet.data.LabelSpace.encode_integers` is
+    ``encode``'s comparison."""
+    from ..parquet.dataset import arrow_numpy, read_fragment_arrow
+    from ..plan.columns import ColumnReader
+    from ..plan.folds import fragment_costing_keys, fragment_folds, fragment_sample_keys
+
+    if not isinstance(enc.encoder, ColumnReader) or not enc.labels._numeric():
+        return None
+    table = read_fragment_arrow(fragment, columns)  # a RecordBatch
+    if table is None:
+        return None
+    y = integer_labels(table, enc.target)
+    X = enc.encoder.transform_arrow(table, order=order) if y is not None else None
+    if X is None:
+        return None
+    y = enc.labels.encode_integers(y)
+    folds = (fragment_folds(y, fragment, enc.labels.n_classes, plan.cv, plan.seed)
+             if plan is not None and plan.cv else None)
+    keys = fragment_sample_keys(fragment, plan.seed if plan else 0) if with_keys else None
+    w = arrow_numpy(table.column(enc.weight)).astype(np.float64) if enc.weight else None
+    cost_keys = fragment_costing_keys(fragment, plan.seed if plan else 0) if costing else None
+    return X, y, folds, keys, w, cost_keys
+
+
+def target_counts(fragment, target: str, keys: list):
+    """:func:`~calengine.tasks.partitions.fragment_table_stats` of a fit that reads no feature
+    statistics (score columns, a ``--prefit`` model) and no weights, without pandas: the per-row-group label counts of an integer
+    target without missing values (None for any other target: the caller takes the general path).
+    The same counts, keyed by the same Python ints (pandas' ``value_counts`` through ``_plain``)."""
+    from ..parquet.dataset import read_fragment_arrow
+    from ..reductions.column_stats import TableStats, TargetStat
+
+    table = read_fragment_arrow(fragment, [target])
+    y = None if table is None else integer_labels(table, target)
+    if y is None:
+        return None
+    per_group = {}
+    start = 0
+    for key, n in zip(keys, fragment.group_rows):
+        values, counts = np.unique(y[start : start + n], return_counts=True)
+        per_group[tuple(key)] = {int(v): int(c) for v, c in zip(values, counts)}
+        start += n
+    return TableStats(len(y), {}, TargetStat(target, per_group, 0))

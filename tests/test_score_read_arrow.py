@@ -1,0 +1,78 @@
+"""A score-column fit reads its columns from Arrow into NumPy without pandas (calengine.tasks.numeric_read,
+calengine.parquet.dataset.arrow_numpy): the arrays, label
+counts and errors must be those of the pandas path it replaces, which remains for every other table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from calengine.errors import DataError
+from calengine.parquet.data import LabelSpace
+from calengine.parquet.dataset import arrow_numpy, describe_files
+from calengine.plan.columns import ColumnReader
+from calengine.tasks import partitions as pt
+
+
+def test_arrow_numpy_views_sliced_arrays_and_falls_back_for_nulls():
+    base = pa.array(np.arange(10, dtype=np.int16))
+    np.testing.assert_array_equal(arrow_numpy(base.slice(3, 4)), [3, 4, 5, 6])
+    np.testing.assert_array_equal(arrow_numpy(pa.array([0.5, 1.5], type=pa.float32())), np.float32([0.5, 1.5]))
+    with_null = arrow_numpy(pa.array([1, None, 3], type=pa.int8()))
+    assert np.isnan(with_null[1]) and with_null[2] == 3
+
+
+def test_integer_labels_encode_as_the_pandas_path():
+    import pandas as pd
+
+    labels = LabelSpace.from_values([-3, 7, 2], "y")
+    y = np.array([7, -3, 2, 2, 7], dtype=np.int8)
+    np.testing.assert_array_equal(labels.encode(y), labels.encode(pd.Series(y)))
+    with pytest.raises(DataError) as a:
+        labels.encode(np.array([2, 5], dtype=np.int64))
+    with pytest.raises(DataError) as b:
+        labels.encode(pd.Series([2, 5]))
+    assert str(a.value) == str(b.value)
+    assert labels.index_of(np.int64(7)) == labels.index_of("7") == 2
+
+
+def _fragments(tmp_path, n=900, weights=False, nulls=False):
+    rng = np.random.default_rng(1)
+    s = rng.random(n)
+    y = pa.array((rng.random(n) < s).astype(np.int64) * 5 - 1, mask=(np.arange(n) % 97 == 3) if nulls else None)
+    cols = {"s": s, "y": y}
+    if weights:
+        cols["w"] = rng.integers(0, 3, size=n).astype(np.float64)
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=200)
+    return describe_files([str(path)], str(tmp_path), list(cols), 400).fragments
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_target_counts_are_the_pandas_paths(tmp_path, monkeypatch, nulls):
+    frs = _fragments(tmp_path, nulls=nulls)
+    fast = [pt.fragment_table_stats(fr, [], "y", ()) for fr in frs]
+    monkeypatch.setattr(pt, "_target_counts", lambda *a: None)
+    slow = [pt.fragment_table_stats(fr, [], "y", ()) for fr in frs]
+    for a, b in zip(fast, slow):
+        assert a.n_rows == b.n_rows and a.target.per_group == b.target.per_group
+        assert a.target.missing == b.target.missing and a.columns == b.columns == {}
+
+
+@pytest.mark.parametrize("weights,cv", [(False, None), (True, 3)])
+def test_numeric_part_is_the_pandas_paths(tmp_path, monkeypatch, weights, cv):
+    frs = _fragments(tmp_path, weights=weights)
+    enc = pt.Encoding(ColumnReader(["s"], role="score", score_kind="proba"), LabelSpace.from_values([-1, 4], "y"), "y",
+                      "w" if weights else None)
+    plan = pt.FoldPlan(cv, 0)
+    fast = [pt.load_part(fr, enc, plan, with_keys=True, order="F") for fr in frs]
+    monkeypatch.setattr(pt, "_load_numeric_part", lambda *a: None)
+    slow = [pt.load_part(fr, enc, plan, with_keys=True, order="F") for fr in frs]
+    for a, b in zip(fast, slow):
+        for name in ("X", "y", "folds", "keys", "w"):
+            x, z = getattr(a, name), getattr(b, name)
+            assert (x is None) == (z is None), name
+            if x is not None:
+                assert x.dtype == z.dtype and np.array_equal(x, z), name
