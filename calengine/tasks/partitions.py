@@ -544,13 +544,13 @@ def ranges_partial_stats(items: list, *parts: list) -> list:
     a range's pieces at its position in each.  The heap is trimmed once for the batch, not per range
     (a ``--by`` fit's batches hold up to thousands of small ranges, and trimming after each was 7 %
     of a 3M-row, 1,000-segment isotonic fit's samples)."""
-    stats = range_partial_stats.__wrapped__
-    return [stats(cal, request, *[p[pos] for p in parts]) for pos, cal, request in items]
+    return [range_partial_stats(cal, request, *[p[pos] for p in parts]) for pos, cal, request in items]
 
 
-@trims_heap
 def range_partial_stats(cal, request, *pieces):
-    """``partial_stats`` of one score range gathered from every fragment (None: the range is empty)."""
+    """``partial_stats`` of one score range gathered from every fragment (None: the range is empty).
+    Not a task of its own: :func:`ranges_partial_stats` runs it on a batch of ranges and trims the heap
+    once for the batch."""
     pieces = [p for piece in pieces for p in piece_parts(piece) if p[0].size]
     if not pieces:
         return None
