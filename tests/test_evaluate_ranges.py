@@ -129,6 +129,50 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     assert "census" not in calls and "sweep" in calls
 
 
+class _InlineClient:
+    """Runs each submitted task at once in this process, recording which kernel each mapped task ran."""
+
+    def __init__(self):
+        self.kernels = []
+
+    def submit(self, fn, *args, pure=True, **kwargs):
+        if fn.__name__ == "run_kernel":
+            self.kernels.append(args[0].__name__)
+        return fn(*args, **kwargs)
+
+    def gather(self, futures):
+        return futures
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_core_pieces_from_the_range_builders_read_each_tested_column_once_and_give_the_same_bits(case):
+    # evaluate's range builders answer the census and the core metrics' range-local pieces (log loss,
+    # Brier, Flach-Matsubara, CORP's PAV blocks, the top-label pieces); the tallies come from the census,
+    # and the AUC's prefix pieces and the drift check's share one pass over each tested column
+    from calengine.metrics import range_eval
+
+    k, y, P, w, chunks, bounds = case
+    if w is not None and w.dtype.kind == "f":
+        w = np.rint(w) + 1
+    acc = accumulate(k, y, P, w, chunks)
+    requests = range_eval.builder_requests(k, acc.n)
+    built = {key: [range_eval._stored(r, None, req) for r in cut(acc._top if key == ("top",) else acc._cls[key[1]],
+                                                                   bounds)]
+             for key, req in requests.items()}
+    client = _InlineClient()
+    ranged = range_eval.RangedTables(client, k, acc.n, [[h for h, _ in built[("class", c)]] for c in range(k)],
+                                     [h for h, _ in built[("top",)]],
+                                     censuses={key: [a for _, a in pairs] for key, pairs in built.items()})
+    same(acc.result(), ranged.result())
+    same(acc.drift_check(0.01), ranged.drift_check(0.01))
+    same(acc.drift_check(0.2), ranged.drift_check(0.2))
+    tested = [1] if k == 2 else range(k)
+    assert sorted(client.kernels) == ["column_prefix"] * sum(len(built[("class", c)]) for c in tested)
+    same(acc.calibration_suite(), ranged.calibration_suite())
+    assert "tally" not in client.kernels and "census" not in client.kernels
+
+
 # class-1 values where 1 - v rounds (neighbours meeting on one class-0 value), 0.5 and its neighbours
 _EDGE_VALUES = [0.0, 1.0, 0.5, 0.5 - 2**-54, 0.5 - 2**-55, 0.5 + 2**-53, 1e-17, 2e-17, 3e-17, 0.25, 0.75, 0.1, 0.9]
 
