@@ -100,6 +100,21 @@ def test_ranges_reproduce_the_accumulator_bit_for_bit(case):
     same(whole.error_reject_at(rates), error_reject_at(top, rates, unit=unit))
 
 
+def integer_counted(case):
+    """``(k, accumulator, class ranges, top-label ranges)`` of a case, its fractional weights made integers
+    (the range builders answer the census for integer counts only)."""
+    k, y, P, w, chunks, bounds = case
+    if w is not None and w.dtype.kind == "f":
+        w = np.rint(w) + 1
+    acc = accumulate(k, y, P, w, chunks)
+    return k, acc, [cut(t, bounds) for t in acc._cls], cut(acc._top, bounds)
+
+
+def per_table(requests: dict, cls, top, fn) -> dict:
+    """``fn(range, request)`` on every range of each table keyed in ``requests``, by table key."""
+    return {key: [fn(r, req) for r in (top if key == ("top",) else cls[key[1]])] for key, req in requests.items()}
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the_same_bits(case):
@@ -108,15 +123,8 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     from calengine.metrics import kernels
     from calengine.metrics.suite import calibration_suite, census_requests
 
-    k, y, P, w, chunks, bounds = case
-    if w is not None and w.dtype.kind == "f":
-        w = np.rint(w) + 1
-    acc = accumulate(k, y, P, w, chunks)
-    cls = [cut(t, bounds) for t in acc._cls]
-    top = cut(acc._top, bounds)
-    requests = census_requests(k, None, float(acc.n))
-    censuses = {key: [kernels.census(r, req) for r in (top if key == ("top",) else cls[key[1]])]
-                for key, req in requests.items()}
+    k, acc, cls, top = integer_counted(case)
+    censuses = per_table(census_requests(k, None, float(acc.n)), cls, top, kernels.census)
     calls = []
 
     def mapper(fn, ranges, reqs):
@@ -152,14 +160,8 @@ def test_core_pieces_from_the_range_builders_read_each_tested_column_once_and_gi
     # and the AUC's prefix pieces and the drift check's share one pass over each tested column
     from calengine.metrics import range_eval
 
-    k, y, P, w, chunks, bounds = case
-    if w is not None and w.dtype.kind == "f":
-        w = np.rint(w) + 1
-    acc = accumulate(k, y, P, w, chunks)
-    requests = range_eval.builder_requests(k, acc.n)
-    built = {key: [range_eval._stored(r, None, req) for r in cut(acc._top if key == ("top",) else acc._cls[key[1]],
-                                                                   bounds)]
-             for key, req in requests.items()}
+    k, acc, cls, top = integer_counted(case)
+    built = per_table(range_eval.builder_requests(k, acc.n), cls, top, lambda r, req: range_eval._stored(r, None, req))
     client = _InlineClient()
     ranged = range_eval.RangedTables(client, k, acc.n, [[h for h, _ in built[("class", c)]] for c in range(k)],
                                      [h for h, _ in built[("top",)]],
