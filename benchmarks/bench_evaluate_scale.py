@@ -28,6 +28,19 @@ evaluate / score; it checks that the evaluate paths print the same JSON.  Writes
 ``--report``: every evaluate also writes its HTML report (issue 22 §3), so the accumulator baseline is
 the report as it was drawn before (whole tables in this process) and "ranges" the report drawn from
 score ranges.
+
+``--cluster``: instead, ``evaluate --json --cluster ADDRESS`` on a real cluster started afresh for every
+run: a ``dask scheduler`` and ``--workers`` ``dask worker`` processes (one thread each, under a nanny,
+``--worker-memory`` each: Dask's spilling and its 95 % termination act at that budget) on 127.0.0.1, a
+free port.  Per process it reports the peak RSS (the larger of sampled RSS and ``VmHWM``, read before
+the processes stop), the largest size the workers' local directories (Dask's spill) reached, and
+whether the JSON equals embedded ``evaluate --json`` of the same table (up to ``--compare-max-rows``;
+run once per size, not timed); both cut tables into ranges at any size, as above.  The pages are
+written after every size.
+The issue's target: client < 1 GiB and every process flat (within 20 %) from 10M to 100M rows.
+Writes ``results/evaluate_cluster.{md,json}``.
+
+    python benchmarks/bench_evaluate_scale.py --cluster --rows-list 10000000,30000000 --repeats 1
 """
 
 from __future__ import annotations
@@ -60,6 +73,119 @@ entry()
 """
 
 FIT = ["--learner", "gaussian_nb", "--method", "sigmoid", "--mode", "refit"]
+
+
+def _cluster_role(proc_info: dict, root_pid: int) -> str:
+    """A cluster command's processes: the ``dask worker`` command (the nanny) and its worker children."""
+    return "nanny" if proc_info["pid"] == root_pid else C.default_role(proc_info, -1)
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str) -> dict:
+    """One ``evaluate --cluster`` on a fresh scheduler and workers: wall, CPU, per-process peaks, spill."""
+    import threading
+
+    from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
+
+    spill_dir = work / "cluster-spill"
+    shutil.rmtree(spill_dir, ignore_errors=True)
+    spill_dir.mkdir(parents=True)
+    address, scheduler = start_dask_scheduler(work)
+    procs = [scheduler]
+    samplers, spill_peak, stop = [], [0], threading.Event()
+    try:
+        procs.append(start_dask_worker(address, workers, work, memory_limit=memory,
+                                       args=["--local-directory", str(spill_dir)]))
+        wait_for_workers(address, workers)
+        samplers = [C.TreeSampler(scheduler.pid).start(), C.TreeSampler(procs[1].pid, role_of=_cluster_role).start()]
+
+        def watch_spill():
+            while not stop.is_set():
+                spill_peak[0] = max(spill_peak[0], _dir_bytes(spill_dir))
+                stop.wait(1.0)
+
+        watcher = threading.Thread(target=watch_spill, daemon=True)
+        watcher.start()
+        args = ["--quiet", "evaluate", str(model), str(table), "--target", "y", "--json", "--cluster", address]
+        r = C.run_measured([sys.executable, "-P", "-c", EVALUATE.format(min_rows=0), *args], timeout=7200)
+        for smp in samplers:
+            smp.sample()  # the last VmHWM before the processes stop
+    finally:
+        stop.set()
+        for smp in samplers:
+            smp.stop()
+        stop_processes(procs)
+    if r.returncode != 0:
+        raise SystemExit(f"evaluate --cluster failed: {r.stderr[-2000:]}")
+    sched, nanny = (smp.report() for smp in samplers)
+    return {"wall_s": r.wall_s, "cpu_client_s": r.rusage["user_s"] + r.rusage["sys_s"], "client": r.rss["client"],
+            "scheduler": sched["client"], "workers": nanny["workers"], "spill_peak": spill_peak[0],
+            "load_before": r.load_before, "stdout": r.stdout}
+
+
+def _cluster_main(args, model: Path, table_of) -> int:
+    """Each size in turn; the results pages are written after every size (a 100M run takes hours)."""
+    results = []
+    for rows in [int(s) for s in args.rows_list.split(",") if s.strip()]:
+        table = table_of(rows)
+        runs = [_cluster_run(model, table, Path(args.work_dir), args.workers, args.worker_memory)
+                for _ in range(args.repeats)]
+        embedded = None
+        if rows <= args.compare_max_rows:
+            embedded = subprocess.run([sys.executable, "-P", "-c", EVALUATE.format(min_rows=0), "--quiet", "evaluate",
+                                       str(model), str(table), "--target", "y", "--json"],
+                                      capture_output=True, text=True, check=True).stdout
+        results.append({
+            "rows": rows, "wall_s": C.median([r["wall_s"] for r in runs]),
+            "cpu_client_s": C.median([r["cpu_client_s"] for r in runs]),
+            "peak_mib": {"client": max(r["client"] for r in runs) / C.MiB,
+                         "scheduler": max(r["scheduler"] for r in runs) / C.MiB,
+                         "workers": [max(w) / C.MiB for w in zip(*(r["workers"] for r in runs))]},
+            "spill_peak_mib": max(r["spill_peak"] for r in runs) / C.MiB,
+            "same_json_as_embedded": None if embedded is None else all(r["stdout"] == embedded for r in runs),
+            "load_before": runs[0]["load_before"], "runs": [r["wall_s"] for r in runs],
+        })
+        _publish_cluster(args, results)
+    return 0
+
+
+def _publish_cluster(args, results: list) -> None:
+    rows_md = [[f"{d['rows']:,}", f"{d['peak_mib']['client']:.0f}", f"{d['peak_mib']['scheduler']:.0f}",
+                " / ".join(f"{w:.0f}" for w in d["peak_mib"]["workers"]), f"{d['spill_peak_mib']:.0f}",
+                C.fmt(d["wall_s"]), {True: "yes", False: "**no**", None: "not compared"}[d["same_json_as_embedded"]]]
+               for d in results]
+    growth = []
+    if len(results) > 1:
+        a, b = results[0]["peak_mib"], results[-1]["peak_mib"]
+        pct = [f"{100 * (y / x - 1):+.0f} %" for x, y in zip(a["workers"], b["workers"])]
+        client, sched = (f"{100 * (b[r] / a[r] - 1):+.0f} %" for r in ("client", "scheduler"))
+        growth = ["", f"Growth {results[0]['rows']:,} → {results[-1]['rows']:,} rows: client {client}, scheduler"
+                      f" {sched}, workers {' / '.join(pct)} (target: within ±20 %)."]
+    md = "\n".join([
+        "# `calengine evaluate --cluster`: per-process peaks as the table grows",
+        "",
+        f"Command: `{C.command_line()}`; a fresh `dask scheduler` and {args.workers} `dask worker` processes"
+        f" (`--nthreads 1 --memory-limit {args.worker_memory}`, nanny) on 127.0.0.1 per run; tables × {args.cols}"
+        f" float32 columns in 1M-row files (`gen_table.py`), gaussian_nb + sigmoid (refit); peaks are the larger of"
+        " sampled RSS and VmHWM; spill: the largest total size of the workers' local directories.",
+        "",
+        C.markdown_table(["rows", "client peak MiB", "scheduler peak MiB", "worker peaks MiB", "spill peak MiB",
+                          "client wall s", "same JSON as embedded"], rows_md),
+        *growth,
+        "",
+        C.machine_line(REPO_ROOT),
+    ])
+    C.publish(md, results, "evaluate_cluster", args.results_dir, write=not args.no_write)
 
 
 def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baseline: bool,
@@ -97,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-max-rows", type=int, default=10_000_000,
                     help="run the accumulator baseline up to this size (it needs ~0.4 GB per million rows)")
     ap.add_argument("--cols", type=int, default=20)
-    ap.add_argument("--files", type=int, default=10)
+    ap.add_argument("--files", type=int, default=10, help="files per table (at least one per 1M rows)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--work-dir", default="/tmp/calengine-bench")
@@ -109,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="every evaluate also writes its HTML report (--report DIR): the accumulator baseline is"
                          " then what evaluate --report did before its figures were drawn from ranges; writes"
                          " results/evaluate_report.{md,json}")
+    ap.add_argument("--cluster", action="store_true",
+                    help="evaluate --cluster on fresh dask scheduler/worker processes; per-process peaks (see above)")
+    ap.add_argument("--workers", type=int, default=2, help="--cluster: worker processes (one thread each)")
+    ap.add_argument("--worker-memory", default="4GiB", help="--cluster: each worker's --memory-limit")
+    ap.add_argument("--compare-max-rows", type=int, default=10_000_000,
+                    help="--cluster: compare the JSON with embedded evaluate up to this size (it runs once more)")
     args = ap.parse_args(argv)
     if args.before and not (Path(args.before) / "calengine" / "__init__.py").is_file():
         raise SystemExit(f"error: --before {args.before} holds no calengine package; give the directory that"
@@ -119,8 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir)
 
     def table_of(rows: int) -> Path:
-        table = work / "tables" / G.table_name("train", rows, args.cols, args.files, args.seed)
-        G.ensure_table(table, G.TableSpec(rows, args.cols, args.seed), args.files, min(1_000_000, rows), G.TRAIN_STREAM)
+        files = max(args.files, -(-rows // 1_000_000))  # files of at most 1M rows (30M: 30 files)
+        table = work / "tables" / G.table_name("train", rows, args.cols, files, args.seed)
+        G.ensure_table(table, G.TableSpec(rows, args.cols, args.seed), files, min(1_000_000, rows), G.TRAIN_STREAM)
         return table
 
     calengine = [sys.executable, "-P", "-m", "calengine", "--quiet"]
@@ -129,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (model / "manifest.json").exists():
         shutil.rmtree(model, ignore_errors=True)
         subprocess.run([*calengine, "fit", str(model_table), "--target", "y", *FIT, "--output", str(model)], check=True)
+    if args.cluster:
+        return _cluster_main(args, model, table_of)
     results = []
     for rows in sizes:
         runs = _runs(calengine, model, table_of(rows), work, args.repeats, rows <= args.baseline_max_rows,

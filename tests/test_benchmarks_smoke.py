@@ -264,7 +264,7 @@ def test_bench_hot_paths_tiny(capsys):
 def test_bench_evaluate_scale_tiny(tmp_path):
     """bench_evaluate_scale.py times score, evaluate cut into ranges, the accumulator baseline and an
     earlier build (--before: here the installed package itself) on one generated table, and the evaluate
-    paths print the same JSON."""
+    paths print the same JSON; with --cluster, the per-process peaks of evaluate --cluster."""
     import calengine
 
     bench = _load("bench_evaluate_scale")
@@ -275,6 +275,16 @@ def test_bench_evaluate_scale_tiny(tmp_path):
     (d,) = data["results"]
     assert d["rows"] == 20000 and set(d["wall_s"]) == set(d["cpu_s"]) == {"score", "ranges", "accumulator", "before"}
     assert d["same_json"] is True and d["cpu_s"]["ranges"] > 0
+    # --cluster (same work directory: the model and table are reused) runs evaluate --cluster on a scheduler
+    # and a worker it starts and stops, reports a peak for each of them and the client, and finds the JSON
+    # equal to the embedded evaluation's
+    assert bench.main(["--cluster", "--rows-list", "20000", "--files", "2", "--repeats", "1", "--workers", "1",
+                       "--worker-memory", "1GiB", "--work-dir", str(tmp_path / "w"),
+                       "--results-dir", str(tmp_path / "r")]) == 0
+    (c,) = json.loads((tmp_path / "r" / "evaluate_cluster.json").read_text())["results"]
+    peaks = c["peak_mib"]
+    assert c["rows"] == 20000 and c["same_json_as_embedded"] is True and len(peaks["workers"]) == 1
+    assert min(peaks["client"], peaks["scheduler"], peaks["workers"][0]) > 50
 
 
 def test_bench_score_columns_tiny(tmp_path):

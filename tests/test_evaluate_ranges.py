@@ -100,6 +100,21 @@ def test_ranges_reproduce_the_accumulator_bit_for_bit(case):
     same(whole.error_reject_at(rates), error_reject_at(top, rates, unit=unit))
 
 
+def integer_counted(case):
+    """``(k, accumulator, class ranges, top-label ranges)`` of a case, its fractional weights made integers
+    (the range builders answer the census for integer counts only)."""
+    k, y, P, w, chunks, bounds = case
+    if w is not None and w.dtype.kind == "f":
+        w = np.rint(w) + 1
+    acc = accumulate(k, y, P, w, chunks)
+    return k, acc, [cut(t, bounds) for t in acc._cls], cut(acc._top, bounds)
+
+
+def per_table(requests: dict, cls, top, fn) -> dict:
+    """``fn(range, request)`` on every range of each table keyed in ``requests``, by table key."""
+    return {key: [fn(r, req) for r in (top if key == ("top",) else cls[key[1]])] for key, req in requests.items()}
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the_same_bits(case):
@@ -108,15 +123,8 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     from calengine.metrics import kernels
     from calengine.metrics.suite import calibration_suite, census_requests
 
-    k, y, P, w, chunks, bounds = case
-    if w is not None and w.dtype.kind == "f":
-        w = np.rint(w) + 1
-    acc = accumulate(k, y, P, w, chunks)
-    cls = [cut(t, bounds) for t in acc._cls]
-    top = cut(acc._top, bounds)
-    requests = census_requests(k, None, float(acc.n))
-    censuses = {key: [kernels.census(r, req) for r in (top if key == ("top",) else cls[key[1]])]
-                for key, req in requests.items()}
+    k, acc, cls, top = integer_counted(case)
+    censuses = per_table(census_requests(k, None, float(acc.n)), cls, top, kernels.census)
     calls = []
 
     def mapper(fn, ranges, reqs):
@@ -127,6 +135,44 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     got = calibration_suite(cls, top, scale=float(acc.n), mapper=mapper, censuses=censuses)
     same(want, got)
     assert "census" not in calls and "sweep" in calls
+
+
+class _InlineClient:
+    """Runs each submitted task at once in this process, recording which kernel each mapped task ran."""
+
+    def __init__(self):
+        self.kernels = []
+
+    def submit(self, fn, *args, pure=True, **kwargs):
+        if fn.__name__ == "run_kernel":
+            self.kernels.append(args[0].__name__)
+        return fn(*args, **kwargs)
+
+    def gather(self, futures):
+        return futures
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_core_pieces_from_the_range_builders_read_each_tested_column_once_and_give_the_same_bits(case):
+    # evaluate's range builders answer the census and the core metrics' range-local pieces (log loss,
+    # Brier, Flach-Matsubara, CORP's PAV blocks, the top-label pieces); the tallies come from the census,
+    # and the AUC's prefix pieces and the drift check's share one pass over each tested column
+    from calengine.metrics import range_eval
+
+    k, acc, cls, top = integer_counted(case)
+    built = per_table(range_eval.builder_requests(k, acc.n), cls, top, lambda r, req: range_eval._stored(r, None, req))
+    client = _InlineClient()
+    ranged = range_eval.RangedTables(client, k, acc.n, [[h for h, _ in built[("class", c)]] for c in range(k)],
+                                     [h for h, _ in built[("top",)]],
+                                     censuses={key: [a for _, a in pairs] for key, pairs in built.items()})
+    same(acc.result(), ranged.result())
+    same(acc.drift_check(0.01), ranged.drift_check(0.01))
+    same(acc.drift_check(0.2), ranged.drift_check(0.2))
+    tested = [1] if k == 2 else range(k)
+    assert sorted(client.kernels) == ["column_prefix"] * sum(len(built[("class", c)]) for c in tested)
+    same(acc.calibration_suite(), ranged.calibration_suite())
+    assert "tally" not in client.kernels and "census" not in client.kernels
 
 
 # class-1 values where 1 - v rounds (neighbours meeting on one class-0 value), 0.5 and its neighbours

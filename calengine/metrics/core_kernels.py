@@ -19,7 +19,8 @@ import numpy as np
 from .exact import fixed_sum, fixed_sum_bins
 from .kernels import ECE_BINS, counts
 
-__all__ = ["tally", "column_pieces", "top_pieces", "reject_points", "reject_last", "LOG_SCALE", "DRIFT_CLIP", "HL_BINS"]
+__all__ = ["tally", "column_pieces", "column_local", "column_prefix", "top_pieces", "reject_points", "reject_last",
+           "LOG_SCALE", "DRIFT_CLIP", "HL_BINS"]
 
 #: log-loss terms are at most ``-ln(1e-15) < 35`` times their count: their sums use ``scale * LOG_SCALE``.
 LOG_SCALE = 64.0
@@ -45,13 +46,24 @@ def _auc_twice(a, b, neg_before: int, exact: bool, denom: float):
 
 
 def column_pieces(table, req: dict) -> dict:
-    """Second pass over a range of one class column, given what lies below it.
+    """Second pass over a range of one class column, given what lies below it: :func:`column_local`
+    and :func:`column_prefix` of the range together (the in-memory accumulator's one pass).
 
     ``req``: ``unit``, ``scale``, ``clip`` (the log loss's), ``neg_before``/``count_before`` (integer
     counts below the range), ``auc`` (``None``, or ``(exact, denom)`` of :func:`_auc_twice`), flags
     ``brier`` (the Flach-Matsubara sums and CORP's raw scores and local PAV blocks) and ``drift``
     (Spiegelhalter's sums and the reliability chi-square's equal-count bins).  Always the log-loss sum
     of the rows of this class (``Σ a · -log clip(v)``)."""
+    out = column_local(table, req)
+    out.update(column_prefix(table, req))
+    return out
+
+
+def column_local(table, req: dict) -> dict:
+    """The pieces of :func:`column_pieces` that need nothing from other ranges (the log-loss sum, and
+    with ``brier`` the Flach-Matsubara sums, CORP's raw scores and the range's PAV blocks): what a
+    range's builder computes while the range is in memory (:mod:`calengine.metrics.range_eval`).
+    ``req``: ``unit``, ``scale``, ``clip``, ``brier``."""
     v, a, b, m = counts(table, req["unit"])
     out: dict = {}
     if v.size == 0:
@@ -60,8 +72,6 @@ def column_pieces(table, req: dict) -> dict:
     af, bf, mf = a.astype(np.float64), b.astype(np.float64), m.astype(np.float64)
     log_p = np.log(np.clip(v, req["clip"], 1.0))
     out["nll"] = fixed_sum(af * -log_p, S * LOG_SCALE)
-    if req.get("auc") is not None:
-        out["auc"] = _auc_twice(a, b, req["neg_before"], *req["auc"])
     if req.get("brier"):
         from .corp import isotonic_recalibration
 
@@ -72,7 +82,25 @@ def column_pieces(table, req: dict) -> dict:
         out["corp_log"] = fixed_sum(-(af * log_p + bf * log_q), S * LOG_SCALE)
         starts, bp, bn = isotonic_recalibration(v, a, b)
         out["blocks"] = (v[starts].copy(), np.asarray(bp, np.int64), np.asarray(bn, np.int64))
+    return out
+
+
+def column_prefix(table, req: dict) -> dict:
+    """The pieces of :func:`column_pieces` that need the counts below the range: the AUC's share
+    (``auc``) and the drift check's sums and bins (``drift``; Spiegelhalter's sums are local, but
+    they ride along with the bins that are not).  ``req``: ``unit``, ``scale``, ``neg_before``,
+    ``count_before``, ``N``, ``auc``, ``drift``."""
+    if req.get("auc") is None and not req.get("drift"):
+        return {}
+    v, a, b, m = counts(table, req["unit"])
+    out: dict = {}
+    if v.size == 0:
+        return out
+    if req.get("auc") is not None:
+        out["auc"] = _auc_twice(a, b, req["neg_before"], *req["auc"])
     if req.get("drift"):
+        S = req["scale"]
+        af, mf = a.astype(np.float64), m.astype(np.float64)
         p = np.clip(v, DRIFT_CLIP, 1.0 - DRIFT_CLIP)
         out["spieg_num"] = fixed_sum((af - mf * p) * (1.0 - 2.0 * p), S)
         out["spieg_var"] = fixed_sum(mf * (1.0 - 2.0 * p) ** 2 * p * (1.0 - p), S)

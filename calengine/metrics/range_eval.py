@@ -28,6 +28,11 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    kernels derive from it) and this process combines their small answers
    (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
 
+Length: past the house's ~600 lines because the chunk, range and derived-range tasks and
+:class:`RangedTables` share one storage convention (handles ``("disk", path)`` / ``("mem", arrays)``,
+:func:`_save`, :func:`_load`, the map cache of chunk files, which files go when): a split would
+spread those rules over modules that import each other.
+
 The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
 ``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
 give results bit-identical to the in-memory accumulator; fractional weights are counted in integer
@@ -43,6 +48,7 @@ import threading
 import numpy as np
 
 from ..tasks.spill import load_npy
+from . import core_kernels as ck
 from .range_cache import cached_range
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import binary_top, empty_table, merge_all, merge_tables, mirror_table
@@ -223,7 +229,31 @@ def _stored(table, spill_path: str | None, census: dict | None) -> tuple:
         return handle, None
     from .kernels import census as census_kernel
 
-    return handle, census_kernel(table, census)
+    answer = census_kernel(table, census)
+    core = census.get("core")
+    if core is not None:
+        # the core metrics' range-local pieces (core_kernels.column_local / top_pieces), from the range
+        # in memory now instead of from a later task that reads it again (see RangedTables.result)
+        req = {**core, "unit": census["unit"], "scale": census["scale"]}
+        answer["core"] = ck.top_pieces(table, req) if core.get("top") else ck.column_local(table, req)
+        flags = {} if core.get("top") else {"clip": core["clip"], "brier": core["brier"]}
+        answer["core_for"] = (census["scale"], flags)
+    return handle, answer
+
+
+def builder_requests(k: int, n: int) -> dict:
+    """The request each table's range builders answer (:func:`_stored`), by table key (``("class", c)``
+    or ``("top",)``) for a model of ``k`` classes and ``n`` rows (integer counts): the calibration
+    suite's first pass (:func:`~calengine.metrics.suite.census_requests`) and, under ``"core"``, the
+    range-local pieces of :func:`~calengine.metrics.ranged.core_result`."""
+    from .measures import LOG_LOSS_CLIP
+    from .suite import census_requests
+
+    out = census_requests(k, None, float(n))
+    for key in out:
+        core = {"top": True} if key == ("top",) else {"clip": LOG_LOSS_CLIP, "brier": k > 2 or key[1] == 1}
+        out[key] = {**out[key], "core": core}
+    return out
 
 
 # ---- ranges of a binary model's class-0 and top-label tables, derived from its class-1 ranges ----------
@@ -312,6 +342,8 @@ class RangedTables:
         #: the suite's first pass per table, answered by the range builders (integer counts only)
         self.censuses = censuses or {}
         self._cache: dict = {}
+        #: the drift check's pieces, filled by result()'s pass over the tested columns (core_result)
+        self._drift_pieces: dict = {}
 
     def _cached(self, key, compute):
         """Answers are kept: the ranges live only as long as the client and the scratch directory."""
@@ -332,11 +364,36 @@ class RangedTables:
         self.error_reject_points()
         self.error_reject_at(REJECT_RATES)
         self.client, self.class_ranges, self.top_ranges, self.censuses = None, None, None, {}
+        self._drift_pieces = {}
         return self
 
     def mapper(self, kernel, ranges, requests):
+        if kernel is ck.tally:
+            known = self._census_tallies(ranges, requests)
+            if known is not None:
+                return known
         futures = [self.client.submit(run_kernel, kernel, r, q, pure=False) for r, q in zip(ranges, requests)]
         return self.client.gather(futures)
+
+    def _census_tallies(self, ranges, requests) -> list | None:
+        """The tallies of a table whose builders counted it already (the census's size and counts are
+        :func:`~calengine.metrics.core_kernels.tally`'s, for integer counts): no pass over its ranges."""
+        if any(q.get("unit") is not None for q in requests):
+            return None
+        for key, answers in self.censuses.items():
+            table = self.top_ranges if key == ("top",) else self.class_ranges[key[1]]
+            if ranges is table and len(answers) == len(ranges):
+                return [{"size": a["size"], "pos": a["pos"], "neg": a["neg"]} for a in answers]
+        return None
+
+    def _local_pieces(self) -> dict:
+        """The core metrics' range-local pieces the builders computed, by table, as
+        :func:`~calengine.metrics.ranged.core_result` takes them: ``(scale, flags, answers)``."""
+        out = {}
+        for key, answers in self.censuses.items():
+            if answers and all("core" in a and a["core_for"] == answers[0]["core_for"] for a in answers):
+                out[key] = (*answers[0]["core_for"], [a["core"] for a in answers])
+        return out
 
     def _unit(self):
         return float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
@@ -352,8 +409,10 @@ class RangedTables:
         from .measures import LOG_LOSS_CLIP
 
         self._require_rows()
+        # the builders' local pieces, and the drift check's pieces taken in the same pass as the AUC's
         return self._cached(("result",), lambda: core_result(
-            self.class_ranges, self.top_ranges, n=self.n, unit=self._unit(), clip=LOG_LOSS_CLIP, mapper=self.mapper))
+            self.class_ranges, self.top_ranges, n=self.n, unit=self._unit(), clip=LOG_LOSS_CLIP, mapper=self.mapper,
+            local=self._local_pieces(), drift=self._drift_pieces))
 
     def calibration_suite(self, seed: int = 0) -> dict:
         from . import core_kernels as ck
@@ -375,7 +434,8 @@ class RangedTables:
     def drift_check(self, alpha: float = 0.01) -> dict:
         self._require_rows()
         return self._cached(("drift_check", alpha),
-                            lambda: ranged_drift(self.class_ranges, alpha, unit=self._unit(), mapper=self.mapper))
+                            lambda: ranged_drift(self.class_ranges, alpha, unit=self._unit(), mapper=self.mapper,
+                                                 pieces=self._drift_pieces))
 
     def error_reject_points(self, max_points: int = 101) -> dict:
         self._require_rows()
@@ -496,8 +556,6 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
     embedded case), or None to keep them on the workers."""
     from ..errors import DataError
     from ..progress import gather_in_order
-    from .suite import census_requests
-
     parts = [client.submit(chunk_tables, evaluate_chunk, model_f, c, target, batch_rows, with_raw, cost_matrix,
                            weight, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
     small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
@@ -513,7 +571,7 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         # integer counts: the suite's first pass over each range runs in the task that builds it
         # (its request needs the total, known now); fractional weights' integer units are not
         unit_free = not isinstance(n, float) and n > 0
-        requests = census_requests(k, None, float(n)) if unit_free else {}
+        requests = builder_requests(k, n) if unit_free else {}
         mirrored = [s.get("mirrored", {}).get(kind, False) for s in small]
         derive = all(mirrored)  # class 0 and top label from class 1's ranges; else every table from chunks
         ranges, censuses = {}, {}

@@ -92,30 +92,48 @@ def _corp(outs, N: int, S: float) -> dict:
 
 
 def core_result(class_ranges: list[list], top_ranges: list, *, n, unit: float | None = None,
-                clip: float = 1e-15, mapper: Mapper | None = None) -> dict:
+                clip: float = 1e-15, mapper: Mapper | None = None, local: dict | None = None,
+                drift: dict | None = None) -> dict:
     """Every metric of :meth:`MetricAccumulator.result` (same keys, same definitions) from ranges.
 
-    Needs at least one row.  ``clip``: the log loss's probability clip (``LOG_LOSS_CLIP``)."""
+    Needs at least one row.  ``clip``: the log loss's probability clip (``LOG_LOSS_CLIP``).
+    ``local``: the range-local pieces already computed where the ranges were built, by table
+    (``("class", c)``: :func:`~calengine.metrics.core_kernels.column_local` answers, ``("top",)``:
+    :func:`~calengine.metrics.core_kernels.top_pieces` answers), each ``(scale, answers)`` and used only
+    when computed for this ``clip``, the same scale and (class tables) the same ``brier`` flag as here:
+    then only the pieces that need prefixes (the AUC's) read the ranges.  ``drift``: a dict that,
+    given, receives the drift check's pieces of the tested columns, computed in the same pass
+    (``{c: (scale, answers)}``, for :func:`ranged_drift`'s ``pieces``)."""
     from .corp import combine_columns
 
     mapper = mapper or local_map
+    local = local or {}
     k = len(class_ranges)
     cols = [1] if k == 2 else list(range(k))
     top_t, n_correct, n_wrong = _tallies(top_ranges, mapper, unit)
     N = n_correct + n_wrong
     S = float(N)
-    top = mapper(ck.top_pieces, top_ranges, [{"unit": unit, "scale": S}] * len(top_ranges))
+    top = _local(local, ("top",), S, {}, len(top_ranges))
+    if top is None:
+        top = mapper(ck.top_pieces, top_ranges, [{"unit": unit, "scale": S}] * len(top_ranges))
     brier = cal = ref = nll = 0
     aucs, corps = [], []
     for c in range(k):
         ranges = class_ranges[c]
         base = {"unit": unit, "scale": S, "clip": clip, "N": N}
+        done = _local(local, ("class", c), S, {"clip": clip, "brier": c in cols}, len(ranges))
         if c in cols:
             tallies, n_pos, n_neg = _tallies(ranges, mapper, unit)
             auc = None
             if n_pos and n_neg:
                 auc = (2 * n_pos * n_neg < 2**62, 2.0 * float(n_pos) * float(n_neg))
-            outs = mapper(ck.column_pieces, ranges, prefix_requests(tallies, **base, auc=auc, brier=True))
+            reqs = prefix_requests(tallies, **base, auc=auc, brier=True, drift=drift is not None)
+            if done is None:
+                outs = mapper(ck.column_pieces, ranges, reqs)
+            else:
+                outs = [{**d, **p} for d, p in zip(done, mapper(ck.column_prefix, ranges, reqs))]
+            if drift is not None:
+                drift[c] = (S, [{key: o[key] for key in _DRIFT_KEYS if key in o} for o in outs])
             brier += _total(outs, "brier")
             cal += _total(outs, "cal")
             ref += _total(outs, "ref")
@@ -127,7 +145,7 @@ def core_result(class_ranges: list[list], top_ranges: list, *, n, unit: float | 
                 aucs.append(fixed_to_float(_total(outs, "auc"), 1.0))
             corps.append(_corp(outs, N, S))
         else:
-            outs = mapper(ck.column_pieces, ranges, [base] * len(ranges))
+            outs = done if done is not None else mapper(ck.column_pieces, ranges, [base] * len(ranges))
         nll += _total(outs, "nll")
     log_loss = fixed_to_float(nll, S * ck.LOG_SCALE) / N
     if k == 2:
@@ -161,11 +179,26 @@ def core_result(class_ranges: list[list], top_ranges: list, *, n, unit: float | 
     }
 
 
+_DRIFT_KEYS = ("spieg_num", "spieg_var", "hl")
+
+
+def _local(local: dict, key, scale: float, flags: dict, size: int):
+    """The range-local answers of table ``key`` in ``local`` if they were computed for ``scale`` and
+    ``flags`` (and every range), else None (see :func:`core_result`)."""
+    entry = local.get(key)
+    if entry is None or entry[0] != scale or len(entry[2]) != size or entry[1] != flags:
+        return None
+    return entry[2]
+
+
 def ranged_drift(class_ranges: list[list], alpha: float, *, unit: float | None = None,
-                 mapper: Mapper | None = None) -> dict:
+                 mapper: Mapper | None = None, pieces: dict | None = None) -> dict:
     """:func:`calengine.metrics.drift.calibration_drift` from ranges: Spiegelhalter's z and the
     reliability chi-square on :data:`~calengine.metrics.drift.HL_BINS` equal-count bins per tested
-    column, Bonferroni over them; same keys."""
+    column, Bonferroni over them; same keys.  ``pieces``: what :func:`core_result` computed for it in
+    its pass (its ``drift`` dict), used for a column whose total count is the scale they were computed
+    for (fractional weights' units may round to another total per table) instead of reading the ranges
+    again."""
     from .drift import check_alpha, drift_verdict, spiegelhalter_from_sums, chi2_from_bins
 
     alpha = check_alpha(alpha)
@@ -178,8 +211,12 @@ def ranged_drift(class_ranges: list[list], alpha: float, *, unit: float | None =
         tallies, n_pos, n_neg = _tallies(ranges, mapper, unit)
         N = n_pos + n_neg
         S = float(N)
-        outs = mapper(ck.column_pieces, ranges,
-                      prefix_requests(tallies, unit=unit, scale=S, clip=1e-15, N=N, drift=True))
+        known = (pieces or {}).get(c)
+        if known is not None and known[0] == S and len(known[1]) == len(ranges):
+            outs = known[1]
+        else:
+            outs = mapper(ck.column_pieces, ranges,
+                          prefix_requests(tallies, unit=unit, scale=S, clip=1e-15, N=N, drift=True))
         sz = spiegelhalter_from_sums(fixed_to_float(_total(outs, "spieg_num"), S) * w,
                                      fixed_to_float(_total(outs, "spieg_var"), S) * w)
         hl = [o["hl"] for o in outs if "hl" in o]
