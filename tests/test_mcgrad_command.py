@@ -255,3 +255,14 @@ def test_a_rounds_library_whose_plugin_is_missing_is_one_line():
         check_mcgrad(spec, FitConfig(method="mcgrad", method_params={"booster": "lightgbm"}), only)
     with pytest.raises(ParameterError, match="pip install calengine-xgboost"):
         check_mcgrad(spec, FitConfig(method="mcgrad"), SimpleNamespace(classes={"learners": {}}))
+
+
+def test_fit_summary_says_the_folds_share_one_set_of_rounds(tmp_path):
+    """With --cv, the members apply one set of rounds (fitted on their held-out rows pooled): the summary
+    line says so once instead of listing one count per member, which read as if each fold had its own."""
+    train = _write(_planted(2000, 3), tmp_path / "train.parquet")
+    params = [a for k, v in {"rounds": 1, "early_stopping": "false", "trees": 5}.items() for a in ("--method-param", f"{k}={v}")]
+    r = run_cli("--quiet", "fit", train, "--target", "y", "--features", "x1", "--learner", "gaussian_nb", "--cv", "2",
+                "--by", "A,B", "--method", "mcgrad", *params, "--workers", "1", "--output", tmp_path / "mc")
+    assert r.returncode == 0, r
+    assert "MCGrad rounds kept 1 (shared by the 2 members)" in r.stderr, r.stderr

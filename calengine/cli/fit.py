@@ -97,7 +97,11 @@ def run(args) -> int:
                       f" segments with their own map (K={segments['shrinkage']})")
     mcgrad = model.info.get("x_mcgrad")
     if mcgrad:
-        rounds = ",".join(str(m["rounds"]) for m in mcgrad["members"])
+        members = mcgrad["members"]
+        if mcgrad.get("pooled") and len(members) > 1:  # one set of rounds, applied by every member
+            rounds = f"{members[0]['rounds']} (shared by the {len(members)} members)"
+        else:
+            rounds = ",".join(str(m["rounds"]) for m in members)
         extras.append(f"by {','.join(mcgrad['by'])}: {mcgrad['segments_seen']} segments, MCGrad rounds kept {rounds}")
     extra = f", {', '.join(extras)}" if extras else ""
     scores = score_columns_info(model)
