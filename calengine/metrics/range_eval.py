@@ -613,9 +613,9 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         for s in small[1:]:
             out["decisions"].merge(s["decisions"])
     if small[0].get("segments") is not None:  # evaluate --by: the segment sums of the same pass, in chunk order
-        from .segments import merge_in_order
+        from ..tasks.partitions import merge_all
 
-        out["segments"] = merge_in_order([s["segments"] for s in small])
+        out["segments"] = merge_all(*[s["segments"] for s in small])
     return out
 
 

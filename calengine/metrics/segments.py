@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
-__all__ = ["SegmentAccumulator", "merge_in_order", "format_segments", "check_segment_options", "holm", "GRID", "ECE_BINS",
+__all__ = ["SegmentAccumulator", "format_segments", "check_segment_options", "holm", "GRID", "ECE_BINS",
            "DEFAULT_MAX_SEGMENTS", "MAX_SEGMENTS_LIMIT"]
 
 #: cells of the probability grid each segment keeps (a power of two: cell boundaries are exact floats)
@@ -237,15 +237,6 @@ def holm(pvalues: list[float]) -> list[float]:
     adjusted = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
     out[order] = adjusted
     return out.tolist()
-
-
-def merge_in_order(accs: list) -> "SegmentAccumulator":
-    """The chunks' accumulators (``evaluate_chunk``'s ``"segments"``) merged in chunk order: the same
-    sums whichever worker ran which chunk."""
-    acc = accs[0]
-    for part in accs[1:]:
-        acc.merge(part)
-    return acc
 
 
 #: segments ``evaluate --by`` prints (``--json`` carries them all)

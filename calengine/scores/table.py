@@ -454,7 +454,7 @@ def evaluate_table(
             merged.merge(p["decisions"])
         out["decisions"] = merged
     if segments is not None:
-        from ..metrics.segments import merge_in_order
+        from ..tasks.partitions import merge_all
 
-        out["segments"] = merge_in_order([p["segments"] for p in parts])
+        out["segments"] = merge_all(*[p["segments"] for p in parts])  # in chunk order
     return out
