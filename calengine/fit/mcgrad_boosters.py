@@ -53,7 +53,7 @@ class XGBoostRounds:
         import xgboost as xgb
 
         data = self.matrix(X, f, label=y.astype(np.float32), weight=w, base_margin=f)
-        return xgb.train({**params.booster_params(seed), "nthread": 1}, data, num_boost_round=int(params.trees))
+        return xgb.train(self.cluster_params(params, seed), data, num_boost_round=int(params.trees))
 
     def delta(self, booster, X, f) -> np.ndarray:
         return booster.predict(self.matrix(X, f), output_margin=True).astype(np.float64)
