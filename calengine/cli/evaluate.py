@@ -18,8 +18,9 @@ def add_parser(sub) -> None:
                    help="one or more model directories, then the data to evaluate on")
     p.add_argument("--target", required=True, metavar="COL")
     p.add_argument("--weight", metavar="COL",
-                   help="column of non-negative row weights: every metric and test weighs rows by it (a weight of 2"
-                        " counts as the row twice)")
+                   help="column of non-negative row weights: every metric, test, decision cost (--cost-matrix),"
+                        " bootstrap resample (--bootstrap) and report bar weighs rows by it (a weight of 2 counts as"
+                        " the row twice)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     p.add_argument("--alpha", type=float, default=0.01, metavar="A",
@@ -60,8 +61,7 @@ def run(args) -> int:
         check_alpha(args.alpha)
     except ParameterError:
         raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
-    check_weight_option(args.weight, cost_matrix=args.cost_matrix, bootstrap=args.bootstrap,
-                        report=args.report or None)
+    check_weight_option(args.weight)
     if args.max_segments is not None and args.by is None:
         raise ParameterError("--max-segments bounds --by; add --by COL or drop --max-segments")
     if args.by is not None:

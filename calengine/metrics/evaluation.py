@@ -49,6 +49,8 @@ class Evaluation:
     report: str | None = None
     #: with ``by``: per model, :meth:`calengine.metrics.segments.SegmentAccumulator.result`
     segments: list[dict] | None = None
+    #: the weight column every number was weighted by (``weight``), else None
+    weight: str | None = None
     #: with ``prior_shift``: per model, :func:`calengine.fit.label_shift.prior_shift_table`
     prior_shifts: list[dict] | None = None
 
@@ -134,8 +136,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     ``models``: a model directory or loaded :class:`~calengine.model.calibrated.CalibratedModel`, or a
     list of them (``trust``: extra types skops may load).  ``data``: a Parquet path (file, directory,
     glob or URL), a list of them, or a pandas DataFrame; ``target``: its class column; ``weight``: a
-    column of non-negative row weights that every metric and test uses (a weight of 2 is the row
-    twice; not with ``cost_matrix``, ``bootstrap`` or ``report``, which do not weigh rows yet).
+    column of non-negative row weights that every metric and test uses, and the decisions' costs, the
+    bootstrap resamples and the report's bars too (a weight of 2 is the row twice).
     ``seed`` also draws the bootstrap interval of ``l2_ce_debiased``.
     ``cost_matrix`` (a :class:`~calengine.decisions.costs.CostMatrix`, a dict, a JSON/YAML file or
     inline JSON): also the profit or cost of each policy's decisions.  ``bootstrap`` B >= 2: a 90 %
@@ -164,7 +166,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     from .drift import check_alpha
 
     alpha = check_alpha(alpha)
-    check_weight_option(weight, cost_matrix=cost_matrix, bootstrap=bootstrap, report=report)
+    check_weight_option(weight)
     if by is not None:
         from .segments import DEFAULT_MAX_SEGMENTS, check_segment_options
 
@@ -218,7 +220,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                 from .bootstrap import table_calibration_map_band
 
                 # a seeded sample of the evaluated rows scored where they are read, never the whole table here
-                bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed) for m in loaded]
+                bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed, weight=weight)
+                         for m in loaded]
             if prior_shift:
                 from ..fit.label_shift import prior_shift_table
 
@@ -232,6 +235,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                 models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
                 labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts,
                 bands=bands, report=report, segments=segments, prior_shifts=shifts if prior_shift else None,
+                weight=weight,
             )
             if report is not None:
                 _write_report(result, files)
@@ -299,18 +303,12 @@ def model_labels(models, dirs) -> list[str]:
 MAX_BOOTSTRAP = 10_000
 
 
-def check_weight_option(weight, *, cost_matrix=None, bootstrap: int = 0, report=None) -> None:
-    """``weight`` is a column name, and only with what weighs rows: the metrics and the drift check
-    (the decisions, the bootstrap bands and the report's figures do not weigh rows yet)."""
+def check_weight_option(weight) -> None:
+    """``weight`` is None or a column name (its values are checked where each batch is read)."""
     if weight is None:
         return
     if not isinstance(weight, str) or not weight:
         raise ParameterError(f"weight must be a column name, got {weight!r}; e.g. --weight w")
-    for given, name in ((cost_matrix is not None, "--cost-matrix"), (bool(bootstrap), "--bootstrap"),
-                        (report is not None, "--report")):
-        if given:
-            raise ParameterError(f"--weight cannot be combined with {name} yet (it does not weigh rows); "
-                                 f"run the weighted metrics and {name} as two commands")
 
 
 def check_bootstrap(replicates, models=()) -> None:
@@ -363,6 +361,7 @@ def _write_report(ev: Evaluation, files: list[str]) -> None:
                 lineage=m.info.get("lineage"),
                 segments=None if ev.segments is None else ev.segments[i],
                 prior_shift=None if ev.prior_shifts is None else ev.prior_shifts[i],
+                weight=ev.weight,
             )
         )
     write_report(ev.report, entries)

@@ -178,16 +178,18 @@ def format_drift(labels: list[str], drifts: list[dict], class_names: list[list[s
 
 
 def format_decisions(label: str, d: dict) -> str:
-    """The ``--cost-matrix`` block of ``evaluate``: each policy's total and mean per row (``d``: a
+    """The ``--cost-matrix`` block of ``evaluate``: each policy's total and mean per row, or per unit of
+    weight with ``--weight`` (``d``: a
     :class:`~calengine.decisions.DecisionAccumulator`'s result)."""
     what = d["objective"]
     rows = [("calibrated model", d["calibrated"]), ("raw learner", d["raw"]),
             (f"best constant (always {d['best_constant']['class']})", d["best_constant"]),
             ("oracle (knows the class)", d["oracle"])]
     name = max(len(r[0]) for r in rows)
+    size, per = (f"total weight {d['n']:.6g}", "per weight") if d.get("weighted") else (f"{d['n']} rows", "per row")
     lines = [f"decisions of {label} under the cost matrix ({what}, {'higher' if what == 'profit' else 'lower'} is better;"
-             f" {d['n']} rows)",
-             f"{'policy':<{name}}  {'total ' + what:>16}  {'per row':>12}"]
+             f" {size})",
+             f"{'policy':<{name}}  {'total ' + what:>16}  {per:>12}"]
     for nm, r in rows:
         if r is not None:
             lines.append(f"{nm:<{name}}  {r['total']:>16.6g}  {r['mean']:>12.6g}")

@@ -374,7 +374,7 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
             P = model.predict_proba_features(X)
         cal.add(y, P, sample_weight=w)
         if decisions is not None:
-            decisions.add(y, P, Q if with_raw else None, df)
+            decisions.add(y, P, Q if with_raw else None, df, sample_weight=w)
         if seg is not None:
             seg.add({c: df[c] for c in by}, y, P, w)  # Series: Arrow strings are factorised as they are
     out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}

@@ -122,9 +122,10 @@ def _thin(n: int, keep: np.ndarray | None = None) -> np.ndarray:
     return np.unique(idx)
 
 
-def _compact_count(c: int) -> str:
+def _compact_count(c: float) -> str:
+    """A bar's label: a row count (or a total of weight, shown to three significant digits below 10,000)."""
     if c < 10_000:
-        return str(c)
+        return str(int(c)) if c == int(c) else f"{c:.3g}"
     if c < 10_000_000:
         return f"{c / 1000:.0f}k"
     return f"{c / 1e6:.0f}M"
@@ -148,7 +149,7 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
         axc = fig.add_subplot(grid[1, j], sharex=ax)
         ax.plot([0, 1], [0, 1], ls=":", color=_DIAG, lw=1.2, label="perfectly calibrated")
         cal_bins = None
-        max_count = 1
+        max_count = 0.0
         for acc, label, colour, marker in ((raw, "raw learner", _RAW, "s"), (cal, "calibrated", _CAL, "o")):
             if acc is None:
                 continue
@@ -165,7 +166,7 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
             else:
                 axc.bar(edges[:-1], d["count"], width=widths, align="edge", fill=False, edgecolor=colour,
                         lw=1.0, label=label)
-            max_count = max(max_count, int(d["count"].max()))
+            max_count = max(max_count, float(d["count"].max()))
         if cls is not None:  # the CORP curve: PAV recalibration of the calibrated column, no bins
             c = cal.corp_curve(cls)
             ax.plot(np.concatenate((c["lo"], c["hi"][-1:])), np.concatenate((c["value"], c["value"][-1:])),
@@ -175,7 +176,7 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
         for lo, w, c in zip(edges[:-1], widths, counts):
             x = lo + w / 2
             if c > 0 and x - last_x >= 0.045:  # leave out labels that would overlap their neighbour
-                axc.text(x, c, " " + _compact_count(int(c)), rotation=90, ha="center", va="bottom",
+                axc.text(x, c, " " + _compact_count(c), rotation=90, ha="center", va="bottom",
                          fontsize=6.5, color="#0b3d66")
                 last_x = x
         ax.set_xlim(-0.02, 1.02)
@@ -184,9 +185,9 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
         ax.set_ylabel(observed)
         ax.tick_params(labelbottom=False)
         ax.legend(loc="upper left", fontsize=8, frameon=True)
-        axc.set_ylim(0, max_count * 1.55)
+        axc.set_ylim(0, (max_count or 1.0) * 1.55)
         axc.set_xlabel(predicted)
-        axc.set_ylabel("examples per bin", fontsize=8)
+        axc.set_ylabel("examples per bin" if prep.entry.weight is None else "weight per bin", fontsize=8)
         axc.tick_params(labelsize=7)
     fig.suptitle(f"Reliability: {_diagram_title(cls, prep.names)}", fontsize=11)
     return fig

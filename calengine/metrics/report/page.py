@@ -84,6 +84,7 @@ def _esc(text: Any) -> str:
 def _decisions_table(prep: _Prepared) -> str:
     res = prep.entry.decisions.result()
     what = res["objective"]
+    per = "unit of weight" if res.get("weighted") else "row"
     rows = [("calibrated model", res["calibrated"]), ("raw learner", res["raw"]),
             (f"best constant (always {res['best_constant']['class']})", res["best_constant"]),
             ("oracle (knows the class)", res["oracle"])]
@@ -92,7 +93,7 @@ def _decisions_table(prep: _Prepared) -> str:
         f"<td class=\"num\">{_esc(format_metric(r['mean']))}</td></tr>"
         for name, r in rows if r is not None
     )
-    return (f'<div class="scroll"><table><tr><th>policy</th><th>total {_esc(what)}</th><th>{_esc(what)} per row</th></tr>'
+    return (f'<div class="scroll"><table><tr><th>policy</th><th>total {_esc(what)}</th><th>{_esc(what)} per {per}</th></tr>'
             f"{body}</table></div>")
 
 
@@ -148,7 +149,14 @@ def _metrics_table(preps: list[_Prepared]) -> str:
     )
 
 
-def _bin_table(acc: MetricAccumulator, cls: int | None, strategy: str, heading: str) -> str:
+def _size(e) -> str:
+    """How much was evaluated: the examples, or with ``--weight`` their total weight (read as counts)."""
+    if e.weight is None:
+        return f"{e.calibrated.n} examples"
+    return f"total weight {format_metric(float(e.calibrated.n))} (column {e.weight})"
+
+
+def _bin_table(acc: MetricAccumulator, cls: int | None, strategy: str, heading: str, weighted: bool = False) -> str:
     d = acc.reliability_diagram(bins=RELIABILITY_BINS, strategy=strategy, cls=cls)
     edges = d["bin_edges"]
     rows = []
@@ -157,7 +165,7 @@ def _bin_table(acc: MetricAccumulator, cls: int | None, strategy: str, heading: 
         rows.append("<tr>" + "".join(f'<td class="num">{_esc(format_metric(v))}</td>' for v in cells) + "</tr>")
     return (
         f"<table><caption>{_esc(heading)}</caption><thead><tr><th>bin</th><th>from</th><th>to</th>"
-        "<th>mean predicted</th><th>observed</th><th>count</th></tr></thead>"
+        f"<th>mean predicted</th><th>observed</th><th>{'weight' if weighted else 'count'}</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -210,14 +218,16 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
     k = e.calibrated.n_classes
     parts = [
         f'<section id="entry-{prep.index}"><h2>#{prep.index} {_esc(e.label)}</h2>',
-        f'<p class="note">{_esc(e.calibrated.n)} examples, {k} classes: '
+        f'<p class="note">{_esc(_size(e))}, {k} classes: '
         f"{_esc(', '.join(prep.names))}."
         + ("" if e.raw is not None else " The raw learner's probabilities were not available.")
         + "</p>",
         "<h3>Reliability diagrams</h3>",
         '<p class="note">Observed frequency against mean predicted probability per bin; points on the '
         "dotted diagonal are perfectly calibrated. Left: equal-width bins; right: equal-frequency bins. "
-        "The bars below count the examples in each bin (filled: calibrated, outlined: raw learner). "
+        + ("The bars below count the examples in each bin" if e.weight is None
+           else f"The bars below sum the weights (column {_esc(e.weight)}) in each bin")
+        + " (filled: calibrated, outlined: raw learner). "
         "Per class, the green steps are the CORP curve: the isotonic recalibration of the calibrated "
         "probabilities, which needs no bins; the Brier score lost to its gap from the diagonal is corp_brier.mcb.</p>",
     ]
@@ -235,7 +245,7 @@ def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
         if acc is None:
             continue
         for strategy, name in (("uniform", "equal-width"), ("quantile", "equal-frequency")):
-            tables.append(_bin_table(acc, primary, strategy, f"{who}, {name} bins"))
+            tables.append(_bin_table(acc, primary, strategy, f"{who}, {name} bins", e.weight is not None))
     parts.append(
         f"<details><summary>Bin values for {_esc(what)}</summary>"
         '<p class="note">Equal-width bins run [from, to), the last one closed; equal-frequency bins run '

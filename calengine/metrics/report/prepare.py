@@ -63,6 +63,9 @@ class ReportEntry:
     segments: dict | None = None
     #: ``evaluate --prior-shift``: :func:`calengine.fit.label_shift.prior_shift_table`, shown as a table
     prior_shift: dict | None = None
+    #: ``evaluate --weight COL``: the weight column the accumulators were weighted by; the page and the
+    #: figures then say "weight" where they say "examples" (bars and bin tables sum the weights)
+    weight: str | None = None
 
 
 # --------------------------------------------------------------------------------------------------
