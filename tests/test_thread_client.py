@@ -114,9 +114,12 @@ def test_json_log_of_an_embedded_score_records_the_thread_tasks(tmp_path):
 
 
 def test_numpy_expit_is_scipys_logistic():
-    """The builtins' expit keeps scipy's formula and special values; on this machine's float64 exp
-    (no AVX-512) the bits are scipy's, elsewhere within one ulp."""
+    """The builtins' expit keeps scipy's formula and special values.  Where NumPy's float64 exp is the
+    C library's (x86-64 without AVX-512) it is within an ulp of scipy's (bit for bit on the machines
+    measured); with AVX-512 NumPy uses its own vectorised exp, and the results were measured within 4
+    ulps (at x near -37, where 1 + exp(-x) rounds to exp(-x) and exp's own error passes through)."""
     from calengine_builtins.deferred import expit
+    from numpy._core._multiarray_umath import __cpu_features__
     from scipy.special import expit as scipy_expit
 
     rng = np.random.default_rng(3)
@@ -124,7 +127,7 @@ def test_numpy_expit_is_scipys_logistic():
                        + [np.array([0.0, -0.0, np.inf, -np.inf, 709.0, -709.0, -745.0, 1e308, -1e308])])
     ref = scipy_expit(x)
     got = expit(x)
-    np.testing.assert_array_max_ulp(got, ref, maxulp=1)
+    np.testing.assert_array_max_ulp(got, ref, maxulp=4 if __cpu_features__.get("AVX512F") else 1)
     assert got[-9:].tolist() == ref[-9:].tolist()
     assert np.isnan(expit(np.array([np.nan]))).all()
     assert expit(np.float64(0.0)) == 0.5 and expit(np.array(2.0)) == scipy_expit(2.0)  # scalars: scipy's
