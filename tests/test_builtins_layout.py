@@ -63,11 +63,19 @@ def test_every_public_name_of_the_one_module_layout_still_imports():
 
 
 def test_a_model_saved_before_the_split_loads_and_predicts_the_same_bits():
+    from numpy._core._multiarray_umath import __cpu_features__
+
     expected = json.loads((FIXTURE / "expected.json").read_text())
     model = load_model(FIXTURE / "model")
     assert list(model.classes_) == expected["classes"]
     rows = pd.DataFrame(expected["rows"], columns=expected["columns"])
-    np.testing.assert_array_equal(model.predict_proba(rows), np.array(expected["proba"]))
+    got, want = model.predict_proba(rows), np.array(expected["proba"])
+    if __cpu_features__.get("AVX512F"):
+        # the fixture was written where NumPy's float64 exp is the C library's; NumPy's AVX-512 exp
+        # differs from it by an ulp or so (tests/test_thread_client.py measures expit's bound)
+        np.testing.assert_array_max_ulp(got, want, maxulp=4)
+    else:
+        np.testing.assert_array_equal(got, want)
     assert [type(lr).__module__ for m in model.members for lr in m.learners] == [
         "calengine_builtins.learners.naive_bayes", "calengine_builtins.learners.linear",
         "calengine_builtins.learners.neighbors",
