@@ -145,17 +145,25 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
     "n": {kind: n}, "decisions": ...}``; handles are paths in ``spill_dir`` or the arrays themselves.
     ``evaluate_chunk``: :func:`calengine.scores.table.evaluate_chunk` (passed in: the scores side calls
     this module, not the other way round)."""
-    part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight)
+    part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight, accumulators=True)
     out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions"), "segments": part.get("segments")}
     for kind in ("calibrated", "raw"):
-        arrays = part[kind]
-        if arrays is None:
+        acc = part[kind]
+        if acc is None:
             continue
-        tables = _tables_of(arrays)
-        out["n"][kind] = arrays["n"].item()
         # a binary chunk whose class-0 and top-label tables are its class-1 table's mirror and merged
-        # halves keeps only that table: the others' ranges are derived from its ranges (derive_range)
-        mirrored = out.setdefault("mirrored", {})[kind] = derivable(tables)
+        # halves keeps only that table: the others' ranges are derived from its ranges (derive_range).
+        # A chunk of complementary batches only is one by construction: its other tables are never
+        # built; any other chunk is checked on its tables
+        t1 = acc.complementary_table()
+        if t1 is not None:
+            tables, mirrored, n = [None, t1, None], True, acc.n
+        else:
+            arrays = acc.to_arrays()
+            tables, n = _tables_of(arrays), arrays["n"].item()
+            mirrored = derivable(tables)
+        out["n"][kind] = n
+        out.setdefault("mirrored", {})[kind] = mirrored
         keep = [j == 1 or not mirrored for j in range(len(tables))]
         out["sketch"][kind] = [_sketch(t) if k else None for t, k in zip(tables, keep)]
         if spill_dir is not None:
