@@ -391,6 +391,38 @@ def test_evaluate_derives_a_binary_models_class_0_and_top_label_ranges_from_clas
         assert calls == [1]  # only the chunk made to take the checked path was checked
 
 
+def test_ranges_of_a_table_are_built_side_by_side_on_the_threads(pima_single_model, tmp_path, monkeypatch):
+    """Embedded (a ThreadClient of two threads), two range builds of a table run at once: each of the
+    first two builds waits for the other at a barrier, which breaks (and fails the command) when the
+    builds run one at a time, as they did while a task picking a build's handle waited for it on the
+    other thread.  The answers stay the accumulator's."""
+    import threading
+
+    import calengine
+    from calengine.metrics import range_eval
+
+    model, parts = pima_single_model
+    old, _ = _accumulator_then_ranges(model, parts, tmp_path, monkeypatch, None)
+    barrier, seen, lock = threading.Barrier(2, timeout=20), [], threading.Lock()
+    build, derive = range_eval.build_range, range_eval.derive_range
+
+    def met(fn):
+        def run(*args, **kwargs):
+            with lock:
+                seen.append(1)
+                first_two = len(seen) <= 2
+            if first_two:
+                barrier.wait()
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(range_eval, "build_range", met(build))
+    monkeypatch.setattr(range_eval, "derive_range", met(derive))
+    new = calengine.evaluate_models(model, str(parts), "class", workers=2)
+    assert len(seen) > 2 and not barrier.broken
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+
+
 def test_evaluate_cut_into_ranges_on_a_cluster_keeps_the_tables_on_the_workers(pima_model, monkeypatch):
     """With a Dask client (two worker processes) nothing is spilled here: the chunks' and the ranges'
     tables are task results on the workers, and the answers are the accumulator's."""
