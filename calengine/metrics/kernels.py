@@ -282,10 +282,12 @@ def irls(table, req: dict) -> dict:
         return out
     af, mf = derived(table, ("float_counts", req["unit"]), lambda: (a.astype(np.float64), m.astype(np.float64)))
     for name, fit in req["fits"].items():
-        # the basis does not depend on theta: a cached range keeps it for the fit's next rounds
+        # the basis does not depend on theta: a cached range keeps it for the fit's next rounds; the
+        # spline's is built on the line's logits (the same floats: logit_basis computes them alike)
         knots = fit.get("knots")
-        B = derived(table, ("logit_basis", req["clip"], None if knots is None else tuple(knots)),
-                    lambda: logit_basis(v, req["clip"], knots))
+        line = derived(table, ("logit_basis", req["clip"], None), lambda: logit_basis(v, req["clip"], None))
+        B = line if knots is None else derived(table, ("logit_basis", req["clip"], tuple(knots)),
+                                               lambda: spline_basis(line[1], knots))
         theta = np.asarray(fit["theta"], dtype=np.float64)
         sums = None
         # in blocks that stay in the processor's cache (a round computes a few dozen arrays per value);
