@@ -142,3 +142,16 @@ def test_bin_counts_are_bincounts_of_the_counts(n, n_bins, seed, sorted_index):
         index = np.sort(index)
     want = [int(c) for c in np.bincount(index, weights=counts.astype(np.float64), minlength=n_bins)]
     assert exact.bin_counts(index, counts, n_bins) == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 2000), st.integers(0, 2**32 - 1), st.lists(st.integers(1, 30), min_size=1, max_size=4))
+def test_one_set_of_limbs_serves_every_binning(n, seed, sizes):
+    """A sweep bins the same terms several ways from one set of limbs: each binning's integers are the
+    definition's, sorted indices (runs) and unsorted ones (np.bincount) alike."""
+    rng = np.random.default_rng(seed)
+    scale = float(rng.uniform(1.0, 1e8))
+    t = planted_terms(rng, n, scale)
+    indexes = [rng.integers(0, s, n) if j % 2 else np.sort(rng.integers(0, s, n)) for j, s in enumerate(sizes)]
+    got = exact.fixed_sum_binnings(list(zip(indexes, sizes)), t, scale)
+    assert got == [oracle_bins(idx, t, scale, s) for idx, s in zip(indexes, sizes)]

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_to_float", "fixed_units", "bin_counts", "FIXED_BITS",
-           "SUM_BITS"]
+__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_to_float", "fixed_units",
+           "bin_counts", "FIXED_BITS", "SUM_BITS"]
 
 #: fixed-point resolution of :func:`fixed_units`: a term equal to ``scale`` is 2**52 units.
 FIXED_BITS = 52
@@ -74,22 +74,27 @@ def fixed_sum_rows(t, scale: float) -> list[int]:
 
 def fixed_sum_bins(index, t, scale: float, n_bins: int) -> list[int]:
     """Per-bin :func:`fixed_sum` of ``t`` grouped by ``index`` (ints in ``0..n_bins-1``)."""
+    return fixed_sum_binnings([(index, n_bins)], t, scale)[0]
+
+
+def fixed_sum_binnings(binnings, t, scale: float) -> list[list[int]]:
+    """:func:`fixed_sum_bins` of ``t`` for each ``(index, n_bins)`` of ``binnings``: the limbs of the
+    terms are taken once for all of them (a sweep bins the same terms several ways)."""
     t = np.asarray(t, dtype=np.float64).reshape(-1)
-    index = np.asarray(index, dtype=np.intp).reshape(-1)
-    out = [0] * int(n_bins)
+    binnings = [(np.asarray(index, dtype=np.intp).reshape(-1), int(n_bins)) for index, n_bins in binnings]
+    outs = [[0] * n_bins for _, n_bins in binnings]
     for start in range(0, t.size, BLOCK):
         hi, lo = _limbs(t[start:start + BLOCK], scale)
-        idx = index[start:start + BLOCK]
-        runs = _run_sums(idx, hi, lo, int(n_bins))
-        if runs is not None:
-            out = [o + (h << _HALF) + low for o, h, low in zip(out, *runs)]
-            continue
-        # the bins' limb sums are exact integers below 2**53: as int64, then Python ints per bin (a
-        # comprehension over lists: the logit histogram has thousands of bins per range)
-        his = np.bincount(idx, weights=hi, minlength=n_bins).astype(np.int64).tolist()
-        los = np.bincount(idx, weights=lo, minlength=n_bins).astype(np.int64).tolist()
-        out = [o + (h << _HALF) + low for o, h, low in zip(out, his, los)]
-    return out
+        for j, (index, n_bins) in enumerate(binnings):
+            idx = index[start:start + BLOCK]
+            runs = _run_sums(idx, hi, lo, n_bins)
+            if runs is None:
+                # the bins' limb sums are exact integers below 2**53: as int64, then Python ints per bin
+                # (a comprehension over lists: the logit histogram has thousands of bins per range)
+                runs = (np.bincount(idx, weights=hi, minlength=n_bins).astype(np.int64).tolist(),
+                        np.bincount(idx, weights=lo, minlength=n_bins).astype(np.int64).tolist())
+            outs[j] = [o + (h << _HALF) + low for o, h, low in zip(outs[j], *runs)]
+    return outs
 
 
 def _run_sums(idx, hi, lo, n_bins: int) -> tuple[list, list] | None:

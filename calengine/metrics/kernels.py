@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import bin_counts, fixed_sum, fixed_sum_bins, fixed_sum_rows, fixed_units
+from .exact import bin_counts, fixed_sum, fixed_sum_binnings, fixed_sum_bins, fixed_sum_rows, fixed_units
 from .range_cache import derived
 
 __all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms",
@@ -169,15 +169,15 @@ def sweep(table, req: dict) -> dict:
         resid = a.astype(np.float64) - m.astype(np.float64) * v
         path = req["resid_before"] + np.cumsum(fixed_units(resid, S))
         out["ks"] = (int(path.max()), int(path.min()))
-    mf = m.astype(np.float64)
-    for name, rule, B in req.get("binnings", ()):
-        idx = _bin_index(first, rule, B, N)
-        out[name] = {
-            "count": bin_counts(idx, m, B), "pos": bin_counts(idx, a, B),
-            "mv": fixed_sum_bins(idx, mf * v, S, B),
-            "mvv": fixed_sum_bins(idx, mf * v * v, S, B),
-            "av": fixed_sum_bins(idx, a * v, S, B),
-        }
+    binnings = [(name, _bin_index(first, rule, B, N), B) for name, rule, B in req.get("binnings", ())]
+    if binnings:
+        # the same three terms in every binning: their fixed-point limbs are taken once
+        mv = m.astype(np.float64) * v
+        sums = {key: fixed_sum_binnings([(idx, B) for _, idx, B in binnings], t, S)
+                for key, t in (("mv", mv), ("mvv", mv * v), ("av", a * v))}
+        for j, (name, idx, B) in enumerate(binnings):
+            out[name] = {"count": bin_counts(idx, m, B), "pos": bin_counts(idx, a, B),
+                         **{key: sums[key][j] for key in ("mv", "mvv", "av")}}
     levels = {}
     for name, targets in req.get("levels", {}).items():
         found = []
