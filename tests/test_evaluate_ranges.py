@@ -362,6 +362,19 @@ def test_evaluate_derives_a_binary_models_class_0_and_top_label_ranges_from_clas
             return derivable(tables) and len(calls) > 1
 
     if case == "mixed":
+        from calengine.metrics.measures import MetricAccumulator
+
+        # a chunk of complementary batches is derivable without a check (it hands out its class-1 table
+        # alone): the first one is made to take the checked path, where first_not refuses it
+        offered = []
+        complementary_table = MetricAccumulator.complementary_table
+
+        def first_checked(acc):
+            with lock:
+                offered.append(1)
+                return None if len(offered) == 1 else complementary_table(acc)
+
+        monkeypatch.setattr(MetricAccumulator, "complementary_table", first_checked)
         monkeypatch.setattr(range_eval, "derivable", first_not)
     new = calengine.evaluate_models(model, str(parts), "class", weight=weight)
     assert json.dumps(new.to_json()) == json.dumps(old.to_json())
@@ -374,6 +387,40 @@ def test_evaluate_derives_a_binary_models_class_0_and_top_label_ranges_from_clas
     else:
         assert ("class0", "calibrated") not in derived and ("top", "calibrated") not in derived
         assert len([p for p in chunk_files if p.startswith("c0-calibrated")]) == 3
+    if case == "mixed":
+        assert calls == [1]  # only the chunk made to take the checked path was checked
+
+
+def test_ranges_of_a_table_are_built_side_by_side_on_the_threads(pima_single_model, tmp_path, monkeypatch):
+    """Embedded (a ThreadClient of two threads), two range builds of a table run at once: each of the
+    first two builds waits for the other at a barrier, which breaks (and fails the command) when the
+    builds run one at a time, as they did while a task picking a build's handle waited for it on the
+    other thread.  The answers stay the accumulator's."""
+    import threading
+
+    import calengine
+    from calengine.metrics import range_eval
+
+    model, parts = pima_single_model
+    old, _ = _accumulator_then_ranges(model, parts, tmp_path, monkeypatch, None)
+    barrier, seen, lock = threading.Barrier(2, timeout=20), [], threading.Lock()
+    build, derive = range_eval.build_range, range_eval.derive_range
+
+    def met(fn):
+        def run(*args, **kwargs):
+            with lock:
+                seen.append(1)
+                first_two = len(seen) <= 2
+            if first_two:
+                barrier.wait()
+            return fn(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(range_eval, "build_range", met(build))
+    monkeypatch.setattr(range_eval, "derive_range", met(derive))
+    new = calengine.evaluate_models(model, str(parts), "class", workers=2)
+    assert len(seen) > 2 and not barrier.broken
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())
 
 
 def test_evaluate_cut_into_ranges_on_a_cluster_keeps_the_tables_on_the_workers(pima_model, monkeypatch):

@@ -20,6 +20,7 @@ from calengine.metrics.measures import (
     evaluate_predictions,
     reliability_diagram,
 )
+from calengine.metrics.tables import binary_top, mirror_table
 
 RESULT_KEYS = {
     "n",
@@ -573,17 +574,28 @@ def test_complementary_batches_derive_class_0_and_top_label_tables(p1, data):
     P = np.column_stack((1.0 - p1, p1))
     cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=3)))
     acc = MetricAccumulator(2)
-    rows = []
+    rows, offs = [], 0
     for lo, hi in zip([0, *cuts], [*cuts, n]):
         Pb = P[lo:hi].copy()
         if data.draw(st.booleans()):
             Pb[:, 0] = np.nextafter(Pb[:, 0], 0.5)  # not complementary any more (rows still sum to 1)
         acc.add(y[lo:hi], Pb)
         rows.append(Pb)
+        offs += int(not np.array_equal(Pb[:, 0], 1.0 - Pb[:, 1]))
     Q = np.concatenate(rows)
     pred = np.argmax(Q, axis=1)
     want = [_grouped_reference(Q[:, 0], y == 0), _grouped_reference(Q[:, 1], y == 1),
             _grouped_reference(Q[np.arange(n), pred], pred == y)]
+    # only an accumulator of complementary batches hands out its class-1 table alone (the range
+    # builders derive the other two from it), and asking leaves it as it was (read below)
+    t1 = acc.complementary_table()
+    if offs:
+        assert t1 is None
+    else:
+        for got, w in zip((mirror_table(t1), t1, binary_top(t1)), want):
+            assert [x.dtype for x in got] == [np.float64, np.int64, np.int64]
+            for g, x in zip(got, w):
+                np.testing.assert_array_equal(g, x)
     for got, w in zip([*acc._cls, acc._top], want):
         assert [x.dtype for x in got] == [np.float64, np.int64, np.int64]
         for g, x in zip(got, w):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import fixed_sum, fixed_sum_bins
+from .exact import bin_counts, fixed_sum, fixed_sum_bins
 from .kernels import ECE_BINS, counts
 
 __all__ = ["tally", "column_pieces", "column_local", "column_prefix", "top_pieces", "reject_points", "reject_last",
@@ -106,7 +106,7 @@ def column_prefix(table, req: dict) -> dict:
         out["spieg_var"] = fixed_sum(mf * (1.0 - 2.0 * p) ** 2 * p * (1.0 - p), S)
         first = req["count_before"] + np.cumsum(m) - m
         idx = np.minimum(first * HL_BINS // max(req["N"], 1), HL_BINS - 1)
-        out["hl"] = {"obs": np.bincount(idx, weights=af, minlength=HL_BINS).astype(np.int64).tolist(),
+        out["hl"] = {"obs": bin_counts(idx, a, HL_BINS),
                      "exp": fixed_sum_bins(idx, mf * p, S, HL_BINS),
                      "var": fixed_sum_bins(idx, mf * p * (1.0 - p), S, HL_BINS)}
     return out
@@ -125,8 +125,7 @@ def top_pieces(table, req: dict) -> dict:
     out["q"] = fixed_sum(af * (1.0 - v) ** 2 + bf * v**2, S)
     edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
     idx = np.clip(np.searchsorted(edges[1:-1], v, side="right"), 0, ECE_BINS - 1)
-    out["bins"] = {"count": np.bincount(idx, weights=mf, minlength=ECE_BINS).astype(np.int64).tolist(),
-                   "pos": np.bincount(idx, weights=af, minlength=ECE_BINS).astype(np.int64).tolist(),
+    out["bins"] = {"count": bin_counts(idx, m, ECE_BINS), "pos": bin_counts(idx, a, ECE_BINS),
                    "mv": fixed_sum_bins(idx, mf * v, S, ECE_BINS)}
     return out
 

@@ -14,7 +14,9 @@ metric needs is therefore taken in fixed point against a *scale* that every piec
   (plus the rounding of ``t / scale`` itself, relative 2**-53 of the term), so a sum of ``n`` terms is
   within ``n * scale * 2**-63`` of the exact sum of the terms: 1e-12 of ``scale`` at 10^7 values.
   Limbs are added as float64 (``np.sum``/``np.bincount``), exactly, in blocks of at most
-  :data:`BLOCK` terms, so every partial sum stays below 2**53.
+  :data:`BLOCK` terms, so every partial sum stays below 2**53.  A binned sum whose bins are in order
+  (a sorted table's bins are runs of its values) adds each bin's run with ``np.add.reduceat``, a
+  fraction of ``np.bincount``'s cost: exact sums of the same limbs, so the same integers.
 * :func:`fixed_units`: one int64 limb in units of ``scale * 2**-52``, for *prefix* sums (the path of
   cumulative calibration differences behind KS and Kuiper, cumulative weights when weights are
   fractional): integer prefix sums are exact, so a cumulative quantity at any value is the same
@@ -27,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_to_float", "fixed_units", "FIXED_BITS", "SUM_BITS"]
+__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_to_float", "fixed_units",
+           "bin_counts", "FIXED_BITS", "SUM_BITS"]
 
 #: fixed-point resolution of :func:`fixed_units`: a term equal to ``scale`` is 2**52 units.
 FIXED_BITS = 52
@@ -71,18 +74,65 @@ def fixed_sum_rows(t, scale: float) -> list[int]:
 
 def fixed_sum_bins(index, t, scale: float, n_bins: int) -> list[int]:
     """Per-bin :func:`fixed_sum` of ``t`` grouped by ``index`` (ints in ``0..n_bins-1``)."""
+    return fixed_sum_binnings([(index, n_bins)], t, scale)[0]
+
+
+def fixed_sum_binnings(binnings, t, scale: float) -> list[list[int]]:
+    """:func:`fixed_sum_bins` of ``t`` for each ``(index, n_bins)`` of ``binnings``: the limbs of the
+    terms are taken once for all of them (a sweep bins the same terms several ways)."""
     t = np.asarray(t, dtype=np.float64).reshape(-1)
-    index = np.asarray(index, dtype=np.intp).reshape(-1)
-    out = [0] * int(n_bins)
+    binnings = [(np.asarray(index, dtype=np.intp).reshape(-1), int(n_bins)) for index, n_bins in binnings]
+    outs = [[0] * n_bins for _, n_bins in binnings]
     for start in range(0, t.size, BLOCK):
         hi, lo = _limbs(t[start:start + BLOCK], scale)
-        idx = index[start:start + BLOCK]
-        # the bins' limb sums are exact integers below 2**53: as int64, then Python ints per bin (a
-        # comprehension over lists: the logit histogram has thousands of bins per range)
-        his = np.bincount(idx, weights=hi, minlength=n_bins).astype(np.int64).tolist()
-        los = np.bincount(idx, weights=lo, minlength=n_bins).astype(np.int64).tolist()
-        out = [o + (h << _HALF) + low for o, h, low in zip(out, his, los)]
-    return out
+        for j, (index, n_bins) in enumerate(binnings):
+            idx = index[start:start + BLOCK]
+            runs = _run_sums(idx, hi, lo, n_bins)
+            if runs is None:
+                # the bins' limb sums are exact integers below 2**53: as int64, then Python ints per bin
+                # (a comprehension over lists: the logit histogram has thousands of bins per range)
+                runs = (np.bincount(idx, weights=hi, minlength=n_bins).astype(np.int64).tolist(),
+                        np.bincount(idx, weights=lo, minlength=n_bins).astype(np.int64).tolist())
+            outs[j] = [o + (h << _HALF) + low for o, h, low in zip(outs[j], *runs)]
+    return outs
+
+
+def _run_sums(idx, hi, lo, n_bins: int) -> tuple[list, list] | None:
+    """The per-bin sums of the limbs ``hi`` and ``lo`` (as int lists) when ``idx`` is non-negative and
+    non-decreasing, each bin a run of terms (then ``np.add.reduceat`` adds the runs); None otherwise,
+    or when ``hi`` is too large for every partial sum to be exact in float64 in any order (``lo`` is
+    below 2**31 and a block at most :data:`BLOCK` terms).  Indices past ``n_bins - 1`` are left out,
+    as :func:`fixed_sum_bins`' ``np.bincount`` path leaves them."""
+    if not idx.size or idx[0] < 0 or bool(np.any(idx[1:] < idx[:-1])):
+        return None
+    if not max(-float(hi.min()), float(hi.max())) * idx.size < 2.0**53:
+        return None
+    edges = np.searchsorted(idx, np.arange(n_bins + 1), side="left")
+    live = edges[1:] > edges[:-1]
+    sums = []
+    for limb in (hi, lo):
+        out = np.zeros(n_bins)
+        if live.any():
+            # each live bin's run ends where the next live bin's starts (the bins between are empty)
+            out[live] = np.add.reduceat(limb[:edges[-1]], edges[:-1][live])
+        sums.append(out.astype(np.int64).tolist())
+    return sums[0], sums[1]
+
+
+def bin_counts(index, counts, n_bins: int) -> list[int]:
+    """Per-bin sums of integer ``counts`` (int64) grouped by ``index`` (ints in ``0..n_bins-1``), as
+    Python ints: ``np.bincount(index, weights=counts)`` as the kernels took it (exact below 2**53),
+    with a non-decreasing index (a sorted table's bins) the runs added as int64 instead."""
+    index = np.asarray(index, dtype=np.intp).reshape(-1)
+    counts = np.asarray(counts).reshape(-1)
+    if (counts.dtype == np.int64 and index.size and 0 <= index[0] and index[-1] < n_bins
+            and not bool(np.any(index[1:] < index[:-1]))):
+        edges = np.searchsorted(index, np.arange(n_bins + 1), side="left")
+        live = edges[1:] > edges[:-1]
+        out = np.zeros(n_bins, dtype=np.int64)
+        out[live] = np.add.reduceat(counts, edges[:-1][live])
+        return out.tolist()
+    return np.bincount(index, weights=counts.astype(np.float64), minlength=n_bins).astype(np.int64).tolist()
 
 
 def fixed_to_float(total: int, scale: float) -> float:

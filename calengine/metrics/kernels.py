@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import fixed_sum, fixed_sum_bins, fixed_sum_rows, fixed_units
+from .exact import bin_counts, fixed_sum, fixed_sum_binnings, fixed_sum_bins, fixed_sum_rows, fixed_units
 from .range_cache import derived
 
 __all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms",
@@ -57,10 +57,14 @@ def grid_histograms(v, a, m, size: int, scale: float):
     weight itself, the forecast and the event; three lists of fixed-point sums."""
     pos = (v * (size - 1)).astype(np.int64).clip(0, size - 2)
     frac = v * (size - 1) - pos
-    idx = np.concatenate((pos, pos + 1))
-    share = np.concatenate((1.0 - frac, frac))
+    below = 1.0 - frac
     mf, af = m.astype(np.float64), a.astype(np.float64)
-    return [fixed_sum_bins(idx, share * np.concatenate((x, x)), scale, size)
+    # the lower and the upper neighbours' shares binned apart, each index in value order (so the
+    # sorted runs' fast path of fixed_sum_bins applies), and their integers added: the same sums
+    # as binning both shares at once
+    up = pos + 1
+    return [[p + q for p, q in zip(fixed_sum_bins(pos, below * x, scale, size),
+                                   fixed_sum_bins(up, frac * x, scale, size))]
             for x in (mf, mf * v, af)]
 
 
@@ -84,8 +88,7 @@ def census(table, req: dict) -> dict:
     if req.get("bins"):
         edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
         idx = np.clip(np.searchsorted(edges[1:-1], v, side="right"), 0, ECE_BINS - 1)
-        out["bins"] = {"count": np.bincount(idx, weights=mf, minlength=ECE_BINS).astype(np.int64).tolist(),
-                       "pos": np.bincount(idx, weights=af, minlength=ECE_BINS).astype(np.int64).tolist(),
+        out["bins"] = {"count": bin_counts(idx, m, ECE_BINS), "pos": bin_counts(idx, a, ECE_BINS),
                        "mv": fixed_sum_bins(idx, mf * v, S, ECE_BINS)}
     if req.get("grid"):
         out["grid"] = {req["grid"]: grid_histograms(v, a, m, req["grid"], S)}
@@ -115,8 +118,7 @@ def logit_histogram(table, unit, n_bins: int, clip: float, scale: float) -> dict
     span = int(idx.max()) + 1
     mf = m.astype(np.float64)
     return {"first": first,
-            "m": np.bincount(idx, weights=mf, minlength=span).astype(np.int64).tolist(),
-            "a": np.bincount(idx, weights=a.astype(np.float64), minlength=span).astype(np.int64).tolist(),
+            "m": bin_counts(idx, m, span), "a": bin_counts(idx, a, span),
             "mx": fixed_sum_bins(idx, mf * x, scale * 100.0, span),
             "ax": fixed_sum_bins(idx, a * x, scale * 100.0, span)}
 
@@ -167,16 +169,15 @@ def sweep(table, req: dict) -> dict:
         resid = a.astype(np.float64) - m.astype(np.float64) * v
         path = req["resid_before"] + np.cumsum(fixed_units(resid, S))
         out["ks"] = (int(path.max()), int(path.min()))
-    mf = m.astype(np.float64)
-    for name, rule, B in req.get("binnings", ()):
-        idx = _bin_index(first, rule, B, N)
-        out[name] = {
-            "count": np.bincount(idx, weights=mf, minlength=B).astype(np.int64).tolist(),
-            "pos": np.bincount(idx, weights=a.astype(np.float64), minlength=B).astype(np.int64).tolist(),
-            "mv": fixed_sum_bins(idx, mf * v, S, B),
-            "mvv": fixed_sum_bins(idx, mf * v * v, S, B),
-            "av": fixed_sum_bins(idx, a * v, S, B),
-        }
+    binnings = [(name, _bin_index(first, rule, B, N), B) for name, rule, B in req.get("binnings", ())]
+    if binnings:
+        # the same three terms in every binning: their fixed-point limbs are taken once
+        mv = m.astype(np.float64) * v
+        sums = {key: fixed_sum_binnings([(idx, B) for _, idx, B in binnings], t, S)
+                for key, t in (("mv", mv), ("mvv", mv * v), ("av", a * v))}
+        for j, (name, idx, B) in enumerate(binnings):
+            out[name] = {"count": bin_counts(idx, m, B), "pos": bin_counts(idx, a, B),
+                         **{key: sums[key][j] for key in ("mv", "mvv", "av")}}
     levels = {}
     for name, targets in req.get("levels", {}).items():
         found = []
@@ -221,27 +222,51 @@ IRLS_BLOCK = 1 << 13
 
 
 def _irls_block(B, theta, af, mf, v, scale: float, ici: bool) -> list[int]:
-    """:func:`irls`'s sums over one block of values (basis columns ``B``)."""
+    """:func:`irls`'s sums over one block of values (basis columns ``B``, the first all ones).
+
+    Every term is the float of the plain expressions ``B @ theta`` (column by column, from 0),
+    ``mu = 0.5 + 0.5 tanh(eta / 2)``, ``m mu (1 - mu) b_i b_j``, ...; they are computed here in place
+    and into the rows of one array (a round computes some twenty per value), the products in the
+    same order, so the floats are the same bit for bit."""
     # B @ theta as elementwise products added column by column: a BLAS product may round differently
-    # for different row counts, which would make the sums depend on where the table was cut
-    eta = np.zeros(v.size)
-    for col, th in zip(B, theta):
-        eta = eta + col * th
-    mu = 0.5 + 0.5 * np.tanh(0.5 * eta)  # expit, overflow-free
-    resid = af - mf * mu
-    wt = mf * mu * (1.0 - mu)
+    # for different row counts, which would make the sums depend on where the table was cut; the
+    # first column is ones, so it adds 0.0 + theta[0] everywhere
+    eta = np.full(v.size, 0.0 + theta[0])
+    for col, th in zip(B[1:], theta[1:]):
+        eta += col * th
+    mu = np.multiply(eta, 0.5)
+    np.tanh(mu, out=mu)
+    np.multiply(mu, 0.5, out=mu)
+    np.add(mu, 0.5, out=mu)  # expit, overflow-free: 0.5 + 0.5 tanh(eta / 2)
     k = len(B)
     terms = np.empty((k + k * (k + 1) // 2 + int(ici) + 1, v.size))
-    row = 0
-    for i, bi in enumerate(B):
-        np.multiply(resid, bi, out=terms[row])
-        wb = wt * bi
-        np.multiply(wb, np.stack(B[i:]), out=terms[row + 1:row + 1 + k - i])
+    mm = mf * mu
+    resid = np.subtract(af, mm)
+    wt = np.subtract(1.0, mu)
+    np.multiply(mm, wt, out=wt)  # m mu (1 - mu)
+    # the first column is ones and x * 1.0 is x: its products are copies
+    terms[0] = resid
+    terms[1] = wt
+    for j in range(1, k):
+        np.multiply(wt, B[j], out=terms[1 + j])
+    row = 1 + k
+    wb = np.empty(v.size)
+    for i in range(1, k):
+        np.multiply(resid, B[i], out=terms[row])
+        np.multiply(wt, B[i], out=wb)
+        for j in range(i, k):
+            np.multiply(wb, B[j], out=terms[row + 1 + j - i])
         row += 1 + k - i
     if ici:
-        np.multiply(mf, np.abs(mu - v), out=terms[row])
+        np.subtract(mu, v, out=mm)
+        np.abs(mm, out=mm)
+        np.multiply(mf, mm, out=terms[row])
         row += 1
-    np.subtract(af * eta, mf * np.logaddexp(0.0, eta), out=terms[row])  # the log-likelihood, for the step search
+    # the log-likelihood, for the step search
+    np.logaddexp(0.0, eta, out=mm)
+    np.multiply(mf, mm, out=mm)
+    np.multiply(af, eta, out=terms[row])
+    np.subtract(terms[row], mm, out=terms[row])
     return fixed_sum_rows(terms, scale)
 
 
@@ -257,10 +282,12 @@ def irls(table, req: dict) -> dict:
         return out
     af, mf = derived(table, ("float_counts", req["unit"]), lambda: (a.astype(np.float64), m.astype(np.float64)))
     for name, fit in req["fits"].items():
-        # the basis does not depend on theta: a cached range keeps it for the fit's next rounds
+        # the basis does not depend on theta: a cached range keeps it for the fit's next rounds; the
+        # spline's is built on the line's logits (the same floats: logit_basis computes them alike)
         knots = fit.get("knots")
-        B = derived(table, ("logit_basis", req["clip"], None if knots is None else tuple(knots)),
-                    lambda: logit_basis(v, req["clip"], knots))
+        line = derived(table, ("logit_basis", req["clip"], None), lambda: logit_basis(v, req["clip"], None))
+        B = line if knots is None else derived(table, ("logit_basis", req["clip"], tuple(knots)),
+                                               lambda: spline_basis(line[1], knots))
         theta = np.asarray(fit["theta"], dtype=np.float64)
         sums = None
         # in blocks that stay in the processor's cache (a round computes a few dozen arrays per value);

@@ -261,6 +261,19 @@ class MetricAccumulator:
             self._cls_tables = [_merge_all([t, *_grouped(p)]) for t, p in zip(self._cls_tables, pending[:-1])]
             self._top_table = _merge_all([self._top_table, *_grouped(pending[-1])])
 
+    def complementary_table(self):
+        """The class-1 table, when every row so far came in unweighted binary batches with ``P[:, 0] ==
+        1 - P[:, 1]`` on every row (:func:`~calengine.metrics.tables.complementary`); else None.  Then
+        the class-0 and top-label tables are :func:`~calengine.metrics.tables.mirror_table` and
+        :func:`~calengine.metrics.tables.binary_top` of it, bit for bit, and a caller that derives them
+        later (:func:`calengine.metrics.range_eval.chunk_tables`) need not build or check them.  The
+        accumulator is left as it was."""
+        mirrored = self.__dict__.get("_mirrored")
+        if not mirrored or self.__dict__.get("_pending") or any(t[0].size for t in self._cls_tables) \
+                or self._top_table[0].size:
+            return None
+        return _group_keys(mirrored)
+
     # ---- building ---------------------------------------------------------------------------------
 
     def add(self, y: np.ndarray, P: np.ndarray, sample_weight=None) -> "MetricAccumulator":

@@ -145,17 +145,25 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
     "n": {kind: n}, "decisions": ...}``; handles are paths in ``spill_dir`` or the arrays themselves.
     ``evaluate_chunk``: :func:`calengine.scores.table.evaluate_chunk` (passed in: the scores side calls
     this module, not the other way round)."""
-    part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight)
+    part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight, accumulators=True)
     out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions"), "segments": part.get("segments")}
     for kind in ("calibrated", "raw"):
-        arrays = part[kind]
-        if arrays is None:
+        acc = part[kind]
+        if acc is None:
             continue
-        tables = _tables_of(arrays)
-        out["n"][kind] = arrays["n"].item()
         # a binary chunk whose class-0 and top-label tables are its class-1 table's mirror and merged
-        # halves keeps only that table: the others' ranges are derived from its ranges (derive_range)
-        mirrored = out.setdefault("mirrored", {})[kind] = derivable(tables)
+        # halves keeps only that table: the others' ranges are derived from its ranges (derive_range).
+        # A chunk of complementary batches only is one by construction: its other tables are never
+        # built; any other chunk is checked on its tables
+        t1 = acc.complementary_table()
+        if t1 is not None:
+            tables, mirrored, n = [None, t1, None], True, acc.n
+        else:
+            arrays = acc.to_arrays()
+            tables, n = _tables_of(arrays), arrays["n"].item()
+            mirrored = derivable(tables)
+        out["n"][kind] = n
+        out.setdefault("mirrored", {})[kind] = mirrored
         keep = [j == 1 or not mirrored for j in range(len(tables))]
         out["sketch"][kind] = [_sketch(t) if k else None for t, k in zip(tables, keep)]
         if spill_dir is not None:
@@ -509,13 +517,11 @@ def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, lab
     """The futures of one table's ranges and of their census answers (for the request ``census``), and
     the ranges' edges (None: unbounded)."""
     edges = [None, *range_boundaries(sketches), None]
-    out, answers = [], []
+    built = []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
-        built = client.submit(build_range, (lo, hi), path, *handles, census=census, pure=False)
-        out.append(client.submit(_nth, built, 0, pure=False))
-        answers.append(client.submit(_nth, built, 1, pure=False))
-    return out, answers, edges
+        built.append(client.submit(build_range, (lo, hi), path, *handles, census=census, pure=False))
+    return (*_handles_and_answers(client, built), edges)
 
 
 def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir, label: str,
@@ -524,15 +530,33 @@ def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: l
     whose every chunk is mirrored: cut by their own sketches (the class-1 sketches mapped), each read
     from the slices of the class-1 ranges ``ranges1`` (edges ``edges1``) its rows come from."""
     edges = [None, *range_boundaries([_mapped_sketch(s, which) for s in sketches]), None]
-    out, answers = [], []
+    built = []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         plan = derived_slices(which, lo, hi, edges1)
         path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
-        built = client.submit(derive_range, which, path, census, [ab for _, ab in plan], *[ranges1[i] for i, _ in plan],
-                              pure=False)
-        out.append(client.submit(_nth, built, 0, pure=False))
-        answers.append(client.submit(_nth, built, 1, pure=False))
-    return out, answers
+        built.append(client.submit(derive_range, which, path, census, [ab for _, ab in plan],
+                                   *[ranges1[i] for i, _ in plan], pure=False))
+    return _handles_and_answers(client, built)
+
+
+def _handles_and_answers(client, built: list) -> tuple[list, list]:
+    """The futures of the ranges' handles and of their census answers, from the futures of their
+    build tasks' ``(handle, answer)`` pairs.
+
+    On a Dask cluster two small tasks per range pick them (the handle of an in-memory range is its
+    table, which must stay on the worker).  On the threads of a
+    :class:`~calengine.thread_client.ThreadClient` such a task would wait for its build on a pool
+    thread: behind every build the next queued picking task held the other thread, so the ranges were
+    built one at a time (1M rows: none of 24 builds overlapped another).  There the pairs are awaited
+    here (the builds of a table run side by side) and handed on as futures already holding them: the
+    same handles and answers."""
+    from ..thread_client import ThreadClient
+
+    if isinstance(client, ThreadClient):
+        pairs = client.gather(built)
+        return client.scatter([p[0] for p in pairs]), client.scatter([p[1] for p in pairs])
+    return ([client.submit(_nth, b, 0, pure=False) for b in built],
+            [client.submit(_nth, b, 1, pure=False) for b in built])
 
 
 def _mapped_sketch(sketch: dict, which: str) -> dict:

@@ -336,8 +336,11 @@ def _weight_column(df, weight: str | None):
 
 @trims_heap
 def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix=None,
-                   weight: str | None = None, segments: tuple | None = None) -> dict:
-    """Metric accumulators (as arrays) for the calibrated and, optionally, raw probabilities, rows
+                   weight: str | None = None, segments: tuple | None = None, accumulators: bool = False) -> dict:
+    """Metric accumulators (as arrays; with ``accumulators``, as the
+    :class:`~calengine.metrics.measures.MetricAccumulator` objects, for a caller in the same process
+    that reads only some of their tables: :func:`calengine.metrics.range_eval.chunk_tables`) for the
+    calibrated and, optionally, raw probabilities, rows
     weighted by the column ``weight`` when given; with ``cost_matrix``, also a
     :class:`~calengine.decisions.DecisionAccumulator` of both's decisions; with ``segments``
     (``(by columns, max_segments)``, ``evaluate --by``), also ``"segments"``: the
@@ -377,7 +380,10 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
             decisions.add(y, P, Q if with_raw else None, df, sample_weight=w)
         if seg is not None:
             seg.add({c: df[c] for c in by}, y, P, w)  # Series: Arrow strings are factorised as they are
-    out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
+    if accumulators:
+        out = {"calibrated": cal, "raw": raw}
+    else:
+        out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
     if decisions is not None:
         out["decisions"] = decisions
     if seg is not None:
