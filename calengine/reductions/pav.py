@@ -88,14 +88,16 @@ def check_binary_data(scores, y, sample_weight=None, *, require_both_classes: bo
         )
     if yv.dtype.kind not in "biuf":
         raise DataError("labels y must be 0 or 1; encode the positive class as 1 and the rest as 0")
-    yf = yv.astype(np.float64)
-    if not np.all((yf == 0.0) | (yf == 1.0)):
+    # integer labels (the engine's) are checked and converted as they are; the float copy, which the
+    # first round of every calibrator paid for each row, is made only for float labels or the message
+    yf = None if yv.dtype.kind in "biu" and np.all((yv == 0) | (yv == 1)) else yv.astype(np.float64)
+    if yf is not None and not np.all((yf == 0.0) | (yf == 1.0)):
         bad = np.unique(yf[(yf != 0.0) & (yf != 1.0)])[:3]
         raise DataError(
             f"labels y must be 0 or 1, found {', '.join(repr(float(b)) for b in bad)}; "
             "encode the positive class as 1 and the rest as 0"
         )
-    yi = yf.astype(np.int64)
+    yi = yv.astype(np.int64) if yf is None else yf.astype(np.int64)
     if sample_weight is None:
         w = np.ones(s.shape[0], dtype=np.float64)
     else:
