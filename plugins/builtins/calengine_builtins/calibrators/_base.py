@@ -154,6 +154,8 @@ def _as_probability(s: np.ndarray) -> np.ndarray:
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
+    """``logit(p)`` of ``p`` clipped to ``[EPS, 1 - EPS]``: the same bits as of ``p`` clipped to
+    ``[0, 1]`` first (the inner clip's bounds lie outside the outer's), so callers pass raw scores."""
     p = np.clip(p, EPS, 1.0 - EPS)
     return np.log(p) - np.log1p(-p)
 

@@ -229,7 +229,7 @@ def _slope_update(st: dict[str, Any], ev: np.ndarray):
     """``ev`` rows ``[g, g']`` at the requested points; returns the next points or ``None`` (then
     ``st["x"]`` is the answer)."""
     if st["phase"] == "ends":
-        (g_lo, dg_lo), (g_hi, _) = ev
+        (g_lo, dg_lo), (g_hi, _) = ev  # no g' at the upper end (see _slope_eval)
         if "wide" in st and (g_lo >= 0.0 or g_hi <= 0.0):  # the root is outside a narrow start's bracket
             fresh, points = _slope_start(*st["wide"])
             st.clear()
@@ -279,11 +279,16 @@ def _slope_next(st: dict[str, Any]):
 
 def _slope_eval(m: np.ndarray, w: np.ndarray, points) -> np.ndarray:
     """Rows ``[g(α), g'(α)]`` for each α: ``g = −Σ w m σ(−α m)``, ``g' = Σ w m² σ(α m) σ(−α m)``;
-    ``w`` None: every weight 1 (the same sums to the bit, see ``_unit``)."""
-    out = np.empty((len(points), 2))
+    ``w`` None: every weight 1 (the same sums to the bit, see ``_unit``).
+
+    ``g'`` is computed at the first point only (0 at the others): :func:`_slope_update` reads it only
+    there -- a Newton trial is one point, and of a bracket's two ends only the lower one starts Newton
+    -- and at the upper end it cost a second ``expit`` and three products per row of a round."""
+    out = np.zeros((len(points), 2))
     wm = m if w is None else w * m
     for k, a in enumerate(points):
         e = expit(-a * m)
         out[k, 0] = -np.sum(wm * e)
-        out[k, 1] = np.sum(wm * m * e * expit(a * m))
+        if k == 0:
+            out[k, 1] = np.sum(wm * m * e * expit(a * m))
     return out

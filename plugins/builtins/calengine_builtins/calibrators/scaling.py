@@ -54,7 +54,7 @@ def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str, u: np.n
     each class in each bin is known exactly).  ``u``: the grid coordinate when the caller has it;
     ``w`` None: every weight 1 (the same sums to the bit, see ``_unit``)."""
     if u is None:
-        u = np.arcsinh(_logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s)
+        u = np.arcsinh(_logit(s) if kind == "proba" else s)
     idx = np.clip(((u + _HIST_SPAN) * (_HIST_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _HIST_BINS - 1)
     # one bincount per sum over (class, bin) cells: each cell adds the same terms in the same order as
     # a bincount of the class's rows alone would
@@ -221,7 +221,7 @@ class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
     def _platt_input(s: np.ndarray, kind: str, on: str) -> np.ndarray:
         """What the sigmoid is fitted on: ``logit(p)`` (clipped, see the class docstring) for
         probability scores with ``on="logit"``, else the score as given."""
-        return _logit(np.clip(s, 0.0, 1.0)) if on == "logit" and kind == "proba" else s
+        return _logit(s) if on == "logit" and kind == "proba" else s
 
     def _first_request(self, kind):
         return {"op": "summary", "kind": kind, "sorted": False, "on": self.on}
@@ -388,7 +388,7 @@ class BetaCalibrator(_BinaryCalibrator):
 
 def _log_odds(s: np.ndarray, kind: str) -> np.ndarray:
     """The score on the log-odds scale: the logit of the (clipped) probability, or the decision value."""
-    return _logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s
+    return _logit(s) if kind == "proba" else s
 
 
 def _slope_values(s, yi, w, request) -> np.ndarray:
