@@ -65,13 +65,20 @@ KEPT_PROBE = textwrap.dedent(
         return kept
 
     trimmed = trims_heap(lambda: None)
+    range_task = heap.trims_heap_even_when_kept(lambda: None)
     with kept_heap(enabled=sys.argv[1] == "on"):
         plain = fragmenting_task()
         before = rss()
         trimmed()  # inside the job: a task's end leaves the freed holes for reuse
         inside = rss()
         keeping = heap._keeping
-    print(before, inside, rss(), keeping, heap._keeping)
+    after = rss()
+    with kept_heap(enabled=sys.argv[1] == "on"):
+        again = fragmenting_task()
+        refilled = rss()
+        range_task()  # a score-range task trims all the same
+        forced = rss()
+    print(before, inside, after, keeping, heap._keeping, refilled - forced)
     """
 )
 
@@ -81,14 +88,16 @@ KEPT_PROBE = textwrap.dedent(
 def test_a_job_that_keeps_its_heap_returns_the_holes_only_when_it_ends(enabled):
     """The first probe's heap (1 MiB arrays below the mmap threshold, every other one freed): inside
     ``kept_heap`` a trimmed task's end keeps the holes, leaving the job returns them; disabled (a
-    Python caller's process), the task returns them at once, as everywhere else."""
+    Python caller's process), the task returns them at once, as everywhere else.  The score-range
+    tasks' decorator returns them inside the job too."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(4 * 2**20), MALLOC_TRIM_THRESHOLD_=str(65536))
     argv = [sys.executable, "-P", "-c", KEPT_PROBE, "on" if enabled else "off"]
     out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    before, inside, after, keeping, left = out.stdout.split()
+    before, inside, after, keeping, left, returned_by_range_task = out.stdout.split()
     before, inside, after = float(before), float(inside), float(after)
     assert int(left) == 0
+    assert float(returned_by_range_task) > 50  # trims_heap_even_when_kept, kept heap or not
     if enabled:
         assert int(keeping) == 1
         assert before - inside < 10, (before, inside)
