@@ -358,6 +358,7 @@ def dask_client(
     modules: tuple[str, ...] = (),
     memory_limit: str | None = None,
     map_only: bool = False,
+    keep_heap: bool = False,
 ) -> Iterator[object]:
     """Yield a ``distributed.Client`` for ``cluster`` (see the module docstring), closed afterwards.
 
@@ -366,7 +367,9 @@ def dask_client(
     :func:`calengine.fit.score_columns.runs_as_map`): without a cluster (and without ``memory_limit``, which only a Dask
     worker enforces) it then gets a :class:`~calengine.thread_client.ThreadClient` of ``workers``
     threads, the same tasks on the same kind of threads without importing ``distributed`` and
-    starting its scheduler (0.4-0.6 s, a fifth of scoring 10M rows).
+    starting its scheduler (0.4-0.6 s, a fifth of scoring 10M rows).  ``keep_heap``: this process owns
+    its allocator (the ``calengine`` command), so a job on threads keeps freed memory for reuse
+    (:func:`calengine.tasks.heap.kept_heap`).
 
     ``memory_limit`` (e.g. ``"6GiB"``) caps each worker of a local cluster (Dask's ``memory_limit``:
     workers spill, pause and are restarted beyond it); a remote cluster's workers set their own.
@@ -384,7 +387,9 @@ def dask_client(
         from .thread_client import ThreadClient
 
         # tasks run as threads of this process: pin its native pools for the whole job
-        with ThreadClient(workers or default_threads()) as client, pinned_native_threads():
+        from .tasks.heap import kept_heap
+
+        with ThreadClient(workers or default_threads()) as client, pinned_native_threads(), kept_heap(keep_heap):
             yield client
         return
     import dask

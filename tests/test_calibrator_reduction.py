@@ -338,6 +338,39 @@ def test_narrow_temperature_bracket_missing_the_root_restarts_on_the_full_bracke
     assert solve(*_slope_narrow_start(m, np.ones(m.size), 1e-6, 1e6)) == pytest.approx(exact, rel=1e-14)
 
 
+@pytest.mark.parametrize("shift,interior", [(0.8, True), (2.0, True), (-0.3, False), (40.0, False)])
+def test_slope_search_reads_the_derivative_only_where_the_rounds_compute_it(shift, interior):
+    """_slope_eval computes g' at a request's first point only (a round's second expit at a bracket's
+    upper end was never read): the search visits the same points and ends at the same bits as with g'
+    at every point, on the full and on a narrow bracket (also one that misses the root); anti-correlated
+    and separable margins end at the bracket's ends, the others by Newton steps."""
+    from calengine_builtins.calibrators._solvers import _slope_eval, _slope_narrow_start, _slope_start, _slope_update
+    from calengine_builtins.deferred import expit
+
+    rng = np.random.default_rng(5)
+    m = rng.normal(size=3000) + shift
+    w = rng.random(3000)
+
+    def every_point(points):
+        return np.array([[-np.sum(w * m * expit(-a * m)), np.sum(w * m * m * expit(-a * m) * expit(a * m))]
+                         for a in points])
+
+    def solve(evaluate, start):
+        st, points = start()
+        seen = []
+        while points is not None:
+            seen.append(list(points))
+            points = _slope_update(st, evaluate(points))
+        return st["x"], seen
+
+    for start in (lambda: _slope_start(1e-6, 1e6), lambda: _slope_narrow_start(m, w, 1e-6, 1e6),
+                  lambda: _slope_narrow_start(3.0 * m, w, 1e-6, 1e6)):
+        got = solve(lambda points: _slope_eval(m, w, points), start)
+        assert got == solve(every_point, start)
+        if interior:
+            assert len(got[1]) >= 2
+
+
 def test_sigmoid_rounds_on_separable_and_anticorrelated_data():
     rng = np.random.default_rng(1)
     f = rng.normal(size=10_000)

@@ -328,3 +328,21 @@ def test_pav_bit_identical_to_reference_at_scale(ties, weights):
     _assert_same_bits(pav(s, y, w), _reference_pav(s, y, w))
     _assert_same_bits(pav(s, 1 - y, w), _reference_pav(s, 1 - y, w))
     _assert_same_bits(pool_ties(s, y, w), _reference_pool_ties(s, y, w))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 60).flatmap(lambda n: st.tuples(
+    st.lists(st.floats(-5, 5, allow_nan=False), min_size=n, max_size=n),
+    st.lists(st.floats(0.01, 10, allow_nan=False), min_size=n, max_size=n))))
+def test_compiled_pass_loaded_apart_gives_scipy_optimizes_blocks(d):
+    """The PAV pass loaded without importing scipy.optimize (pav._compiled_pava) splits any weighted
+    values into the blocks scipy.optimize.isotonic_regression reports."""
+    from scipy.optimize import isotonic_regression
+
+    from calengine.reductions.pav import _pav_starts
+
+    values, weights = (np.asarray(v, dtype=np.float64) for v in d)
+    got = _pav_starts(values, weights)
+    want = isotonic_regression(values, weights=weights, increasing=True).blocks[:-1]
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.intp

@@ -8,6 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from calengine.errors import DataError
 from calengine.parquet.data import LabelSpace
@@ -76,3 +78,19 @@ def test_numeric_part_is_the_pandas_paths(tmp_path, monkeypatch, weights, cv):
             assert (x is None) == (z is None), name
             if x is not None:
                 assert x.dtype == z.dtype and np.array_equal(x, z), name
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["int8", "uint8", "int16", "int32", "int64"]),
+       st.lists(st.integers(-(2**31), 2**31 - 1), max_size=300), st.integers(0, 3))
+def test_label_counts_of_a_row_group_are_numpys_unique(dtype, raw, squeeze):
+    """The planning pass counts a row group's integer labels with a bincount when their values are
+    near each other, and with np.unique otherwise: either way np.unique's values and counts, in order."""
+    from calengine.tasks.numeric_read import _value_counts
+
+    info = np.iinfo(dtype)
+    y = np.clip(np.asarray(raw, dtype=np.int64) // (1 << (8 * squeeze)), info.min, info.max).astype(dtype)
+    values, counts = _value_counts(y)
+    want_values, want_counts = np.unique(y, return_counts=True)
+    assert values.tolist() == want_values.tolist()
+    assert counts.tolist() == want_counts.tolist()

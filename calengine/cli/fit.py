@@ -74,7 +74,8 @@ def run(args) -> int:
             prepared.result()  # embedded or remote: nothing slow to overlap, so fail fast on names
         progress = options.progress(args)
         map_only = runs_as_map(args.scores, args.prefit, args.by, args.method)  # no learner to train
-        with options.client(args, lambda: prepared.result()[3], map_only=map_only) as client:
+        # an embedded map keeps its freed memory for reuse: tasks, chunks and rounds reallocate the same sizes
+        with options.client(args, lambda: prepared.result()[3], map_only=map_only, keep_heap=map_only) as client:
             config, spec, plugins, _ = prepared.result()
             model = fit_table(client, spec, config, progress=progress, plugins=plugins)
     finally:

@@ -238,12 +238,13 @@ def tls(args):
     return TLSConfig(args.tls_ca_file, args.tls_cert, args.tls_key)
 
 
-def client(args, distributions=(), modules=(), map_only: bool = False):
+def client(args, distributions=(), modules=(), map_only: bool = False, keep_heap: bool = False):
     """The job's Dask client (:func:`calengine.cluster.dask_client`); ``distributions`` may be a callable
     returning ``(distributions, modules)``, called once the cluster is up.  ``map_only``: the command
     only maps tasks over chunks and reduces their results (score, decide, evaluate), so without
     ``--cluster`` it runs on a :class:`~calengine.thread_client.ThreadClient` and never imports
-    ``distributed``."""
+    ``distributed``; ``keep_heap``: such a job keeps freed memory for reuse
+    (:func:`calengine.tasks.heap.kept_heap`; this process is the command's own)."""
     from ..cluster import dask_client, runs_on_threads
     from ..errors import ParameterError
 
@@ -263,7 +264,7 @@ def client(args, distributions=(), modules=(), map_only: bool = False):
     from ..run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
 
     if runs_on_threads(args.cluster, memory, map_only):  # no distributed: none of its logging to set up
-        return observed(dask_client(None, workers=args.workers, map_only=True), None)
+        return observed(dask_client(None, workers=args.workers, map_only=True, keep_heap=keep_heap), None)
     import logging
 
     import distributed  # noqa: F401 - its logging configuration first, then ours on top

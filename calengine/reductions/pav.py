@@ -12,9 +12,10 @@ Ties are exact float equality (scikit-learn also merges scores closer than ``1e-
 not, so a score never merges with a different one).  Zero-weight examples carry no information and
 are dropped before anything else.
 
-The O(n) PAV pass runs in compiled code (``scipy.optimize.isotonic_regression``) over the distinct
-scores only, after an O(n log n) sort, so a million examples take well under a second.  The sort
-is the whole cost, so :func:`pool_ties` avoids NumPy's stable argsort (a plain value sort for unit
+The O(n) PAV pass runs in compiled code (SciPy's, the pass ``scipy.optimize.isotonic_regression``
+wraps, loaded without importing ``scipy.optimize``: :func:`_compiled_pava`) over the distinct scores
+only, after an O(n log n) sort, so a million examples take well under a second.  The sort is the
+whole cost, so :func:`pool_ties` avoids NumPy's stable argsort (a plain value sort for unit
 weights, the unstable argsort otherwise) while returning exactly what the stable sort defines.  At
 10M scores a fit took 0.15-0.5 of one stable argsort with unit weights and 0.6-1.0 with float
 weights, against 1.3-2.1 before (two runs on a loaded 2-core machine; benchmarks/results/pav.md).
@@ -25,6 +26,7 @@ the ROC helpers share, so that all of them reject bad data with the same message
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -88,14 +90,16 @@ def check_binary_data(scores, y, sample_weight=None, *, require_both_classes: bo
         )
     if yv.dtype.kind not in "biuf":
         raise DataError("labels y must be 0 or 1; encode the positive class as 1 and the rest as 0")
-    yf = yv.astype(np.float64)
-    if not np.all((yf == 0.0) | (yf == 1.0)):
+    # integer labels (the engine's) are checked and converted as they are; the float copy, which the
+    # first round of every calibrator paid for each row, is made only for float labels or the message
+    yf = None if yv.dtype.kind in "biu" and np.all((yv == 0) | (yv == 1)) else yv.astype(np.float64)
+    if yf is not None and not np.all((yf == 0.0) | (yf == 1.0)):
         bad = np.unique(yf[(yf != 0.0) & (yf != 1.0)])[:3]
         raise DataError(
             f"labels y must be 0 or 1, found {', '.join(repr(float(b)) for b in bad)}; "
             "encode the positive class as 1 and the rest as 0"
         )
-    yi = yf.astype(np.int64)
+    yi = yv.astype(np.int64) if yf is None else yf.astype(np.int64)
     if sample_weight is None:
         w = np.ones(s.shape[0], dtype=np.float64)
     else:
@@ -297,10 +301,7 @@ def pav(scores, y, sample_weight=None) -> PAVBlocks:
     xs, wy, ws = pool_ties(s, yi, None if sample_weight is None else w)
     if xs.size == 1:
         return PAVBlocks(xs.copy(), xs.copy(), wy / ws, ws)
-    from scipy.optimize import isotonic_regression
-
-    res = isotonic_regression(wy / ws, weights=ws, increasing=True)
-    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    starts = _pav_starts(wy / ws, ws)
     # Recompute every block mean from exact group sums, then merge any neighbours that are not
     # strictly increasing (equal means, or a last-ulp disagreement in the compiled pass).
     while True:
@@ -312,6 +313,64 @@ def pav(scores, y, sample_weight=None) -> PAVBlocks:
         starts = np.delete(starts, bad + 1)
     ends = np.concatenate((starts[1:], [xs.size])) - 1
     return PAVBlocks(xs[starts], xs[ends], np.clip(bv, 0.0, 1.0), bw)
+
+
+def _pav_starts(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """First index of every block of the weighted increasing isotonic regression of ``values``
+    (positive ``weights``): ``scipy.optimize.isotonic_regression(...).blocks[:-1]``, computed by the
+    same compiled pass (:func:`_compiled_pava`)."""
+    n = values.shape[0]
+    r = np.full(n + 1, -1, dtype=np.intp)
+    _, _, r, b = _compiled_pava()(np.array(values, dtype=np.float64, order="C", copy=True),
+                                  np.array(weights, dtype=np.float64, order="C", copy=True), r)
+    return np.asarray(r[:b], dtype=np.intp)
+
+
+_PAVA = None
+_PAVA_LOCK = threading.Lock()
+
+
+def _compiled_pava():
+    """SciPy's compiled PAV pass, ``pava(x, w, r) -> (x, w, r, number of blocks)``, which
+    ``scipy.optimize.isotonic_regression`` wraps (SciPy >= 1.12, the version calengine requires).
+
+    Why not through ``scipy.optimize``: importing that package (its minimisers, linear programming,
+    sparse linear algebra) cost ~0.5 s of CPU, a tenth of a 10M-row isotonic fit of a score column, for
+    this one function.  The extension module is loaded from its file under its own name, so a later
+    ``import scipy.optimize`` reuses it; a SciPy whose module is elsewhere takes the public route."""
+    global _PAVA
+    with _PAVA_LOCK:  # task threads may ask at once; the module is loaded once
+        if _PAVA is None:
+            _PAVA = _load_pava()
+    return _PAVA
+
+
+def _load_pava():
+    """``pava`` of ``scipy.optimize._pava_pybind``: from ``sys.modules`` if loaded, else from its file
+    in SciPy's folder (found without importing SciPy), else through ``scipy.optimize``."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    name = "scipy.optimize._pava_pybind"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module.pava
+    package = importlib.util.find_spec("scipy")
+    for folder in (package.submodule_search_locations or ()) if package is not None else ():
+        finder = importlib.machinery.FileFinder(
+            os.path.join(folder, "optimize"),
+            (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES))
+        spec = finder.find_spec(name)
+        if spec is not None:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[name] = module
+            return module.pava
+    from scipy.optimize._pava_pybind import pava
+
+    return pava
 
 
 def predict_step(lo, value, scores) -> np.ndarray:
@@ -370,10 +429,7 @@ def pav_sums(lo, hi, wy, w):
     """
     if lo.size <= 1:
         return lo, hi, wy, w
-    from scipy.optimize import isotonic_regression
-
-    res = isotonic_regression(wy / w, weights=w, increasing=True)
-    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    starts = _pav_starts(wy / w, w)
     while True:
         bw = np.add.reduceat(w, starts)
         bwy = np.add.reduceat(wy, starts)

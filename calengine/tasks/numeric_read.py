@@ -73,7 +73,25 @@ def target_counts(fragment, target: str, keys: list):
     per_group = {}
     start = 0
     for key, n in zip(keys, fragment.group_rows):
-        values, counts = np.unique(y[start : start + n], return_counts=True)
+        values, counts = _value_counts(y[start : start + n])
         per_group[tuple(key)] = {int(v): int(c) for v, c in zip(values, counts)}
         start += n
     return TableStats(len(y), {}, TargetStat(target, per_group, 0))
+
+
+#: widest range of integer labels counted by ``bincount`` (one counter per value in the range)
+_BINCOUNT_SPAN = 1 << 16
+
+
+def _value_counts(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(y, return_counts=True)`` of integer labels: the values present, increasing, and
+    their counts.  Labels within :data:`_BINCOUNT_SPAN` of each other are counted by one ``bincount``
+    instead of sorting the row group (the sort was ~8 % of a 10M-row sigmoid fit's CPU)."""
+    if y.size == 0:
+        return np.unique(y, return_counts=True)
+    lo, hi = int(y.min()), int(y.max())
+    if hi - lo >= _BINCOUNT_SPAN:
+        return np.unique(y, return_counts=True)
+    counts = np.bincount(y.astype(np.intp) - lo, minlength=hi - lo + 1)
+    present = np.flatnonzero(counts)
+    return present + lo, counts[present]

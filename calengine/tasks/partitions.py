@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import DataError
 from ..plugin_calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
-from .heap import trims_heap
+from .heap import trims_heap, trims_heap_even_when_kept
 from .numeric_read import load_numeric_part as _load_numeric_part
 from .numeric_read import target_counts as _target_counts
 from .spill import SpilledBlock, SpilledPiece, load_sets, piece_parts, spill_block, spill_pieces
@@ -499,7 +499,7 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     return out
 
 
-@trims_heap
+@trims_heap_even_when_kept
 def split_blocks(problems: list, *blocks: ScoreBlock, spill_dir: str | None = None) -> dict:
     """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order
     (with ``spill_dir``, each block's pieces written there as it is cut, so the task holds one block
@@ -537,7 +537,7 @@ def take_many(mapping: dict, keys: list) -> list:
     return [mapping[key] for key in keys]
 
 
-@trims_heap
+@trims_heap_even_when_kept
 def ranges_partial_stats(items: list, *parts: list) -> list:
     """:func:`range_partial_stats` of a batch of score ranges (:func:`calengine.fit.calibrators._range_groups`):
     ``items`` are ``(position, calibrator, request)``, ``parts`` one :func:`take_many` list per split,

@@ -154,6 +154,8 @@ def _as_probability(s: np.ndarray) -> np.ndarray:
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
+    """``logit(p)`` of ``p`` clipped to ``[EPS, 1 - EPS]``: the same bits as of ``p`` clipped to
+    ``[0, 1]`` first (the inner clip's bounds lie outside the outer's), so callers pass raw scores."""
     p = np.clip(p, EPS, 1.0 - EPS)
     return np.log(p) - np.log1p(-p)
 
@@ -228,6 +230,13 @@ def _light(scores, y, sample_weight):
     return s, yi, w
 
 
+def _unit(w: np.ndarray) -> bool:
+    """Whether every weight is 1, as in the engine's unweighted pieces.  Sums of ``w·x`` are then the
+    sums of ``x`` to the bit (``1·x`` is ``x`` exactly, and the terms are added in the same order), and
+    weight totals are exact counts, so a calibrator may skip the products without changing a fit."""
+    return bool(np.all(w == 1.0))
+
+
 def _live(s, yi, w):
     """Drop zero-weight rows (they carry no information)."""
     keep = w > 0
@@ -240,6 +249,10 @@ def _summary(s: np.ndarray, yi: np.ndarray, w: np.ndarray, weights: bool = True)
     """Statistics every first round collects: live class counts, raw score range and, if
     ``weights``, the weight of each class."""
     pos = yi == 1
+    if weights and _unit(w):  # every row live, weighing 1: the class weights are the exact counts
+        n_pos = int(np.count_nonzero(pos))
+        return {"n_pos": n_pos, "n_neg": w.size - n_pos, "min_s": float(s.min()), "max_s": float(s.max()),
+                "w_pos": float(n_pos), "w_neg": float(w.size - n_pos)}
     live = w > 0
     n_live = int(np.count_nonzero(live))
     n_pos = int(np.count_nonzero(pos if n_live == w.size else pos & live))

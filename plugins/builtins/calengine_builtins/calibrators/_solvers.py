@@ -104,14 +104,16 @@ def _platt_trial(st: dict[str, Any]):
 
 
 def _platt_eval(f, t, w, a: float, b: float) -> np.ndarray:
-    """``[objective, gradient (2), Hessian (3)]`` of Platt's cross-entropy at ``(a, b)``."""
+    """``[objective, gradient (2), Hessian (3)]`` of Platt's cross-entropy at ``(a, b)``; ``w`` None:
+    every weight 1 (the same sums to the bit, without three products per row: see ``_unit``)."""
     z = a * f + b
     p = expit(-z)
     q = expit(z)
     # −[t ln P + (1−t) ln(1−P)] with P = σ(−z): equals (t−1)·z + log(1+e^{z}).
-    obj = np.sum(w * ((t - 1.0) * z + _log1pexp(z, p, q)))
-    d2 = w * p * q
-    d1 = w * (t - p)
+    loss = (t - 1.0) * z + _log1pexp(z, p, q)
+    obj = np.sum(loss if w is None else w * loss)
+    d2 = p * q if w is None else w * p * q
+    d1 = t - p if w is None else w * (t - p)
     return np.array([obj, np.sum(f * d1), np.sum(d1), np.sum(f * f * d2), np.sum(d2), np.sum(f * d2)])
 
 
@@ -227,7 +229,7 @@ def _slope_update(st: dict[str, Any], ev: np.ndarray):
     """``ev`` rows ``[g, g']`` at the requested points; returns the next points or ``None`` (then
     ``st["x"]`` is the answer)."""
     if st["phase"] == "ends":
-        (g_lo, dg_lo), (g_hi, _) = ev
+        (g_lo, dg_lo), (g_hi, _) = ev  # no g' at the upper end (see _slope_eval)
         if "wide" in st and (g_lo >= 0.0 or g_hi <= 0.0):  # the root is outside a narrow start's bracket
             fresh, points = _slope_start(*st["wide"])
             st.clear()
@@ -276,11 +278,17 @@ def _slope_next(st: dict[str, Any]):
 
 
 def _slope_eval(m: np.ndarray, w: np.ndarray, points) -> np.ndarray:
-    """Rows ``[g(α), g'(α)]`` for each α: ``g = −Σ w m σ(−α m)``, ``g' = Σ w m² σ(α m) σ(−α m)``."""
-    out = np.empty((len(points), 2))
+    """Rows ``[g(α), g'(α)]`` for each α: ``g = −Σ w m σ(−α m)``, ``g' = Σ w m² σ(α m) σ(−α m)``;
+    ``w`` None: every weight 1 (the same sums to the bit, see ``_unit``).
+
+    ``g'`` is computed at the first point only (0 at the others): :func:`_slope_update` reads it only
+    there -- a Newton trial is one point, and of a bracket's two ends only the lower one starts Newton
+    -- and at the upper end it cost a second ``expit`` and three products per row of a round."""
+    out = np.zeros((len(points), 2))
+    wm = m if w is None else w * m
     for k, a in enumerate(points):
         e = expit(-a * m)
-        wm = w * m
         out[k, 0] = -np.sum(wm * e)
-        out[k, 1] = np.sum(wm * m * e * expit(a * m))
+        if k == 0:
+            out[k, 1] = np.sum(wm * m * e * expit(a * m))
     return out

@@ -21,6 +21,7 @@ from calengine_builtins.deferred import check_is_fitted, expit
 
 from ._base import (
     EPS, _as_probability, _BinaryCalibrator, _check_merged, _check_piece, _light, _live, _logit, _max_abs, _summary,
+    _unit,
 )
 from ._solvers import (
     _logreg_eval,
@@ -50,16 +51,21 @@ _HIST_KEYS = ("hist_wpos", "hist_wneg", "hist_spos", "hist_sneg")
 
 def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str, u: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per grid bin and class: total weight and weighted sum of the raw scores (so the mean score of
-    each class in each bin is known exactly).  ``u``: the grid coordinate when the caller has it."""
+    each class in each bin is known exactly).  ``u``: the grid coordinate when the caller has it;
+    ``w`` None: every weight 1 (the same sums to the bit, see ``_unit``)."""
     if u is None:
-        u = np.arcsinh(_logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s)
+        u = np.arcsinh(_logit(s) if kind == "proba" else s)
     idx = np.clip(((u + _HIST_SPAN) * (_HIST_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _HIST_BINS - 1)
     # one bincount per sum over (class, bin) cells: each cell adds the same terms in the same order as
     # a bincount of the class's rows alone would
     idx += np.where(yi == 1, 0, _HIST_BINS)
     n = 2 * _HIST_BINS
-    wsum = np.bincount(idx, weights=w, minlength=n).astype(np.float64)
-    ssum = np.bincount(idx, weights=w * s, minlength=n).astype(np.float64)
+    if w is None:  # every weight 1: the cells' weights are their counts, their sums the scores' own
+        wsum = np.bincount(idx, minlength=n).astype(np.float64)
+        ssum = np.bincount(idx, weights=s, minlength=n).astype(np.float64)
+    else:
+        wsum = np.bincount(idx, weights=w, minlength=n).astype(np.float64)
+        ssum = np.bincount(idx, weights=w * s, minlength=n).astype(np.float64)
     return {"hist_wpos": wsum[:_HIST_BINS], "hist_wneg": wsum[_HIST_BINS:],
             "hist_spos": ssum[:_HIST_BINS], "hist_sneg": ssum[_HIST_BINS:]}
 
@@ -75,10 +81,13 @@ _START_BINS = 20480
 def _start_hist(f: np.ndarray, yi: np.ndarray, w: np.ndarray, u: np.ndarray) -> dict[str, np.ndarray]:
     """Per grid bin and class (negatives row 0, positives row 1): total weight and weighted sum of
     ``f``, so each bin's class means of ``f`` are exact.  Data-independent grid: pieces add up.
-    ``u``: ``asinh(f)``."""
+    ``u``: ``asinh(f)``; ``w`` None: every weight 1."""
     idx = np.clip(((u + _HIST_SPAN) * (_START_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _START_BINS - 1)
     idx += np.where(yi == 1, _START_BINS, 0)
     n = 2 * _START_BINS
+    if w is None:  # every weight 1 (see _score_hist)
+        return {"start_w": np.bincount(idx, minlength=n).astype(np.float64).reshape(2, _START_BINS),
+                "start_f": np.bincount(idx, weights=f, minlength=n).reshape(2, _START_BINS)}
     return {"start_w": np.bincount(idx, weights=w, minlength=n).reshape(2, _START_BINS),
             "start_f": np.bincount(idx, weights=w * f, minlength=n).reshape(2, _START_BINS)}
 
@@ -102,6 +111,8 @@ class _SummaryStored:
         s, yi, w = _check_piece(scores, y, sample_weight)
         stats = {"op": "summary", **_summary(s, yi, w)}
         s, yi, w = _live(s, yi, w)
+        if _unit(w):
+            w = None  # the sums below skip their products by the weights (the same bits)
         extra = self._summary_extra(s, yi, w, request)
         u = extra.pop("_hist_u", None)  # the summary grid's coordinate, if the extras computed it
         return {**stats, **extra, **_score_hist(s, yi, w, request["kind"], u)}
@@ -210,7 +221,7 @@ class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
     def _platt_input(s: np.ndarray, kind: str, on: str) -> np.ndarray:
         """What the sigmoid is fitted on: ``logit(p)`` (clipped, see the class docstring) for
         probability scores with ``on="logit"``, else the score as given."""
-        return _logit(np.clip(s, 0.0, 1.0)) if on == "logit" and kind == "proba" else s
+        return _logit(s) if on == "logit" and kind == "proba" else s
 
     def _first_request(self, kind):
         return {"op": "summary", "kind": kind, "sorted": False, "on": self.on}
@@ -253,7 +264,8 @@ class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
         f, yi, w = _live(*_light(scores, y, sample_weight))
         f = self._platt_input(f, request["kind"], request["on"])
         t = np.where(yi == 1, request["t_pos"], request["t_neg"])
-        return {"op": "platt", "v": _platt_eval(f / request["scale"], t, w, request["a"], request["b"])}
+        return {"op": "platt", "v": _platt_eval(f / request["scale"], t, None if _unit(w) else w,
+                                                request["a"], request["b"])}
 
     def _step_platt(self, stats, request):
         st = self._red["newton"]
@@ -376,13 +388,13 @@ class BetaCalibrator(_BinaryCalibrator):
 
 def _log_odds(s: np.ndarray, kind: str) -> np.ndarray:
     """The score on the log-odds scale: the logit of the (clipped) probability, or the decision value."""
-    return _logit(np.clip(s, 0.0, 1.0)) if kind == "proba" else s
+    return _logit(s) if kind == "proba" else s
 
 
 def _slope_values(s, yi, w, request) -> np.ndarray:
     """:func:`_slope_eval` of ``σ(α z)`` at ``request["points"]``, ``z`` the log-odds of the scores."""
     z = _log_odds(s, request["kind"])
-    return _slope_eval(np.where(yi == 1, z, -z), w, request["points"])
+    return _slope_eval(np.where(yi == 1, z, -z), None if w is None or _unit(w) else w, request["points"])
 
 
 class _OneSlope(_BinaryCalibrator):
