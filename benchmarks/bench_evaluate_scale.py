@@ -588,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         + (" (every evaluate with `--report`)" if args.report else ""),
         "",
         f"Command: `{C.command_line()}`; tables: {', '.join(f'{s:,}' for s in sizes)} rows × {args.cols} float32"
-        f" columns in {args.files} files (`gen_table.py`), gaussian_nb + sigmoid (refit) fitted on {model_table.name};"
+        f" columns in {args.files} files or more (at most 1M rows a file; `gen_table.py`), gaussian_nb + sigmoid"
+        f" (refit) fitted on {model_table.name};"
         " no `--cluster`; medians of interleaved runs, launch to exit; peak RSS and CPU seconds of the process"
         + (f"; before: the calengine package in `{args.before}`." if args.before else "."),
         "",
