@@ -41,6 +41,22 @@ The issue's target: client < 1 GiB and every process flat (within 20 %) from 10M
 Writes ``results/evaluate_cluster.{md,json}``.
 
     python benchmarks/bench_evaluate_scale.py --cluster --rows-list 10000000,30000000 --repeats 1
+
+``--reference``: beside ``score`` and ``evaluate --json`` of each table, one more process computes the
+same metrics with scikit-learn, scipy and the reference packages the metric suite is tested against
+(relplot, MAPIE, uncertainty-calibration; the ``test`` extra), from class 1's probability in the table
+that run's ``score`` wrote and the target of the input: wall, CPU and peak RSS of each process, each
+metric's own seconds, and every value compared with ``evaluate --json`` within the tolerance
+:data:`REFERENCE_TOLERANCE` states.  Writes ``results/evaluate_reference.{md,json}``.
+
+    python benchmarks/bench_evaluate_scale.py --reference --rows-list 10000000 --repeats 1
+
+``--commands``: the peak RSS of the process (embedded, the client) of ``score``, ``score --cost-matrix``,
+``decide``, ``evaluate --json`` alone and with ``--cost-matrix`` or ``--bootstrap B`` at each size: the
+issue wants the decision accumulators and the bootstrap in bounded memory, so their peaks must not grow
+with the rows.  Writes ``results/evaluate_commands.{md,json}``.
+
+    python benchmarks/bench_evaluate_scale.py --commands --rows-list 1000000,10000000 --repeats 1
 """
 
 from __future__ import annotations
@@ -52,6 +68,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -176,7 +194,7 @@ def _publish_cluster(args, results: list) -> None:
         "",
         f"Command: `{C.command_line()}`; a fresh `dask scheduler` and {args.workers} `dask worker` processes"
         f" (`--nthreads 1 --memory-limit {args.worker_memory}`, nanny) on 127.0.0.1 per run; tables × {args.cols}"
-        f" float32 columns in 1M-row files (`gen_table.py`), gaussian_nb + sigmoid (refit); peaks are the larger of"
+        f" float32 columns in files of at most 1M rows (`gen_table.py`), gaussian_nb + sigmoid (refit); peaks are the larger of"
         " sampled RSS and VmHWM; spill: the largest total size of the workers' local directories.",
         "",
         C.markdown_table(["rows", "client peak MiB", "scheduler peak MiB", "worker peaks MiB", "spill peak MiB",
@@ -185,7 +203,264 @@ def _publish_cluster(args, results: list) -> None:
         "",
         C.machine_line(REPO_ROOT),
     ])
-    C.publish(md, results, "evaluate_cluster", args.results_dir, write=not args.no_write)
+    C.publish(md, results, args.results_name or "evaluate_cluster", args.results_dir, write=not args.no_write)
+
+
+# ------------------------------------------------------------------------------ --reference: the same metrics
+# computed by scikit-learn, scipy and the reference packages, in one process, on the arrays `score` wrote
+
+#: what each reference value is compared with (key of ``evaluate --json``), the relative tolerance and why
+#: it is not 1e-9 where it is not (the oracles of tests/test_metric_suite.py agree to the same bounds)
+REFERENCE_TOLERANCE = {
+    "brier": (1e-9, "sklearn brier_score_loss"),
+    "log_loss": (1e-9, "sklearn log_loss (clips at float64 eps, calengine at 1e-15: equal while no p < 1e-15)"),
+    "auc": (1e-9, "sklearn roc_auc_score"),
+    "ece": (1e-9, "relplot binnedECE of the top-label confidence, 15 equal-width bins"),
+    "ece_equal_mass": (1e-9, "uncertainty-calibration lower_bound_scaling_ce(p=1, debias=False, top-label, 15 bins)"),
+    "ece_classwise": (1e-9, "mean over classes of relplot binnedECE, 15 bins"),
+    "l2_ce_debiased": (1e-9, "uncertainty-calibration lower_bound_scaling_ce(p=2, debias=True, 15 bins)"),
+    "smece": (1e-9, "relplot smECE"),
+    "ks": (1e-6, "MAPIE kolmogorov_smirnov_statistic (MAPIE jitters scores by 1e-8 before sorting)"),
+    "ks_pvalue": (1e-5, "MAPIE kolmogorov_smirnov_p_value (same jitter; MAPIE's truncated series is off by ~1e-12"
+                        " absolute below p = 1e-8)"),
+    "kuiper": (1e-6, "MAPIE kuiper_statistic (same jitter)"),
+    "kuiper_pvalue": (1e-5, "MAPIE kuiper_p_value (same jitter)"),
+    "hosmer_lemeshow": (1e-9, "scipy: chi-square of 10 equal-count groups of the sorted rows"),
+    "hosmer_lemeshow_pvalue": (1e-8, "scipy chi2.sf of that statistic, 8 degrees of freedom"),
+    "calibration_slope": (1e-7, "sklearn LogisticRegression(penalty=None, newton-cholesky) of y on logit(p)"),
+    "calibration_intercept": (1e-7, "the same fit's intercept"),
+}
+
+#: absolute floor of the comparison (p-values of 1e-300 and such)
+REFERENCE_ABS = 1e-12
+
+
+def reference_metrics(scored: str, table: str, target: str = "y") -> dict:
+    """The metrics of ``evaluate --json`` that scikit-learn, scipy and the reference packages compute,
+    on class 1's probability in the Parquet dataset ``scored`` (what ``calengine score`` wrote, files in
+    the order of ``table``'s) against ``target`` in ``table``: ``{"values": {key: value}, "seconds":
+    {key: seconds}, "rows": n}``.  Each reference is timed apart; all run in this one process."""
+    import time
+
+    import calibration as kumar
+    import pyarrow.parquet as pq
+    import relplot
+    from mapie.metrics import calibration as mapie
+    from scipy.stats import chi2
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+    probs = pq.read_table(scored, columns=["p_0", "p_1"])
+    P2 = np.column_stack([probs.column(c).to_numpy().astype(np.float64) for c in ("p_0", "p_1")])
+    del probs
+    p = P2[:, 1]
+    y = pq.read_table(table, columns=[target]).column(target).to_numpy().astype(np.int64)
+    if p.size != y.size:
+        raise SystemExit(f"error: {scored} has {p.size} rows, {table} {y.size}")
+    values, seconds = {}, {}
+
+    def timed(key, fn):
+        t0 = time.perf_counter()
+        values[key] = fn()
+        seconds[key] = time.perf_counter() - t0
+
+    def hosmer_lemeshow(groups=10):
+        order = np.argsort(p, kind="stable")
+        f, o = p[order], y[order].astype(np.float64)
+        g = np.arange(f.size) * groups // f.size
+        n = np.bincount(g, minlength=groups).astype(np.float64)
+        E, O = np.bincount(g, weights=f, minlength=groups), np.bincount(g, weights=o, minlength=groups)
+        live = (E > 0) & (E < n)
+        stat = float(np.sum((O[live] - E[live]) ** 2 / (E[live] * (1 - E[live] / n[live]))))
+        return stat, float(chi2.sf(stat, np.count_nonzero(live) - 2))
+
+    def cox():
+        q = np.clip(p, 1e-15, 1 - 1e-15)
+        x = (np.log(q) - np.log1p(-q))[:, None]
+        fit = LogisticRegression(penalty=None, solver="newton-cholesky", tol=1e-12, max_iter=200).fit(x, y)
+        return float(fit.coef_[0, 0]), float(fit.intercept_[0])
+
+    timed("brier", lambda: float(brier_score_loss(y, p)))
+    timed("log_loss", lambda: float(log_loss(y, p)))
+    timed("auc", lambda: float(roc_auc_score(y, p)))
+    conf, correct = P2.max(axis=1), (np.argmax(P2, axis=1) == y).astype(np.float64)
+    timed("ece", lambda: float(relplot.metrics.binnedECE(conf, correct, nbins=15)))
+    timed("ece_equal_mass", lambda: float(kumar.lower_bound_scaling_ce(P2, y, p=1, debias=False, num_bins=15,
+                                                                       mode="top-label")))
+    timed("ece_classwise", lambda: float(np.mean([relplot.metrics.binnedECE(P2[:, c], (y == c).astype(np.float64),
+                                                                            nbins=15) for c in range(2)])))
+    timed("l2_ce_debiased", lambda: float(kumar.lower_bound_scaling_ce(p, y, p=2, debias=True, num_bins=15)))
+    timed("smece", lambda: float(relplot.smECE(p, y.astype(np.float64))))
+    timed("ks", lambda: float(mapie.kolmogorov_smirnov_statistic(y, p)))
+    timed("ks_pvalue", lambda: float(mapie.kolmogorov_smirnov_p_value(y, p)))
+    timed("kuiper", lambda: float(mapie.kuiper_statistic(y, p)))
+    timed("kuiper_pvalue", lambda: float(mapie.kuiper_p_value(y, p)))
+    timed("hosmer_lemeshow", hosmer_lemeshow)
+    values["hosmer_lemeshow"], values["hosmer_lemeshow_pvalue"] = values["hosmer_lemeshow"]
+    timed("calibration_slope", cox)
+    values["calibration_slope"], values["calibration_intercept"] = values["calibration_slope"]
+    return {"values": values, "seconds": seconds, "rows": int(p.size)}
+
+
+def compare_reference(reference: dict, evaluated: dict) -> dict:
+    """Per key of :data:`REFERENCE_TOLERANCE`: calengine's value (``evaluate --json``), the reference's,
+    their relative difference and whether it is within the tolerance."""
+    out = {}
+    for key, (rel, what) in REFERENCE_TOLERANCE.items():
+        mine = evaluated.get(key)
+        if isinstance(mine, dict):  # l2_ce_debiased: {value, low, high}
+            mine = mine["value"]
+        ref = reference["values"].get(key)
+        if mine is None or ref is None:
+            out[key] = {"calengine": mine, "reference": ref, "rel_diff": None, "ok": False, "tolerance": rel, "by": what}
+            continue
+        diff = abs(mine - ref)
+        rel_diff = diff / max(abs(ref), 1e-300)
+        out[key] = {"calengine": mine, "reference": ref, "rel_diff": rel_diff, "tolerance": rel, "by": what,
+                    "ok": bool(diff <= max(rel * abs(ref), REFERENCE_ABS))}
+    return out
+
+
+#: the cost matrix of ``--commands`` (rows: decided class, columns: true class): a missed positive costs 5,
+#: a false alarm 1 (Bayes threshold 1/6), constant so every row's cost is the matrix's
+COST_MATRIX = {"classes": [0, 1], "costs": [[0, 5], [1, 0]]}
+
+
+def _reference_main(args, calengine, model: Path, table_of) -> int:
+    """``--reference``: per size, ``score`` (writing the scored table), ``evaluate --json`` and the
+    reference process (:func:`reference_metrics` on what that score wrote), interleaved; wall, CPU and
+    peak RSS of each process, and the values compared key by key."""
+    work = Path(args.work_dir)
+    results = []
+    for rows in [int(s) for s in args.rows_list.split(",") if s.strip()]:
+        table = table_of(rows)
+        scored = work / "scored-reference"
+        runs: dict[str, list] = {"score": [], "evaluate": [], "reference": []}
+        for _ in range(args.repeats):
+            shutil.rmtree(scored, ignore_errors=True)
+            cmds = {"score": [*calengine, "score", str(model), str(table), "--output", str(scored)],
+                    "evaluate": [*calengine, "evaluate", str(model), str(table), "--target", "y", "--json"],
+                    "reference": [sys.executable, "-P", str(Path(__file__).resolve()), "--reference-child",
+                                  str(scored), str(table)]}
+            for kind, cmd in cmds.items():
+                r = C.run_measured(cmd, timeout=7200)
+                if r.returncode != 0:
+                    raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
+                runs[kind].append(r)
+        reference = json.loads(runs["reference"][0].stdout)
+        agreement = compare_reference(reference, json.loads(runs["evaluate"][0].stdout))
+        results.append({
+            "rows": rows, **_summary(runs),
+            "ratio_reference_over_evaluate": C.ratio(C.median([r.wall_s for r in runs["reference"]]),
+                                                     C.median([r.wall_s for r in runs["evaluate"]])),
+            "reference_seconds": reference["seconds"], "agreement": agreement,
+            "all_agree": all(a["ok"] for a in agreement.values()),
+        })
+    rows_md = [[f"{d['rows']:,}", kind, C.fmt(d["wall_s"][kind]), C.fmt(d["cpu_s"][kind]),
+                f"{d['peak_rss_mib'][kind]:.0f}"] for d in results for kind in d["wall_s"]]
+    last = results[-1]
+    agree_md = [[key, f"{a['calengine']!r}", f"{a['reference']!r}", C.fmt(a["rel_diff"]), f"{a['tolerance']:g}",
+                 "yes" if a["ok"] else "**no**", a["by"], C.fmt(last["reference_seconds"].get(key))]
+                for key, a in last["agreement"].items()]
+    md = "\n".join([
+        "# `calengine evaluate` beside scikit-learn, scipy and the reference packages (issue 22)",
+        "",
+        f"Command: `{C.command_line()}`; tables × {args.cols} float32 columns in files of at most 1M rows (`gen_table.py`),"
+        " gaussian_nb + sigmoid (refit); per run, interleaved: `calengine score` (writing the scored table),"
+        " `calengine evaluate --json` (embedded) and one reference process reading class 1's probability from"
+        " that scored table and the target from the input, computing the metrics below (scikit-learn, scipy,"
+        " relplot, MAPIE, uncertainty-calibration); medians of runs, launch to exit; peak RSS (`ru_maxrss`) and"
+        " CPU seconds of each process (one process each: no `--cluster`).",
+        "",
+        C.markdown_table(["rows", "process", "wall s", "CPU s", "peak RSS MiB"], rows_md),
+        "",
+        f"Agreement at {last['rows']:,} rows (calengine: `evaluate --json`; tolerance relative, floor"
+        f" {REFERENCE_ABS:g} absolute); reference s: that metric's own time in the reference process:",
+        "",
+        C.markdown_table(["key", "calengine", "reference", "rel diff", "tolerance", "agree", "reference by",
+                          "reference s"], agree_md),
+        "",
+        C.machine_line(REPO_ROOT),
+    ])
+    C.publish(md, results, args.results_name or "evaluate_reference", args.results_dir, write=not args.no_write)
+    return 0
+
+
+def _summary(runs: dict) -> dict:
+    """Medians of wall and CPU seconds, the largest peak RSS, per kind of run."""
+    return {"wall_s": {k: C.median([r.wall_s for r in v]) for k, v in runs.items()},
+            "cpu_s": {k: C.median([r.rusage["user_s"] + r.rusage["sys_s"] for r in v]) for k, v in runs.items()},
+            "peak_rss_mib": {k: max(r.rusage["maxrss_bytes"] for r in v) / C.MiB for k, v in runs.items()},
+            "runs": {k: [r.wall_s for r in v] for k, v in runs.items()}}
+
+
+def _commands_main(args, calengine, model: Path, table_of) -> int:
+    """``--commands``: the peak RSS of the client (embedded: the one process) of ``score``, ``score
+    --cost-matrix``, ``decide``, ``evaluate --json``, ``evaluate --json --cost-matrix`` and ``evaluate
+    --json --bootstrap B`` at each size, interleaved; a peak that grows with the rows is state per row
+    (or per distinct value) in the client.  Checks that the cost matrix and the band only add their keys
+    to the JSON."""
+    work = Path(args.work_dir)
+    costs = work / "costs.json"
+    costs.parent.mkdir(parents=True, exist_ok=True)
+    costs.write_text(json.dumps(COST_MATRIX))
+    out = work / "scored-commands"
+    boot = f"evaluate --bootstrap {args.bootstrap}"
+    results = []
+    for rows in [int(s) for s in args.rows_list.split(",") if s.strip()]:
+        table = table_of(rows)
+        ev = ["evaluate", str(model), str(table), "--target", "y", "--json"]
+        cmds = {"score": ["score", str(model), str(table), "--output", str(out)],
+                "score --cost-matrix": ["score", str(model), str(table), "--output", str(out), "--cost-matrix", str(costs)],
+                "decide": ["decide", str(model), str(table), "--output", str(out), "--cost-matrix", str(costs)],
+                "evaluate": ev, "evaluate --cost-matrix": [*ev, "--cost-matrix", str(costs)],
+                boot: [*ev, "--bootstrap", str(args.bootstrap)]}
+        runs: dict[str, list] = {k: [] for k in cmds}
+        for _ in range(args.repeats):
+            for kind, cmd in cmds.items():
+                shutil.rmtree(out, ignore_errors=True)
+                r = C.run_measured([*calengine, *cmd], timeout=7200)
+                if r.returncode != 0:
+                    raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
+                runs[kind].append(r)
+        plain = json.loads(runs["evaluate"][0].stdout)
+        with_costs = json.loads(runs["evaluate --cost-matrix"][0].stdout)
+        with_band = json.loads(runs[boot][0].stdout)
+        results.append({
+            "rows": rows, **_summary(runs),
+            "cost_matrix_adds_only_decisions": with_costs.pop("decisions", None) is not None and with_costs == plain,
+            "bootstrap_adds_only_the_band": with_band.pop("calibration_band", None) is not None and with_band == plain,
+        })
+    kinds = list(results[0]["wall_s"])
+    rows_md = [[f"{d['rows']:,}", kind, C.fmt(d["wall_s"][kind]), C.fmt(d["cpu_s"][kind]),
+                f"{d['peak_rss_mib'][kind]:.0f}"] for d in results for kind in kinds]
+    growth = []
+    if len(results) > 1:
+        a, b = results[0], results[-1]
+        growth = ["", f"Peak RSS growth {a['rows']:,} → {b['rows']:,} rows ({b['rows'] / a['rows']:g}× the rows):", "",
+                  C.markdown_table(["command", f"peak MiB at {a['rows']:,}", f"peak MiB at {b['rows']:,}", "growth"],
+                                   [[k, f"{a['peak_rss_mib'][k]:.0f}", f"{b['peak_rss_mib'][k]:.0f}",
+                                     f"{100 * (b['peak_rss_mib'][k] / a['peak_rss_mib'][k] - 1):+.0f} %"] for k in kinds])]
+    checks = [f"- {d['rows']:,} rows: `--cost-matrix` adds only `decisions` to the JSON:"
+              f" {'yes' if d['cost_matrix_adds_only_decisions'] else '**no**'}; `--bootstrap` adds only"
+              f" `calibration_band`: {'yes' if d['bootstrap_adds_only_the_band'] else '**no**'}" for d in results]
+    md = "\n".join([
+        "# Peak RSS of `score --cost-matrix`, `decide`, `evaluate --cost-matrix` and `evaluate --bootstrap` (issue 22)",
+        "",
+        f"Command: `{C.command_line()}`; tables × {args.cols} float32 columns in files of at most 1M rows (`gen_table.py`),"
+        f" gaussian_nb + sigmoid (refit); cost matrix `{json.dumps(COST_MATRIX)}`; every command embedded (no"
+        " `--cluster`: chunk tasks on a thread per core in the one process, which is the client); medians of"
+        " interleaved runs, launch to exit; peak RSS (`ru_maxrss`) and CPU seconds of the process.",
+        "",
+        C.markdown_table(["rows", "command", "wall s", "CPU s", "peak RSS MiB"], rows_md),
+        *growth,
+        "",
+        *checks,
+        "",
+        C.machine_line(REPO_ROOT),
+    ])
+    C.publish(md, results, args.results_name or "evaluate_commands", args.results_dir, write=not args.no_write)
+    return 0
 
 
 def _runs(calengine, model: Path, table: Path, work: Path, repeats: int, baseline: bool,
@@ -241,7 +516,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker-memory", default="4GiB", help="--cluster: each worker's --memory-limit")
     ap.add_argument("--compare-max-rows", type=int, default=10_000_000,
                     help="--cluster: compare the JSON with embedded evaluate up to this size (it runs once more)")
+    ap.add_argument("--reference", action="store_true",
+                    help="score, evaluate --json and scikit-learn + the reference packages computing the same metrics"
+                         " in one process: wall, CPU, peak RSS per process and the values compared; writes"
+                         " results/evaluate_reference.{md,json}")
+    ap.add_argument("--commands", action="store_true",
+                    help="peak RSS of score, score --cost-matrix, decide, evaluate --json and evaluate --json with"
+                         " --cost-matrix or --bootstrap; writes results/evaluate_commands.{md,json}")
+    ap.add_argument("--bootstrap", type=int, default=200, metavar="B", help="--commands: evaluate --bootstrap B")
+    ap.add_argument("--results-name", default=None,
+                    help="name of the results page (default: that of the mode, e.g. evaluate_scale)")
+    ap.add_argument("--reference-child", nargs=2, metavar=("SCORED", "TABLE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.reference_child:  # the reference process of --reference: its values and times on stdout
+        print(json.dumps(reference_metrics(*args.reference_child)))
+        return 0
     if args.before and not (Path(args.before) / "calengine" / "__init__.py").is_file():
         raise SystemExit(f"error: --before {args.before} holds no calengine package; give the directory that"
                          " contains calengine/__init__.py")
@@ -264,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run([*calengine, "fit", str(model_table), "--target", "y", *FIT, "--output", str(model)], check=True)
     if args.cluster:
         return _cluster_main(args, model, table_of)
+    if args.reference:
+        return _reference_main(args, calengine, model, table_of)
+    if args.commands:
+        return _commands_main(args, calengine, model, table_of)
     results = []
     for rows in sizes:
         runs = _runs(calengine, model, table_of(rows), work, args.repeats, rows <= args.baseline_max_rows,
@@ -296,7 +589,8 @@ def main(argv: list[str] | None = None) -> int:
         + (" (every evaluate with `--report`)" if args.report else ""),
         "",
         f"Command: `{C.command_line()}`; tables: {', '.join(f'{s:,}' for s in sizes)} rows × {args.cols} float32"
-        f" columns in {args.files} files (`gen_table.py`), gaussian_nb + sigmoid (refit) fitted on {model_table.name};"
+        f" columns in {args.files} files or more (at most 1M rows a file; `gen_table.py`), gaussian_nb + sigmoid"
+        f" (refit) fitted on {model_table.name};"
         " no `--cluster`; medians of interleaved runs, launch to exit; peak RSS and CPU seconds of the process"
         + (f"; before: the calengine package in `{args.before}`." if args.before else "."),
         "",
@@ -307,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         C.machine_line(REPO_ROOT),
     ])
-    C.publish(md, results, "evaluate_report" if args.report else "evaluate_scale", args.results_dir,
+    C.publish(md, results, args.results_name or ("evaluate_report" if args.report else "evaluate_scale"), args.results_dir,
               write=not args.no_write)
     return 0
 

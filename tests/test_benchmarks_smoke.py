@@ -287,6 +287,37 @@ def test_bench_evaluate_scale_tiny(tmp_path):
     assert min(peaks["client"], peaks["scheduler"], peaks["workers"][0]) > 50
 
 
+
+@pytest.mark.slow
+def test_bench_evaluate_scale_reference_and_commands_tiny(tmp_path):
+    """bench_evaluate_scale.py --reference: scikit-learn, scipy, relplot, MAPIE and uncertainty-calibration
+    compute the metrics of evaluate --json in one process from the table score wrote, and agree with it
+    within the tolerances it states (a value off by 1e-6 would not); --commands: score, score
+    --cost-matrix, decide and evaluate alone, with --cost-matrix and with --bootstrap each report a peak,
+    and the cost matrix and the band only add their own keys to evaluate's JSON."""
+    for name in ("relplot", "mapie", "calibration"):  # the reference packages (the test extra)
+        pytest.importorskip(name)
+    bench = _load("bench_evaluate_scale")
+    common = ["--rows-list", "20000", "--files", "2", "--repeats", "1", "--work-dir", str(tmp_path / "w"),
+              "--results-dir", str(tmp_path / "r")]
+    assert bench.main(["--reference", *common]) == 0
+    (d,) = json.loads((tmp_path / "r" / "evaluate_reference.json").read_text())["results"]
+    assert set(d["wall_s"]) == {"score", "evaluate", "reference"} and min(d["peak_rss_mib"].values()) > 50
+    assert set(d["agreement"]) == set(bench.REFERENCE_TOLERANCE)
+    assert d["all_agree"] is True, {k: a for k, a in d["agreement"].items() if not a["ok"]}
+    reference = {"values": {k: a["reference"] for k, a in d["agreement"].items()}}
+    evaluated = {k: a["calengine"] for k, a in d["agreement"].items()}
+    assert all(a["ok"] for a in bench.compare_reference(reference, evaluated).values())
+    evaluated["auc"] *= 1 + 1e-6
+    assert not bench.compare_reference(reference, evaluated)["auc"]["ok"]
+
+    assert bench.main(["--commands", "--bootstrap", "20", *common]) == 0
+    (c,) = json.loads((tmp_path / "r" / "evaluate_commands.json").read_text())["results"]
+    assert set(c["peak_rss_mib"]) == {"score", "score --cost-matrix", "decide", "evaluate", "evaluate --cost-matrix",
+                                      "evaluate --bootstrap 20"}
+    assert min(c["peak_rss_mib"].values()) > 50
+    assert c["cost_matrix_adds_only_decisions"] is True and c["bootstrap_adds_only_the_band"] is True
+
 def test_bench_score_columns_tiny(tmp_path):
     """gen_scores_table.py writes the same rows whatever the file layout, with the known link between
     score and label; bench_score_columns.py runs calengine fit --scores (embedded) beside scikit-learn's
