@@ -232,8 +232,11 @@ def measure_on_cluster(argv_of, args, label: str, work: Path) -> dict:
             smp.stop()
         stop_processes(procs)
     sched, nanny = (smp.report() for smp in samplers)
+    # the dask worker command itself (its nannies) is reported by role, not as the sampler's client
+    nanny_peak = max((max(i["peak_rss"], i["peak_hwm"]) for i in samplers[1].procs.values() if i["role"] == "nanny"),
+                     default=None)
     rec["peak"].update(scheduler=sched["client"], workers=nanny["workers"], worker_max=nanny["worker_max"],
-                       nanny=nanny["client"], workers_stillborn=nanny["workers_stillborn"])
+                       nanny=nanny_peak, workers_stillborn=nanny["workers_stillborn"])
     rec["cluster_start_s"], rec["cpu_cluster_s"] = start_s, cpu_cluster
     if rec["cpu_s"] is not None:
         rec["cpu_s"] += cpu_cluster
