@@ -276,9 +276,10 @@ def run_size(rows: int, args, grid, work: Path, publish) -> dict:
     before = [args.before_python, "-P", "-m", "calengine"] if args.before_python else None
     configs = []
     for m in args.methods:
-        configs.append((f"calengine {m} embedded", m, None, cmd))
-        configs += [(f"before {m} embedded", m, None, before)] if before else []
-        configs += [(f"calengine {m} cluster", m, args.workers, cmd)] if args.workers else []
+        if "embedded" in args.modes:
+            configs.append((f"calengine {m} embedded", m, None, cmd))
+            configs += [(f"before {m} embedded", m, None, before)] if before else []
+        configs += [(f"calengine {m} cluster", m, args.workers, cmd)] if args.workers and "cluster" in args.modes else []
     skipped = {}
     do_sklearn = rows <= args.sklearn_max_rows
     if do_sklearn and rows >= BIG_ROWS and available_gib() < args.sklearn_min_available_gib:
@@ -450,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     C.add_generated_table_options(ap, name=NAME, results_dir=str(HERE / "results"), rows_list=[1_000_000, 10_000_000], methods=METHODS)
     ap.add_argument("--workers", type=int, default=2, help="cluster workers and Spark's local[W] (0: no cluster)")
+    ap.add_argument("--modes", type=lambda s: [m for m in s.split(",") if m], default=["embedded", "cluster"],
+                    help="calengine's configurations: embedded, cluster or both (comma-separated)")
     ap.add_argument("--cluster-kind", choices=("processes", "local"), default="processes",
                     help="processes: a dask scheduler and dask worker started for each run, joined with --cluster"
                     " ADDRESS; local: --cluster --workers W (the client spawns a LocalCluster)")
@@ -474,9 +477,10 @@ def main(argv: list[str] | None = None) -> int:
         return child(argv[1], argv[2])
     args = build_parser().parse_args(argv)
     if (args.repeats < 1 or any(n < 1 for n in args.rows_list) or args.rows_per_file < 1 or args.workers < 0
-            or (args.big_repeats is not None and args.big_repeats < 1)):
+            or (args.big_repeats is not None and args.big_repeats < 1)
+            or not args.modes or not set(args.modes) <= {"embedded", "cluster"}):
         raise SystemExit("error: --repeats, --big-repeats, --rows-list, --rows-per-file must be at least 1,"
-                         " --workers at least 0")
+                         " --workers at least 0, --modes a list of embedded and cluster")
     env = C.environment(REPO_ROOT, VERSIONS)
     work = Path(args.work_dir)
     (work / "runs").mkdir(parents=True, exist_ok=True)
