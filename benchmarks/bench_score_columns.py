@@ -7,8 +7,11 @@ configurations interleaved within a repeat so that other jobs on the machine fal
 
 * **calengine** -- ``calengine --quiet fit DATA --target y --scores s --method M --output MODEL`` for M
   in isotonic (``--method-param interpolation=linear``, scikit-learn's rule), sigmoid and temperature;
-  embedded (the default: tasks as threads of one process) and ``--cluster --workers W`` (a
-  LocalCluster of W worker processes on 127.0.0.1).
+  embedded (the default: tasks as threads of one process) and on a cluster of W worker processes:
+  by default (``--cluster-kind processes``) a ``dask scheduler`` and a ``dask worker --nworkers W
+  --nthreads 1 --memory-limit M`` started afresh for every run on 127.0.0.1 and joined with ``--cluster
+  ADDRESS``, as a user with a cluster runs it (the cluster's start is timed apart, not in the wall);
+  ``--cluster-kind local``: ``--cluster --workers W``, the LocalCluster the client spawns itself.
 * **before** (``--before-python PY``) -- the same embedded fits with another interpreter's installed
   calengine (a venv holding the commit to compare against), in the same repeats.
 * **scikit-learn** (rows <= ``--sklearn-max-rows``; at 10^8 only if ``--sklearn-min-available-gib``
@@ -19,15 +22,18 @@ configurations interleaved within a repeat so that other jobs on the machine fal
   dependency, and Java) -- ``IsotonicRegression`` on ``s`` (cast to double) in ``local[W]``, reading the
   same Parquet directory; JVM start included.
 
-Peak RSS of every process of each run's tree (``_common.run_measured``: psutil samples plus each
-process's VmHWM): the launched process (``client``; for Spark the Python driver), each Dask worker, and
-Spark's JVM.  Correctness, from the first repeat: every calibrated map evaluated on a grid of scores
+Peak RSS of every process (``_common.TreeSampler``: psutil samples plus each process's VmHWM): the
+launched process (``client``; for Spark the Python driver), the ``dask scheduler``, each Dask worker, and
+Spark's JVM.  CPU seconds: the client's tree (``os.wait4``) plus, on a started cluster, what the
+scheduler's and the workers' processes used between the run's launch and its exit.  Correctness, from the first repeat: every calibrated map evaluated on a grid of scores
 (``calengine score`` on a grid table; ``predict`` of the baselines), isotonic compared with
 scikit-learn's and Spark's (max |dp|), and every method compared with the table's known calibrated
 probability (``gen_scores_table.true_probability``).
 
     python benchmarks/bench_score_columns.py --rows-list 1000000,10000000 --repeats 3
     python benchmarks/bench_score_columns.py --rows-list 100000000 --repeats 1 --name score_columns_100m
+    python benchmarks/bench_score_columns.py --rows-list 10000000,100000000 --repeats 3 --big-repeats 1 \
+        --spark-max-rows 10000000 --name score_columns_scale
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +55,7 @@ sys.path.insert(0, str(HERE))
 
 import _common as C  # noqa: E402
 import gen_scores_table as GS  # noqa: E402
+from bench_evaluate_scale import _cluster_role  # noqa: E402
 from bench_partition_fit import calengine_cmd, parse_marked, read_p1, read_xy  # noqa: E402
 
 NAME = "score_columns"
@@ -56,6 +64,9 @@ METHODS = ("isotonic", "sigmoid", "temperature")
 VERSIONS = ("calengine", "calengine-builtins", "scikit-learn", "pyspark", "numpy", "pyarrow", "dask",
             "distributed", "psutil")
 TARGETS = {"vs_sklearn": 0.5, "vs_spark": 0.1, "client_gib": 1.0, "flat": 0.20}
+#: sizes of at least this many rows: the 10^8 sizes, run ``--big-repeats`` times, scikit-learn only with
+#: ``--sklearn-min-available-gib`` free
+BIG_ROWS = 50_000_000
 
 
 # ---------------------------------------------------------------------------------------------- children
@@ -115,13 +126,14 @@ def child(kind: str, spec_json: str) -> int:
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def fit_argv(data: str, out: str, method: str, workers: int | None) -> list[str]:
-    """``workers`` None: embedded (the default ``calengine fit``); else ``--cluster --workers W``."""
+def fit_argv(data: str, out: str, method: str, workers: int | None, address: str | None = None) -> list[str]:
+    """``workers`` None: embedded (the default ``calengine fit``); else ``--cluster ADDRESS`` (a cluster
+    started apart) or, without ``address``, ``--cluster --workers W``."""
     argv = ["--quiet", "fit", data, "--target", GS.TARGET, "--scores", GS.SCORE, "--method", method]
     if method == "isotonic":
         argv += ["--method-param", "interpolation=linear"]
     if workers:
-        argv += ["--cluster", "--workers", str(workers)]
+        argv += ["--cluster", address] if address else ["--cluster", "--workers", str(workers)]
     return argv + ["--output", out]
 
 
@@ -146,8 +158,28 @@ def peaks(run: C.RunResult, spark: bool) -> dict:
     JVM's command line is the script's when first sampled)."""
     r = run.rss
     jvm = max((o["peak"] for o in r["others"]), default=None) if spark else None
-    return {"client": r["client"], "workers": r["workers"], "worker_max": r["worker_max"], "jvm": jvm,
-            "tree_peak_sum": r["tree_peak_sum"], "others": r["others"]}
+    return {"client": r["client"], "scheduler": None, "workers": r["workers"], "worker_max": r["worker_max"],
+            "jvm": jvm, "tree_peak_sum": r["tree_peak_sum"], "others": r["others"]}
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds so far of a live process and its live descendants (a started cluster's
+    processes, which the client does not reap)."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return total
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
 
 
 def measure(cmd: list[str], args, label: str) -> dict:
@@ -168,6 +200,49 @@ def measure(cmd: list[str], args, label: str) -> dict:
     return rec
 
 
+def measure_on_cluster(argv_of, args, label: str, work: Path) -> dict:
+    """One run on a fresh ``dask scheduler`` and ``dask worker --nworkers W`` (their own processes, as on
+    a real cluster; ``argv_of(address)`` is the command): the client measured as :func:`measure` does,
+    the scheduler and each worker sampled by their own :class:`~_common.TreeSampler` from before the
+    launch to after the exit (a last sample then: each process's final VmHWM), and their CPU seconds
+    over the same span added to the client's.  The cluster's start (until every worker has joined) is
+    timed apart: a user's cluster is up before the job."""
+    from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
+
+    local_dir = work / "cluster-local"
+    shutil.rmtree(local_dir, ignore_errors=True)
+    local_dir.mkdir(parents=True)
+    t0 = time.perf_counter()
+    address, scheduler = start_dask_scheduler(work)
+    procs, samplers = [scheduler], []
+    try:
+        procs.append(start_dask_worker(address, args.workers, work, memory_limit=args.worker_memory,
+                                       args=["--local-directory", str(local_dir)]))
+        wait_for_workers(address, args.workers)
+        start_s = time.perf_counter() - t0
+        samplers = [C.TreeSampler(scheduler.pid, interval=args.sample_interval).start(),
+                    C.TreeSampler(procs[1].pid, interval=args.sample_interval, role_of=_cluster_role).start()]
+        cpu_before = sum(tree_cpu_s(p.pid) for p in procs)
+        rec = measure(argv_of(address), args, label)
+        cpu_cluster = sum(tree_cpu_s(p.pid) for p in procs) - cpu_before
+        for smp in samplers:
+            smp.sample()
+    finally:
+        for smp in samplers:
+            smp.stop()
+        stop_processes(procs)
+    sched, nanny = (smp.report() for smp in samplers)
+    # the dask worker command itself (its nannies) is reported by role, not as the sampler's client
+    nanny_peak = max((max(i["peak_rss"], i["peak_hwm"]) for i in samplers[1].procs.values() if i["role"] == "nanny"),
+                     default=None)
+    rec["peak"].update(scheduler=sched["client"], workers=nanny["workers"], worker_max=nanny["worker_max"],
+                       nanny=nanny_peak, workers_stillborn=nanny["workers_stillborn"])
+    rec["cluster_start_s"], rec["cpu_cluster_s"] = start_s, cpu_cluster
+    if rec["cpu_s"] is not None:
+        rec["cpu_s"] += cpu_cluster
+    return rec
+
+
 def grid_probabilities(model: Path, grid_table: Path, out: Path, exe: list[str] | None = None):
     r = subprocess.run([*(exe or calengine_cmd()), "--quiet", "score", str(model), str(grid_table), "--output", str(out)],
                        capture_output=True, text=True, timeout=600)
@@ -184,7 +259,11 @@ def available_gib() -> float:
     return psutil.virtual_memory().available / C.GiB
 
 
-def run_size(rows: int, args, grid, work: Path) -> dict:
+def run_size(rows: int, args, grid, work: Path, publish) -> dict:
+    """Every configuration at ``rows`` rows, ``publish(result so far)`` after each run (a 10^8 run takes
+    an hour or more: one cut short keeps the runs it finished).  Within a repeat the baselines run
+    first (scikit-learn at 10^8 needs the most free memory), then calengine method by method, embedded
+    beside cluster, so that a cut-short run has the first methods complete."""
     import numpy as np
 
     spec = GS.ScoresSpec(rows, args.seed)
@@ -195,12 +274,15 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
           f" ({'reused' if table['reused'] else 'written'})", file=sys.stderr)
     cmd = calengine_cmd()
     before = [args.before_python, "-P", "-m", "calengine"] if args.before_python else None
-    configs = [(f"calengine {m} embedded", m, None, cmd) for m in args.methods]
-    configs += [(f"before {m} embedded", m, None, before) for m in args.methods if before]
-    configs += [(f"calengine {m} cluster", m, args.workers, cmd) for m in args.methods if args.workers]
+    configs = []
+    for m in args.methods:
+        if "embedded" in args.modes:
+            configs.append((f"calengine {m} embedded", m, None, cmd))
+            configs += [(f"before {m} embedded", m, None, before)] if before else []
+        configs += [(f"calengine {m} cluster", m, args.workers, cmd)] if args.workers and "cluster" in args.modes else []
     skipped = {}
     do_sklearn = rows <= args.sklearn_max_rows
-    if do_sklearn and rows > 50_000_000 and available_gib() < args.sklearn_min_available_gib:
+    if do_sklearn and rows >= BIG_ROWS and available_gib() < args.sklearn_min_available_gib:
         do_sklearn = False
         skipped["sklearn"] = f"{available_gib():.1f} GiB available < {args.sklearn_min_available_gib}"
     elif not do_sklearn:
@@ -220,15 +302,8 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
         runs["spark"] = []
     grids: dict[str, np.ndarray] = {}
     run_dir = work / "runs"
-    for rep in range(args.repeats):
-        for label, method, workers, exe in configs:
-            model = run_dir / f"model-{len(grids)}"
-            shutil.rmtree(model, ignore_errors=True)
-            rec = measure([*exe, *fit_argv(str(data), str(model), method, workers)], args, label)
-            runs[label].append(rec)
-            if rep == 0 and rec["returncode"] == 0:
-                grids[label] = grid_probabilities(model, work / "grid.parquet", run_dir / "grid-scored", exe)
-            shutil.rmtree(model, ignore_errors=True)
+    repeats = args.big_repeats if rows >= BIG_ROWS and args.big_repeats else args.repeats
+    for rep in range(repeats):
         for kind, on in (("sklearn", do_sklearn), ("spark", do_spark and rep < args.spark_repeats)):
             if not on:
                 continue
@@ -240,6 +315,27 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
             runs[kind].append(rec)
             if rep == 0 and rec["returncode"] == 0:
                 grids[kind] = np.load(out)
+            publish(summarise(rows, table, spec, grid, runs, grids, skipped))
+        for label, method, workers, exe in configs:
+            model = run_dir / f"model-{len(grids)}"
+            shutil.rmtree(model, ignore_errors=True)
+            argv = partial(fit_argv, str(data), str(model), method, workers)
+            if workers and args.cluster_kind == "processes":
+                rec = measure_on_cluster(lambda address: [*exe, *argv(address)], args, label, work)
+            else:
+                rec = measure([*exe, *argv()], args, label)
+            runs[label].append(rec)
+            if rep == 0 and rec["returncode"] == 0:
+                grids[label] = grid_probabilities(model, work / "grid.parquet", run_dir / "grid-scored", exe)
+            shutil.rmtree(model, ignore_errors=True)
+            publish(summarise(rows, table, spec, grid, runs, grids, skipped))
+    return summarise(rows, table, spec, grid, runs, grids, skipped)
+
+
+def summarise(rows: int, table: dict, spec, grid, runs: dict, grids: dict, skipped: dict) -> dict:
+    """One size's page entry from the runs so far: medians per configuration, distances on the grid."""
+    import numpy as np
+
     truth = GS.true_probability(spec, grid)
     summary = {}
     for label, recs in runs.items():
@@ -248,10 +344,12 @@ def run_size(rows: int, args, grid, work: Path) -> dict:
             "ok": len(ok), "runs": len(recs),
             "wall_s": C.median([r["wall_s"] for r in ok]),
             "client": C.median([r["peak"]["client"] for r in ok]),
+            "scheduler": C.median([r["peak"]["scheduler"] for r in ok]),
             "worker_max": C.median([r["peak"]["worker_max"] for r in ok]),
             "workers": [r["peak"]["workers"] for r in ok],
             "jvm": C.median([r["peak"]["jvm"] for r in ok]),
             "cpu_s": C.median([r["cpu_s"] for r in ok]),
+            "cluster_start_s": C.median([r.get("cluster_start_s") for r in ok]),
             "fit_s": C.median([(r.get("baseline") or {}).get("fit_s") for r in ok]),
             "max_abs_dp_truth": float(np.max(np.abs(grids[label] - truth))) if label in grids else None,
         }
@@ -287,7 +385,7 @@ def checks(results: list[dict]) -> list[dict]:
             out.append({"rows": n, "what": f"{label} client peak GiB", "value": gib,
                         "target": f"< {TARGETS['client_gib']}", "met": None if gib is None else gib < 1.0})
         for label, d in res["agreement"].items():
-            if "isotonic" in label and label.endswith("sklearn"):
+            if "isotonic" in label and label.endswith(("sklearn", "spark")):
                 out.append({"rows": n, "what": f"{label} max |dp| on grid", "value": d, "target": "<= 1e-9",
                             "met": d <= 1e-9})
     by_rows = {r["rows"]: r for r in results}
@@ -295,7 +393,7 @@ def checks(results: list[dict]) -> list[dict]:
     if len(sizes) >= 2 and sizes[-1] >= 10 * sizes[-2]:
         lo, hi = by_rows[sizes[-2]]["summary"], by_rows[sizes[-1]]["summary"]
         for label in [lb for lb in hi if lb.startswith("calengine") and lb in lo]:
-            for role in ("client", "worker_max"):
+            for role in ("client", "scheduler", "worker_max"):
                 a, b = lo[label][role], hi[label][role]
                 if a and b:
                     out.append({"rows": f"{sizes[-2]:,} -> {sizes[-1]:,}", "what": f"{label} {role} peak growth",
@@ -313,7 +411,8 @@ def render(d: dict) -> str:
              *C.environment_markdown(d["environment"]), "",
              "Wall = launch to exit of each process (medians over the repeats, configurations interleaved);"
              " peak RSS per process (psutil samples + VmHWM). `client` is the launched process (for Spark the"
-             " Python driver); `JVM` Spark's Java process. max |dp| vs truth: largest difference on the grid"
+             " Python driver); `scheduler` the `dask scheduler` process of a cluster started for the run (its start,"
+             " until every worker has joined, is not in the wall: see the `cluster start s` column); `JVM` Spark's Java process. max |dp| vs truth: largest difference on the grid"
              " from the table's known calibrated probability. CPU s: user + system seconds of the whole process tree (what"
              " other jobs on a shared machine disturb least; not measured for Spark, whose JVM the driver does not"
              " reap).", ""]
@@ -328,12 +427,14 @@ def render(d: dict) -> str:
         for label, s in sm.items():
             workers = ", ".join(C.fmt(mib(w), 0) for w in (s["workers"][0] if s["workers"] else []))
             rows.append([label, f"{s['ok']}/{s['runs']}", C.fmt(s["wall_s"]), C.fmt(C.ratio(s["wall_s"], sk)),
-                         C.fmt(C.ratio(s["wall_s"], sp)), C.fmt(mib(s["client"]), 0), workers or "-",
+                         C.fmt(C.ratio(s["wall_s"], sp)), C.fmt(mib(s["client"]), 0),
+                         C.fmt(mib(s["scheduler"]), 0) if s["scheduler"] else "-", workers or "-",
                          C.fmt(mib(s["jvm"]), 0) if s["jvm"] else "-", C.fmt(s["cpu_s"], 1),
-                         C.fmt(C.ratio(s["cpu_s"], sk_cpu)), C.fmt(s["max_abs_dp_truth"], 4)])
+                         C.fmt(C.ratio(s["cpu_s"], sk_cpu)), C.fmt(s["cluster_start_s"], 1) if s["cluster_start_s"] else "-",
+                         C.fmt(s["max_abs_dp_truth"], 4)])
         lines.append(C.markdown_table(
-            ["system", "ok", "wall s", "/ sklearn", "/ Spark", "client MiB", "workers MiB (1st run)", "JVM MiB",
-             "CPU s", "CPU / sklearn", "max abs dp vs truth"], rows, ["<", "<"] + [">"] * 9))
+            ["system", "ok", "wall s", "/ sklearn", "/ Spark", "client MiB", "scheduler MiB", "workers MiB (1st run)",
+             "JVM MiB", "CPU s", "CPU / sklearn", "cluster start s", "max abs dp vs truth"], rows, ["<", "<"] + [">"] * 11))
         if res["agreement"]:
             lines += ["", "Isotonic maps on the grid: " + "; ".join(
                 f"{k}: max abs dp {C.fmt(v, 3)}" for k, v in res["agreement"].items()) + "."]
@@ -349,7 +450,15 @@ def render(d: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     C.add_generated_table_options(ap, name=NAME, results_dir=str(HERE / "results"), rows_list=[1_000_000, 10_000_000], methods=METHODS)
-    ap.add_argument("--workers", type=int, default=2, help="--cluster workers and Spark's local[W] (0: no cluster)")
+    ap.add_argument("--workers", type=int, default=2, help="cluster workers and Spark's local[W] (0: no cluster)")
+    ap.add_argument("--modes", type=lambda s: [m for m in s.split(",") if m], default=["embedded", "cluster"],
+                    help="calengine's configurations: embedded, cluster or both (comma-separated)")
+    ap.add_argument("--cluster-kind", choices=("processes", "local"), default="processes",
+                    help="processes: a dask scheduler and dask worker started for each run, joined with --cluster"
+                    " ADDRESS; local: --cluster --workers W (the client spawns a LocalCluster)")
+    ap.add_argument("--worker-memory", default="4GiB", help="--cluster-kind processes: each worker's --memory-limit")
+    ap.add_argument("--big-repeats", type=int, default=None,
+                    help=f"repeats at sizes of at least {BIG_ROWS:,} rows (default: --repeats)")
     ap.add_argument("--sklearn-max-rows", type=int, default=100_000_000)
     ap.add_argument("--sklearn-min-available-gib", type=float, default=14.0)
     ap.add_argument("--spark-max-rows", type=int, default=10_000_000)
@@ -367,19 +476,30 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_child"]:
         return child(argv[1], argv[2])
     args = build_parser().parse_args(argv)
-    if args.repeats < 1 or any(n < 1 for n in args.rows_list) or args.rows_per_file < 1 or args.workers < 0:
-        raise SystemExit("error: --repeats, --rows-list, --rows-per-file must be at least 1, --workers at least 0")
+    if (args.repeats < 1 or any(n < 1 for n in args.rows_list) or args.rows_per_file < 1 or args.workers < 0
+            or (args.big_repeats is not None and args.big_repeats < 1)
+            or not args.modes or not set(args.modes) <= {"embedded", "cluster"}):
+        raise SystemExit("error: --repeats, --big-repeats, --rows-list, --rows-per-file must be at least 1,"
+                         " --workers at least 0, --modes a list of embedded and cluster")
     env = C.environment(REPO_ROOT, VERSIONS)
     work = Path(args.work_dir)
     (work / "runs").mkdir(parents=True, exist_ok=True)
     grid = write_grid(work / "grid.parquet")
-    results = []
-    for n in args.rows_list:  # the page is rewritten after every size: a long run that is cut short keeps its sizes
-        results.append(run_size(n, args, grid, work))
+    results: list[dict] = []
+
+    def publish(current: dict) -> str:
+        """The page of the sizes done and the one under way (rewritten after every run)."""
+        done = [*results, current]
         data = {"benchmark": args.name, "environment": env, "config": vars(args), "grid_points": len(grid),
-                "results": results, "checks": checks(results), "load_after": C.load_snapshot()}
+                "results": done, "checks": checks(done), "load_after": C.load_snapshot()}
         md = render(data)
         C.write_results(args.results_dir, args.name, data, md)
+        return md
+
+    for n in args.rows_list:
+        current = run_size(n, args, grid, work, publish)
+        md = publish(current)
+        results.append(current)
     shutil.rmtree(work / "runs", ignore_errors=True)
     print(md)
     return 0

@@ -358,6 +358,53 @@ def test_bench_score_columns_tiny(tmp_path):
     assert "## Targets (issue 21)" in (tmp_path / "r" / "score_columns.md").read_text()
 
 
+@pytest.mark.cluster
+def test_bench_score_columns_cluster_processes_tiny(tmp_path):
+    """The cluster configurations of bench_score_columns.py (``--cluster-kind processes``, the default)
+    run ``calengine fit --cluster ADDRESS`` on a dask scheduler and dask worker started for each run:
+    a peak for the client, the scheduler and each worker, the cluster's CPU seconds added to the
+    client's, and the isotonic map fitted there equal to scikit-learn's on the grid; two sizes give the
+    per-process growth checks, the larger one run ``--big-repeats`` times (here: with the threshold
+    lowered to the larger size)."""
+    bench = _load("bench_score_columns")
+    bench.BIG_ROWS = 200_000
+    assert bench.main(["--rows-list", "20000,200000", "--methods", "isotonic", "--workers", "2", "--no-spark",
+                       "--repeats", "2", "--big-repeats", "1", "--sklearn-min-available-gib", "0",
+                       "--rows-per-file", "100000", "--row-group-rows", "50000", "--worker-memory", "1GiB",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    data = json.loads((tmp_path / "r" / "score_columns.json").read_text())
+    small, big = data["results"]
+    assert [len(small["runs"]["calengine isotonic cluster"]), len(big["runs"]["calengine isotonic cluster"])] == [2, 1]
+    for res in (small, big):
+        (rec, *_) = res["runs"]["calengine isotonic cluster"]
+        peak = rec["peak"]
+        assert rec["returncode"] == 0 and len(peak["workers"]) == 2 and peak["nanny"] > 0
+        assert min(peak["client"], peak["scheduler"], *peak["workers"]) > 50 * 2**20  # imported Python processes
+        assert rec["cpu_cluster_s"] > 0 and rec["cpu_s"] > rec["cpu_cluster_s"] and rec["cluster_start_s"] > 0
+        assert res["agreement"]["calengine isotonic cluster vs sklearn"] <= 1e-9
+    assert res["summary"]["calengine isotonic cluster"]["scheduler"] == peak["scheduler"]
+    grown = {c["what"] for c in data["checks"] if c["rows"] == "20,000 -> 200,000"}
+    assert grown == {f"calengine isotonic {kind} {role} peak growth" for kind, role in
+                     [("embedded", "client"), ("cluster", "client"), ("cluster", "scheduler"), ("cluster", "worker_max")]}
+    assert "| scheduler MiB |" in (tmp_path / "r" / "score_columns.md").read_text()
+
+
+@pytest.mark.slow
+def test_bench_score_columns_spark_tiny(tmp_path):
+    """With PySpark installed (an optional benchmark dependency, never a test one), Spark MLlib's
+    IsotonicRegression in local[1] on the same table gives the same map on the grid as calengine's
+    and scikit-learn's, and the JVM's peak is recorded apart from the Python driver's."""
+    pytest.importorskip("pyspark")
+    bench = _load("bench_score_columns")
+    assert bench.main(["--rows-list", "5000", "--methods", "isotonic", "--workers", "0", "--repeats", "1",
+                       "--spark-memory", "1g", "--rows-per-file", "5000", "--row-group-rows", "5000",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    (res,) = json.loads((tmp_path / "r" / "score_columns.json").read_text())["results"]
+    assert res["summary"]["spark"]["ok"] == 1 and res["summary"]["spark"]["jvm"] > res["summary"]["spark"]["client"]
+    assert res["agreement"]["calengine isotonic embedded vs spark"] <= 1e-9
+    assert res["agreement"]["spark vs sklearn"] <= 1e-9
+
+
 @pytest.mark.slow
 def test_bench_multiclass_scaling_tiny(tmp_path):
     """bench_multiclass_scaling.py on 400 rows of each shipped Pendigits split, temperature only: the

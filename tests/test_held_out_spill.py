@@ -144,3 +144,62 @@ def test_every_task_side_npy_read_parses_its_header_under_the_one_lock(tmp_path,
     assert [a.tolist() for a in whole] == [a.tolist() for a in table]
     assert [a.tolist() for a in part] == [[0.2], [0], [1]]
     assert seen and all(seen), seen
+
+
+@pytest.mark.cluster
+def test_started_cluster_on_this_host_spills_too(tmp_path, monkeypatch):
+    """``--cluster ADDRESS`` of ``dask worker`` processes on this host: every worker proves it shares the
+    driver's scratch directory (memory.workers_share), the held-out scores are written there by the
+    workers (the driver itself writes only the probe), and the model is the same bits as with the
+    scores kept in the workers' memory."""
+    import contextlib
+
+    import calengine.fit.table as table_mod
+    from calengine.testing_cluster import start_dask_processes, stop_processes
+
+    data = _table(tmp_path / "t", seed=13)
+    decided, written = [], []
+    real_share, real_scratch = memory.workers_share, memory.held_out_scratch
+
+    def share(client, directory):
+        decided.append(real_share(client, directory))
+        return decided[-1]
+
+    @contextlib.contextmanager
+    def scratch(client, n_rows):
+        with real_scratch(client, n_rows) as d:
+            yield d
+            written.append(None if d is None else sorted(os.listdir(d)))
+
+    monkeypatch.setattr(memory, "workers_share", share)
+    monkeypatch.setattr(table_mod, "held_out_scratch", scratch)
+    address, procs = start_dask_processes(2, tmp_path, memory_limit="1GiB")
+    try:
+        monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 10**12)
+        kept = calengine.calibrate_scores(data, "y", scores="s", method="isotonic", cluster=address)
+        monkeypatch.setattr(memory, "SPILL_MIN_ROWS", 0)
+        spilled = calengine.calibrate_scores(data, "y", scores="s", method="isotonic", cluster=address)
+    finally:
+        stop_processes(procs)
+    assert decided == [True]  # asked once: below SPILL_MIN_ROWS nothing is asked
+    assert written[0] is None
+    assert written[1][-1] == spill.PROBE_NAME and all(f.endswith(".npy") for f in written[1][:-1])
+    assert len(written[1]) > 3 + 1  # a block per file (3) and the range pieces cut from them, beside the probe
+    grid = {"s": np.linspace(0.0, 1.0, 2001)}
+    assert np.array_equal(_probabilities(kept, grid), _probabilities(spilled, grid))
+
+
+def test_a_worker_that_does_not_share_the_directory_keeps_the_scores_in_memory(tmp_path):
+    """sees_directory (run on each worker) answers False, never raises, for another host's directory at
+    the same path (another token), for a path that does not exist and for one it cannot write to."""
+    (tmp_path / spill.PROBE_NAME).write_text("token-of-this-driver")
+    assert spill.sees_directory(str(tmp_path), "token-of-this-driver")
+    assert sorted(os.listdir(tmp_path)) == [spill.PROBE_NAME]  # its own test file is gone
+    assert not spill.sees_directory(str(tmp_path), "token-of-another-driver")
+    assert not spill.sees_directory(str(tmp_path / "missing"), "token-of-this-driver")
+    if os.geteuid() != 0:  # root writes through the mode bits
+        tmp_path.chmod(0o500)
+        try:
+            assert not spill.sees_directory(str(tmp_path), "token-of-this-driver")
+        finally:
+            tmp_path.chmod(0o700)

@@ -111,8 +111,8 @@ def spills_held_out(client, n_rows: int) -> bool:
     whose limit is the machine's memory, so Dask would only spill their results itself past 60 % of it)
     or the worker processes of a local cluster this job started (``--cluster local``; Dask spills
     their results too, but pickled through its own buffer, and their peaks still grew by a third from
-    10^7 to 10^8 rows).  A remote cluster's workers keep their results in memory and spill them
-    themselves."""
+    10^7 to 10^8 rows).  Any other cluster's workers spill there only if they prove they share it
+    (:func:`held_out_scratch`)."""
     if n_rows < SPILL_MIN_ROWS:
         return False
     from ..thread_client import ThreadClient
@@ -130,12 +130,36 @@ def spills_held_out(client, n_rows: int) -> bool:
 
 @contextlib.contextmanager
 def held_out_scratch(client, n_rows: int):
-    """Yield a scratch directory for the fit's held-out scores (None when they stay in memory, see
-    :func:`spills_held_out`); it is removed when the block ends, however it ends."""
-    if not spills_held_out(client, n_rows):
+    """Yield a scratch directory for the fit's held-out scores (None when they stay in memory); it is
+    removed when the block ends, however it ends.
+
+    From :data:`SPILL_MIN_ROWS` rows the scores go to disk when :func:`spills_held_out` knows the
+    workers see this process's file system, and on any other cluster when every worker proves it reads
+    a file written here and writes one beside it (:func:`workers_share`): ``dask worker`` processes
+    started on this host (or on hosts sharing the directory) would keep them in memory otherwise, and
+    their peaks would grow with the table (``benchmarks/results/score_columns_scale.md``).  Workers
+    that do not share the directory keep the scores in memory and spill them through Dask, as before."""
+    known = spills_held_out(client, n_rows)  # False below SPILL_MIN_ROWS
+    if not known and n_rows < SPILL_MIN_ROWS:
         yield None
         return
     # a task still running when a failure ends the fit may write into it while it is removed: that must
     # not replace the failure with a cleanup error
     with tempfile.TemporaryDirectory(prefix="calengine-fit-", ignore_cleanup_errors=True) as scratch:
-        yield scratch
+        yield scratch if known or workers_share(client, scratch) else None
+
+
+def workers_share(client, directory: str) -> bool:
+    """Whether every worker of ``client``'s cluster reads the random token this process writes to a file
+    of ``directory`` and can create a file there (:func:`calengine.tasks.spill.sees_directory`, run once
+    on each worker by ``Client.run``): the same path on another host's disk has another file, or none."""
+    import uuid
+
+    from ..tasks.spill import PROBE_NAME, sees_directory
+
+    token = uuid.uuid4().hex
+    with open(os.path.join(directory, PROBE_NAME), "w") as fh:
+        fh.write(token)
+    plain = getattr(client, "plain", client)  # a CheckedClient wraps the distributed.Client
+    answers = plain.run(sees_directory, directory, token)
+    return bool(answers) and all(answers.values())

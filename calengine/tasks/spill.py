@@ -12,8 +12,8 @@ fragments and score ranges at a time whatever the table's size.
 Contract: a spilled value loads to exactly the arrays it was written from (``.npy``, no pickle:
 ``allow_pickle=False`` both ways), so a fit gives the same bits spilled or not.  The files live in
 the scratch directory the driver owns (:func:`calengine.plan.memory.held_out_scratch`), which is
-removed when the fit ends, fails or is interrupted; only in-process workers get one, as only they are
-sure to see the driver's file system.
+removed when the fit ends, fails or is interrupted; workers get one when they are sure to see the
+driver's file system (in-process workers, a local cluster's) or prove it (:func:`sees_directory`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,27 @@ def load_npy(path: str, mmap_mode: str | None = None) -> np.ndarray:
     it too, which task threads that load a block and then sort it for far longer barely notice."""
     with _NPY_HEADER_LOCK:
         return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+
+
+#: the file :func:`calengine.plan.memory.workers_share` writes its token to in a scratch directory
+PROBE_NAME = "probe"
+
+
+def sees_directory(directory: str, token: str) -> bool:
+    """On a worker: whether ``directory`` is the driver's (its probe file holds ``token``) and this
+    process can create a file in it, as every spilling task does; a missing, foreign or read-only
+    directory answers False, never raises, so the fit keeps its scores in memory instead."""
+    try:
+        with open(os.path.join(directory, PROBE_NAME)) as fh:
+            if fh.read() != token:
+                return False
+        path = os.path.join(directory, f"probe-{uuid.uuid4().hex}")
+        with open(path, "x"):
+            pass
+        os.remove(path)
+    except OSError:
+        return False
+    return True
 
 
 def _save(directory: str, array: np.ndarray) -> str:
