@@ -121,10 +121,20 @@ def _tier_checks() -> list:
         for item in estimator_checks_generator(estimator, legacy=True, mark="xfail", xfail_strict=True,
                                                expected_failed_checks=expected_failed_checks(estimator)):
             values, marks = (item.values, item.marks) if hasattr(item, "values") else (item, ())
+            marks = [_machine_dependent(m) for m in marks]
             name = values[1].func.__name__
             if name in _DISCRIMINATING:
                 out.append(pytest.param(*values, marks=marks, id=f"{estimator!r}-{name}"))
     return out
+
+
+def _machine_dependent(mark):
+    """A strict xfail whose declared reason says the failure depends on the machine's floating point
+    (:data:`calengine.estimator_declared.MACHINE_DEPENDENT`) becomes a non-strict one."""
+    from calengine.estimator_declared import MACHINE_DEPENDENT
+
+    reason = mark.kwargs.get("reason", "") if mark.name == "xfail" else ""
+    return pytest.mark.xfail(reason=reason, strict=False) if reason.startswith(MACHINE_DEPENDENT) else mark
 
 
 @pytest.mark.parametrize("estimator, check", _tier_checks())
