@@ -107,16 +107,19 @@ def _run_sums(idx, hi, lo, n_bins: int) -> tuple[list, list] | None:
         return None
     if not max(-float(hi.min()), float(hi.max())) * idx.size < 2.0**53:
         return None
-    edges = np.searchsorted(idx, np.arange(n_bins + 1), side="left")
+    return _reduce_runs(idx, hi, n_bins).tolist(), _reduce_runs(idx, lo, n_bins).tolist()
+
+
+def _reduce_runs(index, values, n_bins: int) -> np.ndarray:
+    """Per-bin sums of ``values`` (as int64) for a non-decreasing, non-negative ``index``: each bin's
+    terms are one run, added by ``np.add.reduceat``; indices past ``n_bins - 1`` are left out."""
+    edges = np.searchsorted(index, np.arange(n_bins + 1), side="left")
     live = edges[1:] > edges[:-1]
-    sums = []
-    for limb in (hi, lo):
-        out = np.zeros(n_bins)
-        if live.any():
-            # each live bin's run ends where the next live bin's starts (the bins between are empty)
-            out[live] = np.add.reduceat(limb[:edges[-1]], edges[:-1][live])
-        sums.append(out.astype(np.int64).tolist())
-    return sums[0], sums[1]
+    out = np.zeros(n_bins, dtype=values.dtype)
+    if live.any():
+        # each live bin's run ends where the next live bin's starts (the bins between are empty)
+        out[live] = np.add.reduceat(values[:edges[-1]], edges[:-1][live])
+    return out.astype(np.int64)
 
 
 def bin_counts(index, counts, n_bins: int) -> list[int]:
@@ -127,11 +130,7 @@ def bin_counts(index, counts, n_bins: int) -> list[int]:
     counts = np.asarray(counts).reshape(-1)
     if (counts.dtype == np.int64 and index.size and 0 <= index[0] and index[-1] < n_bins
             and not bool(np.any(index[1:] < index[:-1]))):
-        edges = np.searchsorted(index, np.arange(n_bins + 1), side="left")
-        live = edges[1:] > edges[:-1]
-        out = np.zeros(n_bins, dtype=np.int64)
-        out[live] = np.add.reduceat(counts, edges[:-1][live])
-        return out.tolist()
+        return _reduce_runs(index, counts, n_bins).tolist()
     return np.bincount(index, weights=counts.astype(np.float64), minlength=n_bins).astype(np.int64).tolist()
 
 

@@ -96,26 +96,21 @@ def trims_heap_even_when_kept(task):
     size, and kept, they left the heap ever more fragmented: a 10^8-row isotonic fit peaked at 887 MiB
     against 600 MiB at 10^7 (trimmed after these tasks: 613 MiB, flat), while the chunked rounds'
     temporaries (sigmoid, temperature) reuse the same sizes and stay flat kept (225 MiB at both)."""
-
-    @functools.wraps(task)
-    def run(*args, **kwargs):
-        try:
-            return task(*args, **kwargs)
-        finally:
-            release_freed_memory(even_when_kept=True)
-
-    return run
+    return _trimming(task, even_when_kept=True)
 
 
 def trims_heap(task):
     """Decorate a task function so that the heap is trimmed after it runs, whether it succeeds or not.
     ``functools.wraps`` keeps its name, so Dask's task names and pickling by reference are unchanged."""
+    return _trimming(task, even_when_kept=False)
 
+
+def _trimming(task, even_when_kept: bool):
     @functools.wraps(task)
     def run(*args, **kwargs):
         try:
             return task(*args, **kwargs)
         finally:
-            release_freed_memory()
+            release_freed_memory(even_when_kept=even_when_kept)
 
     return run
