@@ -173,6 +173,83 @@ def test_the_calibration_fits_take_two_passes_from_the_logit_histogram(monkeypat
         assert got[key] == pytest.approx(cold[key], rel=1e-9, abs=1e-12), key
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**32 - 1), st.sampled_from(["beta", "extreme", "shifted", "few"]))
+def test_light_rounds_stop_where_the_plain_newton_stops(seed, shape):
+    """A fit whose last round skips the Hessian (and confirms convergence with the bound of
+    ``_step_bound``) ends at the same parameters, bit for bit, with the same ICI numerator as the plain
+    method that computes every round whole; on every kind of column, including forecasts at 0 and 1."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(50, 3000))
+    if shape == "beta":
+        p = rng.beta(rng.uniform(0.3, 4), rng.uniform(0.3, 4), n)
+    elif shape == "extreme":
+        p = rng.beta(0.05, 0.05, n)
+        p[: n // 50] = 0.0
+    elif shape == "shifted":
+        p = np.clip(rng.random(n) + rng.uniform(-0.3, 0.3), 0.0, 1.0)
+    else:
+        p = rng.choice([0.1, 0.3, 0.5, 0.7, 0.9], n)
+    y = (rng.random(n) < np.clip(rng.uniform(0.5, 1.5) * p, 0, 1)).astype(np.int64)
+    acc = MetricAccumulator(2).add(y, p)
+    col = suite._Column([acc._cls[1]], suite._local_map, None, float(n), logit_bins=suite.LOGIT_BINS)
+    hist = suite._logit_histogram(col)
+    starts = {"cox": (None, [0.0, 1.0]), "cox_hist": (None, suite._histogram_fit(hist, None, [0.0, 1.0]))}
+    xs = np.log(np.clip(p, suite.CLIP, 1 - suite.CLIP)) - np.log1p(-np.clip(p, suite.CLIP, 1 - suite.CLIP))
+    knots = np.quantile(xs, [0.05, 0.35, 0.65, 0.95])
+    if np.all(np.diff(knots) > 0):
+        starts["rcs"] = (knots.tolist(), [0.0, 1.0, 0.0, 0.0])
+    for name, (kn, start) in starts.items():
+        if start is None:
+            continue
+        light = suite._fit_all(col, {name: (kn, start, True)})[name]
+        plain_gen = suite._newton(start, ici=True)
+        theta, _, _ = next(plain_gen)
+        try:
+            while True:
+                got = col.irls({name: {"theta": theta.tolist(), "knots": kn, "ici": True}})[name]
+                theta, _, _ = plain_gen.send(got)
+        except StopIteration as stop:
+            plain = stop.value
+        assert (light is None) == (plain is None), name
+        if plain is not None:
+            assert light[0].tolist() == plain[0].tolist(), name
+            assert light[1][-2] == plain[1][-2], name
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.booleans())
+def test_the_step_bound_bounds_the_exact_newton_step(seed, spline):
+    """``_step_bound`` from the Hessian at ``theta0`` and the gradient at ``theta1`` bounds every
+    component of the exact step ``H(theta1)^-1 grad(theta1)`` (numpy on the rows: the oracle), given a
+    bound on how far a row's linear predictor moved (``_eta_bound`` of the column's basis)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 400))
+    p = rng.beta(rng.uniform(0.2, 3), rng.uniform(0.2, 3), n)
+    y = (rng.random(n) < p).astype(np.float64)
+    x = np.log(np.clip(p, suite.CLIP, 1 - suite.CLIP)) - np.log1p(-np.clip(p, suite.CLIP, 1 - suite.CLIP))
+    knots = np.sort(x)[[n // 20, n // 3, 2 * n // 3, n - 1 - n // 20]]
+    knots = knots.tolist() if spline and np.all(np.diff(knots) > 0) else None
+    B = np.asarray(suite.kernels.spline_basis(x, knots))
+    theta0 = rng.normal(size=len(B)) * 0.3
+    step = rng.normal(size=len(B)) * 10.0 ** rng.uniform(-7, -1)
+    theta1 = theta0 + step
+
+    def hess_grad(theta):
+        mu = 1.0 / (1.0 + np.exp(-(theta @ B)))
+        return (B * (mu * (1 - mu))) @ B.T, B @ (y - mu)
+
+    h0, _ = hess_grad(theta0)
+    h1, g1 = hess_grad(theta1)
+    exact = np.max(np.abs(np.linalg.solve(h1, g1)))
+    acc = MetricAccumulator(2).add(y.astype(np.int64), p)
+    col = suite._Column([acc._cls[1]], suite._local_map, None, float(n))
+    delta = suite._eta_bound(col, knots)(step)
+    assert delta >= np.max(np.abs(step @ B))
+    bound = suite._step_bound(g1, h0, delta)
+    assert bound is not None and bound >= exact * (1 - 1e-9)
+
+
 def _cut(table, draw):
     v = table[0]
     if v.size < 2:

@@ -174,30 +174,116 @@ def _l2_stats(col: _Column, outs) -> tuple[float, dict]:
     return max(sq, 0.0), stats
 
 
-def _newton(start):
+#: a round after a step of at most _LIGHT_AFTER (relative, as _IRLS_TOL) skips the Hessian's sums: Newton
+#: converges quadratically, so the next step is expected below _IRLS_TOL, which the gradient alone
+#: confirms (:func:`_newton`).
+_LIGHT_AFTER = 1e-5
+#: a light round confirms convergence when a bound on the exact step (:func:`_step_bound`) is at most
+#: _IRLS_TOL / _LIGHT_MARGIN (relative): the margin covers the rounding of the solves and sums.
+_LIGHT_MARGIN = 2.0
+
+
+def _step_bound(grad, hess0, delta: float) -> float | None:
+    """A bound on ``max |H1^-1 grad|`` (the exact Newton step at new parameters) from the Hessian
+    ``hess0`` of the previous parameters, when no row's linear predictor moved by more than ``delta``
+    between them; None when ``hess0`` is singular.
+
+    Why it holds: a row's weight ``m mu (1 - mu)`` changes by a factor within ``exp(±|Δη|)`` (its
+    logarithm's derivative in ``η`` is ``1 - 2 mu``), so ``e^-δ H0 <= H1 <= e^δ H0`` in the Loewner order.
+    With ``s = H0^-1 grad``, ``A = H0^-1/2 H1 H0^-1/2`` (eigenvalues within ``e^±δ``) and
+    ``H1^-1 grad - s = H0^-1/2 A^-1 (I - A) H0^1/2 s``, component ``i`` of the exact step is within
+    ``|s_i| + sqrt((H0^-1)_ii) e^δ (e^δ - 1) sqrt(s' H0 s)``."""
+    s = newton_step(grad, hess0)
+    if s is None:
+        return None
+    try:
+        diag = np.diag(np.linalg.inv(hess0))
+    except np.linalg.LinAlgError:
+        return None
+    energy = float(s @ hess0 @ s)
+    if not (np.all(diag >= 0.0) and energy >= 0.0):
+        return None
+    eps = math.expm1(delta)
+    return float(np.max(np.abs(s) + np.sqrt(diag) * math.sqrt(energy) * (1.0 + eps) * eps))
+
+
+def _eta_bound(col: _Column, knots):
+    """``delta(step)``: a bound on ``max |B step|`` over the rows of ``col``, the change of any row's
+    linear predictor when the parameters move by ``step`` (basis ``[1, x]``, with ``knots`` also the
+    two spline terms; :func:`calengine.metrics.kernels.logit_basis`), from the census's smallest and
+    largest forecast: ``|x|`` is at most the larger logit of the two (clipped), and each spline term is
+    at most the sum of its three cubes' magnitudes at the largest ``x`` (each cube is non-decreasing);
+    padded by a relative 1e-9 for the rounding of the basis's floats."""
+    lo = min((c["lo"] for c in col.census if c.get("lo") is not None), default=0.5)
+    hi = max((c["hi"] for c in col.census if c.get("hi") is not None), default=0.5)
+    ends = np.clip(np.asarray([lo, hi], dtype=np.float64), CLIP, 1.0 - CLIP)
+    x = np.log(ends) - np.log1p(-ends)
+    caps = [1.0, float(np.max(np.abs(x)))]
+    if knots is not None:
+        t = np.asarray(knots, dtype=np.float64)
+        k = t.size
+        top = float(x[1])
+        cube = lambda u: max(u, 0.0) ** 3  # noqa: E731
+        for j in range(k - 2):
+            c1 = abs((t[k - 1] - t[j]) / (t[k - 1] - t[k - 2]))
+            c2 = abs((t[k - 2] - t[j]) / (t[k - 1] - t[k - 2]))
+            caps.append((cube(top - t[j]) + c1 * cube(top - t[k - 2]) + c2 * cube(top - t[k - 1]))
+                        / (t[-1] - t[0]) ** 2)
+    caps = np.asarray(caps) * (1.0 + 1e-9) + 1e-300
+
+    def delta(step) -> float:
+        return float(np.abs(np.asarray(step, dtype=np.float64)) @ caps) * (1.0 + 1e-9)
+    return delta
+
+
+def _newton(start, light=None, ici: bool = False):
     """Newton-Raphson of one logistic fit of the event on a basis (Cox: ``[1, logit p]``; with knots
-    also the two spline terms) from ``start``, as a generator: it yields the parameters at which it
-    needs the sums of :func:`calengine.metrics.kernels.irls` and is sent them, so that
-    :func:`_fit_all` runs several fits in the same passes over the table.  Each step is halved until
-    the log-likelihood does not decrease (plain Newton overshoots and can diverge far from the
-    optimum, e.g. on forecasts of exactly 0 and 1).  Stops at parameters whose Newton step moves none
-    of them by more than :data:`_IRLS_TOL` (relative to the largest): Newton converges quadratically,
-    so they are within about that of the optimum, and the step need not be taken (one pass fewer).
-    Returns ``(parameters, their sums)``, or None when the Hessian is singular, a step cannot improve,
-    or it does not converge in :data:`_IRLS_MAX_ITER` rounds."""
+    also the two spline terms) from ``start``, as a generator: it yields ``(theta, hessian, ici)``,
+    the parameters at which it needs the sums of :func:`calengine.metrics.kernels.irls` and which of
+    them (the Hessian's terms; the ICI's numerator), and is sent them, so that :func:`_fit_all` runs
+    several fits in the same passes over the table.  Each step is halved until the log-likelihood
+    does not decrease (plain Newton overshoots and can diverge far from the optimum, e.g. on
+    forecasts of exactly 0 and 1).  Stops at parameters whose Newton step moves none of them by more
+    than :data:`_IRLS_TOL` (relative to the largest): Newton converges quadratically, so they are
+    within about that of the optimum, and the step need not be taken (one pass fewer).
+
+    ``light``: None, or ``delta(step)`` bounding how far a step moves any row's linear predictor
+    (:func:`_eta_bound`); then after a step of at most :data:`_LIGHT_AFTER` the next round asks for
+    the gradient alone and confirms convergence with a bound on the exact step from the previous
+    round's Hessian (:func:`_step_bound`, with the margin :data:`_LIGHT_MARGIN`); a round that does
+    not confirm it is taken again with the Hessian, which is then the round the plain method takes.
+    So the method stops at the same parameters as without ``light`` (the bound is rigorous): the last
+    round over the rows costs the gradient's terms instead of the Hessian's too.  ``ici``: the
+    final sums carry the ICI's numerator (asked for at every step, and at the start only when it has
+    converged already).  Returns ``(parameters, their sums)``, the sums ending with the ICI's
+    numerator (with ``ici``) and the log-likelihood, or None when the Hessian is singular, a step
+    cannot improve, or it does not converge in :data:`_IRLS_MAX_ITER` rounds."""
     theta = np.asarray(start, dtype=np.float64)
     k = theta.size
-    sums = yield theta
+    sums = yield theta, True, ici and light is None
+    full, with_ici = True, ici and light is None
+    hess = taken = None
     for _ in range(_IRLS_MAX_ITER):
+        if not full:
+            # a light round: the exact step bounded from the gradient and the previous Hessian
+            bound = _step_bound(np.asarray(sums[:k], dtype=np.float64), hess, light(taken))
+            if bound is not None and bound * _LIGHT_MARGIN <= _IRLS_TOL * max(1.0, float(np.max(np.abs(theta)))):
+                return theta, sums
+            sums = yield theta, True, ici
+            full, with_ici = True, ici
         grad, hess = _unpack(sums, k)
         step = newton_step(grad, hess)
         if step is None:
             return None
-        if np.max(np.abs(step)) <= _IRLS_TOL * max(1.0, float(np.max(np.abs(theta)))):
+        bound = max(1.0, float(np.max(np.abs(theta))))
+        if np.max(np.abs(step)) <= _IRLS_TOL * bound:
+            if ici and not with_ici:
+                sums = yield theta, True, True  # the start converged: its sums again, with the ICI's
             return theta, sums
+        full = light is None or np.max(np.abs(step)) > _LIGHT_AFTER * bound
         for _half in range(40):
             trial = theta + step
-            new = yield trial
+            new = yield trial, full, ici
             # accept unless the log-likelihood fell by more than its sums' rounding: near the optimum
             # a Newton step changes it by less than that, and halving would only waste passes
             if new[-1] >= sums[-1] - 1e-9 * (1.0 + abs(sums[-1])):
@@ -205,21 +291,22 @@ def _newton(start):
             step = step / 2.0
         else:
             return None
-        theta, sums = trial, new
+        theta, sums, with_ici, taken = trial, new, ici, step
     return None
 
 
 def _fit_all(col: _Column, fits: dict) -> dict:
-    """``{name: (knots, start)}`` fitted by :func:`_newton` together: one pass over the table per
-    round serves every fit still running.  Returns ``{name: (theta, sums) or None}``; the sums (at
-    ``theta``) end with ``Σ m |expit(Bθ) - p|`` (the ICI's numerator) and the log-likelihood."""
+    """``{name: (knots, start, ici)}`` fitted by :func:`_newton` (light rounds; ``ici``: the final sums
+    carry the ICI's numerator) together: one pass over the table per round serves every fit still
+    running.  Returns ``{name: (theta, sums) or None}``; the sums (at ``theta``) end with
+    ``Σ m |expit(Bθ) - p|`` (the ICI's numerator, with ``ici``) and the log-likelihood."""
     running, pending, done = {}, {}, {}
-    for name, (knots, start) in fits.items():
-        running[name] = (_newton(start), None if knots is None else list(knots))
+    for name, (knots, start, ici) in fits.items():
+        running[name] = (_newton(start, light=_eta_bound(col, knots), ici=ici), None if knots is None else list(knots))
         pending[name] = next(running[name][0])
     while pending:
-        sums = col.irls({name: {"theta": theta.tolist(), "knots": running[name][1], "ici": True}
-                         for name, theta in pending.items()})
+        sums = col.irls({name: {"theta": theta.tolist(), "knots": running[name][1], "hessian": hessian, "ici": ici}
+                         for name, (theta, hessian, ici) in pending.items()})
         for name in list(pending):
             try:
                 pending[name] = running[name][0].send(sums[name])
@@ -245,7 +332,7 @@ def _histogram_fit(hist: dict, knots, start) -> np.ndarray | None:
     Ba = np.asarray(kernels.spline_basis(hist["xa"], knots))
     a, m = hist["a"], hist["m"]
     fit = _newton(start)
-    theta = next(fit)
+    theta, _, _ = next(fit)  # every round here computes the Hessian's sums, never the ICI's
     try:
         while True:
             eta = theta @ Bm
@@ -256,7 +343,7 @@ def _histogram_fit(hist: dict, knots, start) -> np.ndarray | None:
                 sums.append(float(a @ Ba[i] - (m * mu) @ Bm[i]))
                 sums.extend(float(wt @ (Bm[i] * Bm[j])) for j in range(i, len(Bm)))
             sums.append(float(a @ (theta @ Ba) - m @ np.logaddexp(0.0, eta)))
-            theta = fit.send(sums)
+            theta, _, _ = fit.send(sums)
     except StopIteration as stop:
         return None if stop.value is None else stop.value[0]
 
@@ -313,15 +400,20 @@ def _calibration_fits(score: _Column, knots):
     hist = _logit_histogram(score)
     cox0 = _histogram_fit(hist, None, [0.0, 1.0]) if hist["m"].size else None
     rcs0 = None if cox0 is None or knots is None else _histogram_fit(hist, knots, [*cox0, 0.0, 0.0])
-    fits = {"cox": (None, [0.0, 1.0] if cox0 is None else cox0)}
+    # Cox's line carries the ICI only without knots; it is the ICI's fit too when the spline fails (below)
+    fits = {"cox": (None, [0.0, 1.0] if cox0 is None else cox0, knots is None)}
     if rcs0 is not None:
-        fits["rcs"] = (knots, rcs0)
+        fits["rcs"] = (knots, rcs0, True)
     done = _fit_all(score, fits)
     cox = done["cox"]
     if cox is None or knots is None:
         return cox, None
     if "rcs" not in done:
-        done.update(_fit_all(score, {"rcs": (knots, [*cox[0], 0.0, 0.0])}))
+        done.update(_fit_all(score, {"rcs": (knots, [*cox[0], 0.0, 0.0], True)}))
+    if done["rcs"] is None:
+        # the ICI from Cox's line: its numerator at the line's parameters (the same float terms in any round)
+        ici = score.irls({"cox": {"theta": cox[0].tolist(), "knots": None, "hessian": False, "ici": True}})["cox"]
+        cox = (cox[0], ici)
     return cox, done["rcs"]
 
 
