@@ -176,9 +176,10 @@ def test_the_calibration_fits_take_two_passes_from_the_logit_histogram(monkeypat
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1), st.sampled_from(["beta", "extreme", "shifted", "few"]))
 def test_light_rounds_stop_where_the_plain_newton_stops(seed, shape):
-    """A fit whose last round skips the Hessian (and confirms convergence with the bound of
-    ``_step_bound``) ends at the same parameters, bit for bit, with the same ICI numerator as the plain
-    method that computes every round whole; on every kind of column, including forecasts at 0 and 1."""
+    """A fit whose small steps skip the log-likelihood and whose last round skips the Hessian (and
+    confirms convergence with the bound of ``_step_bound``) ends at the same parameters, bit for bit,
+    with the same ICI numerator as the plain method that computes every round whole; from cold and
+    from histogram starts, on every kind of column, including forecasts at 0 and 1."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(50, 3000))
     if shape == "beta":
@@ -204,17 +205,17 @@ def test_light_rounds_stop_where_the_plain_newton_stops(seed, shape):
             continue
         light = suite._fit_all(col, {name: (kn, start, True)})[name]
         plain_gen = suite._newton(start, ici=True)
-        theta, _, _ = next(plain_gen)
+        theta, _ = next(plain_gen)
         try:
             while True:
                 got = col.irls({name: {"theta": theta.tolist(), "knots": kn, "ici": True}})[name]
-                theta, _, _ = plain_gen.send(got)
+                theta, _ = plain_gen.send(got)
         except StopIteration as stop:
             plain = stop.value
         assert (light is None) == (plain is None), name
         if plain is not None:
             assert light[0].tolist() == plain[0].tolist(), name
-            assert light[1][-2] == plain[1][-2], name
+            assert light[1] == plain[1] == got[-2], name
 
 
 @settings(max_examples=200, deadline=None)
@@ -232,7 +233,7 @@ def test_the_step_bound_bounds_the_exact_newton_step(seed, spline):
     knots = knots.tolist() if spline and np.all(np.diff(knots) > 0) else None
     B = np.asarray(suite.kernels.spline_basis(x, knots))
     theta0 = rng.normal(size=len(B)) * 0.3
-    step = rng.normal(size=len(B)) * 10.0 ** rng.uniform(-7, -1)
+    step = rng.normal(size=len(B)) * 10.0 ** rng.uniform(-7, -2)
     theta1 = theta0 + step
 
     def hess_grad(theta):
@@ -247,7 +248,10 @@ def test_the_step_bound_bounds_the_exact_newton_step(seed, spline):
     delta = suite._eta_bound(col, knots)(step)
     assert delta >= np.max(np.abs(step @ B))
     bound = suite._step_bound(g1, h0, delta)
-    assert bound is not None and bound >= exact * (1 - 1e-9)
+    if delta < 1.0:
+        assert bound is not None and bound >= exact * (1 - 1e-9)
+    else:  # no bound claimed that far out
+        assert bound is None
 
 
 def _cut(table, draw):

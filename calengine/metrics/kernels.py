@@ -221,14 +221,15 @@ def spline_basis(x, knots):
 IRLS_BLOCK = 1 << 13
 
 
-def _irls_block(B, theta, af, mf, v, scale: float, ici: bool, hessian: bool = True) -> list[int]:
+def _irls_block(B, theta, af, mf, v, scale: float, ici: bool, hessian: bool = True, loglik: bool = True) -> list[int]:
     """:func:`irls`'s sums over one block of values (basis columns ``B``, the first all ones).
 
     Every term is the float of the plain expressions ``B @ theta`` (column by column, from 0),
     ``mu = 0.5 + 0.5 tanh(eta / 2)``, ``m mu (1 - mu) b_i b_j``, ...; they are computed here in place
     and into the rows of one array (a round computes some twenty per value), the products in the
     same order, so the floats are the same bit for bit.  Without ``hessian`` the Hessian's terms are
-    left out (the gradient's rows follow each other; every other row is the same float)."""
+    left out (the gradient's rows follow each other), without ``loglik`` the log-likelihood's; every
+    other row is the same float."""
     # B @ theta as elementwise products added column by column: a BLAS product may round differently
     # for different row counts, which would make the sums depend on where the table was cut; the
     # first column is ones, so it adds 0.0 + theta[0] everywhere
@@ -240,7 +241,7 @@ def _irls_block(B, theta, af, mf, v, scale: float, ici: bool, hessian: bool = Tr
     np.multiply(mu, 0.5, out=mu)
     np.add(mu, 0.5, out=mu)  # expit, overflow-free: 0.5 + 0.5 tanh(eta / 2)
     k = len(B)
-    terms = np.empty((k + (k * (k + 1) // 2 if hessian else 0) + int(ici) + 1, v.size))
+    terms = np.empty((k + (k * (k + 1) // 2 if hessian else 0) + int(ici) + int(loglik), v.size))
     mm = mf * mu
     resid = np.subtract(af, mm)
     if hessian:
@@ -269,6 +270,8 @@ def _irls_block(B, theta, af, mf, v, scale: float, ici: bool, hessian: bool = Tr
         np.abs(mm, out=mm)
         np.multiply(mf, mm, out=terms[row])
         row += 1
+    if not loglik:
+        return fixed_sum_rows(terms, scale)
     # the log-likelihood, for the step search
     np.logaddexp(0.0, eta, out=mm)
     np.multiply(mf, mm, out=mm)
@@ -283,8 +286,8 @@ def irls(table, req: dict) -> dict:
     fixed-point sums (the gradient's and the upper triangle's terms interleaved row by row); with
     ``req["ici"]`` (or the fit's own ``"ici"``) then ``Σ m |expit(Bθ) - p|``; last the log-likelihood
     itself.  A fit with ``"hessian": False`` gets the gradient's sums alone in place of the interleaved
-    rows (about half a round's terms for the spline: what a round that only confirms convergence and
-    accepts the step needs, see :func:`calengine.metrics.suite._newton`).  Several fits in one request
+    rows, one with ``"loglik": False`` no log-likelihood (what a round that only confirms convergence,
+    or takes a step known to be accepted, needs: see :func:`calengine.metrics.suite._newton`).  Several fits in one request
     share the pass over the range."""
     v, a, _, m = counts(table, req["unit"])
     out = {}
@@ -305,7 +308,8 @@ def irls(table, req: dict) -> dict:
         for lo in range(0, v.size, IRLS_BLOCK):
             hi = min(v.size, lo + IRLS_BLOCK)
             part = _irls_block([c[lo:hi] for c in B], theta, af[lo:hi], mf[lo:hi], v[lo:hi], req["scale"] * 100.0,
-                               bool(fit.get("ici", req.get("ici"))), bool(fit.get("hessian", True)))
+                               bool(fit.get("ici", req.get("ici"))), bool(fit.get("hessian", True)),
+                               bool(fit.get("loglik", True)))
             sums = part if sums is None else [x + y for x, y in zip(sums, part)]
         out[name] = sums
     return out

@@ -194,7 +194,7 @@ def _step_bound(grad, hess0, delta: float) -> float | None:
     ``H1^-1 grad - s = H0^-1/2 A^-1 (I - A) H0^1/2 s``, component ``i`` of the exact step is within
     ``|s_i| + sqrt((H0^-1)_ii) e^δ (e^δ - 1) sqrt(s' H0 s)``."""
     s = newton_step(grad, hess0)
-    if s is None:
+    if s is None or not delta < 1.0:  # a bound that far out would confirm nothing
         return None
     try:
         diag = np.diag(np.linalg.inv(hess0))
@@ -236,77 +236,99 @@ def _eta_bound(col: _Column, knots):
     return delta
 
 
+#: a step that moves no row's linear predictor by more than this increases the log-likelihood (below
+#: log 2, see :func:`_newton`), so it is taken without the log-likelihood's sums.
+_SAFE_ETA = 0.5
+
+
 def _newton(start, light=None, ici: bool = False):
     """Newton-Raphson of one logistic fit of the event on a basis (Cox: ``[1, logit p]``; with knots
-    also the two spline terms) from ``start``, as a generator: it yields ``(theta, hessian, ici)``,
-    the parameters at which it needs the sums of :func:`calengine.metrics.kernels.irls` and which of
-    them (the Hessian's terms; the ICI's numerator), and is sent them, so that :func:`_fit_all` runs
-    several fits in the same passes over the table.  Each step is halved until the log-likelihood
-    does not decrease (plain Newton overshoots and can diverge far from the optimum, e.g. on
-    forecasts of exactly 0 and 1).  Stops at parameters whose Newton step moves none of them by more
-    than :data:`_IRLS_TOL` (relative to the largest): Newton converges quadratically, so they are
-    within about that of the optimum, and the step need not be taken (one pass fewer).
+    also the two spline terms) from ``start``, as a generator: it yields ``(theta, want)``, the
+    parameters at which it needs the sums of :func:`calengine.metrics.kernels.irls` and which of them
+    (``want``: the flags ``hessian``, ``ici``, ``loglik`` of a fit's request), and is sent them, so
+    that :func:`_fit_all` runs several fits in the same passes over the table.  Each step is halved
+    until the log-likelihood does not decrease (plain Newton overshoots and can diverge far from the
+    optimum, e.g. on forecasts of exactly 0 and 1).  Stops at parameters whose Newton step moves none
+    of them by more than :data:`_IRLS_TOL` (relative to the largest): Newton converges quadratically,
+    so they are within about that of the optimum, and the step need not be taken (one pass fewer).
 
-    ``light``: None, or ``delta(step)`` bounding how far a step moves any row's linear predictor
-    (:func:`_eta_bound`); then after a step of at most :data:`_LIGHT_AFTER` the next round asks for
-    the gradient alone and confirms convergence with a bound on the exact step from the previous
-    round's Hessian (:func:`_step_bound`, with the margin :data:`_LIGHT_MARGIN`); a round that does
-    not confirm it is taken again with the Hessian, which is then the round the plain method takes.
-    So the method stops at the same parameters as without ``light`` (the bound is rigorous): the last
-    round over the rows costs the gradient's terms instead of the Hessian's too.  ``ici``: the
-    final sums carry the ICI's numerator (asked for at every step, and at the start only when it has
-    converged already).  Returns ``(parameters, their sums)``, the sums ending with the ICI's
-    numerator (with ``ici``) and the log-likelihood, or None when the Hessian is singular, a step
+    ``light``: None (every round asks for every sum), or ``delta(step)`` bounding how far a step
+    moves any row's linear predictor (:func:`_eta_bound`).  Then a step of at most
+    :data:`_LIGHT_AFTER` (relative) that moves no predictor by more than :data:`_SAFE_ETA` is taken
+    without comparing log-likelihoods: along it the Hessian stays within ``e^δ`` of the one it was
+    solved with, so the log-likelihood rises by at least ``s'Hs (1 - e^δ / 2) > 0`` and the plain
+    method would accept it (its test allows for the sums' rounding); and the round after it asks for
+    the gradient alone, confirming convergence with a bound on the exact step from the previous
+    round's Hessian (:func:`_step_bound`, with the margin :data:`_LIGHT_MARGIN`).  A round that does
+    not confirm it is taken again whole, which is the round the plain method takes; so the method
+    stops at the same parameters as without ``light``, and from a close start (the logit histogram's
+    fit) its two rounds over the rows skip the Hessian's terms in the second and the log-likelihood
+    in both.  ``ici``: the ICI's numerator ``Σ m |expit(Bθ) - p|`` at the final parameters is returned.
+
+    Returns ``(parameters, ICI numerator or None)``, or None when the Hessian is singular, a step
     cannot improve, or it does not converge in :data:`_IRLS_MAX_ITER` rounds."""
     theta = np.asarray(start, dtype=np.float64)
     k = theta.size
-    sums = yield theta, True, ici and light is None
-    full, with_ici = True, ici and light is None
+    got = {"hessian": True, "ici": ici and light is None, "loglik": light is None}
+    sums = yield theta, got
     hess = taken = None
     for _ in range(_IRLS_MAX_ITER):
-        if not full:
+        if not got["hessian"]:
             # a light round: the exact step bounded from the gradient and the previous Hessian
             bound = _step_bound(np.asarray(sums[:k], dtype=np.float64), hess, light(taken))
             if bound is not None and bound * _LIGHT_MARGIN <= _IRLS_TOL * max(1.0, float(np.max(np.abs(theta)))):
-                return theta, sums
-            sums = yield theta, True, ici
-            full, with_ici = True, ici
+                return theta, _ici_sum(sums, got)
+            got = {"hessian": True, "ici": ici, "loglik": True}
+            sums = yield theta, got
         grad, hess = _unpack(sums, k)
         step = newton_step(grad, hess)
         if step is None:
             return None
         bound = max(1.0, float(np.max(np.abs(theta))))
         if np.max(np.abs(step)) <= _IRLS_TOL * bound:
-            if ici and not with_ici:
-                sums = yield theta, True, True  # the start converged: its sums again, with the ICI's
-            return theta, sums
-        full = light is None or np.max(np.abs(step)) > _LIGHT_AFTER * bound
+            if ici and not got["ici"]:
+                got = {"hessian": False, "ici": True, "loglik": False}
+                sums = yield theta, got  # the start converged: its ICI numerator
+            return theta, _ici_sum(sums, got)
+        if light is not None and np.max(np.abs(step)) <= _LIGHT_AFTER * bound and light(step) <= _SAFE_ETA:
+            theta, taken = theta + step, step
+            got = {"hessian": False, "ici": ici, "loglik": False}
+            sums = yield theta, got
+            continue
+        here = sums[-1] if got["loglik"] else (yield theta, {"hessian": False, "ici": False, "loglik": True})[-1]
         for _half in range(40):
             trial = theta + step
-            new = yield trial, full, ici
+            new = yield trial, {"hessian": True, "ici": ici, "loglik": True}
             # accept unless the log-likelihood fell by more than its sums' rounding: near the optimum
             # a Newton step changes it by less than that, and halving would only waste passes
-            if new[-1] >= sums[-1] - 1e-9 * (1.0 + abs(sums[-1])):
+            if new[-1] >= here - 1e-9 * (1.0 + abs(here)):
                 break
             step = step / 2.0
         else:
             return None
-        theta, sums, with_ici, taken = trial, new, ici, step
+        theta, sums, taken = trial, new, step
+        got = {"hessian": True, "ici": ici, "loglik": True}
     return None
 
 
+def _ici_sum(sums, got: dict):
+    """The ICI's numerator in sums asked for with ``got`` (before the log-likelihood), or None."""
+    if not got["ici"]:
+        return None
+    return sums[-2] if got["loglik"] else sums[-1]
+
+
 def _fit_all(col: _Column, fits: dict) -> dict:
-    """``{name: (knots, start, ici)}`` fitted by :func:`_newton` (light rounds; ``ici``: the final sums
-    carry the ICI's numerator) together: one pass over the table per round serves every fit still
-    running.  Returns ``{name: (theta, sums) or None}``; the sums (at ``theta``) end with
-    ``Σ m |expit(Bθ) - p|`` (the ICI's numerator, with ``ici``) and the log-likelihood."""
+    """``{name: (knots, start, ici)}`` fitted by :func:`_newton` (light rounds; ``ici``: return the
+    ICI's numerator) together: one pass over the table per round serves every fit still running.
+    Returns ``{name: (theta, ICI numerator or None) or None}``."""
     running, pending, done = {}, {}, {}
     for name, (knots, start, ici) in fits.items():
         running[name] = (_newton(start, light=_eta_bound(col, knots), ici=ici), None if knots is None else list(knots))
         pending[name] = next(running[name][0])
     while pending:
-        sums = col.irls({name: {"theta": theta.tolist(), "knots": running[name][1], "hessian": hessian, "ici": ici}
-                         for name, (theta, hessian, ici) in pending.items()})
+        sums = col.irls({name: {"theta": theta.tolist(), "knots": running[name][1], **want}
+                         for name, (theta, want) in pending.items()})
         for name in list(pending):
             try:
                 pending[name] = running[name][0].send(sums[name])
@@ -332,7 +354,7 @@ def _histogram_fit(hist: dict, knots, start) -> np.ndarray | None:
     Ba = np.asarray(kernels.spline_basis(hist["xa"], knots))
     a, m = hist["a"], hist["m"]
     fit = _newton(start)
-    theta, _, _ = next(fit)  # every round here computes the Hessian's sums, never the ICI's
+    theta, _ = next(fit)  # every round here computes every sum but the ICI's
     try:
         while True:
             eta = theta @ Bm
@@ -343,7 +365,7 @@ def _histogram_fit(hist: dict, knots, start) -> np.ndarray | None:
                 sums.append(float(a @ Ba[i] - (m * mu) @ Bm[i]))
                 sums.extend(float(wt @ (Bm[i] * Bm[j])) for j in range(i, len(Bm)))
             sums.append(float(a @ (theta @ Ba) - m @ np.logaddexp(0.0, eta)))
-            theta, _, _ = fit.send(sums)
+            theta, _ = fit.send(sums)
     except StopIteration as stop:
         return None if stop.value is None else stop.value[0]
 
@@ -412,7 +434,8 @@ def _calibration_fits(score: _Column, knots):
         done.update(_fit_all(score, {"rcs": (knots, [*cox[0], 0.0, 0.0], True)}))
     if done["rcs"] is None:
         # the ICI from Cox's line: its numerator at the line's parameters (the same float terms in any round)
-        ici = score.irls({"cox": {"theta": cox[0].tolist(), "knots": None, "hessian": False, "ici": True}})["cox"]
+        ici = score.irls({"cox": {"theta": cox[0].tolist(), "knots": None, "hessian": False, "ici": True,
+                                  "loglik": False}})["cox"][-1]
         cox = (cox[0], ici)
     return cox, done["rcs"]
 
@@ -466,7 +489,7 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     out["calibration_intercept"], out["calibration_slope"] = (math.nan, math.nan) if cox is None else map(float, cox[0])
     # the ICI from the spline fit, or from Cox's line when the spline has no knots or does not converge
     ici = rcs if rcs is not None else cox
-    out["ici"] = math.nan if ici is None else ici[1][-2] / N
+    out["ici"] = math.nan if ici is None else ici[1] / N
     # ---- the top-label confidence: equal-mass ECE
     if k > 2:
         em = score.binning(sw, "split")
