@@ -51,6 +51,22 @@ def planted_terms(rng, n: int, scale: float) -> np.ndarray:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 2**32 - 1), st.floats(1e-3, 1e9), st.booleans())
+def test_binned_sums_of_several_term_arrays_are_the_sums_of_their_definitions(n, n_bins, seed, scale, sorted_index):
+    """``fixed_sum_bins_of`` (the smooth ECE grid's two shares, added as int64 limb sums) is, per bin,
+    the sum of the definition's integers over every pair; the planted large terms take the bins past
+    int64's shifted range (Python ints), the others the int64 path."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(int(rng.integers(1, 4))):
+        t = planted_terms(rng, n, scale)
+        index = rng.integers(0, n_bins + 2, n)  # some past the last bin: left out
+        pairs.append((np.sort(index) if sorted_index else index, t))
+    expected = [sum(x) for x in zip(*(oracle_bins(index, t, scale, n_bins) for index, t in pairs))]
+    assert exact.fixed_sum_bins_of(pairs, scale, n_bins) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 2**32 - 1), st.floats(1e-3, 1e9), st.booleans())
 def test_binned_fixed_sums_are_the_definitions_integers(n, n_bins, seed, scale, sorted_index):
     rng = np.random.default_rng(seed)
     t = planted_terms(rng, n, scale)

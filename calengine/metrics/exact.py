@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_to_float", "fixed_units",
+__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_sum_bins_of", "fixed_to_float",
+           "fixed_units",
            "bin_counts", "FIXED_BITS", "SUM_BITS"]
 
 #: fixed-point resolution of :func:`fixed_units`: a term equal to ``scale`` is 2**52 units.
@@ -86,19 +87,49 @@ def fixed_sum_binnings(binnings, t, scale: float) -> list[list[int]]:
     for start in range(0, t.size, BLOCK):
         hi, lo = _limbs(t[start:start + BLOCK], scale)
         for j, (index, n_bins) in enumerate(binnings):
-            idx = index[start:start + BLOCK]
-            runs = _run_sums(idx, hi, lo, n_bins)
-            if runs is None:
-                # the bins' limb sums are exact integers below 2**53: as int64, then Python ints per bin
-                # (a comprehension over lists: the logit histogram has thousands of bins per range)
-                runs = (np.bincount(idx, weights=hi, minlength=n_bins).astype(np.int64).tolist(),
-                        np.bincount(idx, weights=lo, minlength=n_bins).astype(np.int64).tolist())
-            outs[j] = [o + (h << _HALF) + low for o, h, low in zip(outs[j], *runs)]
+            totals = _totals(*_limb_bins(index[start:start + BLOCK], hi, lo, n_bins))
+            outs[j] = totals if start == 0 else [o + x for o, x in zip(outs[j], totals)]
     return outs
 
 
-def _run_sums(idx, hi, lo, n_bins: int) -> tuple[list, list] | None:
-    """The per-bin sums of the limbs ``hi`` and ``lo`` (as int lists) when ``idx`` is non-negative and
+def fixed_sum_bins_of(pairs, scale: float, n_bins: int) -> list[int]:
+    """``Σ fixed_sum_bins(index, t, scale, n_bins)`` over the ``(index, t)`` of ``pairs``, per bin: the
+    same integers (a sum of integers), with the pairs' limb sums added as int64 arrays before they
+    become Python ints (the smooth ECE's grid bins two shares of every term, on grids of thousands
+    of points)."""
+    pairs = [(np.asarray(index, dtype=np.intp).reshape(-1), np.asarray(t, dtype=np.float64).reshape(-1))
+             for index, t in pairs]
+    if any(t.size > BLOCK for _, t in pairs):
+        parts = [fixed_sum_bins(index, t, scale, n_bins) for index, t in pairs]
+        return [sum(x) for x in zip(*parts)]
+    h = l = np.zeros(n_bins, dtype=np.int64)
+    for index, t in pairs:
+        dh, dl = _limb_bins(index, *_limbs(t, scale), n_bins)
+        h, l = h + dh, l + dl  # each below 2**53 (exact float sums of a block): no int64 overflow
+    return _totals(h, l)
+
+
+def _limb_bins(index, hi, lo, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bin sums of the limbs ``hi`` and ``lo`` grouped by ``index`` as int64 arrays: the runs of a
+    non-decreasing index added (:func:`_run_sums`), else ``np.bincount`` (exact: below 2**53)."""
+    runs = _run_sums(index, hi, lo, n_bins)
+    if runs is None:
+        # indices past n_bins - 1 are left out, as the runs leave them
+        runs = (np.bincount(index, weights=hi, minlength=n_bins)[:n_bins].astype(np.int64),
+                np.bincount(index, weights=lo, minlength=n_bins)[:n_bins].astype(np.int64))
+    return runs
+
+
+def _totals(h: np.ndarray, lo: np.ndarray) -> list[int]:
+    """``(h << 31) + lo`` per bin as Python ints: in int64 when no bin can leave its range (``|h| <
+    2**31``, ``|lo| < 2**62``), else one Python int at a time."""
+    if not h.size or (int(np.max(np.abs(h))) < 1 << _HALF and int(np.max(np.abs(lo))) < 1 << 62):
+        return ((h << _HALF) + lo).tolist()
+    return [(x << _HALF) + y for x, y in zip(h.tolist(), lo.tolist())]
+
+
+def _run_sums(idx, hi, lo, n_bins: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The per-bin sums of the limbs ``hi`` and ``lo`` (as int64 arrays) when ``idx`` is non-negative and
     non-decreasing, each bin a run of terms (then ``np.add.reduceat`` adds the runs); None otherwise,
     or when ``hi`` is too large for every partial sum to be exact in float64 in any order (``lo`` is
     below 2**31 and a block at most :data:`BLOCK` terms).  Indices past ``n_bins - 1`` are left out,
@@ -107,7 +138,7 @@ def _run_sums(idx, hi, lo, n_bins: int) -> tuple[list, list] | None:
         return None
     if not max(-float(hi.min()), float(hi.max())) * idx.size < 2.0**53:
         return None
-    return _reduce_runs(idx, hi, n_bins).tolist(), _reduce_runs(idx, lo, n_bins).tolist()
+    return _reduce_runs(idx, hi, n_bins), _reduce_runs(idx, lo, n_bins)
 
 
 def _reduce_runs(index, values, n_bins: int) -> np.ndarray:

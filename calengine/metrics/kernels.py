@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import bin_counts, fixed_sum, fixed_sum_binnings, fixed_sum_bins, fixed_sum_rows, fixed_units
+from .exact import bin_counts, fixed_sum, fixed_sum_binnings, fixed_sum_bins, fixed_sum_bins_of, fixed_sum_rows, fixed_units
 from .range_cache import derived
 
 __all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms",
@@ -60,12 +60,10 @@ def grid_histograms(v, a, m, size: int, scale: float):
     below = 1.0 - frac
     mf, af = m.astype(np.float64), a.astype(np.float64)
     # the lower and the upper neighbours' shares binned apart, each index in value order (so the
-    # sorted runs' fast path of fixed_sum_bins applies), and their integers added: the same sums
-    # as binning both shares at once
+    # sorted runs' fast path applies), and their integers added: the same sums as binning both
+    # shares at once
     up = pos + 1
-    return [[p + q for p, q in zip(fixed_sum_bins(pos, below * x, scale, size),
-                                   fixed_sum_bins(up, frac * x, scale, size))]
-            for x in (mf, mf * v, af)]
+    return [fixed_sum_bins_of([(pos, below * x), (up, frac * x)], scale, size) for x in (mf, mf * v, af)]
 
 
 def census(table, req: dict) -> dict:
