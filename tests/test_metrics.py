@@ -394,6 +394,7 @@ def test_empty_batches_and_empty_result():
         (np.array([0, 1]), np.array([[0.5, 0.5, 0.0], [0.2, 0.8, 0.0]]), "3 columns"),
         (np.array([0, 1, 1]), _binary([0.5, 0.5]), "3 rows but P has 2"),
         (np.array([0, 1]), _binary([np.nan, 0.5]), "NaN"),
+        (np.array([0, 1]), _binary([np.inf, 0.5]), "NaN or infinite"),
         (np.array([0, 1]), np.array([[0.5, 0.6], [0.5, 0.5]]), "sums to"),
         (np.array([0, 2]), _binary([0.5, 0.5]), "class index 2"),
         (np.array([0, -1]), _binary([0.5, 0.5]), "class index -1"),

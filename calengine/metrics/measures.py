@@ -148,15 +148,17 @@ def _validate(y, P, n_classes: int | None):
     if y.size and (y.min() < 0 or y.max() >= k):
         bad = int(y.min()) if y.min() < 0 else int(y.max())
         raise DataError(f"y contains class index {bad} outside 0..{k - 1}; encode labels as 0..{k - 1} first")
-    if not np.all(np.isfinite(P)):
-        raise DataError("P contains NaN or infinite values; drop or impute those rows before evaluating")
-    if P.size and (P.min() < 0.0 or P.max() > 1.0):
+    # within [0, 1] means finite (a NaN makes min and max NaN): the finiteness pass only on failure
+    if P.size and not (P.min() >= 0.0 and P.max() <= 1.0):
+        if not np.all(np.isfinite(P)):
+            raise DataError("P contains NaN or infinite values; drop or impute those rows before evaluating")
         raise DataError(
             f"P has values outside [0, 1] (min {P.min():.6g}, max {P.max():.6g}); "
             "pass probabilities, not raw scores"
         )
     if P.shape[0]:
-        dev = np.abs(P.sum(axis=1) - 1.0)
+        # two columns' row sum is one addition, the float P.sum(axis=1) gives, without its strided reduction
+        dev = np.abs((P[:, 0] + P[:, 1] if k == 2 else P.sum(axis=1)) - 1.0)
         worst = int(np.argmax(dev))
         if dev[worst] > ROW_SUM_TOLERANCE:
             raise DataError(
