@@ -175,3 +175,18 @@ def test_one_set_of_limbs_serves_every_binning(n, seed, sizes):
     indexes = [rng.integers(0, s, n) if j % 2 else np.sort(rng.integers(0, s, n)) for j, s in enumerate(sizes)]
     got = exact.fixed_sum_binnings(list(zip(indexes, sizes)), t, scale)
     assert got == [oracle_bins(idx, t, scale, s) for idx, s in zip(indexes, sizes)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 2000), st.integers(0, 2**32 - 1), st.lists(st.integers(1, 30), min_size=1, max_size=3),
+       st.integers(1, 3))
+def test_several_terms_share_the_binnings_runs(n, seed, sizes, n_terms):
+    """``fixed_sum_binnings_terms`` finds each index's runs once for several term arrays: each term's
+    and binning's integers are still the definition's (a term with a huge limb leaves the runs for
+    np.bincount on its own, the others keep them)."""
+    rng = np.random.default_rng(seed)
+    scale = float(rng.uniform(1.0, 1e8))
+    terms = [planted_terms(rng, n, scale) for _ in range(n_terms)]
+    indexes = [rng.integers(0, s + 1, n) if j % 2 else np.sort(rng.integers(0, s + 1, n)) for j, s in enumerate(sizes)]
+    got = exact.fixed_sum_binnings_terms(list(zip(indexes, sizes)), terms, scale)
+    assert got == [[oracle_bins(idx, t, scale, s) for idx, s in zip(indexes, sizes)] for t in terms]

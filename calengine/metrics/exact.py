@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_sum_bins_of", "fixed_to_float",
+__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_sum_binnings_terms",
+           "fixed_sum_bins_of", "fixed_to_float",
            "fixed_units",
            "bin_counts", "FIXED_BITS", "SUM_BITS"]
 
@@ -81,14 +82,29 @@ def fixed_sum_bins(index, t, scale: float, n_bins: int) -> list[int]:
 def fixed_sum_binnings(binnings, t, scale: float) -> list[list[int]]:
     """:func:`fixed_sum_bins` of ``t`` for each ``(index, n_bins)`` of ``binnings``: the limbs of the
     terms are taken once for all of them (a sweep bins the same terms several ways)."""
-    t = np.asarray(t, dtype=np.float64).reshape(-1)
+    return fixed_sum_binnings_terms(binnings, [t], scale)[0]
+
+
+def fixed_sum_binnings_terms(binnings, terms, scale: float) -> list[list[list[int]]]:
+    """:func:`fixed_sum_binnings` of each term array of ``terms`` (``out[term][binning]``): whether an
+    index is in order, and where its bins' runs start, is found once for all the terms (a sweep
+    bins three terms two ways)."""
+    terms = [np.asarray(t, dtype=np.float64).reshape(-1) for t in terms]
     binnings = [(np.asarray(index, dtype=np.intp).reshape(-1), int(n_bins)) for index, n_bins in binnings]
-    outs = [[0] * n_bins for _, n_bins in binnings]
-    for start in range(0, t.size, BLOCK):
-        hi, lo = _limbs(t[start:start + BLOCK], scale)
-        for j, (index, n_bins) in enumerate(binnings):
-            totals = _totals(*_limb_bins(index[start:start + BLOCK], hi, lo, n_bins))
-            outs[j] = totals if start == 0 else [o + x for o, x in zip(outs[j], totals)]
+    outs = [[[0] * n_bins for _, n_bins in binnings] for _ in terms]
+    size = terms[0].size if terms else 0
+    for start in range(0, size, BLOCK):
+        runs = [_runs_of(index[start:start + BLOCK], n_bins) for index, n_bins in binnings]
+        for out, t in zip(outs, terms):
+            hi, lo = _limbs(t[start:start + BLOCK], scale)
+            exact_runs = max(-float(hi.min()), float(hi.max())) * hi.size < 2.0**53 if hi.size else False
+            for j, (index, n_bins) in enumerate(binnings):
+                if runs[j] is not None and exact_runs:
+                    h, l = _sum_runs(runs[j], hi, n_bins), _sum_runs(runs[j], lo, n_bins)
+                else:
+                    h, l = _limb_bins(index[start:start + BLOCK], hi, lo, n_bins)
+                totals = _totals(h, l)
+                out[j] = totals if start == 0 else [o + x for o, x in zip(out[j], totals)]
     return outs
 
 
@@ -144,12 +160,31 @@ def _run_sums(idx, hi, lo, n_bins: int) -> tuple[np.ndarray, np.ndarray] | None:
 def _reduce_runs(index, values, n_bins: int) -> np.ndarray:
     """Per-bin sums of ``values`` (as int64) for a non-decreasing, non-negative ``index``: each bin's
     terms are one run, added by ``np.add.reduceat``; indices past ``n_bins - 1`` are left out."""
+    return _sum_runs(_run_starts(index, n_bins), values, n_bins)
+
+
+def _runs_of(index, n_bins: int):
+    """:func:`_run_starts` of ``index`` when it is non-negative and non-decreasing, else None."""
+    if not index.size or index[0] < 0 or bool(np.any(index[1:] < index[:-1])):
+        return None
+    return _run_starts(index, n_bins)
+
+
+def _run_starts(index, n_bins: int) -> tuple:
+    """Where the runs of the occupied bins of a non-decreasing ``index`` start: ``(live, starts, end)``,
+    the occupied bins' mask, their runs' first positions and the end of the last one."""
     edges = np.searchsorted(index, np.arange(n_bins + 1), side="left")
     live = edges[1:] > edges[:-1]
+    return live, edges[:-1][live], int(edges[-1])
+
+
+def _sum_runs(runs: tuple, values, n_bins: int) -> np.ndarray:
+    """Per-bin sums of ``values`` over the runs of :func:`_run_starts`, as int64."""
+    live, starts, end = runs
     out = np.zeros(n_bins, dtype=values.dtype)
-    if live.any():
+    if starts.size:
         # each live bin's run ends where the next live bin's starts (the bins between are empty)
-        out[live] = np.add.reduceat(values[:edges[-1]], edges[:-1][live])
+        out[live] = np.add.reduceat(values[:end], starts)
     return out.astype(np.int64)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import bin_counts, fixed_sum, fixed_sum_binnings, fixed_sum_bins, fixed_sum_bins_of, fixed_sum_rows, fixed_units
+from .exact import bin_counts, fixed_sum, fixed_sum_binnings_terms, fixed_sum_bins, fixed_sum_bins_of, fixed_sum_rows, fixed_units
 from .range_cache import derived
 
 __all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms",
@@ -171,8 +171,8 @@ def sweep(table, req: dict) -> dict:
     if binnings:
         # the same three terms in every binning: their fixed-point limbs are taken once
         mv = m.astype(np.float64) * v
-        sums = {key: fixed_sum_binnings([(idx, B) for _, idx, B in binnings], t, S)
-                for key, t in (("mv", mv), ("mvv", mv * v), ("av", a * v))}
+        sums = dict(zip(("mv", "mvv", "av"),
+                        fixed_sum_binnings_terms([(idx, B) for _, idx, B in binnings], (mv, mv * v, a * v), S)))
         for j, (name, idx, B) in enumerate(binnings):
             out[name] = {"count": bin_counts(idx, m, B), "pos": bin_counts(idx, a, B),
                          **{key: sums[key][j] for key in ("mv", "mvv", "av")}}
