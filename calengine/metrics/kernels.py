@@ -115,10 +115,9 @@ def logit_histogram(table, unit, n_bins: int, clip: float, scale: float) -> dict
     idx -= first
     span = int(idx.max()) + 1
     mf = m.astype(np.float64)
-    return {"first": first,
-            "m": bin_counts(idx, m, span), "a": bin_counts(idx, a, span),
-            "mx": fixed_sum_bins(idx, mf * x, scale * 100.0, span),
-            "ax": fixed_sum_bins(idx, a * x, scale * 100.0, span)}
+    # both sums over the same bins: their runs found once
+    (mx,), (ax,) = fixed_sum_binnings_terms([(idx, span)], (mf * x, a * x), scale * 100.0)
+    return {"first": first, "m": bin_counts(idx, m, span), "a": bin_counts(idx, a, span), "mx": mx, "ax": ax}
 
 
 def grids(table, req: dict) -> dict:
