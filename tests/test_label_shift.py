@@ -277,6 +277,132 @@ def test_a_dask_cluster_gives_the_same_bits(pima):
     assert np.array_equal(info["em"].priors, reference.priors)
 
 
+# ---------------------------------------------------------------------------------------------- weights
+
+
+def _numpy_weighted_em(P, train, w, tol=1e-13, max_iter=100_000):
+    """The EM of :func:`_numpy_em` with each row's re-weighted posteriors counted ``w`` times."""
+    new = np.asarray(train, dtype=float).copy()
+    for _ in range(max_iter):
+        W = P * (new / train)
+        W /= W.sum(axis=1, keepdims=True)
+        updated = (w @ W) / w.sum()
+        if np.max(np.abs(updated - new)) < tol:
+            return updated
+        new = updated
+    raise AssertionError("the reference EM did not converge")
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300), top=st.sampled_from([1, 3, 70_000, 2**40]))
+def test_a_weighted_row_adds_the_units_of_the_row_repeated(seed, n, top):
+    """``fixed_sum_counts`` against a Python-int oracle of the definition (each term's units times its
+    count), and against ``fixed_sum`` of the rows repeated for small counts: the same integer."""
+    from calengine.metrics.exact import _limbs, fixed_sum, fixed_sum_counts
+
+    rng = np.random.default_rng(seed)
+    t = rng.random(n)
+    t[rng.random(n) < 0.1] = 1.0  # the largest term: the high limb is 2**31
+    c = rng.integers(0, top + 1, n)
+    hi, lo = _limbs(t, 1.0)
+    oracle = sum(int(ci) * ((int(h) << 31) + int(low)) for ci, h, low in zip(c, hi, lo))
+    assert fixed_sum_counts(t, c, 1.0) == oracle
+    if top <= 3:
+        assert fixed_sum_counts(t, c, 1.0) == fixed_sum(np.repeat(t, c), 1.0)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(2, 4))
+def test_weighted_em_is_the_em_of_the_rows_repeated(seed, k):
+    """Integer weights: the rows repeated, bit for bit (steps included); fractional weights: the plain
+    numpy EM with weighted means (1e-9)."""
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.full(k, 2.0), size=int(rng.integers(5, 300)))
+    train = rng.dirichlet(np.full(k, 20.0))
+    w = rng.integers(0, 4, len(P))
+    w[0] = max(w[0], 1)
+    got = em_priors(P, train, tol=1e-12, max_iter=10_000, sample_weight=w)
+    repeated = em_priors(np.repeat(P, w, axis=0), train, tol=1e-12, max_iter=10_000)
+    assert np.array_equal(got.priors, repeated.priors) and got.iterations == repeated.iterations
+    frac = w + rng.random(len(P))
+    got = em_priors(P, train, tol=1e-13, max_iter=10_000, sample_weight=frac)
+    # 3e-9: a prior the EM drives to 0 stays at calengine's floor of 1e-9 (PRIOR_FLOOR), the others renormalised
+    np.testing.assert_allclose(got.priors, _numpy_weighted_em(P, train, frac), rtol=0, atol=3e-9)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_weighted_prior_shift_over_any_partitioning_equals_the_in_memory_em(pima, data):
+    """``prior_shift_table`` with a weight column (integer or fractional), files cut anywhere: the
+    in-memory weighted EM's bits, the weighted label rates and the total weight."""
+    from calengine.fit.label_shift import prior_shift_table
+
+    model, df, client, root, _ = pima
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    w = rng.integers(0, 5, len(df)).astype(float)
+    if data.draw(st.booleans()):
+        w = w * rng.random(len(df))
+    df = df.assign(w=w)
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(df) - 1), max_size=4, unique=True)))
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(dir=root)) / "parts"
+    files = _write_parts(df, folder, cuts, data.draw(st.integers(1, 200)))
+    chunk_rows = data.draw(st.sampled_from([60, 1_000_000]))
+    got = prior_shift_table(client, model, files, "class", replicates=4, tol=1e-8, chunk_rows=chunk_rows, weight="w")
+    reference = em_priors(model.predict_proba(df), training_priors(model)[0], tol=1e-8, sample_weight=w)
+    assert got["estimated"] == reference.priors.tolist() and got["weighted"]
+    y = model.labels.encode(df["class"])
+    np.testing.assert_allclose(got["observed"], np.bincount(y, weights=w, minlength=2) / w.sum(), rtol=1e-12)
+    assert got["rows"] == pytest.approx(w.sum(), rel=1e-12) and got["sample_rows"] == int((w > 0).sum())
+    shutil.rmtree(folder.parent)
+
+
+def test_weighted_replicates_draw_rows_in_proportion_to_their_weights(adult):
+    """A replicate with integer weights is the replicate of the rows repeated side by side (the
+    resample's positions along the cumulative weight land on the same rows)."""
+    from calengine.fit.label_shift import _em_replicates
+
+    root, shifted = adult
+    model = load_model(root / "nb")
+    P = model.predict_proba(shifted[0.5].iloc[:2000])
+    w = np.random.default_rng(1).integers(0, 3, len(P))
+    train = training_priors(model)[0]
+    seeds = np.random.SeedSequence(5).spawn(4)
+    got = _em_replicates(P, train, seeds, 1e-12, 10_000, weights=w.astype(float))
+    repeated = _em_replicates(np.repeat(P, w, axis=0), train, seeds, 1e-12, 10_000)
+    np.testing.assert_allclose(got, repeated, rtol=0, atol=1e-12)
+
+
+def test_evaluate_prior_shift_with_weights_is_the_table_with_rows_repeated(adult, tmp_path):
+    """End to end on the CLI: ``--weight`` with integer weights gives the estimate, label rates and
+    totals of the table whose rows are repeated that many times; the text says total weight."""
+    root, shifted = adult
+    df = shifted[0.5].iloc[:4000].copy()
+    df["w"] = np.random.default_rng(2).integers(0, 4, len(df))
+    df.to_parquet(tmp_path / "weighted.parquet", index=False)
+    df.loc[df.index.repeat(df["w"])].to_parquet(tmp_path / "repeated.parquet", index=False)
+    runs = {}
+    for name, extra in (("weighted", ["--weight", "w"]), ("repeated", [])):
+        r = run_cli("evaluate", root / "nb", tmp_path / f"{name}.parquet", "--target", "class", "--prior-shift", "20",
+                    "--json", *extra)
+        assert r.returncode == 0, r.stderr
+        runs[name] = json.loads(r.stdout)["prior_shift"]
+    a, b = runs["weighted"], runs["repeated"]
+    for key in ("estimated", "observed", "rows", "labelled_rows", "training", "em"):
+        assert a[key] == b[key], key
+    assert a["rows"] == int(df["w"].sum()) and a["weighted"] and not b["weighted"]
+    assert a["sample_rows"] == int((df["w"] > 0).sum())
+    pos = a["classes"].index(">50K")
+    assert a["low"][pos] < a["estimated"][pos] < a["high"][pos]
+    text = run_cli("evaluate", root / "nb", tmp_path / "weighted.parquet", "--target", "class", "--prior-shift", "20",
+                   "--weight", "w").stdout
+    assert f"probabilities of rows of total weight {a['rows']:,}," in text, text
+    assert f"label rates of labelled rows of total weight {a['rows']:,})" in text, text
+    assert "20 weighted resamples of" in text, text
+
+
 # ---------------------------------------------------------------------------------------------- multiclass
 
 
@@ -440,8 +566,13 @@ def test_prior_shift_bad_input_is_one_line(adult, tmp_path):
                           "--prior-shift must be at least 2")
     assert_one_line_error(run_cli("evaluate", root / "nb", data, "--target", "class", "--prior-shift", "10001"),
                           "--prior-shift must be at most 10000")
-    assert_one_line_error(run_cli("evaluate", root / "nb", data, "--target", "class", "--prior-shift",
-                                  "--weight", "age"), "drop --weight")
+    zero = pd.read_parquet(data).assign(w=0.0)
+    zero.to_parquet(tmp_path / "zero.parquet", index=False)
+    assert_one_line_error(run_cli("evaluate", root / "nb", tmp_path / "zero.parquet", "--target", "class",
+                                  "--prior-shift", "--weight", "w"), "weight", "positive")
+    zero.assign(w=-1.0).to_parquet(tmp_path / "negative.parquet", index=False)
+    assert_one_line_error(run_cli("evaluate", root / "nb", tmp_path / "negative.parquet", "--target", "class",
+                                  "--prior-shift", "--weight", "w"), "negative")
     old = load_model(root / "nb")
     old.info = {k: v for k, v in old.info.items() if k != "x_class_totals"}
     save_model(old, tmp_path / "old")

@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--target", required=True, metavar="COL")
     p.add_argument("--weight", metavar="COL",
                    help="column of non-negative row weights: every metric, test, decision cost (--cost-matrix),"
-                        " bootstrap resample (--bootstrap) and report bar weighs rows by it (a weight of 2 counts as"
-                        " the row twice)")
+                        " bootstrap resample (--bootstrap), prior-shift estimate (--prior-shift) and report bar weighs"
+                        " rows by it (a weight of 2 counts as the row twice)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--report", metavar="DIR", help="also write figures and one self-contained HTML page to DIR")
     p.add_argument("--alpha", type=float, default=0.01, metavar="A",

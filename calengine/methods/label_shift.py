@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DataError, ParameterError
-from ..metrics.exact import fixed_sum, fixed_to_float
+from ..metrics.exact import fixed_sum, fixed_sum_counts, fixed_to_float
 from .sampling import correct
 
 #: estimated priors below this are kept at it: a class the EM drives towards 0 keeps a (tiny) prior,
@@ -55,11 +55,22 @@ def shifted_posteriors(P: np.ndarray, train: np.ndarray, new: np.ndarray) -> np.
     return correct(P, np.asarray(train, dtype=np.float64) / np.asarray(new, dtype=np.float64))
 
 
-def em_sums(P: np.ndarray, train: np.ndarray, new: np.ndarray) -> list[int]:
+def em_sums(P: np.ndarray, train: np.ndarray, new: np.ndarray, weights=None, scale: float | None = None) -> list[int]:
     """One EM step's statistic of a block of rows: per class, the fixed-point sum of the re-weighted
-    posteriors (units of 2**-62; integers, so blocks merge by addition, in any order)."""
+    posteriors (units of 2**-62 of ``scale``; integers, so blocks merge by addition, in any order).
+
+    ``weights``: the rows' weights (counts).  With ``scale`` None they must be integers: each row's
+    units are added ``weight`` times (:func:`calengine.metrics.exact.fixed_sum_counts`), so a row of
+    weight 2 adds what the row twice adds.  Fractional weights need ``scale``, a bound on every
+    weight known to every block before the step (the table's largest weight): the terms are the
+    weighted posteriors, summed against that scale.  Without weights ``scale`` is 1."""
     Q = shifted_posteriors(P, train, new)
-    return [fixed_sum(Q[:, c], 1.0) for c in range(Q.shape[1])]
+    if weights is None:
+        return [fixed_sum(Q[:, c], 1.0) for c in range(Q.shape[1])]
+    if scale is None:
+        return [fixed_sum_counts(Q[:, c], weights, 1.0) for c in range(Q.shape[1])]
+    w = np.asarray(weights, dtype=np.float64)
+    return [fixed_sum(Q[:, c] * w, scale) for c in range(Q.shape[1])]
 
 
 def check_em_options(tol, max_iter) -> None:
@@ -96,21 +107,22 @@ class EMResult:
                 "converged": self.converged, "last_change": float(self.last_change)}
 
 
-def run_em(step: Callable[[np.ndarray], list[int]], n_rows: int, train: np.ndarray, *, tol: float = DEFAULT_TOL,
-           max_iter: int = DEFAULT_MAX_ITER) -> EMResult:
+def run_em(step: Callable[[np.ndarray], list[int]], n_rows, train: np.ndarray, *, tol: float = DEFAULT_TOL,
+           max_iter: int = DEFAULT_MAX_ITER, scale: float = 1.0) -> EMResult:
     """Saerens et al.'s EM from the start π' = ``train``: ``step(new)`` returns the per-class
     fixed-point sums of the rows' posteriors re-weighted to ``new`` (:func:`em_sums`, summed over
-    every block of rows), ``n_rows`` the number of rows.  Stops when no prior moves by ``tol`` or
-    more, or after ``max_iter`` steps (``converged`` False)."""
+    every block of rows, in units of ``scale``), ``n_rows`` the number of rows (their total weight
+    when rows are weighted).  Stops when no prior moves by ``tol`` or more, or after ``max_iter``
+    steps (``converged`` False)."""
     check_em_options(tol, max_iter)
-    if n_rows <= 0:
+    if not n_rows > 0:
         raise DataError("the table to adapt to has no rows; label-shift adaptation needs unlabelled rows")
     train = check_priors(train, len(train), "the training priors")
     new = train.copy()
     change, history = np.inf, [new.copy()]
     for it in range(1, int(max_iter) + 1):
         sums = step(new)
-        updated = np.array([fixed_to_float(s, 1.0) for s in sums]) / n_rows
+        updated = np.array([fixed_to_float(s, scale) for s in sums]) / n_rows
         updated = np.maximum(updated, PRIOR_FLOOR)
         updated /= updated.sum()
         change = float(np.max(np.abs(updated - new)))
@@ -121,14 +133,38 @@ def run_em(step: Callable[[np.ndarray], list[int]], n_rows: int, train: np.ndarr
     return EMResult(new, int(max_iter), False, change, history)
 
 
-def em_priors(P: np.ndarray, train, *, tol: float = DEFAULT_TOL, max_iter: int = DEFAULT_MAX_ITER) -> EMResult:
+def em_priors(P: np.ndarray, train, *, tol: float = DEFAULT_TOL, max_iter: int = DEFAULT_MAX_ITER,
+              sample_weight=None) -> EMResult:
     """EM on posteriors held in memory, ``P`` (n, k) calibrated to priors ``train``: the same
-    fixed-point sums as the reduction over fragments, so the same estimate bit for bit."""
+    fixed-point sums as the reduction over fragments, so the same estimate bit for bit.
+    ``sample_weight``: non-negative row weights (counts; integer weights give the bits of the rows
+    repeated, fractional ones are summed against the largest weight, as the reduction does)."""
     P = np.asarray(P, dtype=np.float64)
     if P.ndim != 2 or P.shape[1] != len(train):
         raise DataError(f"posteriors must be an (n, {len(train)}) array, got shape {P.shape}")
-    return run_em(lambda new: em_sums(P, train, new), P.shape[0], np.asarray(train, dtype=np.float64), tol=tol,
-                  max_iter=max_iter)
+    train = np.asarray(train, dtype=np.float64)
+    if sample_weight is None:
+        return run_em(lambda new: em_sums(P, train, new), P.shape[0], train, tol=tol, max_iter=max_iter)
+    w, total, scale = weight_terms(sample_weight, P.shape[0])
+    return run_em(lambda new: em_sums(P, train, new, w, scale), total, train, tol=tol, max_iter=max_iter,
+                  scale=1.0 if scale is None else scale)
+
+
+def weight_terms(sample_weight, n: int):
+    """``(weights, total, scale)`` for :func:`em_sums` from in-memory row weights: int64 counts, their
+    int total and scale None when every weight is an integer (below 2**53), else float64 weights,
+    their total (a fixed-point sum against the largest weight, as the reduction takes it) and the
+    largest weight as the scale.  Negative, NaN or infinite weights are one line."""
+    w = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+    if w.shape != (n,):
+        raise DataError(f"sample_weight has {w.size} values but there are {n} rows; pass one weight per row")
+    if not np.all(np.isfinite(w)) or (w.size and w.min() < 0):
+        raise DataError("sample_weight must be finite and non-negative; give every row a weight >= 0")
+    if w.size == 0 or (np.all(w == np.floor(w)) and w.max() < 2.0**53):
+        c = w.astype(np.int64)
+        return c, int(c.sum()), None
+    scale = float(w.max())
+    return w, fixed_to_float(fixed_sum(w, scale), scale), scale
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:

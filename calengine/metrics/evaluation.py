@@ -137,7 +137,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     list of them (``trust``: extra types skops may load).  ``data``: a Parquet path (file, directory,
     glob or URL), a list of them, or a pandas DataFrame; ``target``: its class column; ``weight``: a
     column of non-negative row weights that every metric and test uses, and the decisions' costs, the
-    bootstrap resamples and the report's bars too (a weight of 2 is the row twice).
+    bootstrap resamples, the prior-shift estimate and the report's bars too (a weight of 2 is the row
+    twice).
     ``seed`` also draws the bootstrap interval of ``l2_ce_debiased``.
     ``cost_matrix`` (a :class:`~calengine.decisions.costs.CostMatrix`, a dict, a JSON/YAML file or
     inline JSON): also the profit or cost of each policy's decisions.  ``bootstrap`` B >= 2: a 90 %
@@ -186,7 +187,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
         _check(prior_shift, 0.9)
         seed = check_seed(seed)
         for m in loaded:
-            check_prior_shift(m, weight)
+            check_prior_shift(m)
     sources = [os.fspath(m) if n else f"model {i}" for i, (m, n) in enumerate(zip(given, named), 1)]
     report = None if report is None else os.fspath(report)
     prog = as_progress(progress)
@@ -225,8 +226,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             if prior_shift:
                 from ..fit.label_shift import prior_shift_table
 
-                shifts = [prior_shift_table(c, m, files, target, replicates=prior_shift, seed=seed, progress=prog)
-                          for m in loaded]
+                shifts = [prior_shift_table(c, m, files, target, replicates=prior_shift, seed=seed, progress=prog,
+                                            weight=weight) for m in loaded]
             # ranged tables are read by tasks of this client, in this scratch directory: every number is
             # computed before either goes away (freeze keeps the answers and drops the ranges)
             results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]

@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fixed_sum", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings", "fixed_sum_binnings_terms",
-           "fixed_sum_bins_of", "fixed_to_float",
-           "fixed_units",
+__all__ = ["fixed_sum", "fixed_sum_counts", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings",
+           "fixed_sum_binnings_terms", "fixed_sum_bins_of", "fixed_to_float", "fixed_units",
            "bin_counts", "FIXED_BITS", "SUM_BITS"]
 
 #: fixed-point resolution of :func:`fixed_units`: a term equal to ``scale`` is 2**52 units.
@@ -63,6 +62,38 @@ def fixed_sum(t, scale: float) -> int:
     for start in range(0, t.size, BLOCK):
         hi, lo = _limbs(t[start:start + BLOCK], scale)
         total += (int(np.sum(hi)) << _HALF) + int(np.sum(lo))
+    return total
+
+
+#: rows per block of :func:`fixed_sum_counts`: a limb (< 2**31, plus one) times a 16-bit piece of a
+#: count is below 2**47, so a block's products add up below 2**63 in int64
+_COUNT_BLOCK = 1 << 15
+
+
+def fixed_sum_counts(t, counts, scale: float) -> int:
+    """``Σ counts_i · t_i`` in the units of :func:`fixed_sum`, for non-negative integer ``counts``
+    (int64, below 2**53): each term's limbs times its count, added as integers.
+
+    Why: a row of count 2 must add exactly what the row given twice adds to :func:`fixed_sum`
+    (``fixed_sum(t * counts)`` would round ``2 t`` once instead of ``t`` twice).  The counts are cut
+    into 16-bit pieces so every block's products stay exact in int64."""
+    t = np.asarray(t, dtype=np.float64).reshape(-1)
+    c = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if t.size == 0:
+        return 0
+    hi, lo = _limbs(t, scale)
+    pad = -t.size % _COUNT_BLOCK
+    hi = np.pad(hi.astype(np.int64), (0, pad)).reshape(-1, _COUNT_BLOCK)
+    lo = np.pad(lo.astype(np.int64), (0, pad)).reshape(-1, _COUNT_BLOCK)
+    c = np.pad(c, (0, pad)).reshape(-1, _COUNT_BLOCK)
+    total, shift = 0, 0
+    top = int(c.max())
+    while top >> shift:
+        piece = (c >> shift) & 0xFFFF
+        high = sum(np.einsum("ij,ij->i", hi, piece).tolist())
+        low = sum(np.einsum("ij,ij->i", lo, piece).tolist())
+        total += ((high << _HALF) + low) << shift
+        shift += 16
     return total
 
 

@@ -352,15 +352,18 @@ def _prior_shift_html(shift: dict) -> str:
         + "</tr>"
         for i, c in enumerate(shift["classes"])
     )
+    from ...fit.label_shift import shift_amount
+
+    drawn = "bootstrap resamples drawn by weight" if shift.get("weighted") else "bootstrap resamples"
     em = shift["em"]
     stopped = "" if em["converged"] else f" EM stopped after {em['iterations']} steps without converging."
     return (
         "<h3>Prior shift</h3>"
         f'<p class="note">The class priors of this table estimated from the model\'s probabilities alone (EM,'
-        f" as <code>calengine adapt</code> runs it) over {shift['rows']:,} rows, with a {pct} percentile"
-        f" interval from {shift['replicates']} bootstrap resamples of {shift['sample_rows']:,} rows (seed"
+        f" as <code>calengine adapt</code> runs it) over {_esc(shift_amount(shift, 'rows'))}, with a {pct} percentile"
+        f" interval from {shift['replicates']} {drawn} of {shift['sample_rows']:,} rows (seed"
         f" {shift['seed']}); training priors: {_esc(shift['training_from'])}; observed: the label rates"
-        f" of {shift['labelled_rows']:,} labelled rows.{_esc(stopped)}</p>"
+        f" of {_esc(shift_amount(shift, 'labelled_rows', 'labelled rows'))}.{_esc(stopped)}</p>"
         + "<table><tr>" + "".join(f"<th>{_esc(h)}</th>" for h in heads) + f"</tr>{body}</table>"
     )
 
