@@ -353,7 +353,7 @@ def test_evaluate_derives_a_binary_models_class_0_and_top_label_ranges_from_clas
     save, derive, derivable = range_eval._save, range_eval.derive_range, range_eval.derivable
     monkeypatch.setattr(range_eval, "_save", lambda t, p: written.append(os.path.basename(p)) or save(t, p))
     monkeypatch.setattr(range_eval, "derive_range",
-                        lambda *a: derived.append((a[0], os.path.basename(a[1]).split("-")[0])) or derive(*a))
+                        lambda *a, **k: derived.append((a[0], os.path.basename(a[1]).split("-")[0])) or derive(*a, **k))
     calls = []
 
     def first_not(tables):  # the first chunk table checked (a calibrated one) is not derivable
