@@ -31,9 +31,12 @@ score ranges.
 
 ``--cluster``: instead, ``evaluate --json --cluster ADDRESS`` on a real cluster started afresh for every
 run: a ``dask scheduler`` and ``--workers`` ``dask worker`` processes (one thread each, under a nanny,
-``--worker-memory`` each: Dask's spilling and its 95 % termination act at that budget) on 127.0.0.1, a
-free port.  Per process it reports the peak RSS (the larger of sampled RSS and ``VmHWM``, read before
-the processes stop), the largest size the workers' local directories (Dask's spill) reached, and
+``--worker-memory`` each: Dask's spilling and its 95 % termination act at that budget; started with
+``MALLOC_MMAP_THRESHOLD_`` set as :data:`calengine.cluster.WORKER_MMAP_THRESHOLD` tells remote workers
+to, ``--worker-mmap-threshold 0`` to leave it unset) on 127.0.0.1, a free port.  Per process it reports
+the peak RSS (the larger of sampled RSS and ``VmHWM``, read before the processes stop), the CPU
+seconds (the workers' user and system time apart: system time is where an allocator that maps and
+unmaps every temporary shows), the largest size the workers' local directories (Dask's spill) reached, and
 whether the JSON equals embedded ``evaluate --json`` of the same table (up to ``--compare-max-rows``;
 run once per size, not timed); both cut tables into ranges at any size, as above.  The pages are
 written after every size.
