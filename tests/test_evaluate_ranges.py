@@ -543,7 +543,8 @@ def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotte
     """On two worker processes the ranges stay task results on the workers and every kernel reads its
     range through that worker's range cache under the range's name (so counts and logit bases are
     derived once per range, not once per pass): after the metrics the workers' caches hold exactly this
-    evaluation's ranges, and freezing the tables empties them.  The answers are
+    evaluation's ranges, and freezing the tables empties them.  The ranges are built in groups, each
+    from its group's slices of the chunks' tables (GROUP_BYTES made small).  The answers are
     the in-memory accumulator's, and ``evaluate_models`` on the same cluster leaves no cached range."""
     import calengine
     from calengine.metrics import range_cache, range_eval
@@ -562,11 +563,25 @@ def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotte
     with local_client(2) as client:
         monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
         monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
-        accs = evaluate_table(client, load_model(model), list_parquet_files(str(parts)), "class", ranged=True)
+        # the ranges built in groups of consecutive ranges, each from its group's slices of the chunks
+        monkeypatch.setattr(range_eval, "GROUP_BYTES", 24 * 150)
+        submitted = []
+
+        class Recording:  # the client, recording the name of every task submitted through it
+            def submit(self, fn, *args, **kwargs):
+                submitted.append(fn.__name__)
+                return client.submit(fn, *args, **kwargs)
+
+            def __getattr__(self, name):
+                return getattr(client, name)
+
+        accs = evaluate_table(Recording(), load_model(model), list_parquet_files(str(parts)), "class", ranged=True)
         for acc in accs.values():
             acc.result()
             acc.calibration_suite()
         held = client.run(cached)
+        # two kinds x three chunks x at least three groups of the class-1 table
+        assert submitted.count("_piece") >= 2 * 3 * 3
         names = {n for ns in held.values() for n in ns}  # a kernel Dask ran on the other worker caches a copy there
         # every range of each table a kernel read is cached under its name (class 0's answers all came
         # from its range builders here, so its ranges are never read again)
