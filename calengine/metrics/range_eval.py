@@ -16,7 +16,10 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
    the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
-   its tables are written, so scratch holds each table once.  A binary model whose rows have
+   its tables are written, so scratch holds each table once.  On a cluster each chunk's table is
+   first cut into the slices of groups of consecutive ranges (:data:`GROUP_BYTES`), and a range's
+   task reads its group's slices only: not every chunk's whole table, which Dask would unspill or
+   fetch for each range.  A binary model whose rows have
    ``P[:, 0] == 1 - P[:, 1]`` exactly (one calibrator returning ``1 - p``: checked on each chunk's tables,
    :func:`derivable`) keeps only the class-1 table of a chunk: the class-0 and top-label ranges are
    derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
