@@ -31,9 +31,12 @@ score ranges.
 
 ``--cluster``: instead, ``evaluate --json --cluster ADDRESS`` on a real cluster started afresh for every
 run: a ``dask scheduler`` and ``--workers`` ``dask worker`` processes (one thread each, under a nanny,
-``--worker-memory`` each: Dask's spilling and its 95 % termination act at that budget) on 127.0.0.1, a
-free port.  Per process it reports the peak RSS (the larger of sampled RSS and ``VmHWM``, read before
-the processes stop), the largest size the workers' local directories (Dask's spill) reached, and
+``--worker-memory`` each: Dask's spilling and its 95 % termination act at that budget; started with
+``MALLOC_MMAP_THRESHOLD_`` set as :data:`calengine.cluster.WORKER_MMAP_THRESHOLD` tells remote workers
+to, ``--worker-mmap-threshold 0`` to leave it unset) on 127.0.0.1, a free port.  Per process it reports
+the peak RSS (the larger of sampled RSS and ``VmHWM``, read before the processes stop), the CPU
+seconds (the workers' user and system time apart: system time is where an allocator that maps and
+unmaps every temporary shows), the largest size the workers' local directories (Dask's spill) reached, and
 whether the JSON equals embedded ``evaluate --json`` of the same table (up to ``--compare-max-rows``;
 run once per size, not timed); both cut tables into ranges at any size, as above.  The pages are
 written after every size.
@@ -109,8 +112,30 @@ def _dir_bytes(path: Path) -> int:
     return total
 
 
-def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str) -> dict:
-    """One ``evaluate --cluster`` on a fresh scheduler and workers: wall, CPU, per-process peaks, spill."""
+def _tree_cpu(root_pid: int) -> dict:
+    """User and system CPU seconds of ``root_pid`` and its live descendants, by pid."""
+    import psutil
+
+    out = {}
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return out
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        out[p.pid] = {"user_s": t.user, "sys_s": t.system}
+    return out
+
+
+def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str, mmap_threshold: int = 0) -> dict:
+    """One ``evaluate --cluster`` on a fresh scheduler and workers: wall, CPU (client, scheduler, each
+    worker: user and system), per-process peaks, spill.  ``mmap_threshold``: the workers'
+    ``MALLOC_MMAP_THRESHOLD_`` (what :data:`calengine.cluster.WORKER_MMAP_THRESHOLD` tells remote
+    workers to set; 0: left unset, glibc's 128 KiB frozen by the nanny's trim setting)."""
     import threading
 
     from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
@@ -122,7 +147,8 @@ def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str
     procs = [scheduler]
     samplers, spill_peak, stop = [], [0], threading.Event()
     try:
-        procs.append(start_dask_worker(address, workers, work, memory_limit=memory,
+        env = {"MALLOC_MMAP_THRESHOLD_": str(mmap_threshold)} if mmap_threshold else None
+        procs.append(start_dask_worker(address, workers, work, env=env, memory_limit=memory,
                                        args=["--local-directory", str(spill_dir)]))
         wait_for_workers(address, workers)
         samplers = [C.TreeSampler(scheduler.pid).start(), C.TreeSampler(procs[1].pid, role_of=_cluster_role).start()]
@@ -138,6 +164,9 @@ def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str
         r = C.run_measured([sys.executable, "-P", "-c", EVALUATE.format(min_rows=0), *args], timeout=7200)
         for smp in samplers:
             smp.sample()  # the last VmHWM before the processes stop
+        cpu = {"scheduler": _tree_cpu(scheduler.pid).get(scheduler.pid, {}),
+               "workers": [t for pid, t in sorted(_tree_cpu(procs[1].pid).items())
+                           if samplers[1].procs.get(pid, {}).get("role") == "worker"]}
     finally:
         stop.set()
         for smp in samplers:
@@ -147,7 +176,7 @@ def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str
         raise SystemExit(f"evaluate --cluster failed: {r.stderr[-2000:]}")
     sched, nanny = (smp.report() for smp in samplers)
     return {"wall_s": r.wall_s, "cpu_client_s": r.rusage["user_s"] + r.rusage["sys_s"], "client": r.rss["client"],
-            "scheduler": sched["client"], "workers": nanny["workers"], "spill_peak": spill_peak[0],
+            "scheduler": sched["client"], "workers": nanny["workers"], "spill_peak": spill_peak[0], "cpu": cpu,
             "load_before": r.load_before, "stdout": r.stdout}
 
 
@@ -156,8 +185,8 @@ def _cluster_main(args, model: Path, table_of) -> int:
     results = []
     for rows in [int(s) for s in args.rows_list.split(",") if s.strip()]:
         table = table_of(rows)
-        runs = [_cluster_run(model, table, Path(args.work_dir), args.workers, args.worker_memory)
-                for _ in range(args.repeats)]
+        runs = [_cluster_run(model, table, Path(args.work_dir), args.workers, args.worker_memory,
+                             args.worker_mmap_threshold) for _ in range(args.repeats)]
         embedded = None
         if rows <= args.compare_max_rows:
             embedded = subprocess.run([sys.executable, "-P", "-c", EVALUATE.format(min_rows=0), "--quiet", "evaluate",
@@ -170,6 +199,10 @@ def _cluster_main(args, model: Path, table_of) -> int:
                          "scheduler": max(r["scheduler"] for r in runs) / C.MiB,
                          "workers": [max(w) / C.MiB for w in zip(*(r["workers"] for r in runs))]},
             "spill_peak_mib": max(r["spill_peak"] for r in runs) / C.MiB,
+            "cpu_s": {"scheduler": C.median([r["cpu"]["scheduler"].get("user_s", 0) + r["cpu"]["scheduler"].get("sys_s", 0)
+                                             for r in runs]),
+                      "workers_user": C.median([sum(w["user_s"] for w in r["cpu"]["workers"]) for r in runs]),
+                      "workers_sys": C.median([sum(w["sys_s"] for w in r["cpu"]["workers"]) for r in runs])},
             "same_json_as_embedded": None if embedded is None else all(r["stdout"] == embedded for r in runs),
             "load_before": runs[0]["load_before"], "runs": [r["wall_s"] for r in runs],
         })
@@ -180,7 +213,9 @@ def _cluster_main(args, model: Path, table_of) -> int:
 def _publish_cluster(args, results: list) -> None:
     rows_md = [[f"{d['rows']:,}", f"{d['peak_mib']['client']:.0f}", f"{d['peak_mib']['scheduler']:.0f}",
                 " / ".join(f"{w:.0f}" for w in d["peak_mib"]["workers"]), f"{d['spill_peak_mib']:.0f}",
-                C.fmt(d["wall_s"]), {True: "yes", False: "**no**", None: "not compared"}[d["same_json_as_embedded"]]]
+                C.fmt(d["wall_s"]), C.fmt(d["cpu_client_s"]), C.fmt(d["cpu_s"]["scheduler"]),
+                f"{C.fmt(d['cpu_s']['workers_user'])} / {C.fmt(d['cpu_s']['workers_sys'])}",
+                {True: "yes", False: "**no**", None: "not compared"}[d["same_json_as_embedded"]]]
                for d in results]
     growth = []
     if len(results) > 1:
@@ -193,12 +228,15 @@ def _publish_cluster(args, results: list) -> None:
         "# `calengine evaluate --cluster`: per-process peaks as the table grows",
         "",
         f"Command: `{C.command_line()}`; a fresh `dask scheduler` and {args.workers} `dask worker` processes"
-        f" (`--nthreads 1 --memory-limit {args.worker_memory}`, nanny) on 127.0.0.1 per run; tables × {args.cols}"
+        f" (`--nthreads 1 --memory-limit {args.worker_memory}`, nanny"
+        + (f", `MALLOC_MMAP_THRESHOLD_={args.worker_mmap_threshold}`" if args.worker_mmap_threshold else "")
+        + f") on 127.0.0.1 per run; tables × {args.cols}"
         f" float32 columns in files of at most 1M rows (`gen_table.py`), gaussian_nb + sigmoid (refit); peaks are the larger of"
         " sampled RSS and VmHWM; spill: the largest total size of the workers' local directories.",
         "",
         C.markdown_table(["rows", "client peak MiB", "scheduler peak MiB", "worker peaks MiB", "spill peak MiB",
-                          "client wall s", "same JSON as embedded"], rows_md),
+                          "client wall s", "client CPU s", "scheduler CPU s", "workers CPU s user / sys",
+                          "same JSON as embedded"], rows_md),
         *growth,
         "",
         C.machine_line(REPO_ROOT),
@@ -514,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="evaluate --cluster on fresh dask scheduler/worker processes; per-process peaks (see above)")
     ap.add_argument("--workers", type=int, default=2, help="--cluster: worker processes (one thread each)")
     ap.add_argument("--worker-memory", default="4GiB", help="--cluster: each worker's --memory-limit")
+    ap.add_argument("--worker-mmap-threshold", type=int, default=4 * 2**20,
+                    help="--cluster: the workers' MALLOC_MMAP_THRESHOLD_ (calengine.cluster.WORKER_MMAP_THRESHOLD, what"
+                         " remote workers are told to set); 0 leaves it unset")
     ap.add_argument("--compare-max-rows", type=int, default=10_000_000,
                     help="--cluster: compare the JSON with embedded evaluate up to this size (it runs once more)")
     ap.add_argument("--reference", action="store_true",

@@ -285,6 +285,8 @@ def test_bench_evaluate_scale_tiny(tmp_path):
     peaks = c["peak_mib"]
     assert c["rows"] == 20000 and c["same_json_as_embedded"] is True and len(peaks["workers"]) == 1
     assert min(peaks["client"], peaks["scheduler"], peaks["workers"][0]) > 50
+    # and the CPU seconds of the workers the run started (not of this process)
+    assert c["cpu_s"]["workers_user"] > 0 and c["cpu_s"]["scheduler"] > 0
 
 
 

@@ -353,7 +353,7 @@ def test_evaluate_derives_a_binary_models_class_0_and_top_label_ranges_from_clas
     save, derive, derivable = range_eval._save, range_eval.derive_range, range_eval.derivable
     monkeypatch.setattr(range_eval, "_save", lambda t, p: written.append(os.path.basename(p)) or save(t, p))
     monkeypatch.setattr(range_eval, "derive_range",
-                        lambda *a: derived.append((a[0], os.path.basename(a[1]).split("-")[0])) or derive(*a))
+                        lambda *a, **k: derived.append((a[0], os.path.basename(a[1]).split("-")[0])) or derive(*a, **k))
     calls = []
 
     def first_not(tables):  # the first chunk table checked (a calibrated one) is not derivable
@@ -536,3 +536,68 @@ def test_evaluate_report_on_ranges_draws_what_the_in_memory_report_draws(pima_mo
 
     assert page(tmp_path / "new") == page(tmp_path / "old")
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
+
+
+def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotten_after(pima_single_model,
+                                                                                         monkeypatch):
+    """On two worker processes the ranges stay task results on the workers and every kernel reads its
+    range through that worker's range cache under the range's name (so counts and logit bases are
+    derived once per range, not once per pass): after the metrics the workers' caches hold exactly this
+    evaluation's ranges, and freezing the tables empties them.  The ranges are built in groups, each
+    from its group's slices of the chunks' tables (GROUP_BYTES made small).  The answers are
+    the in-memory accumulator's, and ``evaluate_models`` on the same cluster leaves no cached range."""
+    import calengine
+    from calengine.metrics import range_cache, range_eval
+    from calengine.model.artifact import load_model
+    from calengine.parquet.storage import list_parquet_files
+    from calengine.scores.table import evaluate_table
+    from calengine.testing_cluster import local_client
+
+    model, parts = pima_single_model
+    monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 10**12)
+    old = calengine.evaluate_models(model, str(parts), "class")
+
+    def cached():
+        return sorted(range_cache._CACHE._ranges)
+
+    with local_client(2) as client:
+        monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+        monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
+        # the ranges built in groups of consecutive ranges, each from its group's slices of the chunks
+        monkeypatch.setattr(range_eval, "GROUP_BYTES", 24 * 150)
+        submitted = []
+
+        class Recording:  # the client, recording the name of every task submitted through it
+            def submit(self, fn, *args, **kwargs):
+                submitted.append(fn.__name__)
+                return client.submit(fn, *args, **kwargs)
+
+            def __getattr__(self, name):
+                return getattr(client, name)
+
+        accs = evaluate_table(Recording(), load_model(model), list_parquet_files(str(parts)), "class", ranged=True)
+        for acc in accs.values():
+            acc.result()
+            acc.calibration_suite()
+        held = client.run(cached)
+        # two kinds x three chunks x at least three groups of the class-1 table
+        assert submitted.count("_piece") >= 2 * 3 * 3
+        names = {n for ns in held.values() for n in ns}  # a kernel Dask ran on the other worker caches a copy there
+        # every range of each table a kernel read is cached under its name (class 0's answers all came
+        # from its range builders here, so its ranges are never read again)
+        expected = set()
+        for acc in accs.values():
+            for j, rs in enumerate([*acc.class_ranges, acc.top_ranges]):
+                assert len(rs) >= 4
+                table = {f"{acc.names}{j}-r{r}" for r in range(len(rs))}
+                if table & names:
+                    expected |= table
+        assert names == expected
+        assert {n.rsplit("-", 1)[0] for n in names} >= {f"{acc.names}{j}" for acc in accs.values() for j in (1, 2)}
+        for acc in accs.values():
+            acc.freeze()
+        assert all(not ns for ns in client.run(cached).values())
+        new = calengine.evaluate_models(model, str(parts), "class", client=client)
+        assert all(not ns for ns in client.run(cached).values())
+    assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
+    assert json.dumps(new.to_json()) == json.dumps(old.to_json())

@@ -16,22 +16,28 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
    the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
-   its tables are written, so scratch holds each table once.  A binary model whose rows have
+   its tables are written, so scratch holds each table once.  On a cluster each chunk's table is
+   first cut into the slices of groups of consecutive ranges (:data:`GROUP_BYTES`), and a range's
+   task reads its group's slices only: not every chunk's whole table, which Dask would unspill or
+   fetch for each range.  A binary model whose rows have
    ``P[:, 0] == 1 - P[:, 1]`` exactly (one calibrator returning ``1 - p``: checked on each chunk's tables,
    :func:`derivable`) keeps only the class-1 table of a chunk: the class-0 and top-label ranges are
    derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
    range reads the class-1 values whose mirror falls in it, found by :func:`mirror_slices`, never a cut
    of class 1 that could split one mirrored value), two tables fewer to group, spill and merge;
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
-   run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch stays in the
-   process's :mod:`~calengine.metrics.range_cache` within its byte budget, with the arrays the
-   kernels derive from it) and this process combines their small answers
+   run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch, or held in a
+   worker's memory under its name, stays in the process's :mod:`~calengine.metrics.range_cache`
+   within its byte budget, with the arrays the kernels derive from it) and this process combines
+   their small answers
    (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
 
 Length: past the house's ~600 lines because the chunk, range and derived-range tasks and
 :class:`RangedTables` share one storage convention (handles ``("disk", path)`` / ``("mem", arrays)``,
 :func:`_save`, :func:`_load`, the map cache of chunk files, which files go when): a split would
-spread those rules over modules that import each other.
+spread those rules over modules that import each other.  On a cluster an in-memory range's handle
+is ``("mem", arrays, name)``: the name (unique to the evaluation, kind, table and range) is its key in
+the workers' range caches, dropped from them when the tables are frozen (:meth:`RangedTables.freeze`).
 
 The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
 ``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
@@ -44,12 +50,13 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import uuid
 
 import numpy as np
 
 from ..tasks.spill import load_npy
 from . import core_kernels as ck
-from .range_cache import cached_range
+from .range_cache import cached_range, forget_named
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import binary_top, empty_table, merge_all, merge_tables, mirror_table
 
@@ -62,6 +69,9 @@ SKETCH_POINTS = 256
 RANGE_VALUES = 250_000
 #: at most this many ranges per table.
 MAX_RANGES = 512
+#: on a cluster, a table's ranges are built in groups of consecutive ranges whose slices of the chunks'
+#: tables hold about this many bytes (24 a value): see :func:`_ranges_of_table`.
+GROUP_BYTES = 128 << 20
 #: ``evaluate`` cuts tables into ranges from this many rows on (with ``--report`` too: its figures are
 #: drawn from the ranges, :mod:`calengine.metrics.ranged_curves`): below it one process holds the tables
 #: comfortably and the in-memory accumulator needs fewer tasks.
@@ -79,7 +89,7 @@ def _save(table, path: str) -> tuple:
 def _load(handle, lo_value=None, hi_value=None):
     """A stored table, or with bounds only its values in ``[lo_value, hi_value)`` (a range task reads
     its slice of each chunk's table, not the table: see :func:`_read_slice`)."""
-    kind, data = handle
+    kind, data = handle[0], handle[1]  # a named in-memory range has its name third
     if kind == "disk" and (lo_value is not None or hi_value is not None):
         return _read_slice(data, lo_value, hi_value)
     if kind == "disk":
@@ -213,9 +223,10 @@ def range_boundaries(sketches: list[dict], values_per_range: int | None = None) 
     return sorted(set(float(x) for x in picks if x > vals[0]))
 
 
-def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None):
+def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None, name: str | None = None):
     """One range's table (task): the chunks' slices in ``[bounds[0], bounds[1])`` (None: unbounded)
-    merged in chunk order, stored at ``spill_path`` or returned as arrays: ``(handle, answer)``, the
+    merged in chunk order, stored at ``spill_path`` or returned as arrays (named ``name`` in the
+    workers' range caches, see :func:`run_kernel`): ``(handle, answer)``, the
     answer that of :func:`calengine.metrics.kernels.census` for the request ``census`` (None without
     one: fractional weights): the calibration suite's first pass over the range, run while the range is
     in memory instead of in a later task that reads it again."""
@@ -228,11 +239,14 @@ def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | 
         table = None
         for piece in pieces:
             table = piece if table is None else merge_tables(table, piece)
-    return _stored(table, spill_path, census)
+    return _stored(table, spill_path, census, name)
 
 
-def _stored(table, spill_path: str | None, census: dict | None) -> tuple:
-    handle = _save(table, spill_path) if spill_path is not None else ("mem", table)
+def _stored(table, spill_path: str | None, census: dict | None, name: str | None = None) -> tuple:
+    if spill_path is not None:
+        handle = _save(table, spill_path)
+    else:
+        handle = ("mem", table) if name is None else ("mem", table, name)
     if census is None:
         return handle, None
     from .kernels import census as census_kernel
@@ -314,7 +328,8 @@ def derived_slices(which: str, lo, hi, edges1: list) -> list[tuple[int, tuple]]:
     return out
 
 
-def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles):
+def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles,
+                 name: str | None = None):
     """One range of a binary model's class-0 (``which="class0"``) or top-label (``"top"``) table (task),
     from the slices ``[a, b)`` of the class-1 ranges ``handles`` (one slice per handle, in value order;
     see :func:`mirror_slices`): the mirror (:func:`~calengine.metrics.tables.mirror_table`) or the merged
@@ -323,15 +338,26 @@ def derive_range(which: str, spill_path: str | None, census: dict | None, slices
     pieces = [_load(h, a, b) for h, (a, b) in zip(handles, slices)]
     t1 = tuple(np.concatenate([p[i] for p in pieces]) for i in range(3)) if pieces else empty_table()
     table = mirror_table(t1) if which == "class0" else binary_top(t1)
-    return _stored(table, spill_path, census)
+    return _stored(table, spill_path, census, name)
 
 
 def run_kernel(kernel, handle, request):
     """A kernel on one stored range (task); a range on disk comes from this process's cache
-    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget."""
+    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget.  A named
+    range held in a worker's memory goes through the same cache under its name, so the arrays the
+    kernels derive from it (counts, the logit bases of every Newton round) are computed once per
+    worker and not once per pass; the range itself is not copied (the cache freezes its arrays)."""
     if handle[0] == "disk":
         return kernel(cached_range(handle[1], _load_path), request)
+    if len(handle) > 2:
+        return kernel(cached_range(handle[2], lambda _name: handle[1]), request)
     return kernel(_load(handle), request)
+
+
+def forget_ranges(prefix: str) -> None:
+    """Drop this process's cached in-memory ranges named under ``prefix`` (run on every worker when an
+    evaluation's ranges are released)."""
+    forget_named(prefix)
 
 
 def _load_path(path: str):
@@ -344,9 +370,11 @@ class RangedTables:
     ``evaluate`` reads, computed range by range (see the module docstring)."""
 
     def __init__(self, client, n_classes: int, n, class_ranges: list[list], top_ranges: list,
-                 censuses: dict | None = None):
+                 censuses: dict | None = None, names: str | None = None):
         self.client, self.n_classes, self.n = client, n_classes, n
         self.class_ranges, self.top_ranges = class_ranges, top_ranges
+        #: the prefix of these ranges' names in the workers' range caches (None: files or unnamed)
+        self.names = names
         #: the suite's first pass per table, answered by the range builders (integer counts only)
         self.censuses = censuses or {}
         self._cache: dict = {}
@@ -371,6 +399,10 @@ class RangedTables:
 
         self.error_reject_points()
         self.error_reject_at(REJECT_RATES)
+        if self.names is not None:
+            # the workers' caches drop these ranges with the futures (else they would sit there, within
+            # the cache's budget, until another evaluation's ranges pushed them out)
+            self.client.run(forget_ranges, self.names)
         self.client, self.class_ranges, self.top_ranges, self.censuses = None, None, None, {}
         self._drift_pieces = {}
         return self
@@ -513,19 +545,50 @@ class RangedTables:
         return f"RangedTables(n_classes={self.n_classes}, n={self.n})"
 
 
-def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, label: str, census: dict) -> tuple:
+def _store_of(spill_dir, names, label: str, r: int) -> tuple:
+    """Where range ``r`` of table ``label`` is kept: ``(path in spill_dir, None)`` embedded, ``(None,
+    name)`` on a cluster (``names``: the evaluation's prefix of in-memory range names, see
+    :func:`run_kernel`)."""
+    if spill_dir is not None:
+        return os.path.join(spill_dir, f"{label}-r{r}"), None
+    return None, None if names is None else f"{names}{label}-r{r}"
+
+
+def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, label: str, census: dict,
+                     names: str | None = None) -> tuple:
     """The futures of one table's ranges and of their census answers (for the request ``census``), and
     the ranges' edges (None: unbounded)."""
     edges = [None, *range_boundaries(sketches), None]
+    R = len(edges) - 1
+    # On a cluster a build depending on every chunk's whole table made each build unspill (or fetch)
+    # all of them: at 100M rows (4.8 GB of chunk tables on two 4 GiB workers) 0.3 builds a second, the
+    # workers in Dask's spill files.  There each chunk's table is cut first into the slices of G groups
+    # of consecutive ranges (one task per chunk and group, submitted chunk by chunk so that a chunk is
+    # read once), and a range's build depends on its group's slices only: a group's builds stream
+    # through 1/G of the table.  The builds read the same values of each chunk, merged in chunk order.
+    groups = 1 if spill_dir is not None else min(R, -(-sum(s["size"] for s in sketches) * 24 // GROUP_BYTES))
+    per = -(-R // max(1, groups))
+    bounds = [(edges[g * per], edges[min(R, (g + 1) * per)]) for g in range(-(-R // per))]
+    if len(bounds) > 1:
+        cut = [[client.submit(_piece, h, lo, hi, pure=False) for lo, hi in bounds] for h in handles]
+        inputs = [[c[g] for c in cut] for g in range(len(bounds))]
+    else:
+        inputs = [handles]
     built = []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-        path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
-        built.append(client.submit(build_range, (lo, hi), path, *handles, census=census, pure=False))
+        path, name = _store_of(spill_dir, names, label, r)
+        built.append(client.submit(build_range, (lo, hi), path, *inputs[r // per], census=census, name=name,
+                                   pure=False))
     return (*_handles_and_answers(client, built), edges)
 
 
+def _piece(handle, lo_value, hi_value) -> tuple:
+    """The values ``[lo_value, hi_value)`` (None: unbounded) of a chunk's table held in memory (task)."""
+    return ("mem", _load(handle, lo_value, hi_value))
+
+
 def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir, label: str,
-                    census: dict) -> tuple:
+                    census: dict, names: str | None = None) -> tuple:
     """The futures of the class-0 or top-label table's ranges (and census answers) of a binary model
     whose every chunk is mirrored: cut by their own sketches (the class-1 sketches mapped), each read
     from the slices of the class-1 ranges ``ranges1`` (edges ``edges1``) its rows come from."""
@@ -533,9 +596,9 @@ def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: l
     built = []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         plan = derived_slices(which, lo, hi, edges1)
-        path = None if spill_dir is None else os.path.join(spill_dir, f"{label}-r{r}")
+        path, name = _store_of(spill_dir, names, label, r)
         built.append(client.submit(derive_range, which, path, census, [ab for _, ab in plan],
-                                   *[ranges1[i] for i, _ in plan], pure=False))
+                                   *[ranges1[i] for i, _ in plan], name=name, pure=False))
     return _handles_and_answers(client, built)
 
 
@@ -583,7 +646,10 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
     parts = [client.submit(chunk_tables, evaluate_chunk, model_f, c, target, batch_rows, with_raw, cost_matrix,
                            weight, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
     small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
-    out = {}
+    out, pending = {}, []
+    # on a cluster the ranges live in the workers' memory under names of this evaluation (their range
+    # caches keep what the kernels derive from them, see run_kernel); embedded they are files
+    names = None if spill_dir is not None else f"calengine-ranges/{uuid.uuid4().hex}/"
     for kind in ("calibrated", "raw"):
         if kind not in small[0]["n"]:
             continue
@@ -607,20 +673,21 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
             if derive and j != 1:
                 which = "class0" if j == 0 else "top"
                 table, answers = _derived_ranges(client, which, ranges[1], edges1, [s["sketch"][kind][1] for s in small],
-                                                 spill_dir, f"{kind}-{j}", requests.get(key))
+                                                 spill_dir, f"{kind}-{j}", requests.get(key), names)
                 ranges[j] = table
                 if unit_free:
-                    censuses[key] = client.gather(answers)
+                    censuses[key] = answers
                 continue
             # the handle of table j of every chunk, picked where the chunk's result lives (a mirrored
             # chunk's class-0 and top-label tables derived from its class-1 table when others are not)
             hs = [client.submit(_pick, p, kind, j, spill_dir, i, pure=False) for i, p in enumerate(parts)]
             sketches = [s["sketch"][kind][j] or _mapped_sketch(s["sketch"][kind][1], "class0" if j == 0 else "top")
                         for s in small]
-            table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, f"{kind}-{j}", requests.get(key))
+            table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, f"{kind}-{j}", requests.get(key),
+                                                     names)
             ranges[j] = table
             if unit_free:
-                censuses[key] = client.gather(answers)
+                censuses[key] = answers
             if spill_dir is not None:
                 # the chunks' files of this table are read by its range tasks only: once those are
                 # written they go (scratch would otherwise hold every table twice)
@@ -631,7 +698,18 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         if derive and spill_dir is not None:
             client.gather([*ranges[0], *ranges[2]])
             _forget_maps(client.gather(ranges[1]))
-        out[kind] = RangedTables(client, k, n, [ranges[j] for j in range(k)], ranges[k], censuses=censuses)
+        pending.append((kind, n, ranges, censuses))
+    # every table's ranges are submitted before the client waits for any census answer: the workers
+    # build the next table's ranges while the last ranges of one are built (a wait per table left a
+    # worker idle at each table's end)
+    flat = client.gather([f for _, _, _, c in pending for fs in c.values() for f in fs])
+    for kind, n, ranges, censuses in pending:
+        got = {}
+        for key, fs in censuses.items():
+            got[key], flat = flat[:len(fs)], flat[len(fs):]
+        censuses = got
+        out[kind] = RangedTables(client, k, n, [ranges[j] for j in range(k)], ranges[k], censuses=censuses,
+                                 names=None if names is None else f"{names}{kind}-")
     if cost_matrix is not None:
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:
