@@ -280,17 +280,15 @@ def test_a_dask_cluster_gives_the_same_bits(pima):
 # ---------------------------------------------------------------------------------------------- weights
 
 
-def _numpy_weighted_em(P, train, w, tol=1e-13, max_iter=100_000):
-    """The EM of :func:`_numpy_em` with each row's re-weighted posteriors counted ``w`` times."""
+def _numpy_weighted_em(P, train, w, steps):
+    """``steps`` steps of the EM of :func:`_numpy_em` with each row's re-weighted posteriors counted
+    ``w`` times (a fixed number of steps: slow EMs, with a prior drifting to 0, are compared too)."""
     new = np.asarray(train, dtype=float).copy()
-    for _ in range(max_iter):
+    for _ in range(steps):
         W = P * (new / train)
         W /= W.sum(axis=1, keepdims=True)
-        updated = (w @ W) / w.sum()
-        if np.max(np.abs(updated - new)) < tol:
-            return updated
-        new = updated
-    raise AssertionError("the reference EM did not converge")
+        new = (w @ W) / w.sum()
+    return new
 
 
 @settings(max_examples=25, deadline=None)
@@ -314,20 +312,21 @@ def test_a_weighted_row_adds_the_units_of_the_row_repeated(seed, n, top):
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(2, 4))
 def test_weighted_em_is_the_em_of_the_rows_repeated(seed, k):
-    """Integer weights: the rows repeated, bit for bit (steps included); fractional weights: the plain
-    numpy EM with weighted means (1e-9)."""
+    """Integer weights: the rows repeated, bit for bit (steps included); fractional weights: 40 steps
+    of the plain numpy EM with weighted means (3e-9)."""
     rng = np.random.default_rng(seed)
     P = rng.dirichlet(np.full(k, 2.0), size=int(rng.integers(5, 300)))
     train = rng.dirichlet(np.full(k, 20.0))
     w = rng.integers(0, 4, len(P))
     w[0] = max(w[0], 1)
-    got = em_priors(P, train, tol=1e-12, max_iter=10_000, sample_weight=w)
-    repeated = em_priors(np.repeat(P, w, axis=0), train, tol=1e-12, max_iter=10_000)
+    got = em_priors(P, train, tol=1e-12, max_iter=300, sample_weight=w)
+    repeated = em_priors(np.repeat(P, w, axis=0), train, tol=1e-12, max_iter=300)
     assert np.array_equal(got.priors, repeated.priors) and got.iterations == repeated.iterations
     frac = w + rng.random(len(P))
-    got = em_priors(P, train, tol=1e-13, max_iter=10_000, sample_weight=frac)
+    got = em_priors(P, train, tol=1e-300, max_iter=40, sample_weight=frac)  # tol never met: 40 steps
+    assert got.iterations == 40
     # 3e-9: a prior the EM drives to 0 stays at calengine's floor of 1e-9 (PRIOR_FLOOR), the others renormalised
-    np.testing.assert_allclose(got.priors, _numpy_weighted_em(P, train, frac), rtol=0, atol=3e-9)
+    np.testing.assert_allclose(got.priors, _numpy_weighted_em(P, train, frac, 40), rtol=0, atol=3e-9)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
