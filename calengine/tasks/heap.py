@@ -13,13 +13,22 @@ A process that runs a whole job itself (the ``calengine`` command's embedded fit
 :func:`kept_heap`) does the opposite for the job's length: there is no Dask worker to pause, only the
 process's peak to keep, and on this machine's virtual machine a page fault costs ~15 µs, so returning
 freed pages only to fault them in again was 1.3-2.7 s of system time in a 10M-row fit of 5-7 s of CPU.
+
+A worker of a cluster started apart (``dask worker``, joined with ``--cluster ADDRESS``) is in between:
+its nanny sets ``MALLOC_TRIM_THRESHOLD_``, which freezes glibc's mmap threshold at 128 KiB, so every
+temporary of a chunked round (2 MiB at 2^18 rows) was a fresh mapping faulted in page by page: a
+10M-row temperature fit's workers took 1.5M page faults, more system than user time.  calengine
+cannot choose how a user's workers start, so each fragment task keeps the heap for its own length
+(:func:`task_heap`) and hands back, when it ends, what a later task is unlikely to reuse.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -34,6 +43,21 @@ if sys.platform.startswith("linux"):
     except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
         _trim = _mallopt = None
 
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+_mallinfo2 = None
+if _trim is not None:
+    try:
+        _mallinfo2 = _libc.mallinfo2  # glibc 2.33+
+        _mallinfo2.restype = _Mallinfo2
+    except AttributeError:
+        _mallinfo2 = None
+
 # glibc's mallopt parameters (malloc.h) and their defaults
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DEFAULT_THRESHOLD = 128 * 1024
@@ -46,8 +70,16 @@ KEPT_MMAP_THRESHOLD = 32 * 2**20
 #: the trim threshold meanwhile: freed memory at the top of the heap stays for the next task
 KEPT_TRIM_THRESHOLD = 2**30
 
+#: free heap memory a task of a nanny's worker leaves in place when it ends (:func:`task_heap`): about
+#: what a chunked round's temporaries take (a calibrator's pass over 2^18 rows: ~10 arrays of 2 MiB),
+#: so the next task reuses it instead of faulting it in; beyond it the heap is trimmed as before
+TASK_KEPT_FREE = 64 * 2**20
+
 #: jobs of this process now inside :func:`kept_heap` (tasks then leave freed memory where it is)
 _keeping = 0
+#: tasks of this worker process now inside :func:`task_heap`, and the lock that guards the count
+_tasks = 0
+_tasks_lock = threading.Lock()
 
 
 def release_freed_memory(even_when_kept: bool = False) -> None:
@@ -90,6 +122,70 @@ def kept_heap(enabled: bool = True) -> Iterator[None]:
             release_freed_memory()
 
 
+def _env_threshold(name: str) -> int:
+    """The threshold glibc read from the environment variable ``name`` when the process started, else
+    its default (128 KiB)."""
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return _DEFAULT_THRESHOLD
+    return value if value >= 0 else _DEFAULT_THRESHOLD
+
+
+def _nanny_worker() -> bool:
+    """Whether this thread runs a task of a Dask worker started by a nanny (its own process, with the
+    nanny's frozen mmap threshold): not the threads of a ``ThreadClient`` or of an in-process cluster,
+    whose process belongs to its caller."""
+    distributed = sys.modules.get("distributed")
+    if distributed is None:
+        return False
+    try:
+        return distributed.get_worker().nanny is not None
+    except ValueError:  # not in a worker's thread
+        return False
+
+
+def _free_heap_bytes() -> int | None:
+    return None if _mallinfo2 is None else int(_mallinfo2().fordblks)
+
+
+@contextmanager
+def task_heap() -> Iterator[bool]:
+    """For the length of one fragment task on a nanny's Dask worker (:func:`_nanny_worker`): glibc
+    keeps freed memory for reuse, as :func:`kept_heap` does for a whole embedded job (its thresholds);
+    when the last such task of the process ends, the thresholds are the environment's again
+    (``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, glibc's 128 KiB default where unset, no
+    longer adjusted dynamically: glibc cannot restore that) and the heap is trimmed if more than
+    :data:`TASK_KEPT_FREE` of it is free (always, where glibc cannot say).  Elsewhere it does nothing.
+
+    Why: on a started cluster every temporary of a Newton round was mapped and faulted in anew (module
+    docstring); kept for a task, and up to 64 MiB of it from one task to the next, a 10M-row temperature
+    fit's workers took 30x fewer page faults and less than half the CPU
+    (``benchmarks/results/score_columns_close_s10.md``).  Results are the same bits; only where freed
+    memory goes changes, and a worker's heap between tasks holds at most that much more free memory.
+    Yields whether it kept the heap."""
+    global _tasks
+    if _mallopt is None or _keeping or not _nanny_worker():
+        yield False
+        return
+    with _tasks_lock:
+        if not _tasks:
+            _mallopt(_M_MMAP_THRESHOLD, KEPT_MMAP_THRESHOLD)
+            _mallopt(_M_TRIM_THRESHOLD, KEPT_TRIM_THRESHOLD)
+        _tasks += 1
+    try:
+        yield True
+    finally:
+        with _tasks_lock:
+            _tasks -= 1
+            if not _tasks:
+                _mallopt(_M_TRIM_THRESHOLD, _env_threshold("MALLOC_TRIM_THRESHOLD_"))
+                _mallopt(_M_MMAP_THRESHOLD, _env_threshold("MALLOC_MMAP_THRESHOLD_"))
+                free = _free_heap_bytes()
+                if free is None or free > TASK_KEPT_FREE:
+                    _trim(0)
+
+
 def trims_heap_even_when_kept(task):
     """:func:`trims_heap` that trims inside a :func:`kept_heap` too: for the tasks that cut held-out
     scores into score ranges and fit them (isotonic, Venn-ABERS, ...).  Their temporaries are of every
@@ -108,9 +204,12 @@ def trims_heap(task):
 def _trimming(task, even_when_kept: bool):
     @functools.wraps(task)
     def run(*args, **kwargs):
+        kept = False
         try:
-            return task(*args, **kwargs)
+            with task_heap() as kept:
+                return task(*args, **kwargs)
         finally:
-            release_freed_memory(even_when_kept=even_when_kept)
+            if even_when_kept or not kept:  # task_heap trimmed as it ended, unless it kept nothing
+                release_freed_memory(even_when_kept=even_when_kept)
 
     return run
