@@ -137,3 +137,64 @@ def test_only_the_fit_commands_embedded_map_keeps_the_heap(monkeypatch, tmp_path
     calengine.calibrate_scores(str(tmp_path / "t.parquet"), "y", "s", method="sigmoid", output=str(tmp_path / "api"))
     assert seen == [True, 1, False, 0]
     assert heap._keeping == 0
+
+
+def _environment(name: str):
+    return os.environ.get(name)
+
+
+def _heap_probe(n_arrays: int = 20):
+    """(mapped regions a live 2 MiB array adds, page faults of allocating and freeing ``n_arrays`` of
+    them), measured by glibc (``mallinfo2``) and the kernel (``getrusage``) in the worker."""
+    import resource
+
+    import numpy as np
+
+    from calengine.tasks import heap
+
+    def mapped() -> int:
+        return int(heap._mallinfo2().hblks)
+
+    before = mapped()
+    a = np.ones(2**18)
+    extra = mapped() - before
+    del a
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(n_arrays):
+        b = np.ones(2**18)
+        del b
+    return extra, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and mallinfo2 are glibc's")
+def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_path, monkeypatch):
+    """A ``dask worker`` started apart runs under its nanny's ``MALLOC_TRIM_THRESHOLD_``, which freezes
+    glibc's mmap threshold at 128 KiB: a plain task's 2 MiB arrays are each a fresh mapping, faulted in
+    page by page.  Inside a fragment task (``trims_heap``) they come from the heap and are reused; the
+    next plain task sees the worker's own thresholds again."""
+    from distributed import Client
+
+    from calengine.tasks import heap
+    from calengine.testing_cluster import start_dask_processes, stop_processes
+
+    if heap._mallinfo2 is None:
+        pytest.skip("glibc without mallinfo2")
+    here = os.path.dirname(os.path.abspath(__file__))  # scheduler and worker import this module's probe
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH")] if p))
+    address, procs = start_dask_processes(workers=1, cwd=tmp_path, memory_limit="1GiB")
+    try:
+        with Client(address, set_as_default=False) as client:
+            env = client.run(_environment, "MALLOC_TRIM_THRESHOLD_")
+            assert list(env.values()) == ["65536"]  # the nanny's setting, which freezes the mmap threshold
+            plain_before = client.submit(_heap_probe, pure=False).result()
+            in_task = client.submit(heap.trims_heap(_heap_probe), pure=False).result()
+            plain_after = client.submit(_heap_probe, pure=False).result()
+    finally:
+        stop_processes(procs)
+    assert plain_before[0] == 1, plain_before  # a mapping of its own
+    assert in_task[0] == 0, in_task  # from the heap
+    # 20 arrays of 512 pages: each faulted in anew outside a fragment task, before it and after it
+    # (the worker's own trim threshold again: freed memory at the heap's top goes back at once), the
+    # first one's pages reused inside
+    assert plain_before[1] > 20 * 400 and plain_after[1] > 20 * 400, (plain_before, plain_after)
+    assert in_task[1] < 2 * 512, in_task
