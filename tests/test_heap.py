@@ -146,14 +146,20 @@ def _environment(name: str):
 def _heap_probe(n_arrays: int = 20):
     """(mapped regions a live 2 MiB array adds, page faults of allocating and freeing ``n_arrays`` of
     them), measured by glibc (``mallinfo2``) and the kernel (``getrusage``) in the worker."""
+    import ctypes
     import resource
 
     import numpy as np
 
-    from calengine.tasks import heap
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    mallinfo2.restype = Mallinfo2
 
     def mapped() -> int:
-        return int(heap._mallinfo2().hblks)
+        return int(mallinfo2().hblks)  # glibc's count of chunks it mapped apart from the heap
 
     before = mapped()
     a = np.ones(2**18)
@@ -166,19 +172,44 @@ def _heap_probe(n_arrays: int = 20):
     return extra, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
+def _fragmenting_task():
+    """Leaves ~100 MiB of 1 MiB holes in the heap (as the first probe above), returns nothing."""
+    import numpy as np
+
+    kept = [np.ones(2**17) for _ in range(200)]
+    del kept[::2]
+    _fragmenting_task.held = kept  # the other half stays allocated, so the holes cannot merge away
+
+
+def _resident_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _set_trim_fraction(value: float) -> None:
+    from calengine.tasks import heap
+
+    heap.TASK_TRIM_FRACTION = value
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and mallinfo2 are glibc's")
 def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_path, monkeypatch):
     """A ``dask worker`` started apart runs under its nanny's ``MALLOC_TRIM_THRESHOLD_``, which freezes
     glibc's mmap threshold at 128 KiB: a plain task's 2 MiB arrays are each a fresh mapping, faulted in
     page by page.  Inside a fragment task (``trims_heap``) they come from the heap and are reused; the
-    next plain task sees the worker's own thresholds again."""
+    next plain task sees the worker's own thresholds again.  The holes a fragment task leaves stay for
+    the next one while the worker is far below its memory limit, and go back above
+    ``TASK_TRIM_FRACTION`` of it."""
+    import ctypes
+
     from distributed import Client
 
     from calengine.tasks import heap
     from calengine.testing_cluster import start_dask_processes, stop_processes
 
-    if heap._mallinfo2 is None:
-        pytest.skip("glibc without mallinfo2")
+    if not hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2"):
+        pytest.skip("glibc older than 2.33 (no mallinfo2)")
     here = os.path.dirname(os.path.abspath(__file__))  # scheduler and worker import this module's probe
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH")] if p))
     address, procs = start_dask_processes(workers=1, cwd=tmp_path, memory_limit="1GiB")
@@ -189,6 +220,12 @@ def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_pat
             plain_before = client.submit(_heap_probe, pure=False).result()
             in_task = client.submit(heap.trims_heap(_heap_probe), pure=False).result()
             plain_after = client.submit(_heap_probe, pure=False).result()
+            # far below the worker's memory limit, a task's freed pages wait for the next task ...
+            client.submit(heap.trims_heap(_fragmenting_task), pure=False).result()
+            kept = client.submit(_resident_mib, pure=False).result()
+            client.run(_set_trim_fraction, 0.0)  # ... and above TASK_TRIM_FRACTION of it they go back
+            client.submit(heap.trims_heap(_fragmenting_task), pure=False).result()
+            trimmed = client.submit(_resident_mib, pure=False).result()
     finally:
         stop_processes(procs)
     assert plain_before[0] == 1, plain_before  # a mapping of its own
@@ -198,3 +235,4 @@ def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_pat
     # first one's pages reused inside
     assert plain_before[1] > 20 * 400 and plain_after[1] > 20 * 400, (plain_before, plain_after)
     assert in_task[1] < 2 * 512, in_task
+    assert kept - trimmed > 50, (kept, trimmed)

@@ -44,20 +44,6 @@ if sys.platform.startswith("linux"):
         _trim = _mallopt = None
 
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-
-_mallinfo2 = None
-if _trim is not None:
-    try:
-        _mallinfo2 = _libc.mallinfo2  # glibc 2.33+
-        _mallinfo2.restype = _Mallinfo2
-    except AttributeError:
-        _mallinfo2 = None
-
 # glibc's mallopt parameters (malloc.h) and their defaults
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _DEFAULT_THRESHOLD = 128 * 1024
@@ -70,10 +56,11 @@ KEPT_MMAP_THRESHOLD = 32 * 2**20
 #: the trim threshold meanwhile: freed memory at the top of the heap stays for the next task
 KEPT_TRIM_THRESHOLD = 2**30
 
-#: free heap memory a task of a nanny's worker leaves in place when it ends (:func:`task_heap`): about
-#: what a chunked round's temporaries take (a calibrator's pass over 2^18 rows: ~10 arrays of 2 MiB),
-#: so the next task reuses it instead of faulting it in; beyond it the heap is trimmed as before
-TASK_KEPT_FREE = 64 * 2**20
+#: a task of a nanny's worker (:func:`task_heap`) trims the heap when it ends only if the process's
+#: resident memory is above this share of the worker's memory limit: below it the freed pages wait for
+#: the next task (which reuses them instead of faulting them in); near Dask's thresholds (spill at 70 %,
+#: pause at 80 %, where a worker stops running tasks) they go back to the system as before
+TASK_TRIM_FRACTION = 0.4
 
 #: jobs of this process now inside :func:`kept_heap` (tasks then leave freed memory where it is)
 _keeping = 0
@@ -145,8 +132,21 @@ def _nanny_worker() -> bool:
         return False
 
 
-def _free_heap_bytes() -> int | None:
-    return None if _mallinfo2 is None else int(_mallinfo2().fordblks)
+def _memory_limit() -> float | None:
+    """This Dask worker's memory limit in bytes (None: unlimited)."""
+    distributed = sys.modules.get("distributed")
+    try:
+        return distributed.get_worker().memory_manager.memory_limit or None
+    except (AttributeError, ValueError):
+        return None
+
+
+def _resident_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @contextmanager
@@ -155,15 +155,18 @@ def task_heap() -> Iterator[bool]:
     keeps freed memory for reuse, as :func:`kept_heap` does for a whole embedded job (its thresholds);
     when the last such task of the process ends, the thresholds are the environment's again
     (``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, glibc's 128 KiB default where unset, no
-    longer adjusted dynamically: glibc cannot restore that) and the heap is trimmed if more than
-    :data:`TASK_KEPT_FREE` of it is free (always, where glibc cannot say).  Elsewhere it does nothing.
+    longer adjusted dynamically: glibc cannot restore that) and the heap is trimmed if the process's
+    resident memory is above :data:`TASK_TRIM_FRACTION` of the worker's memory limit (always where it
+    cannot be read; never on a worker without a limit, which Dask never pauses).  Elsewhere it does
+    nothing.
 
     Why: on a started cluster every temporary of a Newton round was mapped and faulted in anew (module
-    docstring); kept for a task, and up to 64 MiB of it from one task to the next, a 10M-row temperature
-    fit's workers took 30x fewer page faults and less than half the CPU
-    (``benchmarks/results/score_columns_close_s10.md``).  Results are the same bits; only where freed
-    memory goes changes, and a worker's heap between tasks holds at most that much more free memory.
-    Yields whether it kept the heap."""
+    docstring); kept, a 10M-row temperature fit's workers took ~10-100x fewer page faults and about
+    half the CPU (``benchmarks/results/score_columns_close_s10.md``).  Why not trim by the heap's free
+    bytes: glibc counts pages it already gave back as free, so after one large fit that count stayed
+    above any budget and every task trimmed (and refaulted) again.  Results are the same bits; only
+    where freed memory goes changes.  The score-range tasks still trim as they end
+    (:func:`trims_heap_even_when_kept`).  Yields whether it kept the heap."""
     global _tasks
     if _mallopt is None or _keeping or not _nanny_worker():
         yield False
@@ -181,8 +184,8 @@ def task_heap() -> Iterator[bool]:
             if not _tasks:
                 _mallopt(_M_TRIM_THRESHOLD, _env_threshold("MALLOC_TRIM_THRESHOLD_"))
                 _mallopt(_M_MMAP_THRESHOLD, _env_threshold("MALLOC_MMAP_THRESHOLD_"))
-                free = _free_heap_bytes()
-                if free is None or free > TASK_KEPT_FREE:
+                limit, resident = _memory_limit(), _resident_bytes()
+                if limit is not None and (resident is None or resident > TASK_TRIM_FRACTION * limit):
                     _trim(0)
 
 
