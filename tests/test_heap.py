@@ -187,6 +187,12 @@ def _resident_mib() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def _tasks_keeping_the_heap() -> int:
+    from calengine.tasks import heap
+
+    return heap._tasks
+
+
 def _set_trim_fraction(value: float) -> None:
     from calengine.tasks import heap
 
@@ -219,6 +225,7 @@ def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_pat
             assert list(env.values()) == ["65536"]  # the nanny's setting, which freezes the mmap threshold
             plain_before = client.submit(_heap_probe, pure=False).result()
             in_task = client.submit(heap.trims_heap(_heap_probe), pure=False).result()
+            scopes = client.submit(heap.trims_heap(_tasks_keeping_the_heap), pure=False).result()
             plain_after = client.submit(_heap_probe, pure=False).result()
             # far below the worker's memory limit, a task's freed pages wait for the next task ...
             client.submit(heap.trims_heap(_fragmenting_task), pure=False).result()
@@ -229,10 +236,31 @@ def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_pat
     finally:
         stop_processes(procs)
     assert plain_before[0] == 1, plain_before  # a mapping of its own
-    assert in_task[0] == 0, in_task  # from the heap
+    assert scopes == 1 and in_task[0] == 0, in_task  # from the heap
     # 20 arrays of 512 pages: each faulted in anew outside a fragment task, before it and after it
     # (the worker's own trim threshold again: freed memory at the heap's top goes back at once), the
     # first one's pages reused inside
     assert plain_before[1] > 20 * 400 and plain_after[1] > 20 * 400, (plain_before, plain_after)
     assert in_task[1] < 2 * 512, in_task
     assert kept - trimmed > 50, (kept, trimmed)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
+def test_a_worker_whose_environment_sets_the_mmap_threshold_keeps_its_own(tmp_path, monkeypatch):
+    """A worker started with ``MALLOC_MMAP_THRESHOLD_`` (as ``--cluster local`` starts them, or as its
+    owner chose) runs fragment tasks under that setting: no task keeps the heap."""
+    from distributed import Client
+
+    from calengine.tasks import heap
+    from calengine.testing_cluster import start_dask_processes, stop_processes
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH")] if p))
+    address, procs = start_dask_processes(workers=1, cwd=tmp_path, memory_limit="1GiB",
+                                          worker_env={"MALLOC_MMAP_THRESHOLD_": str(4 * 2**20)})
+    try:
+        with Client(address, set_as_default=False) as client:
+            scopes = client.submit(heap.trims_heap(_tasks_keeping_the_heap), pure=False).result()
+    finally:
+        stop_processes(procs)
+    assert scopes == 0

@@ -121,8 +121,12 @@ def _env_threshold(name: str) -> int:
 
 def _nanny_worker() -> bool:
     """Whether this thread runs a task of a Dask worker started by a nanny (its own process, with the
-    nanny's frozen mmap threshold): not the threads of a ``ThreadClient`` or of an in-process cluster,
-    whose process belongs to its caller."""
+    nanny's frozen mmap threshold) whose environment chose no mmap threshold: not the threads of a
+    ``ThreadClient`` or of an in-process cluster, whose process belongs to its caller, nor the workers
+    ``--cluster local`` starts (:data:`calengine.cluster.WORKER_MMAP_THRESHOLD`) or any worker started
+    with ``MALLOC_MMAP_THRESHOLD_`` (its owner's choice stands)."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
     distributed = sys.modules.get("distributed")
     if distributed is None:
         return False
@@ -153,9 +157,9 @@ def _resident_bytes() -> int | None:
 def task_heap() -> Iterator[bool]:
     """For the length of one fragment task on a nanny's Dask worker (:func:`_nanny_worker`): glibc
     keeps freed memory for reuse, as :func:`kept_heap` does for a whole embedded job (its thresholds);
-    when the last such task of the process ends, the thresholds are the environment's again
-    (``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, glibc's 128 KiB default where unset, no
-    longer adjusted dynamically: glibc cannot restore that) and the heap is trimmed if the process's
+    when the last such task of the process ends, the thresholds are the process's again (the trim
+    threshold of ``MALLOC_TRIM_THRESHOLD_``, the mmap threshold glibc's 128 KiB; either no longer
+    adjusted dynamically where it was: glibc cannot restore that) and the heap is trimmed if the process's
     resident memory is above :data:`TASK_TRIM_FRACTION` of the worker's memory limit (always where it
     cannot be read; never on a worker without a limit, which Dask never pauses).  Elsewhere it does
     nothing.
@@ -183,7 +187,7 @@ def task_heap() -> Iterator[bool]:
             _tasks -= 1
             if not _tasks:
                 _mallopt(_M_TRIM_THRESHOLD, _env_threshold("MALLOC_TRIM_THRESHOLD_"))
-                _mallopt(_M_MMAP_THRESHOLD, _env_threshold("MALLOC_MMAP_THRESHOLD_"))
+                _mallopt(_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD)  # the environment sets none (_nanny_worker)
                 limit, resident = _memory_limit(), _resident_bytes()
                 if limit is not None and (resident is None or resident > TASK_TRIM_FRACTION * limit):
                     _trim(0)
