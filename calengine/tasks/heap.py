@@ -204,8 +204,10 @@ def trims_heap_even_when_kept(task):
 
 
 def trims_heap(task):
-    """Decorate a task function so that the heap is trimmed after it runs, whether it succeeds or not.
-    ``functools.wraps`` keeps its name, so Dask's task names and pickling by reference are unchanged."""
+    """Decorate a task function so that the heap is trimmed after it runs, whether it succeeds or not;
+    on a nanny's Dask worker the task runs in :func:`task_heap` instead, which trims only near the
+    worker's memory limit.  ``functools.wraps`` keeps its name, so Dask's task names and pickling by
+    reference are unchanged."""
     return _trimming(task, even_when_kept=False)
 
 
