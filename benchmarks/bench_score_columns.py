@@ -12,8 +12,10 @@ configurations interleaved within a repeat so that other jobs on the machine fal
   --nthreads 1 --memory-limit M`` started afresh for every run on 127.0.0.1 and joined with ``--cluster
   ADDRESS``, as a user with a cluster runs it (the cluster's start is timed apart, not in the wall);
   ``--cluster-kind local``: ``--cluster --workers W``, the LocalCluster the client spawns itself.
-* **before** (``--before-python PY``) -- the same embedded fits with another interpreter's installed
-  calengine (a venv holding the commit to compare against), in the same repeats.
+* **before** (``--before-python PY``) -- the same fits (embedded, and on a cluster started from its own
+  environment's ``dask``) with another interpreter's installed calengine (a venv holding the commit to
+  compare against), in the same repeats; the page says whether each pair's model files are the same
+  bytes (and each cluster fit's against its embedded fit).
 * **scikit-learn** (rows <= ``--sklearn-max-rows``; at 10^8 only if ``--sklearn-min-available-gib``
   GiB are free) -- one process reads ``s`` (as float64) and ``y`` from the same Parquet files (row group
   by row group) and fits ``IsotonicRegression(out_of_bounds="clip")``: interpreter, imports, read and fit, the work
@@ -200,24 +202,26 @@ def measure(cmd: list[str], args, label: str) -> dict:
     return rec
 
 
-def measure_on_cluster(argv_of, args, label: str, work: Path) -> dict:
+def measure_on_cluster(argv_of, args, label: str, work: Path, python: str | None = None) -> dict:
     """One run on a fresh ``dask scheduler`` and ``dask worker --nworkers W`` (their own processes, as on
     a real cluster; ``argv_of(address)`` is the command): the client measured as :func:`measure` does,
     the scheduler and each worker sampled by their own :class:`~_common.TreeSampler` from before the
     launch to after the exit (a last sample then: each process's final VmHWM), and their CPU seconds
     over the same span added to the client's.  The cluster's start (until every worker has joined) is
-    timed apart: a user's cluster is up before the job."""
+    timed apart: a user's cluster is up before the job.  ``python``: the interpreter whose environment's
+    ``dask`` runs the scheduler and workers (the *before* build's; default: this one's)."""
     from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
 
     local_dir = work / "cluster-local"
     shutil.rmtree(local_dir, ignore_errors=True)
     local_dir.mkdir(parents=True)
     t0 = time.perf_counter()
-    address, scheduler = start_dask_scheduler(work)
+    dask = None if python is None else str(Path(python).with_name("dask"))
+    address, scheduler = start_dask_scheduler(work, dask=dask)
     procs, samplers = [scheduler], []
     try:
         procs.append(start_dask_worker(address, args.workers, work, memory_limit=args.worker_memory,
-                                       args=["--local-directory", str(local_dir)]))
+                                       args=["--local-directory", str(local_dir)], dask=dask))
         wait_for_workers(address, args.workers)
         start_s = time.perf_counter() - t0
         samplers = [C.TreeSampler(scheduler.pid, interval=args.sample_interval).start(),
@@ -279,7 +283,9 @@ def run_size(rows: int, args, grid, work: Path, publish) -> dict:
         if "embedded" in args.modes:
             configs.append((f"calengine {m} embedded", m, None, cmd))
             configs += [(f"before {m} embedded", m, None, before)] if before else []
-        configs += [(f"calengine {m} cluster", m, args.workers, cmd)] if args.workers and "cluster" in args.modes else []
+        if args.workers and "cluster" in args.modes:
+            configs.append((f"calengine {m} cluster", m, args.workers, cmd))
+            configs += [(f"before {m} cluster", m, args.workers, before)] if before else []
     skipped = {}
     do_sklearn = rows <= args.sklearn_max_rows
     if do_sklearn and rows >= BIG_ROWS and available_gib() < args.sklearn_min_available_gib:
@@ -301,6 +307,7 @@ def run_size(rows: int, args, grid, work: Path, publish) -> dict:
     if do_spark:
         runs["spark"] = []
     grids: dict[str, np.ndarray] = {}
+    kept: dict[str, dict[str, bytes]] = {}  # the first repeat's model files, by configuration
     run_dir = work / "runs"
     repeats = args.big_repeats if rows >= BIG_ROWS and args.big_repeats else args.repeats
     for rep in range(repeats):
@@ -315,25 +322,49 @@ def run_size(rows: int, args, grid, work: Path, publish) -> dict:
             runs[kind].append(rec)
             if rep == 0 and rec["returncode"] == 0:
                 grids[kind] = np.load(out)
-            publish(summarise(rows, table, spec, grid, runs, grids, skipped))
+            publish(summarise(rows, table, spec, grid, runs, grids, skipped, kept))
         for label, method, workers, exe in configs:
             model = run_dir / f"model-{len(grids)}"
             shutil.rmtree(model, ignore_errors=True)
             argv = partial(fit_argv, str(data), str(model), method, workers)
             if workers and args.cluster_kind == "processes":
-                rec = measure_on_cluster(lambda address: [*exe, *argv(address)], args, label, work)
+                rec = measure_on_cluster(lambda address: [*exe, *argv(address)], args, label, work,
+                                         python=exe[0] if exe is before else None)
             else:
                 rec = measure([*exe, *argv()], args, label)
             runs[label].append(rec)
             if rep == 0 and rec["returncode"] == 0:
                 grids[label] = grid_probabilities(model, work / "grid.parquet", run_dir / "grid-scored", exe)
+                kept[label] = model_files(model)
             shutil.rmtree(model, ignore_errors=True)
-            publish(summarise(rows, table, spec, grid, runs, grids, skipped))
-    return summarise(rows, table, spec, grid, runs, grids, skipped)
+            publish(summarise(rows, table, spec, grid, runs, grids, skipped, kept))
+    return summarise(rows, table, spec, grid, runs, grids, skipped, kept)
 
 
-def summarise(rows: int, table: dict, spec, grid, runs: dict, grids: dict, skipped: dict) -> dict:
-    """One size's page entry from the runs so far: medians per configuration, distances on the grid."""
+def model_files(model: Path) -> dict[str, bytes]:
+    """Every file of a model directory, by relative path: what ``cmp`` compares."""
+    return {str(p.relative_to(model)): p.read_bytes() for p in sorted(model.rglob("*")) if p.is_file()}
+
+
+def same_models(kept: dict) -> dict[str, bool]:
+    """``"A vs B": files byte-identical`` for each calengine configuration and its *before* twin, and for
+    each method's cluster fit against its embedded fit (the first repeat's models)."""
+    out = {}
+    for label in kept:
+        if not label.startswith("calengine "):
+            continue
+        twins = ["before " + label[len("calengine "):]]
+        if label.endswith(" cluster"):
+            twins.append(label[: -len(" cluster")] + " embedded")
+        for twin in twins:
+            if twin in kept:
+                out[f"{label} vs {twin}"] = kept[label] == kept[twin]
+    return out
+
+
+def summarise(rows: int, table: dict, spec, grid, runs: dict, grids: dict, skipped: dict, kept: dict) -> dict:
+    """One size's page entry from the runs so far: medians per configuration, distances on the grid,
+    whether the models' files are the same bytes (:func:`same_models`)."""
     import numpy as np
 
     truth = GS.true_probability(spec, grid)
@@ -362,7 +393,7 @@ def summarise(rows: int, table: dict, spec, grid, runs: dict, grids: dict, skipp
         agree["spark vs sklearn"] = float(np.max(np.abs(grids["spark"] - grids["sklearn"])))
     return {"rows": rows, "files": table["files"], "table_bytes": table["bytes"],
             "positive_fraction": table["positive_fraction"], "summary": summary, "agreement": agree,
-            "skipped": skipped, "runs": runs}
+            "same_model_files": same_models(kept), "skipped": skipped, "runs": runs}
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -438,6 +469,9 @@ def render(d: dict) -> str:
         if res["agreement"]:
             lines += ["", "Isotonic maps on the grid: " + "; ".join(
                 f"{k}: max abs dp {C.fmt(v, 3)}" for k, v in res["agreement"].items()) + "."]
+        if res.get("same_model_files"):
+            lines += ["", "Model files byte for byte (first repeat): " + "; ".join(
+                f"{k}: {'identical' if v else 'DIFFERENT'}" for k, v in res["same_model_files"].items()) + "."]
         if res["skipped"]:
             lines += ["", "Skipped: " + "; ".join(f"{k} ({v})" for k, v in res["skipped"].items()) + "."]
         lines.append("")
@@ -466,8 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-spark", action="store_true")
     ap.add_argument("--spark-repeats", type=int, default=3, help="at most this many Spark runs per size")
     ap.add_argument("--before-python", metavar="PY", default=None,
-                    help="also run the embedded fits with this interpreter's installed calengine (e.g. a venv"
-                    " holding main), labelled 'before', interleaved with the others: a baseline side by side")
+                    help="also run the fits with this interpreter's installed calengine (e.g. a venv holding"
+                    " main), labelled 'before', interleaved with the others: a baseline side by side (on a started"
+                    " cluster, its scheduler and workers are that environment's dask)")
     return ap
 
 

@@ -75,14 +75,16 @@ def _quiet(cwd, env=None) -> dict:
             "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
 
 
-def start_dask_scheduler(cwd: Path | None = None, args=(), protocol: str = "tcp", timeout: float = 60):
+def start_dask_scheduler(cwd: Path | None = None, args=(), protocol: str = "tcp", timeout: float = 60,
+                         dask: str | None = None):
     """A ``dask scheduler`` on a free port of 127.0.0.1, started in ``cwd`` with the extra command-line
     ``args`` (e.g. TLS files; ``protocol="tls"`` with them); returns ``(address, process)`` once the
     port accepts connections.  A scheduler that does not come up in ``timeout`` seconds is stopped and
-    ``TimeoutError`` raised."""
+    ``TimeoutError`` raised.  ``dask``: the ``dask`` command of another environment (default: this
+    interpreter's, :func:`dask_command`)."""
     port = free_port()
     proto = [] if protocol == "tcp" else ["--protocol", protocol]
-    proc = subprocess.Popen([dask_command(), "scheduler", *proto, "--host", "127.0.0.1", "--port", str(port),
+    proc = subprocess.Popen([dask or dask_command(), "scheduler", *proto, "--host", "127.0.0.1", "--port", str(port),
                              "--no-dashboard", *map(str, args)], **_quiet(cwd))
     deadline = time.monotonic() + timeout
     while True:
@@ -97,13 +99,14 @@ def start_dask_scheduler(cwd: Path | None = None, args=(), protocol: str = "tcp"
 
 
 def start_dask_worker(address: str, workers: int = 1, cwd: Path | None = None, env: dict | None = None,
-                      memory_limit: str | None = "2GiB", args=()) -> subprocess.Popen:
+                      memory_limit: str | None = "2GiB", args=(), dask: str | None = None) -> subprocess.Popen:
     """``dask worker`` processes (``workers`` of them, one thread each, under one nanny command) joining
     ``address``, started in ``cwd`` with ``env`` added to this environment and the extra ``args``;
-    ``memory_limit=None`` leaves Dask's default.  Returns at once: see :func:`wait_for_workers`."""
+    ``memory_limit=None`` leaves Dask's default.  ``dask``: as for :func:`start_dask_scheduler`.
+    Returns at once: see :func:`wait_for_workers`."""
     limit = [] if memory_limit is None else ["--memory-limit", memory_limit]
     return subprocess.Popen(
-        [dask_command(), "worker", address, "--nworkers", str(workers), "--nthreads", "1", "--host", "127.0.0.1",
+        [dask or dask_command(), "worker", address, "--nworkers", str(workers), "--nthreads", "1", "--host", "127.0.0.1",
          "--no-dashboard", *limit, *map(str, args)],
         **_quiet(cwd, None if env is None else {**os.environ, **env}))
 

@@ -352,6 +352,7 @@ def test_bench_score_columns_tiny(tmp_path):
     assert all(v["ok"] == 1 and v["wall_s"] > 0 and v["client"] > 0 for v in sm.values())
     assert res["agreement"]["calengine isotonic embedded vs sklearn"] <= 1e-9
     assert res["agreement"]["before isotonic embedded vs sklearn"] <= 1e-9
+    assert res["same_model_files"] == {"calengine isotonic embedded vs before isotonic embedded": True}
     # the issue's speed and peak targets judge this build only (the baseline's isotonic map is still compared)
     assert not any(c["what"].startswith("before") and ("wall" in c["what"] or "peak" in c["what"]) for c in data["checks"])
     assert any(c["what"].startswith("calengine isotonic embedded / sklearn wall") for c in data["checks"])
@@ -389,6 +390,27 @@ def test_bench_score_columns_cluster_processes_tiny(tmp_path):
     assert grown == {f"calengine isotonic {kind} {role} peak growth" for kind, role in
                      [("embedded", "client"), ("cluster", "client"), ("cluster", "scheduler"), ("cluster", "worker_max")]}
     assert "| scheduler MiB |" in (tmp_path / "r" / "score_columns.md").read_text()
+    assert small["same_model_files"] == {"calengine isotonic cluster vs calengine isotonic embedded": True}
+
+
+@pytest.mark.cluster
+def test_bench_score_columns_before_on_a_started_cluster_tiny(tmp_path):
+    """``--before-python`` with ``--modes cluster``: the baseline's fit runs on a scheduler and workers
+    started with that environment's ``dask`` (here the same one), measured like this build's, and the
+    page says whether the two models' files are the same bytes."""
+    bench = _load("bench_score_columns")
+    assert bench.main(["--rows-list", "20000", "--methods", "temperature", "--workers", "1", "--no-spark",
+                       "--modes", "cluster", "--repeats", "1", "--sklearn-max-rows", "0", "--rows-per-file", "10000",
+                       "--row-group-rows", "5000", "--worker-memory", "1GiB", "--before-python", sys.executable,
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    data = json.loads((tmp_path / "r" / "score_columns.json").read_text())
+    (res,) = data["results"]
+    assert set(res["summary"]) == {"calengine temperature cluster", "before temperature cluster"}
+    for label in res["summary"]:
+        (rec,) = res["runs"][label]
+        assert rec["returncode"] == 0 and len(rec["peak"]["workers"]) == 1 and rec["cpu_cluster_s"] > 0, label
+    assert res["same_model_files"] == {"calengine temperature cluster vs before temperature cluster": True}
+    assert "before temperature cluster: identical" in (tmp_path / "r" / "score_columns.md").read_text()
 
 
 @pytest.mark.slow

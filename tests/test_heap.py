@@ -137,3 +137,130 @@ def test_only_the_fit_commands_embedded_map_keeps_the_heap(monkeypatch, tmp_path
     calengine.calibrate_scores(str(tmp_path / "t.parquet"), "y", "s", method="sigmoid", output=str(tmp_path / "api"))
     assert seen == [True, 1, False, 0]
     assert heap._keeping == 0
+
+
+def _environment(name: str):
+    return os.environ.get(name)
+
+
+def _heap_probe(n_arrays: int = 20):
+    """(mapped regions a live 2 MiB array adds, page faults of allocating and freeing ``n_arrays`` of
+    them), measured by glibc (``mallinfo2``) and the kernel (``getrusage``) in the worker."""
+    import ctypes
+    import resource
+
+    import numpy as np
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    mallinfo2.restype = Mallinfo2
+
+    def mapped() -> int:
+        return int(mallinfo2().hblks)  # glibc's count of chunks it mapped apart from the heap
+
+    before = mapped()
+    a = np.ones(2**18)
+    extra = mapped() - before
+    del a
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(n_arrays):
+        b = np.ones(2**18)
+        del b
+    return extra, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def _fragmenting_task():
+    """Leaves ~100 MiB of 1 MiB holes in the heap (as the first probe above), returns nothing."""
+    import numpy as np
+
+    kept = [np.ones(2**17) for _ in range(200)]
+    del kept[::2]
+    _fragmenting_task.held = kept  # the other half stays allocated, so the holes cannot merge away
+
+
+def _resident_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _tasks_keeping_the_heap() -> int:
+    from calengine.tasks import heap
+
+    return heap._tasks
+
+
+def _set_trim_fraction(value: float) -> None:
+    from calengine.tasks import heap
+
+    heap.TASK_TRIM_FRACTION = value
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and mallinfo2 are glibc's")
+def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_path, monkeypatch):
+    """A ``dask worker`` started apart runs under its nanny's ``MALLOC_TRIM_THRESHOLD_``, which freezes
+    glibc's mmap threshold at 128 KiB: a plain task's 2 MiB arrays are each a fresh mapping, faulted in
+    page by page.  Inside a fragment task (``trims_heap``) they come from the heap and are reused; the
+    next plain task sees the worker's own thresholds again.  The holes a fragment task leaves stay for
+    the next one while the worker is far below its memory limit, and go back above
+    ``TASK_TRIM_FRACTION`` of it."""
+    import ctypes
+
+    from distributed import Client
+
+    from calengine.tasks import heap
+    from calengine.testing_cluster import start_dask_processes, stop_processes
+
+    if not hasattr(ctypes.CDLL("libc.so.6"), "mallinfo2"):
+        pytest.skip("glibc older than 2.33 (no mallinfo2)")
+    here = os.path.dirname(os.path.abspath(__file__))  # scheduler and worker import this module's probe
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH")] if p))
+    address, procs = start_dask_processes(workers=1, cwd=tmp_path, memory_limit="1GiB")
+    try:
+        with Client(address, set_as_default=False) as client:
+            env = client.run(_environment, "MALLOC_TRIM_THRESHOLD_")
+            assert list(env.values()) == ["65536"]  # the nanny's setting, which freezes the mmap threshold
+            plain_before = client.submit(_heap_probe, pure=False).result()
+            in_task = client.submit(heap.trims_heap(_heap_probe), pure=False).result()
+            scopes = client.submit(heap.trims_heap(_tasks_keeping_the_heap), pure=False).result()
+            plain_after = client.submit(_heap_probe, pure=False).result()
+            # far below the worker's memory limit, a task's freed pages wait for the next task ...
+            client.submit(heap.trims_heap(_fragmenting_task), pure=False).result()
+            kept = client.submit(_resident_mib, pure=False).result()
+            client.run(_set_trim_fraction, 0.0)  # ... and above TASK_TRIM_FRACTION of it they go back
+            client.submit(heap.trims_heap(_fragmenting_task), pure=False).result()
+            trimmed = client.submit(_resident_mib, pure=False).result()
+    finally:
+        stop_processes(procs)
+    assert plain_before[0] == 1, plain_before  # a mapping of its own
+    assert scopes == 1 and in_task[0] == 0, in_task  # from the heap
+    # 20 arrays of 512 pages: each faulted in anew outside a fragment task, before it and after it
+    # (the worker's own trim threshold again: freed memory at the heap's top goes back at once), the
+    # first one's pages reused inside
+    assert plain_before[1] > 20 * 400 and plain_after[1] > 20 * 400, (plain_before, plain_after)
+    assert in_task[1] < 2 * 512, in_task
+    assert kept - trimmed > 50, (kept, trimmed)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
+def test_a_worker_whose_environment_sets_the_mmap_threshold_keeps_its_own(tmp_path, monkeypatch):
+    """A worker started with ``MALLOC_MMAP_THRESHOLD_`` (as ``--cluster local`` starts them, or as its
+    owner chose) runs fragment tasks under that setting: no task keeps the heap."""
+    from distributed import Client
+
+    from calengine.tasks import heap
+    from calengine.testing_cluster import start_dask_processes, stop_processes
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH")] if p))
+    address, procs = start_dask_processes(workers=1, cwd=tmp_path, memory_limit="1GiB",
+                                          worker_env={"MALLOC_MMAP_THRESHOLD_": str(4 * 2**20)})
+    try:
+        with Client(address, set_as_default=False) as client:
+            scopes = client.submit(heap.trims_heap(_tasks_keeping_the_heap), pure=False).result()
+    finally:
+        stop_processes(procs)
+    assert scopes == 0

@@ -37,7 +37,7 @@ from .. import registry
 from ..errors import DataError, ParameterError
 from ..plan.memory import check_fits_memory, fragment_rows_for, held_out_scratch, worker_memory_limit
 from ..progress import Progress, gather_in_order
-from .calibrators import _merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix
+from .calibrators import _merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix, summary_points
 
 ROUTES = ("auto", "stats", "in-memory", "sample")
 
@@ -455,8 +455,10 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
             ]
 
         blocks = make_blocks()
+        points = summary_points(ctx.cal_rows if cal_mode else ctx.n_rows, ctx.memory_limit)
         summaries = gather_in_order(
-            client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "held-out scores"
+            client, [client.submit(pt.block_summary, b, points, pure=False) for b in blocks], progress,
+            "held-out scores",
         )
         merged = [_merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
         for i, m in enumerate(merged):
