@@ -516,7 +516,8 @@ def prior_shift_table(client, model, files: list[str], target: str, *, replicate
     ``weight``: a column of row weights (counts).  The EM then weighs each row (integer weights: the
     same bits as the rows repeated; :func:`calengine.methods.label_shift.em_sums`), the label rates
     are weighted, the sample holds rows of positive weight and each resample draws from it in
-    proportion to the weights, as many draws as the total weight (at most ``max_rows``).
+    proportion to the weights, as many draws as the sample's total weight (at most
+    :data:`calengine.metrics.bootstrap.BOOTSTRAP_MAX_ROWS`).
 
     Returns ``{"classes", "training", "training_from", "estimated", "low", "high", "observed", "rows",
     "labelled_rows", "sample_rows", "replicates", "level", "seed", "em", "weighted"}`` (lists over
