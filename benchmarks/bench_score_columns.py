@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))
 
 import _common as C  # noqa: E402
 import gen_scores_table as GS  # noqa: E402
-from bench_evaluate_scale import _cluster_role  # noqa: E402
+from bench_evaluate_scale import _cluster_role, _tree_cpu  # noqa: E402
 from bench_partition_fit import calengine_cmd, parse_marked, read_p1, read_xy  # noqa: E402
 
 NAME = "score_columns"
@@ -167,14 +167,7 @@ def peaks(run: C.RunResult, spark: bool) -> dict:
 def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds so far of a live process and its live descendants (a started cluster's
     processes, which the client does not reap)."""
-    import psutil
-
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return total
+    return sum(t["user_s"] + t["sys_s"] for t in _tree_cpu(pid).values())
     for p in procs:
         try:
             t = p.cpu_times()
