@@ -171,7 +171,7 @@ def pima_nb(tmp_path_factory):
 
 def test_cli_evaluate_json_and_table_carry_corp_and_drift(pima_nb, tmp_path):
     import pyarrow.parquet as pq
-    from cli_helpers import run_cli
+    from cli_helpers import REPO, run_cli
 
     m = run_cli("evaluate", pima_nb, "data/pima.parquet", "--target", "class", "--json").json()
     for r in (m, m["raw"]):
@@ -182,7 +182,7 @@ def test_cli_evaluate_json_and_table_carry_corp_and_drift(pima_nb, tmp_path):
     assert m["raw"]["corp_brier"]["mcb"] > m["corp_brier"]["mcb"]  # isotonic removes most miscalibration
     assert m["drift"]["verdict"] == "ok" and m["drift"]["alpha"] == 0.01 and m["drift"]["n_tests"] == 2
     # prior shift: every positive kept, 40% of the negatives (seeded); the model's base rate is now wrong
-    table = pq.read_table("data/pima.parquet")
+    table = pq.read_table(REPO / "data" / "pima.parquet")  # this process's directory may be any
     y = table.column("class").to_numpy()
     keep = (y == 1) | (np.random.default_rng(0).uniform(size=y.size) < 0.4)
     pq.write_table(table.filter(keep), tmp_path / "shifted.parquet")
