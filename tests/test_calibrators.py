@@ -462,6 +462,27 @@ def test_weight_two_equals_duplicated_rows(name, data, kind):
     np.testing.assert_allclose(a.predict(t), b.predict(t), atol=1e-7)
 
 
+@pytest.mark.parametrize("scores, kind", [
+    ([12.75] * 4, "decision"),            # hypothesis's counterexample: one score for every row
+    ([50.0, 60.0, 50.0, 70.0], "decision"),  # distinct scores whose probabilities clip to the same value
+    ([0.3] * 4, "proba"),
+])
+def test_beta_on_one_probability_is_the_weighted_mean(scores, kind):
+    """When every live row has the same clipped probability, beta's features are constant and its
+    ridge optimum is a = b = 0, c = logit(weighted mean), exactly: the weighted fit and the rows
+    repeated give the same bits (Newton on the near-singular problem stopped 3.6e-7 apart)."""
+    s, y, w = np.array(scores), np.array([0, 1, 0, 1]), np.array([1.0, 1.0, 2.0, 2.0])
+    rows = np.repeat(np.arange(4), w.astype(int))
+    a = make("beta").fit(s, y, sample_weight=w, score_kind=kind)
+    b = make("beta").fit(s[rows], y[rows], score_kind=kind)
+    assert (a.a_, a.b_, a.c_) == (b.a_, b.b_, b.c_) == (0.0, 0.0, 0.0)
+    t = as_kind(GRID, kind)
+    np.testing.assert_array_equal(a.predict(t), np.full(t.shape, 0.5))
+    w2 = np.array([0.0, 1.0, 3.0, 1.0])  # a weight-0 row is not live: the mean is 2/5
+    c = make("beta").fit(s, y, sample_weight=w2, score_kind=kind)
+    assert c.c_ == pytest.approx(np.log(2.0 / 3.0), abs=1e-15) and c.a_ == c.b_ == 0.0
+
+
 VARIANTS = {
     "binning_auto": ("binning", {"n_bins": "auto"}),
     "rocch_laplace": ("rocch", {"laplace": True}),

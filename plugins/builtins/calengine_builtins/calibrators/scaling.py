@@ -332,10 +332,21 @@ class BetaCalibrator(_BinaryCalibrator):
     def _first_request(self, kind):
         return {"op": "summary", "kind": kind, "sorted": False}
 
+    def _summary_extra(self, s, yi, w, request):
+        p = np.clip(expit(s) if request["kind"] == "decision" else s, EPS, 1.0 - EPS)
+        return {"min_p": float(p.min()) if p.size else math.inf, "max_p": float(p.max()) if p.size else -math.inf}
+
     def _step_summary(self, stats, request):
         _check_merged(stats, self._red["kind"])
         total = float(stats["w_pos"]) + float(stats["w_neg"])
         self._red.update(total=total, mean=float(stats["w_pos"]) / total, lam=1e-8 * total)
+        if stats["min_p"] == stats["max_p"]:
+            # Every live row has the same (clipped) probability: both features are constant, so the ridge's
+            # optimum is a = b = 0 and c the log-odds of the mean, exactly.  Newton on that near-singular
+            # problem stopped wherever its tolerances met, which moved with how the weights were summed.
+            mean = self._red["mean"]
+            self._finish(a_=0.0, b_=0.0, c_=math.log(mean / (1.0 - mean)))
+            return None
         return self._stage([0, 1])
 
     def _stage(self, cols: list[int]):
