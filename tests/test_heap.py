@@ -235,7 +235,8 @@ def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_pat
             trimmed = client.submit(_resident_mib, pure=False).result()
     finally:
         stop_processes(procs)
-    assert plain_before[0] == 1, plain_before  # a mapping of its own
+    # (a plain task's first array may be a mapping of its own or, when the heap's top has room, come from
+    # it: which depends on what the worker ran before; the faults below are what the frozen threshold costs)
     assert scopes == 1 and in_task[0] == 0, in_task  # from the heap
     # 20 arrays of 512 pages: each faulted in anew outside a fragment task, before it and after it
     # (the worker's own trim threshold again: freed memory at the heap's top goes back at once), the

@@ -5,6 +5,7 @@ of it reading a saved model, a text column it cannot take, a name clash with ano
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -336,19 +337,20 @@ def test_a_model_saved_by_another_version_names_both_versions(thirdparty, binary
 
 
 def test_a_name_clash_is_listed_by_plugins_and_stops_other_commands_naming_both(thirdparty, cli, tmp_path):
+    # The clashing package goes to a directory of its own, on PYTHONPATH for this test's commands only:
+    # installed into the environment, it stopped the commands of tests running beside this one (xdist).
     clash = _package(thirdparty["root"], "calengine-thirdparty-clash", "ce_thirdparty_clash", CLASHING, "0.1.0")
-    _install(clash)
-    try:
-        r = cli("plugins")
-        assert r.returncode == 0, r
-        assert "calengine-thirdparty-clash:main  (calengine-thirdparty-clash 0.1.0)  CLASH" in r.stdout
-        assert "gaussian_nb" in r.stdout and "tp_mean_difference" in r.stdout  # everything still listed
-        assert cli("plugins", "--json").json()["clashes"]
-        r = cli("fit", "data/pima.parquet", "--target", "class", "--output", tmp_path / "m")
-        assert_one_line_error(r, "'tp_bins'", DIST, "calengine-thirdparty-clash", "uninstall one of them")
-    finally:
-        _pip("uninstall", "-y", "calengine-thirdparty-clash")
-        plugin_mod.reset_plugin_cache()
+    site = tmp_path / "site"
+    _pip("install", "--no-deps", "--no-build-isolation", "--target", str(site), str(clash))
+    env = {"PYTHONPATH": os.pathsep.join(p for p in [str(site), os.environ.get("PYTHONPATH")] if p)}
+    r = cli("plugins", env=env)
+    assert r.returncode == 0, r
+    assert "calengine-thirdparty-clash:main  (calengine-thirdparty-clash 0.1.0)  CLASH" in r.stdout
+    assert "gaussian_nb" in r.stdout and "tp_mean_difference" in r.stdout  # everything still listed
+    assert cli("plugins", "--json", env=env).json()["clashes"]
+    r = cli("fit", "data/pima.parquet", "--target", "class", "--output", tmp_path / "m", env=env)
+    assert_one_line_error(r, "'tp_bins'", DIST, "calengine-thirdparty-clash", "uninstall one of them")
+    assert "CLASH" not in cli("plugins").stdout  # the environment itself never held it
 
 
 def test_a_reduction_calibrator_whose_merge_loses_pieces_is_refused_at_first_use(thirdparty, cli, tmp_path):
