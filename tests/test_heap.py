@@ -218,11 +218,16 @@ def test_a_nanny_workers_fragment_task_keeps_its_temporaries_on_the_heap(tmp_pat
         pytest.skip("glibc older than 2.33 (no mallinfo2)")
     here = os.path.dirname(os.path.abspath(__file__))  # scheduler and worker import this module's probe
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in [here, os.environ.get("PYTHONPATH")] if p))
+    # a worker started by hand, with no threshold of its own: distributed's Nanny writes its
+    # pre-spawn-environ into os.environ for good, so an earlier --cluster local in this process
+    # (another test) would have left MALLOC_MMAP_THRESHOLD_ here for the worker to inherit
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
     address, procs = start_dask_processes(workers=1, cwd=tmp_path, memory_limit="1GiB")
     try:
         with Client(address, set_as_default=False) as client:
             env = client.run(_environment, "MALLOC_TRIM_THRESHOLD_")
             assert list(env.values()) == ["65536"]  # the nanny's setting, which freezes the mmap threshold
+            assert list(client.run(_environment, "MALLOC_MMAP_THRESHOLD_").values()) == [None]
             plain_before = client.submit(_heap_probe, pure=False).result()
             in_task = client.submit(heap.trims_heap(_heap_probe), pure=False).result()
             scopes = client.submit(heap.trims_heap(_tasks_keeping_the_heap), pure=False).result()
