@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 from ..metrics.exact import fixed_sum, fixed_sum_counts, fixed_to_float
+from ..metrics.tables import is_integral
 from .sampling import correct
 
 #: estimated priors below this are kept at it: a class the EM drives towards 0 keeps a (tiny) prior,
@@ -160,7 +161,7 @@ def weight_terms(sample_weight, n: int):
         raise DataError(f"sample_weight has {w.size} values but there are {n} rows; pass one weight per row")
     if not np.all(np.isfinite(w)) or (w.size and w.min() < 0):
         raise DataError("sample_weight must be finite and non-negative; give every row a weight >= 0")
-    if w.size == 0 or (np.all(w == np.floor(w)) and w.max() < 2.0**53):
+    if is_integral(w):
         c = w.astype(np.int64)
         return c, int(c.sum()), None
     scale = float(w.max())
