@@ -47,7 +47,8 @@ Writes ``results/evaluate_cluster.{md,json}``.
 
 ``--reference``: beside ``score`` and ``evaluate --json`` of each table, one more process computes the
 same metrics with scikit-learn, scipy and the reference packages the metric suite is tested against
-(relplot, MAPIE, uncertainty-calibration; the ``test`` extra), from class 1's probability in the table
+(relplot, MAPIE, uncertainty-calibration, statsmodels with patsy: the ``test`` extra; and MCGrad's
+``metrics`` for ECCE: ``pip install --no-deps mcgrad``), from class 1's probability in the table
 that run's ``score`` wrote and the target of the input: wall, CPU and peak RSS of each process, each
 metric's own seconds, and every value compared with ``evaluate --json`` within the tolerance
 :data:`REFERENCE_TOLERANCE` states.  Writes ``results/evaluate_reference.{md,json}``.
@@ -267,6 +268,9 @@ REFERENCE_TOLERANCE = {
     "hosmer_lemeshow_pvalue": (1e-8, "scipy chi2.sf of that statistic, 8 degrees of freedom"),
     "calibration_slope": (1e-7, "sklearn LogisticRegression(penalty=None, newton-cholesky) of y on logit(p)"),
     "calibration_intercept": (1e-7, "the same fit's intercept"),
+    "ici": (1e-7, "statsmodels GLM (binomial) of y on patsy's natural cubic spline cr() of logit(p), knots at the"
+                  " 5/35/65/95 % quantiles (inverted cdf); mean |fit - p|"),
+    "ecce_pvalue": (1e-5, "MCGrad ecce_pvalue (Arrieta-Ibarra et al.'s ECCE in sigma units, Brownian-range tail)"),
 }
 
 #: absolute floor of the comparison (p-values of 1e-300 and such)
@@ -277,14 +281,25 @@ def reference_metrics(scored: str, table: str, target: str = "y") -> dict:
     """The metrics of ``evaluate --json`` that scikit-learn, scipy and the reference packages compute,
     on class 1's probability in the Parquet dataset ``scored`` (what ``calengine score`` wrote, files in
     the order of ``table``'s) against ``target`` in ``table``: ``{"values": {key: value}, "seconds":
-    {key: seconds}, "rows": n}``.  Each reference is timed apart; all run in this one process."""
+    {key: seconds}, "rows": n}``.  Each reference is timed apart; all run in this one process.
+
+    MCGrad (the ECCE reference) declares torch, lightgbm and Ax as requirements that its ``metrics``
+    module never imports: install it with ``pip install --no-deps mcgrad`` beside the test extras."""
     import time
 
     import calibration as kumar
+    import patsy
     import pyarrow.parquet as pq
     import relplot
+    import statsmodels.api as sm
     from mapie.metrics import calibration as mapie
     from scipy.stats import chi2
+
+    try:
+        from mcgrad import metrics as mcgrad
+    except ImportError as exc:
+        raise SystemExit(f"error: the reference process needs MCGrad for ecce_pvalue ({exc}); "
+                         "install it with: pip install --no-deps mcgrad") from None
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
@@ -335,8 +350,20 @@ def reference_metrics(scored: str, table: str, target: str = "y") -> dict:
     timed("kuiper_pvalue", lambda: float(mapie.kuiper_p_value(y, p)))
     timed("hosmer_lemeshow", hosmer_lemeshow)
     values["hosmer_lemeshow"], values["hosmer_lemeshow_pvalue"] = values["hosmer_lemeshow"]
+    def ici():
+        # Harrell's restricted cubic spline of logit(p) with 4 knots, in patsy's cr() basis (the same space)
+        q = np.clip(p, 1e-15, 1 - 1e-15)
+        x = np.log(q) - np.log1p(-q)
+        t = [float(np.quantile(x, q, method="inverted_cdf")) for q in (0.05, 0.35, 0.65, 0.95)]
+        X = np.asarray(patsy.dmatrix(f"cr(x, knots=({t[1]!r}, {t[2]!r}), lower_bound={t[0]!r}, "
+                                     f"upper_bound={t[3]!r}) - 1", {"x": x}))
+        fit = sm.GLM(y, X, family=sm.families.Binomial()).fit(tol=1e-13)
+        return float(np.mean(np.abs(fit.predict(X) - p)))
+
     timed("calibration_slope", cox)
     values["calibration_slope"], values["calibration_intercept"] = values["calibration_slope"]
+    timed("ici", ici)
+    timed("ecce_pvalue", lambda: float(mcgrad.ecce_pvalue(y, p)))
     return {"values": values, "seconds": seconds, "rows": int(p.size)}
 
 
@@ -407,7 +434,7 @@ def _reference_main(args, calengine, model: Path, table_of) -> int:
         " gaussian_nb + sigmoid (refit); per run, interleaved: `calengine score` (writing the scored table),"
         " `calengine evaluate --json` (embedded) and one reference process reading class 1's probability from"
         " that scored table and the target from the input, computing the metrics below (scikit-learn, scipy,"
-        " relplot, MAPIE, uncertainty-calibration); medians of runs, launch to exit; peak RSS (`ru_maxrss`) and"
+        " relplot, MAPIE, uncertainty-calibration, statsmodels, MCGrad); medians of runs, launch to exit; peak RSS (`ru_maxrss`) and"
         " CPU seconds of each process (one process each: no `--cluster`).",
         "",
         C.markdown_table(["rows", "process", "wall s", "CPU s", "peak RSS MiB"], rows_md),

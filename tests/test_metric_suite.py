@@ -131,6 +131,41 @@ def test_suite_matches_the_reference_implementations(data):
     assert got["hosmer_lemeshow_df"] == (8 if data is not _extreme else got["hosmer_lemeshow_df"])
 
 
+#: MCGrad's ``metrics.ecce_pvalue`` (mcgrad 0.1.5, the ECCE of Arrieta-Ibarra et al. that MCGrad uses) on the
+#: arrays of :func:`_ecce_case`, recorded with ``pip install --no-deps mcgrad==0.1.5`` and
+#: ``mcgrad.metrics.ecce_pvalue(y, p)`` (weighted: on ``np.repeat(p, w), np.repeat(y, w)``, the rows
+#: repeated; MCGrad's own ``sample_weight`` weighs the variance by w², importance weights, not counts).
+#: MCGrad itself is not a test dependency: it declares torch, lightgbm and Ax as requirements.
+MCGRAD_ECCE_PVALUE = {"calibrated": (0.7222902087169143, 1e-9),
+                      # a p-value of 5e-11: MCGrad's series and ours truncate at different terms
+                      "miscalibrated": (4.83252327043715e-11, 1e-5),
+                      "weighted": (0.003730894087398906, 1e-9)}
+
+
+def _ecce_case(name):
+    rng = np.random.default_rng(2022)
+    p = rng.uniform(0.02, 0.98, 5000)
+    u = rng.uniform(size=p.size)
+    w = rng.integers(0, 4, p.size)
+    power = {"calibrated": 1.0, "miscalibrated": 1.15, "weighted": 1.05}[name]
+    return p, (u < p ** power).astype(np.int64), (w.astype(np.float64) if name == "weighted" else None)
+
+
+@pytest.mark.parametrize("name", sorted(MCGRAD_ECCE_PVALUE))
+def test_ecce_pvalue_matches_mcgrad(name):
+    """``ecce_pvalue`` against MCGrad's on distinct scores, and a weight is a count: the weighted value
+    is the rows repeated, which is what MCGrad was given."""
+    p, y, w = _ecce_case(name)
+    want, rel = MCGRAD_ECCE_PVALUE[name]
+    got = MetricAccumulator(2).add(y, np.column_stack([1 - p, p]), sample_weight=w).calibration_suite()
+    assert got["ecce_pvalue"] == pytest.approx(want, rel=rel)
+    if w is not None:
+        k = w.astype(np.int64)
+        rp, ry = np.repeat(p, k), np.repeat(y, k)
+        repeated = MetricAccumulator(2).add(ry, np.column_stack([1 - rp, rp])).calibration_suite()
+        assert repeated["ecce_pvalue"] == got["ecce_pvalue"]
+
+
 def test_perfectly_calibrated_draws_pass_the_tests_and_a_shifted_model_fails_them():
     rng = np.random.default_rng(7)
     p = rng.uniform(0.05, 0.95, 4000)
