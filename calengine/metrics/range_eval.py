@@ -345,18 +345,20 @@ def derive_range(which: str, spill_path: str | None, census: dict | None, slices
     from the slices ``[a, b)`` of the class-1 ranges ``handles`` (one slice per handle, in value order;
     see :func:`mirror_slices`): the mirror (:func:`~calengine.metrics.tables.mirror_table`) or the merged
     halves (:func:`~calengine.metrics.tables.binary_top`) of those rows.  Censused as :func:`build_range`
-    censuses a range; kept as it keeps one, except when the class-1 ranges are files (embedded): then
-    nothing is written and the handle is ``("derived", spill_path, which, slices, class-1 paths)``,
-    which the kernels derive again from those files (:func:`_rederived`, through the range cache under
-    ``spill_path``).
+    censuses a range; kept as it keeps one, except a class-0 range whose class-1 ranges are files
+    (embedded): then nothing is written and the handle is ``("derived", spill_path, which, slices,
+    class-1 paths)``, which a kernel derives again from those files (:func:`_rederived`, through the
+    range cache under ``spill_path``).
 
-    Why not written: the derivation is a reversal and, for the top label, a merge of two sorted
-    halves, about what reading the range back from its file costs; writing the class-0 and top-label
-    ranges was half the bytes an embedded evaluation of a binary model wrote (two tables of the
-    class-1 table's size per kind) and their writes a third of its ``np.save`` time.  The kernels get
-    the same arrays either way: the same slices of the same files, derived by the same functions."""
+    Why class 0 only: its builder's census and core pieces are all ``evaluate`` reads of it (no kernel
+    read a class-0 range back at 10M rows), and its derivation (a reversal) costs less than reading a
+    file, so writing it was a quarter of the range bytes for nothing.  The top-label ranges are read
+    by three passes (the sweep and the error-reject curve); deriving one again merges two sorted
+    halves, more than reading it back costs (measured: a wash at 10M rows, a loss wherever the range
+    cache misses on every pass), so they are written as before.  The kernels get the same arrays either
+    way: the same slices of the same files, derived by the same function."""
     table = _derived_table(which, slices, [lambda a, b, h=h: _load(h, a, b) for h in handles])
-    if spill_path is not None and handles and all(h[0] == "disk" for h in handles):
+    if which == "class0" and spill_path is not None and handles and all(h[0] == "disk" for h in handles):
         handle = ("derived", spill_path, which, tuple(slices), tuple(h[1] for h in handles))
         return handle, _census_answer(table, census)
     return _stored(table, spill_path, census, name)
