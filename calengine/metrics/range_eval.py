@@ -25,6 +25,8 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
    range reads the class-1 values whose mirror falls in it, found by :func:`mirror_slices`, never a cut
    of class 1 that could split one mirrored value), two tables fewer to group, spill and merge;
+   embedded, a derived class-0 range is not even written: its handle names the class-1 range files it
+   is derived from again when a kernel reads it (``("derived", ...)``, see :func:`derive_range`);
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
    run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch, or held in a
    worker's memory under its name, stays in the process's :mod:`~calengine.metrics.range_cache`
