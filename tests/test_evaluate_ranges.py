@@ -185,8 +185,23 @@ def test_class_0_and_top_label_ranges_derived_from_class_1_ranges_are_the_tables
     # a binary model with P[:, 0] == 1 - P[:, 1] keeps only class-1 ranges; each class-0 / top-label range
     # is read from slices of them: for any cut of the three tables the derived ranges must be the
     # accumulator's tables cut there (no value split across two ranges after mirroring), and the
-    # metrics from them the accumulator's, bit for bit
-    from calengine.metrics.range_eval import derive_range, derived_slices
+    # metrics from them the accumulator's, bit for bit.  With the class-1 ranges in files (embedded)
+    # nothing is written for a class-0 range: its handle names the class-1 files, and what the kernels
+    # read of it (run_kernel, through the range cache) must be those same tables
+    import tempfile
+
+    from calengine.metrics import range_cache
+
+    on_disk = data.draw(st.booleans())
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            _derived_ranges_are_the_rows_tables(p1, data, scratch if on_disk else None)
+        finally:
+            range_cache.forget(scratch)
+
+
+def _derived_ranges_are_the_rows_tables(p1, data, scratch):
+    from calengine.metrics.range_eval import _forget_maps, _load, _save, derive_range, derived_slices, run_kernel
 
     p1 = np.asarray(p1)
     n = p1.size
@@ -196,22 +211,38 @@ def test_class_0_and_top_label_ranges_derived_from_class_1_ranges_are_the_tables
     # cuts at class-1 values and at their mirrors: boundaries where 1 - v rounds onto a neighbour
     b1, b0, bt = (sorted({x for x in data.draw(st.lists(picks, max_size=5)) if x > 0.0}) for _ in range(3))
     edges1 = [None, *b1, None]
-    ranges1 = [("mem", t) for t in cut(acc._cls[1], b1)]
+    tables1 = cut(acc._cls[1], b1)
+    if scratch is None:
+        ranges1 = [("mem", t) for t in tables1]
+    else:
+        ranges1 = [_save(t, os.path.join(scratch, f"c1-r{r}")) for r, t in enumerate(tables1)]
     derived = {}
     for which, bounds in (("class0", b0), ("top", bt)):
         edges = [None, *bounds, None]
         derived[which] = []
-        for lo, hi in zip(edges[:-1], edges[1:]):
+        for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
             plan = derived_slices(which, lo, hi, edges1)
-            handle, answer = derive_range(which, None, None, [ab for _, ab in plan], *[ranges1[r] for r, _ in plan])
-            assert handle[0] == "mem" and answer is None
-            derived[which].append(handle[1])
+            path = None if scratch is None else os.path.join(scratch, f"{which}-r{r}")
+            handle, answer = derive_range(which, path, None, [ab for _, ab in plan], *[ranges1[r] for r, _ in plan])
+            assert answer is None
+            if scratch is None or not plan or which == "top":  # top-label ranges are written
+                assert handle[0] == ("mem" if scratch is None else "disk")
+                derived[which].append(_load(handle))
+                continue
+            assert handle[0] == "derived" and not any(name.startswith(f"{which}-r{r}.") for name in os.listdir(scratch))
+            table = run_kernel(lambda t, _request: tuple(np.array(x) for x in t), handle, None)
+            for x, z in zip(table, _load(handle)):
+                assert x.dtype == z.dtype
+                np.testing.assert_array_equal(x, z)
+            derived[which].append(table)
     for got, want, bounds in ((derived["class0"], acc._cls[0], b0), (derived["top"], acc._top, bt)):
         for g, w in zip(got, cut(want, bounds)):
             for x, z in zip(g, w):
                 assert x.dtype == z.dtype
                 np.testing.assert_array_equal(x, z)
-    cls = [derived["class0"], [t for _, t in ranges1]]
+    if scratch is not None:
+        _forget_maps(ranges1)  # as evaluate_ranged does once the derived ranges are built
+    cls = [derived["class0"], tables1]
     same(acc.result(), core_result(cls, derived["top"], n=acc.n, unit=None))
 
 

@@ -66,6 +66,52 @@ def test_binned_sums_of_several_term_arrays_are_the_sums_of_their_definitions(n,
 
 
 @settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 2**32 - 1), st.floats(1e-3, 1e9),
+       st.lists(st.booleans(), min_size=1, max_size=3), st.integers(1, 3))
+def test_terms_binned_by_shared_indices_are_the_sums_of_their_definitions(n, n_bins, seed, scale, sorted_index, n_terms):
+    """``fixed_sum_bins_of_terms`` (each index's runs found once for every term) gives, per term and
+    bin, the definition's integers summed over the indices: sorted and unsorted indices mixed, planted
+    large terms forcing a block off the runs' path."""
+    rng = np.random.default_rng(seed)
+    indices = [np.sort(i) if keep else i for i, keep in
+               ((rng.integers(0, n_bins + 2, n), keep) for keep in sorted_index)]  # some past the last bin
+    terms = [[planted_terms(rng, n, scale) for _ in indices] for _ in range(n_terms)]
+    expected = [[sum(x) for x in zip(*(oracle_bins(i, t, scale, n_bins) for i, t in zip(indices, ts)))]
+                for ts in terms]
+    assert exact.fixed_sum_bins_of_terms(indices, terms, scale, n_bins) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 2000), st.integers(0, 2**32 - 1), st.integers(3, 6), st.booleans())
+def test_spline_basis_is_harrells_plain_expressions(n, seed, n_knots, extremes):
+    """The restricted cubic spline columns (cubes at the last two knots taken once, in place) are the
+    floats of the textbook expression written out term by term, and ``logit_basis`` the floats of
+    ``log(p) - log1p(-p)`` at the clipped forecasts."""
+    rng = np.random.default_rng(seed)
+    v = rng.random(n) ** rng.uniform(0.2, 5)
+    if extremes:
+        v = np.concatenate([v, [0.0, 1.0, 0.5, 1e-300, 1.0 - 2.0**-53]])
+    p = np.clip(v, 1e-15, 1.0 - 1e-15)
+    x = np.log(p) - np.log1p(-p)
+    t = np.sort(rng.normal(0.0, 2.0, n_knots))
+    k = t.size
+
+    def cube(u):
+        u = np.maximum(u, 0.0)
+        return u * u * u
+
+    want = [np.ones_like(x), x] + [
+        (cube(x - t[j]) - cube(x - t[k - 2]) * (t[k - 1] - t[j]) / (t[k - 1] - t[k - 2])
+         + cube(x - t[k - 1]) * (t[k - 2] - t[j]) / (t[k - 1] - t[k - 2])) / (t[-1] - t[0]) ** 2
+        for j in range(k - 2)]
+    for got in (kernels.spline_basis(x, t.tolist()), kernels.logit_basis(v, 1e-15, t.tolist())):
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w)
+    assert np.array_equal(kernels.logit_basis(v, 1e-15, None)[1], x)
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 2**32 - 1), st.floats(1e-3, 1e9), st.booleans())
 def test_binned_fixed_sums_are_the_definitions_integers(n, n_bins, seed, scale, sorted_index):
     rng = np.random.default_rng(seed)

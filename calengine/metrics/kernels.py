@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .exact import bin_counts, fixed_sum, fixed_sum_binnings_terms, fixed_sum_bins, fixed_sum_bins_of, fixed_sum_rows, fixed_units
+from .exact import (bin_counts, fixed_sum, fixed_sum_binnings_terms, fixed_sum_bins, fixed_sum_bins_of_terms, fixed_sum_rows,
+                    fixed_units)
 from .range_cache import derived
 
 __all__ = ["counts", "census", "sweep", "irls", "grids", "logit_basis", "ECE_BINS", "grid_histograms",
@@ -61,9 +62,8 @@ def grid_histograms(v, a, m, size: int, scale: float):
     mf, af = m.astype(np.float64), a.astype(np.float64)
     # the lower and the upper neighbours' shares binned apart, each index in value order (so the
     # sorted runs' fast path applies), and their integers added: the same sums as binning both
-    # shares at once
-    up = pos + 1
-    return [fixed_sum_bins_of([(pos, below * x), (up, frac * x)], scale, size) for x in (mf, mf * v, af)]
+    # shares at once; the two indices' runs found once for the three terms
+    return fixed_sum_bins_of_terms([pos, pos + 1], [(below * x, frac * x) for x in (mf, mf * v, af)], scale, size)
 
 
 def census(table, req: dict) -> dict:
@@ -192,7 +192,10 @@ def logit_basis(v, clip: float, knots):
     (Cox), or with ``knots`` (4 increasing logits) also the two restricted cubic spline terms of
     Harrell's parametrisation (scaled by the squared knot span)."""
     p = np.clip(v, clip, 1.0 - clip)
-    return spline_basis(np.log(p) - np.log1p(-p), knots)
+    x = np.log(p)
+    np.negative(p, out=p)
+    np.subtract(x, np.log1p(p, out=p), out=x)  # log(p) - log1p(-p), without temporaries
+    return spline_basis(x, knots)
 
 
 def spline_basis(x, knots):
@@ -203,14 +206,25 @@ def spline_basis(x, knots):
         k = t.size
         norm = (t[-1] - t[0]) ** 2
 
-        def cube(u):
-            u = np.maximum(u, 0.0)
-            return u * u * u  # not u ** 3: the power function costs several times more
+        def cube(knot):
+            u = np.subtract(x, knot)
+            np.maximum(u, 0.0, out=u)
+            c = np.multiply(u, u)
+            return np.multiply(c, u, out=c)  # (u * u) * u, not u ** 3: the power function costs several times more
 
+        # the cubes at the last two knots are the same arrays in every term: taken once (the same floats)
+        last2, last = cube(t[k - 2]), cube(t[k - 1])
         for j in range(k - 2):
-            s = (cube(x - t[j]) - cube(x - t[k - 2]) * (t[k - 1] - t[j]) / (t[k - 1] - t[k - 2])
-                 + cube(x - t[k - 1]) * (t[k - 2] - t[j]) / (t[k - 1] - t[k - 2]))
-            cols.append(s / norm)
+            # cube(x - t_j) - cube(x - t_{k-2}) * (t_{k-1} - t_j) / (t_{k-1} - t_{k-2})
+            #   + cube(x - t_{k-1}) * (t_{k-2} - t_j) / (t_{k-1} - t_{k-2}), then / norm: the same
+            # operations in the same order (each product divided, not multiplied by a quotient)
+            span = t[k - 1] - t[k - 2]
+            s = cube(t[j])
+            term = np.multiply(last2, t[k - 1] - t[j])
+            np.subtract(s, np.divide(term, span, out=term), out=s)
+            np.multiply(last, t[k - 2] - t[j], out=term)
+            np.add(s, np.divide(term, span, out=term), out=s)
+            cols.append(np.divide(s, norm, out=s))
     return cols
 
 

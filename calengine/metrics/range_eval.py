@@ -25,6 +25,8 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
    range reads the class-1 values whose mirror falls in it, found by :func:`mirror_slices`, never a cut
    of class 1 that could split one mirrored value), two tables fewer to group, spill and merge;
+   embedded, a derived class-0 range is not even written: its handle names the class-1 range files it
+   is derived from again when a kernel reads it (``("derived", ...)``, see :func:`derive_range`);
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
    run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch, or held in a
    worker's memory under its name, stays in the process's :mod:`~calengine.metrics.range_cache`
@@ -94,6 +96,8 @@ def _load(handle, lo_value=None, hi_value=None):
         return _read_slice(data, lo_value, hi_value)
     if kind == "disk":
         arrays = [load_npy(f"{data}.{name}.npy", mmap_mode="r") for name in _NAMES]
+    elif kind == "derived":
+        arrays = list(_rederived(handle))
     else:
         arrays = list(data)
     if lo_value is None and hi_value is None:
@@ -118,14 +122,18 @@ _MAPPED: dict = {}
 _MAPPED_LOCK = threading.Lock()
 
 
-def _read_slice(path: str, lo_value, hi_value) -> tuple:
+def _read_slice(path: str, lo_value, hi_value, keep: bool = True) -> tuple:
+    """Without ``keep`` the file's map is not entered in :data:`_MAPPED` (it goes with this call): the
+    reads of a derived range's kernels (:func:`_rederived`), which come after the maps of the class-1
+    files were dropped and would otherwise hold deleted files' pages past the evaluation."""
     with _MAPPED_LOCK:
         entry = _MAPPED.get(path)
     if entry is None:
         maps = [load_npy(f"{path}.{name}.npy", mmap_mode="r") for name in _NAMES]
         entry = (maps[0], [(f"{path}.{name}.npy", m.offset, m.dtype) for name, m in zip(_NAMES, maps)])
-        with _MAPPED_LOCK:
-            entry = _MAPPED.setdefault(path, entry)
+        if keep:
+            with _MAPPED_LOCK:
+                entry = _MAPPED.setdefault(path, entry)
     lo, hi = _bounds(entry[0], lo_value, hi_value)
     return tuple(np.fromfile(f, dtype=dt, count=hi - lo, offset=off + lo * dt.itemsize) for f, off, dt in entry[1])
 
@@ -247,8 +255,13 @@ def _stored(table, spill_path: str | None, census: dict | None, name: str | None
         handle = _save(table, spill_path)
     else:
         handle = ("mem", table) if name is None else ("mem", table, name)
+    return handle, _census_answer(table, census)
+
+
+def _census_answer(table, census: dict | None) -> dict | None:
+    """:func:`build_range`'s answer for the request ``census`` on ``table`` (None without one)."""
     if census is None:
-        return handle, None
+        return None
     from .kernels import census as census_kernel
 
     answer = census_kernel(table, census)
@@ -260,7 +273,7 @@ def _stored(table, spill_path: str | None, census: dict | None, name: str | None
         answer["core"] = ck.top_pieces(table, req) if core.get("top") else ck.column_local(table, req)
         flags = {} if core.get("top") else {"clip": core["clip"], "brier": core["brier"]}
         answer["core_for"] = (census["scale"], flags)
-    return handle, answer
+    return answer
 
 
 def builder_requests(k: int, n: int) -> dict:
@@ -333,12 +346,37 @@ def derive_range(which: str, spill_path: str | None, census: dict | None, slices
     """One range of a binary model's class-0 (``which="class0"``) or top-label (``"top"``) table (task),
     from the slices ``[a, b)`` of the class-1 ranges ``handles`` (one slice per handle, in value order;
     see :func:`mirror_slices`): the mirror (:func:`~calengine.metrics.tables.mirror_table`) or the merged
-    halves (:func:`~calengine.metrics.tables.binary_top`) of those rows.  Stored and censused as
-    :func:`build_range` stores them."""
-    pieces = [_load(h, a, b) for h, (a, b) in zip(handles, slices)]
-    t1 = tuple(np.concatenate([p[i] for p in pieces]) for i in range(3)) if pieces else empty_table()
-    table = mirror_table(t1) if which == "class0" else binary_top(t1)
+    halves (:func:`~calengine.metrics.tables.binary_top`) of those rows.  Censused as :func:`build_range`
+    censuses a range; kept as it keeps one, except a class-0 range whose class-1 ranges are files
+    (embedded): then nothing is written and the handle is ``("derived", spill_path, which, slices,
+    class-1 paths)``, which a kernel derives again from those files (:func:`_rederived`, through the
+    range cache under ``spill_path``).
+
+    Why class 0 only: its builder's census and core pieces are all ``evaluate`` reads of it (no kernel
+    read a class-0 range back at 10M rows), and its derivation (a reversal) costs less than reading a
+    file, so writing it was a quarter of the range bytes for nothing.  The top-label ranges are read
+    by three passes (the sweep and the error-reject curve); deriving one again merges two sorted
+    halves, more than reading it back costs (measured: a wash at 10M rows, a loss wherever the range
+    cache misses on every pass), so they are written as before.  The kernels get the same arrays either
+    way: the same slices of the same files, derived by the same function."""
+    table = _derived_table(which, slices, [lambda a, b, h=h: _load(h, a, b) for h in handles])
+    if which == "class0" and spill_path is not None and handles and all(h[0] == "disk" for h in handles):
+        handle = ("derived", spill_path, which, tuple(slices), tuple(h[1] for h in handles))
+        return handle, _census_answer(table, census)
     return _stored(table, spill_path, census, name)
+
+
+def _derived_table(which: str, slices: list, readers: list):
+    """The class-0 or top-label table of the class-1 rows ``reader(a, b)`` gives for each slice."""
+    pieces = [read(a, b) for read, (a, b) in zip(readers, slices)]
+    t1 = tuple(np.concatenate([p[i] for p in pieces]) for i in range(3)) if pieces else empty_table()
+    return mirror_table(t1) if which == "class0" else binary_top(t1)
+
+
+def _rederived(handle) -> tuple:
+    """The table of a ``("derived", ...)`` handle (:func:`derive_range`), from the class-1 range files."""
+    _, _, which, slices, paths = handle
+    return _derived_table(which, slices, [lambda a, b, p=p: _read_slice(p, a, b, keep=False) for p in paths])
 
 
 def run_kernel(kernel, handle, request):
@@ -346,9 +384,12 @@ def run_kernel(kernel, handle, request):
     (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget.  A named
     range held in a worker's memory goes through the same cache under its name, so the arrays the
     kernels derive from it (counts, the logit bases of every Newton round) are computed once per
-    worker and not once per pass; the range itself is not copied (the cache freezes its arrays)."""
+    worker and not once per pass; the range itself is not copied (the cache freezes its arrays).  A
+    derived range that was not written (:func:`derive_range`) is derived again on a miss."""
     if handle[0] == "disk":
         return kernel(cached_range(handle[1], _load_path), request)
+    if handle[0] == "derived":
+        return kernel(cached_range(handle[1], lambda _path: _rederived(handle)), request)
     if len(handle) > 2:
         return kernel(cached_range(handle[2], lambda _name: handle[1]), request)
     return kernel(_load(handle), request)
