@@ -538,16 +538,25 @@ def test_evaluate_report_on_ranges_draws_what_the_in_memory_report_draws(pima_mo
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
 
 
-def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotten_after(pima_single_model,
-                                                                                         monkeypatch):
-    """On two worker processes the ranges stay task results on the workers and every kernel reads its
-    range through that worker's range cache under the range's name (so counts and logit bases are
-    derived once per range, not once per pass): after the metrics the workers' caches hold exactly this
-    evaluation's ranges, and freezing the tables empties them.  The ranges are built in groups, each
-    from its group's slices of the chunks' tables (GROUP_BYTES made small).  The answers are
-    the in-memory accumulator's, and ``evaluate_models`` on the same cluster leaves no cached range."""
+def _files_under(directories: dict) -> list:
+    return sorted(os.path.join(root, f) for d in directories.values()
+                  for root, _, files in os.walk(os.path.join(d, "calengine-ranges")) for f in files)
+
+
+def test_on_a_cluster_ranges_are_files_of_their_workers_read_by_pinned_tasks_and_removed_after(pima_single_model,
+                                                                                               monkeypatch):
+    """On two worker processes every range is a file in the local directory of the worker that built it
+    (a worker's memory does not grow with the table) and its handle comes to the client at once, so
+    between passes the scheduler holds no task of the evaluation (it held two picking tasks and a
+    future per range); the ranges are built in groups, each worker reading pieces of the other's chunk
+    files (GROUP_BYTES made small); each kernel pass is at most BLOCKS_PER_WORKER tasks a worker,
+    pinned to the holder of their ranges, whatever the number of ranges; kernels read their ranges
+    through the holder's range cache; freezing removes the files and empties the caches.  The answers
+    are the in-memory accumulator's, and ``evaluate_models`` on the same cluster leaves nothing."""
+    import time
+
     import calengine
-    from calengine.metrics import range_cache, range_eval
+    from calengine.metrics import range_cache, range_eval, range_workers
     from calengine.model.artifact import load_model
     from calengine.parquet.storage import list_parquet_files
     from calengine.scores.table import evaluate_table
@@ -563,41 +572,82 @@ def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotte
     with local_client(2) as client:
         monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
         monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
-        # the ranges built in groups of consecutive ranges, each from its group's slices of the chunks
         monkeypatch.setattr(range_eval, "GROUP_BYTES", 24 * 150)
-        submitted = []
+        local = client.run(lambda dask_worker: dask_worker.local_directory)
+        log = []  # (task name, pinned workers) of every submission, and "gather" at every wait
 
-        class Recording:  # the client, recording the name of every task submitted through it
+        class Recording:
             def submit(self, fn, *args, **kwargs):
-                submitted.append(fn.__name__)
+                log.append((fn.__name__, kwargs.get("workers")))
                 return client.submit(fn, *args, **kwargs)
+
+            def gather(self, *args, **kwargs):
+                log.append(("gather", None))
+                return client.gather(*args, **kwargs)
 
             def __getattr__(self, name):
                 return getattr(client, name)
 
         accs = evaluate_table(Recording(), load_model(model), list_parquet_files(str(parts)), "class", ranged=True)
+        for _ in range(200):  # the client tells the scheduler of released futures asynchronously
+            held = [k for k in client.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks])
+                    if any(n in k for n in ("build", "derive", "chunk", "slice", "pick"))]
+            if not held:
+                break
+            time.sleep(0.05)
+        assert not held
         for acc in accs.values():
             acc.result()
             acc.calibration_suite()
-        held = client.run(cached)
-        # two kinds x three chunks x at least three groups of the class-1 table
-        assert submitted.count("_piece") >= 2 * 3 * 3
-        names = {n for ns in held.values() for n in ns}  # a kernel Dask ran on the other worker caches a copy there
-        # every range of each table a kernel read is cached under its name (class 0's answers all came
-        # from its range builders here, so its ranges are never read again)
-        expected = set()
-        for acc in accs.values():
-            for j, rs in enumerate([*acc.class_ranges, acc.top_ranges]):
-                assert len(rs) >= 4
-                table = {f"{acc.names}{j}-r{r}" for r in range(len(rs))}
-                if table & names:
-                    expected |= table
-        assert names == expected
-        assert {n.rsplit("-", 1)[0] for n in names} >= {f"{acc.names}{j}" for acc in accs.values() for j in (1, 2)}
+        handles = [h for acc in accs.values() for rs in [*acc.class_ranges, acc.top_ranges] for h in rs]
+        assert all(len(rs) >= 4 for acc in accs.values() for rs in [*acc.class_ranges, acc.top_ranges])
+        assert {h[2] for h in handles} == set(local)
+        for kind, path, address in handles:
+            assert kind == "disk" and path.startswith(os.path.join(local[address], "calengine-ranges", ""))
+            assert os.path.exists(f"{path}.value.npy")
+        assert [name for name, _ in log].count("slice_of") >= 2 * 3  # two kinds x at least three groups
+        pinned = {"slice_of", "build_block", "derive_block", "run_kernels", "remove_files", "pick_on_worker"}
+        assert all(w is not None and len(w) == 1 for name, w in log if name in pinned)
+        # between two waits, a pass submits at most BLOCKS_PER_WORKER tasks a worker
+        passes = " ".join(name for name, _ in log).split("gather")
+        assert max(p.split().count("run_kernels") for p in passes) <= range_workers.BLOCKS_PER_WORKER * 2
+        assert sum(p.split().count("run_kernels") for p in passes) > 0
+        for address, paths in client.run(cached).items():
+            assert all(p.startswith(local[address]) for p in paths)
+        assert any(client.run(cached).values())
+        assert _files_under(local) and not [p for p in _files_under(local) if "/c" in os.path.basename(p)[:2]]
         for acc in accs.values():
             acc.freeze()
         assert all(not ns for ns in client.run(cached).values())
+        assert _files_under(local) == []
         new = calengine.evaluate_models(model, str(parts), "class", client=client)
         assert all(not ns for ns in client.run(cached).values())
+        assert _files_under(local) == []
     assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
     assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+
+
+def test_on_a_cluster_a_failed_evaluation_leaves_no_range_file_on_the_workers(pima_single_model, monkeypatch):
+    """An evaluation failing after its ranges were built (here: the client's metrics) raises its own
+    error, and the workers' local directories and range caches hold nothing of it afterwards."""
+    import calengine
+    from calengine.metrics import evaluation, range_cache, range_eval
+    from calengine.testing_cluster import local_client
+
+    model, parts = pima_single_model
+    built = []
+
+    def failing(acc, seed):
+        built.append(_files_under(local))
+        raise RuntimeError("the metrics failed")
+
+    with local_client(2) as client:
+        monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+        monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
+        monkeypatch.setattr(evaluation, "_metrics", failing)
+        local = client.run(lambda dask_worker: dask_worker.local_directory)
+        with pytest.raises(RuntimeError, match="the metrics failed"):
+            calengine.evaluate_models(model, str(parts), "class", client=client)
+        assert len(built[0]) >= 2 * 3 * 4 * 3  # 2 kinds x 3 tables x >= 4 ranges x 3 arrays, then none
+        assert _files_under(local) == []
+        assert all(not ps for ps in client.run(lambda: sorted(range_cache._CACHE._ranges)).values())

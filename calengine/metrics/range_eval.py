@@ -56,7 +56,7 @@ import numpy as np
 
 from ..tasks.spill import load_npy
 from . import core_kernels as ck
-from .range_cache import cached_range, forget_named
+from .range_cache import cached_range
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import binary_top, empty_table, merge_all, merge_tables, mirror_table
 
@@ -354,12 +354,6 @@ def run_kernel(kernel, handle, request):
     return kernel(_load(handle), request)
 
 
-def forget_ranges(prefix: str) -> None:
-    """Drop this process's cached in-memory ranges named under ``prefix`` (run on every worker when an
-    evaluation's ranges are released)."""
-    forget_named(prefix)
-
-
 def _load_path(path: str):
     return _load(("disk", path))
 
@@ -370,11 +364,13 @@ class RangedTables:
     ``evaluate`` reads, computed range by range (see the module docstring)."""
 
     def __init__(self, client, n_classes: int, n, class_ranges: list[list], top_ranges: list,
-                 censuses: dict | None = None, names: str | None = None):
+                 censuses: dict | None = None, evaluation: str | None = None):
         self.client, self.n_classes, self.n = client, n_classes, n
         self.class_ranges, self.top_ranges = class_ranges, top_ranges
-        #: the prefix of these ranges' names in the workers' range caches (None: files or unnamed)
-        self.names = names
+        #: on a Dask cluster, the evaluation whose files in the workers' local directories hold these
+        #: ranges (:mod:`calengine.metrics.range_workers`; the ranges are their handles); None: futures
+        #: of files in the caller's scratch directory
+        self.evaluation = evaluation
         #: the suite's first pass per table, answered by the range builders (integer counts only)
         self.censuses = censuses or {}
         self._cache: dict = {}
@@ -399,19 +395,29 @@ class RangedTables:
 
         self.error_reject_points()
         self.error_reject_at(REJECT_RATES)
-        if self.names is not None:
-            # the workers' caches drop these ranges with the futures (else they would sit there, within
-            # the cache's budget, until another evaluation's ranges pushed them out)
-            self.client.run(forget_ranges, self.names)
+        self.release()
+        return self
+
+    def release(self) -> None:
+        """Drop the ranges (on a cluster their files on the workers go, with what the workers cached of
+        them); only answers already computed stay available.  Called by :meth:`freeze`, and by
+        ``evaluate`` when it fails."""
+        if self.evaluation is not None and self.client is not None:
+            from .range_workers import drop_evaluation
+
+            self.client.run(drop_evaluation, self.evaluation)
         self.client, self.class_ranges, self.top_ranges, self.censuses = None, None, None, {}
         self._drift_pieces = {}
-        return self
 
     def mapper(self, kernel, ranges, requests):
         if kernel is ck.tally:
             known = self._census_tallies(ranges, requests)
             if known is not None:
                 return known
+        if self.evaluation is not None:
+            from .range_workers import map_on_workers
+
+            return map_on_workers(self.client, kernel, ranges, requests)
         futures = [self.client.submit(run_kernel, kernel, r, q, pure=False) for r, q in zip(ranges, requests)]
         return self.client.gather(futures)
 
@@ -545,50 +551,19 @@ class RangedTables:
         return f"RangedTables(n_classes={self.n_classes}, n={self.n})"
 
 
-def _store_of(spill_dir, names, label: str, r: int) -> tuple:
-    """Where range ``r`` of table ``label`` is kept: ``(path in spill_dir, None)`` embedded, ``(None,
-    name)`` on a cluster (``names``: the evaluation's prefix of in-memory range names, see
-    :func:`run_kernel`)."""
-    if spill_dir is not None:
-        return os.path.join(spill_dir, f"{label}-r{r}"), None
-    return None, None if names is None else f"{names}{label}-r{r}"
-
-
-def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, label: str, census: dict,
-                     names: str | None = None) -> tuple:
-    """The futures of one table's ranges and of their census answers (for the request ``census``), and
-    the ranges' edges (None: unbounded)."""
+def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir: str, label: str, census: dict) -> tuple:
+    """The futures of one table's ranges (files in ``spill_dir``) and of their census answers (for the
+    request ``census``), and the ranges' edges (None: unbounded).  On a cluster:
+    :func:`calengine.metrics.range_workers.ranges_on_workers`."""
     edges = [None, *range_boundaries(sketches), None]
-    R = len(edges) - 1
-    # On a cluster a build depending on every chunk's whole table made each build unspill (or fetch)
-    # all of them: at 100M rows (4.8 GB of chunk tables on two 4 GiB workers) 0.3 builds a second, the
-    # workers in Dask's spill files.  There each chunk's table is cut first into the slices of G groups
-    # of consecutive ranges (one task per chunk and group, submitted chunk by chunk so that a chunk is
-    # read once), and a range's build depends on its group's slices only: a group's builds stream
-    # through 1/G of the table.  The builds read the same values of each chunk, merged in chunk order.
-    groups = 1 if spill_dir is not None else min(R, -(-sum(s["size"] for s in sketches) * 24 // GROUP_BYTES))
-    per = -(-R // max(1, groups))
-    bounds = [(edges[g * per], edges[min(R, (g + 1) * per)]) for g in range(-(-R // per))]
-    if len(bounds) > 1:
-        cut = [[client.submit(_piece, h, lo, hi, pure=False) for lo, hi in bounds] for h in handles]
-        inputs = [[c[g] for c in cut] for g in range(len(bounds))]
-    else:
-        inputs = [handles]
-    built = []
-    for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-        path, name = _store_of(spill_dir, names, label, r)
-        built.append(client.submit(build_range, (lo, hi), path, *inputs[r // per], census=census, name=name,
-                                   pure=False))
+    built = [client.submit(build_range, (lo, hi), os.path.join(spill_dir, f"{label}-r{r}"), *handles, census=census,
+                           pure=False)
+             for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))]
     return (*_handles_and_answers(client, built), edges)
 
 
-def _piece(handle, lo_value, hi_value) -> tuple:
-    """The values ``[lo_value, hi_value)`` (None: unbounded) of a chunk's table held in memory (task)."""
-    return ("mem", _load(handle, lo_value, hi_value))
-
-
-def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir, label: str,
-                    census: dict, names: str | None = None) -> tuple:
+def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir: str, label: str,
+                    census: dict) -> tuple:
     """The futures of the class-0 or top-label table's ranges (and census answers) of a binary model
     whose every chunk is mirrored: cut by their own sketches (the class-1 sketches mapped), each read
     from the slices of the class-1 ranges ``ranges1`` (edges ``edges1``) its rows come from."""
@@ -596,30 +571,20 @@ def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: l
     built = []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         plan = derived_slices(which, lo, hi, edges1)
-        path, name = _store_of(spill_dir, names, label, r)
-        built.append(client.submit(derive_range, which, path, census, [ab for _, ab in plan],
-                                   *[ranges1[i] for i, _ in plan], name=name, pure=False))
+        built.append(client.submit(derive_range, which, os.path.join(spill_dir, f"{label}-r{r}"), census,
+                                   [ab for _, ab in plan], *[ranges1[i] for i, _ in plan], pure=False))
     return _handles_and_answers(client, built)
 
 
 def _handles_and_answers(client, built: list) -> tuple[list, list]:
     """The futures of the ranges' handles and of their census answers, from the futures of their
-    build tasks' ``(handle, answer)`` pairs.
-
-    On a Dask cluster two small tasks per range pick them (the handle of an in-memory range is its
-    table, which must stay on the worker).  On the threads of a
-    :class:`~calengine.thread_client.ThreadClient` such a task would wait for its build on a pool
-    thread: behind every build the next queued picking task held the other thread, so the ranges were
-    built one at a time (1M rows: none of 24 builds overlapped another).  There the pairs are awaited
-    here (the builds of a table run side by side) and handed on as futures already holding them: the
-    same handles and answers."""
-    from ..thread_client import ThreadClient
-
-    if isinstance(client, ThreadClient):
-        pairs = client.gather(built)
-        return client.scatter([p[0] for p in pairs]), client.scatter([p[1] for p in pairs])
-    return ([client.submit(_nth, b, 0, pure=False) for b in built],
-            [client.submit(_nth, b, 1, pure=False) for b in built])
+    build tasks' ``(handle, answer)`` pairs (handles of files: small).  The pairs are awaited here (the
+    builds of a table run side by side) and handed on as futures already holding them: on the threads
+    of a :class:`~calengine.thread_client.ThreadClient` a task picking them would wait for its build on
+    a pool thread, and behind every build the next queued picking task held the other thread, so the
+    ranges were built one at a time (1M rows: none of 24 builds overlapped another)."""
+    pairs = client.gather(built)
+    return client.scatter([p[0] for p in pairs]), client.scatter([p[1] for p in pairs])
 
 
 def _mapped_sketch(sketch: dict, which: str) -> dict:
@@ -630,26 +595,46 @@ def _mapped_sketch(sketch: dict, which: str) -> dict:
     return {**sketch, "values": m.tolist()}
 
 
-def _nth(pair, i: int):
-    return pair[i]
-
-
 def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str, batch_rows: int, with_raw: bool,
                     cost_matrix, weight, spill_dir: str | None, progress=None) -> dict:
     """``{"calibrated": RangedTables, "raw": RangedTables}`` (and ``"decisions"``) of ``chunks``:
     what :func:`calengine.scores.table.evaluate_table` returns, without a whole table anywhere.
     ``evaluate_chunk`` evaluates one chunk (see :func:`chunk_tables`); ``model_f`` is the model as
     shared with the client, ``k`` its number of classes.  ``spill_dir``: where tables are written (the
-    embedded case), or None to keep them on the workers."""
+    embedded case), or None on a Dask cluster: in the workers' local directories
+    (:mod:`calengine.metrics.range_workers`), removed if this fails."""
+    evaluation = None if spill_dir is not None else uuid.uuid4().hex
+    try:
+        return _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix,
+                                weight, spill_dir, evaluation, progress)
+    except BaseException:
+        if evaluation is not None:
+            _drop_on_workers(client, evaluation)
+        raise
+
+
+def _drop_on_workers(client, evaluation: str) -> None:
+    from .range_workers import drop_evaluation
+
+    client.run(drop_evaluation, evaluation)
+
+
+def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix, weight,
+                     spill_dir, evaluation, progress) -> dict:
     from ..errors import DataError
     from ..progress import gather_in_order
-    parts = [client.submit(chunk_tables, evaluate_chunk, model_f, c, target, batch_rows, with_raw, cost_matrix,
-                           weight, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
-    small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
+    from . import range_workers as rw
+
+    args = (evaluate_chunk, model_f)
+    tail = (target, batch_rows, with_raw, cost_matrix, weight)
+    if evaluation is None:
+        parts = [client.submit(chunk_tables, *args, c, *tail, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
+        small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
+    else:
+        # the chunks' tables are files on the workers: their results are small and come here whole
+        small = gather_in_order(client, [client.submit(rw.chunk_on_worker, evaluation, i, *args, c, *tail, pure=False)
+                                         for i, c in enumerate(chunks)], progress, "evaluate")
     out, pending = {}, []
-    # on a cluster the ranges live in the workers' memory under names of this evaluation (their range
-    # caches keep what the kernels derive from them, see run_kernel); embedded they are files
-    names = None if spill_dir is not None else f"calengine-ranges/{uuid.uuid4().hex}/"
     for kind in ("calibrated", "raw"):
         if kind not in small[0]["n"]:
             continue
@@ -670,46 +655,60 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         order = (1, 0, 2) if derive else ((0, 2, 1) if any(mirrored) else range(k + 1))
         for j in order:
             key = ("class", j) if j < k else ("top",)
+            label = f"{kind}-{j}"
             if derive and j != 1:
                 which = "class0" if j == 0 else "top"
-                table, answers = _derived_ranges(client, which, ranges[1], edges1, [s["sketch"][kind][1] for s in small],
-                                                 spill_dir, f"{kind}-{j}", requests.get(key), names)
+                sk = [s["sketch"][kind][1] for s in small]
+                if evaluation is None:
+                    table, answers = _derived_ranges(client, which, ranges[1], edges1, sk, spill_dir, label,
+                                                     requests.get(key))
+                else:
+                    table, answers = rw.derived_on_workers(client, f"{evaluation}/{kind}", which, ranges[1], edges1, sk, label,
+                                                           requests.get(key))
                 ranges[j] = table
                 if unit_free:
                     censuses[key] = answers
                 continue
-            # the handle of table j of every chunk, picked where the chunk's result lives (a mirrored
-            # chunk's class-0 and top-label tables derived from its class-1 table when others are not)
-            hs = [client.submit(_pick, p, kind, j, spill_dir, i, pure=False) for i, p in enumerate(parts)]
             sketches = [s["sketch"][kind][j] or _mapped_sketch(s["sketch"][kind][1], "class0" if j == 0 else "top")
                         for s in small]
-            table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, f"{kind}-{j}", requests.get(key),
-                                                     names)
-            ranges[j] = table
-            if unit_free:
-                censuses[key] = answers
-            if spill_dir is not None:
+            if evaluation is None:
+                # the handle of table j of every chunk, picked where the chunk's result lives (a mirrored
+                # chunk's class-0 and top-label tables derived from its class-1 table when others are not)
+                hs = [client.submit(_pick, p, kind, j, spill_dir, i, pure=False) for i, p in enumerate(parts)]
+                table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, label, requests.get(key))
                 # the chunks' files of this table are read by its range tasks only: once those are
                 # written they go (scratch would otherwise hold every table twice)
                 client.gather(table)
                 _remove_chunk_files(client.gather(hs))
+            else:
+                hs = [s["tables"][kind][j] for s in small]
+                missing = [i for i, h in enumerate(hs) if h is None]
+                picked = client.gather([client.submit(rw.pick_on_worker, evaluation, small[i]["tables"][kind], kind, j,
+                                                      i, workers=[small[i]["tables"][kind][1][2]],
+                                                      allow_other_workers=False, pure=False) for i in missing])
+                for i, h in zip(missing, picked):
+                    hs[i] = h
+                table, answers, edges = rw.ranges_on_workers(client, f"{evaluation}/{kind}", hs, sketches, label,
+                                                             requests.get(key))
+            ranges[j] = table
+            if unit_free:
+                censuses[key] = answers
             if derive:
                 edges1 = edges
         if derive and spill_dir is not None:
             client.gather([*ranges[0], *ranges[2]])
             _forget_maps(client.gather(ranges[1]))
         pending.append((kind, n, ranges, censuses))
-    # every table's ranges are submitted before the client waits for any census answer: the workers
-    # build the next table's ranges while the last ranges of one are built (a wait per table left a
-    # worker idle at each table's end)
-    flat = client.gather([f for _, _, _, c in pending for fs in c.values() for f in fs])
+    if evaluation is None:
+        # every table's ranges are submitted before the client waits for any census answer: the
+        # workers build the next table's ranges while the last ranges of one are built
+        flat = client.gather([f for _, _, _, c in pending for fs in c.values() for f in fs])
+        for _, _, _, censuses in pending:
+            for key, fs in censuses.items():
+                censuses[key], flat = flat[:len(fs)], flat[len(fs):]
     for kind, n, ranges, censuses in pending:
-        got = {}
-        for key, fs in censuses.items():
-            got[key], flat = flat[:len(fs)], flat[len(fs):]
-        censuses = got
         out[kind] = RangedTables(client, k, n, [ranges[j] for j in range(k)], ranges[k], censuses=censuses,
-                                 names=None if names is None else f"{names}{kind}-")
+                                 evaluation=None if evaluation is None else f"{evaluation}/{kind}")
     if cost_matrix is not None:
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:
@@ -742,7 +741,7 @@ def _forget_maps(handles) -> None:
                 _MAPPED.pop(path, None)
 
 
-def _pick(part: dict, kind: str, j: int, spill_dir: str | None = None, index: int = 0):
+def _pick(part: dict, kind: str, j: int, spill_dir: str, index: int = 0):
     """Table ``j`` of a chunk's result; a mirrored chunk's class-0 or top-label table is derived from
     its class-1 table here (and stored as the chunk's own would have been)."""
     handle = part["tables"][kind][j]
@@ -750,6 +749,4 @@ def _pick(part: dict, kind: str, j: int, spill_dir: str | None = None, index: in
         return handle
     table = _load(part["tables"][kind][1])
     table = mirror_table(table) if j == 0 else binary_top(table)
-    if spill_dir is None:
-        return ("mem", table)
     return _save(table, os.path.join(spill_dir, f"c{index}-{kind}-{j}"))
