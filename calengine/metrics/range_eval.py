@@ -5,9 +5,9 @@ every class column; merged in one process that is three numbers per row and colu
 rows of continuous probabilities).  Here no process ever holds a whole table:
 
 1. **chunks** (:func:`chunk_tables`, one task per chunk of rows): the chunk's accumulators, built as
-   ``evaluate`` always built them, are written to the scratch directory as ``.npy`` files when the
-   client runs in this process (``spill_dir``), or stay in the worker's memory as the task's result
-   on a cluster (Dask spills those past the worker's budget); only a sketch comes back: each table's
+   ``evaluate`` always built them, are written as ``.npy`` files to the scratch directory when the
+   client runs in this process (``spill_dir``), or on a cluster to the local directory of the worker
+   that ran the task (:mod:`calengine.metrics.range_workers`); only a sketch comes back: each table's
    size and its values at :data:`SKETCH_POINTS` evenly spaced count quantiles;
 2. **range cuts** (:func:`range_boundaries`): from the merged sketches, boundaries at equal row counts,
    so each range holds about ``1/R`` of the rows, ``R`` chosen for about :data:`RANGE_VALUES` values per
@@ -15,29 +15,28 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    them (the metrics are bit-identical for any cut);
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
-   the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
-   its tables are written, so scratch holds each table once.  On a cluster each chunk's table is
-   first cut into the slices of groups of consecutive ranges (:data:`GROUP_BYTES`), and a range's
-   task reads its group's slices only: not every chunk's whole table, which Dask would unspill or
-   fetch for each range.  A binary model whose rows have
+   the scratch directory or to a worker's local directory; a chunk's files are removed as soon as the
+   ranges of its tables are written, so scratch holds each table once.  On a cluster a table's ranges
+   are built in groups of consecutive ranges (:data:`GROUP_BYTES`), each worker's builds reading one
+   piece per group of each chunk another worker holds.  A binary model whose rows have
    ``P[:, 0] == 1 - P[:, 1]`` exactly (one calibrator returning ``1 - p``: checked on each chunk's tables,
    :func:`derivable`) keeps only the class-1 table of a chunk: the class-0 and top-label ranges are
    derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
    range reads the class-1 values whose mirror falls in it, found by :func:`mirror_slices`, never a cut
    of class 1 that could split one mirrored value), two tables fewer to group, spill and merge;
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
-   run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch, or held in a
-   worker's memory under its name, stays in the process's :mod:`~calengine.metrics.range_cache`
-   within its byte budget, with the arrays the kernels derive from it) and this process combines
+   run as tasks on the ranges (:meth:`RangedTables.mapper`; on a cluster on the worker holding each
+   range's file; a range read stays in the process's :mod:`~calengine.metrics.range_cache` within
+   its byte budget, with the arrays the kernels derive from it) and this process combines
    their small answers
    (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
 
 Length: past the house's ~600 lines because the chunk, range and derived-range tasks and
 :class:`RangedTables` share one storage convention (handles ``("disk", path)`` / ``("mem", arrays)``,
 :func:`_save`, :func:`_load`, the map cache of chunk files, which files go when): a split would
-spread those rules over modules that import each other.  On a cluster an in-memory range's handle
-is ``("mem", arrays, name)``: the name (unique to the evaluation, kind, table and range) is its key in
-the workers' range caches, dropped from them when the tables are frozen (:meth:`RangedTables.freeze`).
+spread those rules over modules that import each other.  On a cluster a handle is ``("disk", path,
+address)``, the address that of the worker holding the file; the files go, with what the workers
+cached of them, when the tables are frozen or the evaluation fails (:meth:`RangedTables.release`).
 
 The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
 ``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
@@ -70,7 +69,7 @@ RANGE_VALUES = 250_000
 #: at most this many ranges per table.
 MAX_RANGES = 512
 #: on a cluster, a table's ranges are built in groups of consecutive ranges whose slices of the chunks'
-#: tables hold about this many bytes (24 a value): see :func:`_ranges_of_table`.
+#: tables hold about this many bytes (24 a value): see :func:`calengine.metrics.range_workers.ranges_on_workers`.
 GROUP_BYTES = 128 << 20
 #: ``evaluate`` cuts tables into ranges from this many rows on (with ``--report`` too: its figures are
 #: drawn from the ranges, :mod:`calengine.metrics.ranged_curves`): below it one process holds the tables
