@@ -88,7 +88,7 @@ def _save(table, path: str) -> tuple:
 def _load(handle, lo_value=None, hi_value=None):
     """A stored table, or with bounds only its values in ``[lo_value, hi_value)`` (a range task reads
     its slice of each chunk's table, not the table: see :func:`_read_slice`)."""
-    kind, data = handle[0], handle[1]  # a named in-memory range has its name third
+    kind, data = handle[0], handle[1]  # a file on a cluster has its worker's address third
     if kind == "disk" and (lo_value is not None or hi_value is not None):
         return _read_slice(data, lo_value, hi_value)
     if kind == "disk":
@@ -149,9 +149,9 @@ def _tables_of(arrays: dict) -> list:
 
 
 def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix, weight,
-                 spill_dir: str | None, index: int) -> dict:
+                 spill_dir: str, index: int) -> dict:
     """One chunk's tables (task): ``{"tables": {kind: [handle per table]}, "sketch": {kind: [...]},
-    "n": {kind: n}, "decisions": ...}``; handles are paths in ``spill_dir`` or the arrays themselves.
+    "n": {kind: n}, "decisions": ...}``; handles are of files in ``spill_dir``.
     ``evaluate_chunk``: :func:`calengine.scores.table.evaluate_chunk` (passed in: the scores side calls
     this module, not the other way round)."""
     part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight, accumulators=True)
@@ -175,12 +175,8 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
         out.setdefault("mirrored", {})[kind] = mirrored
         keep = [j == 1 or not mirrored for j in range(len(tables))]
         out["sketch"][kind] = [_sketch(t) if k else None for t, k in zip(tables, keep)]
-        if spill_dir is not None:
-            out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) if k else None
-                                   for j, (t, k) in enumerate(zip(tables, keep))]
-        else:
-            out["tables"][kind] = [("mem", tuple(np.ascontiguousarray(x) for x in t)) if k else None
-                                   for t, k in zip(tables, keep)]
+        out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) if k else None
+                               for j, (t, k) in enumerate(zip(tables, keep))]
     return out
 
 
@@ -222,10 +218,9 @@ def range_boundaries(sketches: list[dict], values_per_range: int | None = None) 
     return sorted(set(float(x) for x in picks if x > vals[0]))
 
 
-def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None, name: str | None = None):
+def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None):
     """One range's table (task): the chunks' slices in ``[bounds[0], bounds[1])`` (None: unbounded)
-    merged in chunk order, stored at ``spill_path`` or returned as arrays (named ``name`` in the
-    workers' range caches, see :func:`run_kernel`): ``(handle, answer)``, the
+    merged in chunk order, stored at ``spill_path`` or returned as arrays: ``(handle, answer)``, the
     answer that of :func:`calengine.metrics.kernels.census` for the request ``census`` (None without
     one: fractional weights): the calibration suite's first pass over the range, run while the range is
     in memory instead of in a later task that reads it again."""
@@ -238,14 +233,11 @@ def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | 
         table = None
         for piece in pieces:
             table = piece if table is None else merge_tables(table, piece)
-    return _stored(table, spill_path, census, name)
+    return _stored(table, spill_path, census)
 
 
-def _stored(table, spill_path: str | None, census: dict | None, name: str | None = None) -> tuple:
-    if spill_path is not None:
-        handle = _save(table, spill_path)
-    else:
-        handle = ("mem", table) if name is None else ("mem", table, name)
+def _stored(table, spill_path: str | None, census: dict | None) -> tuple:
+    handle = _save(table, spill_path) if spill_path is not None else ("mem", table)
     if census is None:
         return handle, None
     from .kernels import census as census_kernel
@@ -327,8 +319,7 @@ def derived_slices(which: str, lo, hi, edges1: list) -> list[tuple[int, tuple]]:
     return out
 
 
-def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles,
-                 name: str | None = None):
+def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles):
     """One range of a binary model's class-0 (``which="class0"``) or top-label (``"top"``) table (task),
     from the slices ``[a, b)`` of the class-1 ranges ``handles`` (one slice per handle, in value order;
     see :func:`mirror_slices`): the mirror (:func:`~calengine.metrics.tables.mirror_table`) or the merged
@@ -337,19 +328,15 @@ def derive_range(which: str, spill_path: str | None, census: dict | None, slices
     pieces = [_load(h, a, b) for h, (a, b) in zip(handles, slices)]
     t1 = tuple(np.concatenate([p[i] for p in pieces]) for i in range(3)) if pieces else empty_table()
     table = mirror_table(t1) if which == "class0" else binary_top(t1)
-    return _stored(table, spill_path, census, name)
+    return _stored(table, spill_path, census)
 
 
 def run_kernel(kernel, handle, request):
     """A kernel on one stored range (task); a range on disk comes from this process's cache
-    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget.  A named
-    range held in a worker's memory goes through the same cache under its name, so the arrays the
-    kernels derive from it (counts, the logit bases of every Newton round) are computed once per
-    worker and not once per pass; the range itself is not copied (the cache freezes its arrays)."""
+    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget, with the
+    arrays the kernels derive from it (counts, the logit bases of every Newton round)."""
     if handle[0] == "disk":
         return kernel(cached_range(handle[1], _load_path), request)
-    if len(handle) > 2:
-        return kernel(cached_range(handle[2], lambda _name: handle[1]), request)
     return kernel(_load(handle), request)
 
 
