@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 
+from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
 from . import range_eval as re_
 from .range_cache import forget
 
@@ -65,6 +66,7 @@ def _located(handle) -> tuple:
     return (handle[0], handle[1], _worker().address)
 
 
+@trims_heap_even_when_kept
 def chunk_on_worker(evaluation: str, index: int, *args) -> dict:
     """:func:`~calengine.metrics.range_eval.chunk_tables` of one chunk (task; ``args`` its arguments up
     to ``spill_dir``), its tables written to this worker's directory: the result is small (sketches,
@@ -80,6 +82,7 @@ def pick_on_worker(evaluation: str, part_tables: list, kind: str, j: int, index:
     return _located(re_._pick({"tables": {kind: part_tables}}, kind, j, worker_dir(evaluation), index))
 
 
+@trims_heap_even_when_kept
 def slice_of(handle, lo_value, hi_value) -> tuple:
     """The values ``[lo_value, hi_value)`` (None: unbounded) of a file of this worker (task): the
     piece another worker's build reads, moved there by Dask as an in-memory table."""
@@ -96,6 +99,7 @@ def build_block(evaluation: str, label: str, first: int, edges: list, inputs: li
     for r, bounds in enumerate(zip(edges[:-1], edges[1:]), first):
         handle, answer = re_.build_range(bounds, os.path.join(d, f"{label}-r{r}"), *inputs, census=census)
         out.append((_located(handle), answer))
+        release_freed_memory(even_when_kept=True)
     return out
 
 
@@ -103,13 +107,21 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list) -
     """Derived ranges (task): ``items`` ``[(r, slices, inputs), ...]`` as
     :func:`~calengine.metrics.range_eval.derive_range` takes them, written to this worker's directory."""
     d = worker_dir(evaluation)
-    return [(_located(h), a) for h, a in (re_.derive_range(which, os.path.join(d, f"{label}-r{r}"), census, slices,
-                                                             *inputs) for r, slices, inputs in items)]
+    out = []
+    for r, slices, inputs in items:
+        handle, answer = re_.derive_range(which, os.path.join(d, f"{label}-r{r}"), census, slices, *inputs)
+        out.append((_located(handle), answer))
+        release_freed_memory(even_when_kept=True)
+    return out
 
 
 def run_kernels(kernel, handles: list, requests: list) -> list:
     """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their worker)."""
-    return [re_.run_kernel(kernel, h, q) for h, q in zip(handles, requests)]
+    out = []
+    for h, q in zip(handles, requests):
+        out.append(re_.run_kernel(kernel, h, q))
+        release_freed_memory(even_when_kept=True)
+    return out
 
 
 def remove_files(handles: list) -> None:
