@@ -137,6 +137,48 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     assert "census" not in calls and "sweep" in calls
 
 
+def _histograms(answers) -> tuple:
+    """The census answers' grid sums and logit-histogram rows of a table, added up bin by bin."""
+    grid, logit = {}, {}
+    for a in answers:
+        for size, parts in (a.get("grid") or {}).items():
+            for i, part in enumerate(parts):
+                for b, x in enumerate(part):
+                    grid[(size, i, b)] = grid.get((size, i, b), 0) + int(x)
+        h = a.get("logit_hist") or {}
+        for j in range(len(h.get("m", []))):
+            row = [int(h[c][j]) for c in ("m", "a", "mx", "ax")]
+            if any(row):
+                logit[h["first"] + j] = [p + q for p, q in zip(logit.get(h["first"] + j, [0] * 4), row)]
+    return grid, logit
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.data())
+def test_census_answers_folded_as_they_arrive_give_the_suite_the_same_bits(case, data):
+    # on a cluster the client folds each wave of census answers into the first answer's histograms
+    # (range_eval.fold_census) instead of holding every range's: in any number of waves, the suite
+    # must print the same numbers as from the answers unfolded, and only the first answer keeps them
+    from calengine.metrics import kernels
+    from calengine.metrics.range_eval import fold_census
+    from calengine.metrics.suite import calibration_suite, census_requests
+
+    k, acc, cls, top = integer_counted(case)
+    censuses = per_table(census_requests(k, None, float(acc.n)), cls, top, kernels.census)
+    folded = {}
+    for key, answers in censuses.items():
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(answers)), max_size=3)))
+        got: list = []
+        for lo, hi in zip([0, *cuts], [*cuts, len(answers)]):
+            got = fold_census(got + answers[lo:hi])
+        assert len(got) == len(answers)
+        assert not any("grid" in a or "logit_hist" in a for a in got[1:])
+        assert _histograms(got) == _histograms(answers)
+        folded[key] = got
+    want = calibration_suite(cls, top, scale=float(acc.n), censuses=censuses)
+    same(want, calibration_suite(cls, top, scale=float(acc.n), censuses=folded))
+
+
 class _InlineClient:
     """Runs each submitted task at once in this process, recording which kernel each mapped task ran."""
 

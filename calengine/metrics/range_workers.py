@@ -197,12 +197,23 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
         # one group is built while the previous one's results come back: a worker holds the pieces of
         # at most two groups, and the scheduler the tasks of two
         if pending is not None:
-            built.extend(p for f in client.gather(pending) for p in f)
+            _arrived(built, client.gather(pending), census)
         pending = futures
-    built.extend(p for f in client.gather(pending) for p in f)
+    _arrived(built, client.gather(pending), census)
     for w in {h[2] for h in handles}:
         _pinned(client, w, remove_files, [h for h in handles if h[2] == w]).result()
-    return [b[0] for b in built], [b[1] for b in built], edges
+    return built[0], built[1], edges
+
+
+def _arrived(built: list, blocks: list, census) -> None:
+    """Add a wave's ``(handle, answer)`` blocks to ``built`` (``[handles, answers]``), the census
+    answers' histograms folded as they arrive (:func:`~calengine.metrics.range_eval.fold_census`)."""
+    pairs = [p for block in blocks for p in block]
+    if not built:
+        built.extend(([], []))
+    built[0].extend(p[0] for p in pairs)
+    answers = built[1] + [p[1] for p in pairs]
+    built[1][:] = answers if census is None else re_.fold_census(answers)
 
 
 def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges1: list, sketches: list[dict],
@@ -234,8 +245,9 @@ def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges
         items = [(r, [ab for _, ab in plans[r]], [pieces.get(i, ranges1[i]) for i, _ in plans[r]])
                  for r in range(lo, hi)]
         futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items))
-    built = [p for f in client.gather(futures) for p in f]
-    return [b[0] for b in built], [b[1] for b in built]
+    built: list = []
+    _arrived(built, client.gather(futures), census)
+    return built[0], built[1]
 
 
 def _union(slices: list) -> tuple:
