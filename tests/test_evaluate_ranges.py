@@ -647,8 +647,8 @@ def test_on_a_cluster_ranges_are_files_of_their_workers_read_by_pinned_tasks_and
         for kind, path, address in handles:
             assert kind == "disk" and path.startswith(os.path.join(local[address], "calengine-ranges", ""))
             assert os.path.exists(f"{path}.value.npy")
-        assert [name for name, _ in log].count("slice_of") >= 2 * 3  # two kinds x at least three groups
-        pinned = {"slice_of", "build_block", "derive_block", "run_kernels", "remove_files", "pick_on_worker"}
+        assert [name for name, _ in log].count("slices_of") >= 2 * 3  # two kinds x at least three groups
+        pinned = {"slice_of", "slices_of", "build_block", "derive_block", "run_kernels", "remove_files", "pick_on_worker"}
         assert all(w is not None and len(w) == 1 for name, w in log if name in pinned)
         # between two waits, a pass submits at most BLOCKS_PER_WORKER tasks a worker
         passes = " ".join(name for name, _ in log).split("gather")

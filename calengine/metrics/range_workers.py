@@ -14,9 +14,15 @@ every range's future until the end.  Here:
   (:mod:`~calengine.metrics.range_cache`, a fixed budget), whatever the table's size.
 * **placement**: every task that reads a file runs on the worker holding it (``workers=[address]``,
   no other worker allowed).  A range's build needs a slice of every chunk's table: the slices held
-  by another worker come as a task pinned there (:func:`slice_of`) whose small result Dask moves, one
-  per group of consecutive ranges, chunk and destination; derived ranges (a binary model's class 0
-  and top label) read the class-1 ranges the same way.  Nothing assumes a shared file system.
+  by another worker come as a task pinned there (:func:`slices_of`) whose result Dask moves, one per
+  group of consecutive ranges, holder and destination; derived ranges (a binary model's class 0 and
+  top label) read the class-1 ranges the same way (:func:`slice_of`).  Nothing assumes a shared file
+  system.
+* **heap**: the range tasks trim the heap as they end (as the score-range tasks of fits do,
+  :func:`~calengine.tasks.heap.trims_heap_even_when_kept`): their 2 MB temporaries, kept on the heap
+  where ``MALLOC_MMAP_THRESHOLD_`` is raised, left holes that grew with the number of ranges a worker
+  had processed (30M rows: one worker's kernel phase at 1,365 MiB in one run).  Once a task, not once
+  a range: trimming after every range cost 1.5x the workers' system time at 30M rows.
 * **task counts**: builds, derived ranges and kernel passes run as a few tasks per worker, each over a
   block of consecutive ranges of one worker (:data:`BLOCKS_PER_WORKER`), so the number of tasks a pass
   holds does not grow with the table (the scheduler's bookkeeping did: +227 % from 10M to 100M).
@@ -34,7 +40,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
+from ..tasks.heap import trims_heap_even_when_kept
 from . import range_eval as re_
 from .range_cache import forget
 
@@ -85,24 +91,34 @@ def pick_on_worker(evaluation: str, part_tables: list, kind: str, j: int, index:
 @trims_heap_even_when_kept
 def slice_of(handle, lo_value, hi_value) -> tuple:
     """The values ``[lo_value, hi_value)`` (None: unbounded) of a file of this worker (task): the
-    piece another worker's build reads, moved there by Dask as an in-memory table."""
+    piece another worker's task reads, moved there by Dask as an in-memory table."""
     return ("mem", re_._load(handle, lo_value, hi_value))
 
 
-def build_block(evaluation: str, label: str, first: int, edges: list, inputs: list, census) -> list:
+@trims_heap_even_when_kept
+def slices_of(handles: list, lo_value, hi_value) -> list:
+    """:func:`slice_of` of several files of this worker (task): one task, not one per chunk, for the
+    pieces of a group another worker's builds read."""
+    return [("mem", re_._load(h, lo_value, hi_value)) for h in handles]
+
+
+@trims_heap_even_when_kept
+def build_block(evaluation: str, label: str, first: int, edges: list, census, plan: list, *sources) -> list:
     """Ranges ``first, first + 1, ...`` of table ``label`` (task), ``edges`` their ``len + 1`` edges,
-    each built by :func:`~calengine.metrics.range_eval.build_range` from ``inputs`` (one per chunk, in
-    chunk order: a file of this worker or a piece moved here) and written to this worker's directory:
-    ``[(handle, census answer), ...]``."""
+    each built by :func:`~calengine.metrics.range_eval.build_range` from one input per chunk, in chunk
+    order: ``plan[c] = (s, i)``, the ``i``-th of ``sources[s]`` (the files of this worker, or the
+    pieces moved here from another), and written to this worker's directory: ``[(handle, census
+    answer), ...]``."""
+    inputs = [sources[s][i] for s, i in plan]
     d = worker_dir(evaluation)
     out = []
     for r, bounds in enumerate(zip(edges[:-1], edges[1:]), first):
         handle, answer = re_.build_range(bounds, os.path.join(d, f"{label}-r{r}"), *inputs, census=census)
         out.append((_located(handle), answer))
-        release_freed_memory(even_when_kept=True)
     return out
 
 
+@trims_heap_even_when_kept
 def derive_block(evaluation: str, label: str, which: str, census, items: list) -> list:
     """Derived ranges (task): ``items`` ``[(r, slices, inputs), ...]`` as
     :func:`~calengine.metrics.range_eval.derive_range` takes them, written to this worker's directory."""
@@ -111,17 +127,13 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list) -
     for r, slices, inputs in items:
         handle, answer = re_.derive_range(which, os.path.join(d, f"{label}-r{r}"), census, slices, *inputs)
         out.append((_located(handle), answer))
-        release_freed_memory(even_when_kept=True)
     return out
 
 
+@trims_heap_even_when_kept
 def run_kernels(kernel, handles: list, requests: list) -> list:
     """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their worker)."""
-    out = []
-    for h, q in zip(handles, requests):
-        out.append(re_.run_kernel(kernel, h, q))
-        release_freed_memory(even_when_kept=True)
-    return out
+    return [re_.run_kernel(kernel, h, q) for h, q in zip(handles, requests)]
 
 
 def remove_files(handles: list) -> None:
@@ -176,24 +188,26 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
     R = len(edges) - 1
     groups = min(R, -(-sum(s["size"] for s in sketches) * 24 // re_.GROUP_BYTES))
     per = -(-R // max(1, groups))
+    held = {w: [i for i, h in enumerate(handles) if h[2] == w] for w in workers}
     built: list = []
     pending = None
     for g0 in range(0, R, per):
         g1 = min(R, g0 + per)
-        blocks = blocks_by_worker(g1 - g0, workers)
-        pieces: dict = {}
+        pieces: dict = {}  # (holder, destination) -> the future of the holder's pieces of this group
         futures = []
-        for lo, hi, w in blocks:
-            inputs = []
-            for i, h in enumerate(handles):
-                if h[2] == w:
-                    inputs.append(h)
+        for lo, hi, w in blocks_by_worker(g1 - g0, workers):
+            holders = [x for x in workers if held[x]]
+            sources, where = [], {}
+            for s, x in enumerate(holders):
+                where.update({i: (s, n) for n, i in enumerate(held[x])})
+                if x == w:
+                    sources.append([handles[i] for i in held[x]])
                     continue
-                if (i, w) not in pieces:
-                    pieces[(i, w)] = _pinned(client, h[2], slice_of, h, edges[g0], edges[g1])
-                inputs.append(pieces[(i, w)])
+                if (x, w) not in pieces:
+                    pieces[(x, w)] = _pinned(client, x, slices_of, [handles[i] for i in held[x]], edges[g0], edges[g1])
+                sources.append(pieces[(x, w)])
             futures.append(_pinned(client, w, build_block, evaluation, label, g0 + lo, edges[g0 + lo:g0 + hi + 1],
-                                   inputs, census))
+                                   census, [where[i] for i in range(len(handles))], *sources))
         # one group is built while the previous one's results come back: a worker holds the pieces of
         # at most two groups, and the scheduler the tasks of two
         if pending is not None:
