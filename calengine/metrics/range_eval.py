@@ -350,13 +350,15 @@ class RangedTables:
     ``evaluate`` reads, computed range by range (see the module docstring)."""
 
     def __init__(self, client, n_classes: int, n, class_ranges: list[list], top_ranges: list,
-                 censuses: dict | None = None, evaluation: str | None = None):
+                 censuses: dict | None = None, evaluation: str | None = None, workers=None):
         self.client, self.n_classes, self.n = client, n_classes, n
         self.class_ranges, self.top_ranges = class_ranges, top_ranges
         #: on a Dask cluster, the evaluation whose files in the workers' local directories hold these
         #: ranges (:mod:`calengine.metrics.range_workers`; the ranges are their handles); None: futures
         #: of files in the caller's scratch directory
         self.evaluation = evaluation
+        #: with ``evaluation``: the :class:`~calengine.metrics.range_workers.OnWorkers` that maps and drops them
+        self.workers = workers
         #: the suite's first pass per table, answered by the range builders (integer counts only)
         self.censuses = censuses or {}
         self._cache: dict = {}
@@ -389,9 +391,7 @@ class RangedTables:
         them); only answers already computed stay available.  Called by :meth:`freeze`, and by
         ``evaluate`` when it fails."""
         if self.evaluation is not None and self.client is not None:
-            from .range_workers import drop_evaluation
-
-            self.client.run(drop_evaluation, self.evaluation)
+            self.client.run(self.workers.drop, self.evaluation)
         self.client, self.class_ranges, self.top_ranges, self.censuses = None, None, None, {}
         self._drift_pieces = {}
 
@@ -401,9 +401,7 @@ class RangedTables:
             if known is not None:
                 return known
         if self.evaluation is not None:
-            from .range_workers import map_on_workers
-
-            return map_on_workers(self.client, kernel, ranges, requests)
+            return self.workers.map(self.client, kernel, ranges, requests)
         futures = [self.client.submit(run_kernel, kernel, r, q, pure=False) for r, q in zip(ranges, requests)]
         return self.client.gather(futures)
 
@@ -582,34 +580,30 @@ def _mapped_sketch(sketch: dict, which: str) -> dict:
 
 
 def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str, batch_rows: int, with_raw: bool,
-                    cost_matrix, weight, spill_dir: str | None, progress=None) -> dict:
+                    cost_matrix, weight, spill_dir: str | None, progress=None, workers=None) -> dict:
     """``{"calibrated": RangedTables, "raw": RangedTables}`` (and ``"decisions"``) of ``chunks``:
     what :func:`calengine.scores.table.evaluate_table` returns, without a whole table anywhere.
     ``evaluate_chunk`` evaluates one chunk (see :func:`chunk_tables`); ``model_f`` is the model as
     shared with the client, ``k`` its number of classes.  ``spill_dir``: where tables are written (the
-    embedded case), or None on a Dask cluster: in the workers' local directories
-    (:mod:`calengine.metrics.range_workers`), removed if this fails."""
+    embedded case), or None on a Dask cluster, with ``workers`` :class:`calengine.metrics.range_workers.OnWorkers`:
+    in the workers' local directories, removed if this fails (passed in by the caller: that module
+    builds on this one)."""
+    if (spill_dir is None) == (workers is None):
+        raise ValueError("evaluate_ranged takes either spill_dir (embedded) or workers (a Dask cluster)")
     evaluation = None if spill_dir is not None else uuid.uuid4().hex
     try:
         return _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix,
-                                weight, spill_dir, evaluation, progress)
+                                weight, spill_dir, evaluation, progress, workers)
     except BaseException:
         if evaluation is not None:
-            _drop_on_workers(client, evaluation)
+            client.run(workers.drop, evaluation)
         raise
 
 
-def _drop_on_workers(client, evaluation: str) -> None:
-    from .range_workers import drop_evaluation
-
-    client.run(drop_evaluation, evaluation)
-
-
 def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix, weight,
-                     spill_dir, evaluation, progress) -> dict:
+                     spill_dir, evaluation, progress, rw) -> dict:
     from ..errors import DataError
     from ..progress import gather_in_order
-    from . import range_workers as rw
 
     args = (evaluate_chunk, model_f)
     tail = (target, batch_rows, with_raw, cost_matrix, weight)
@@ -618,7 +612,7 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
         small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
     else:
         # the chunks' tables are files on the workers: their results are small and come here whole
-        small = gather_in_order(client, [client.submit(rw.chunk_on_worker, evaluation, i, *args, c, *tail, pure=False)
+        small = gather_in_order(client, [client.submit(rw.chunk, evaluation, i, *args, c, *tail, pure=False)
                                          for i, c in enumerate(chunks)], progress, "evaluate")
     out, pending = {}, []
     for kind in ("calibrated", "raw"):
@@ -649,7 +643,7 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
                     table, answers = _derived_ranges(client, which, ranges[1], edges1, sk, spill_dir, label,
                                                      requests.get(key))
                 else:
-                    table, answers = rw.derived_on_workers(client, f"{evaluation}/{kind}", which, ranges[1], edges1, sk, label,
+                    table, answers = rw.derived(client, f"{evaluation}/{kind}", which, ranges[1], edges1, sk, label,
                                                            requests.get(key))
                 ranges[j] = table
                 if unit_free:
@@ -669,12 +663,12 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
             else:
                 hs = [s["tables"][kind][j] for s in small]
                 missing = [i for i, h in enumerate(hs) if h is None]
-                picked = client.gather([client.submit(rw.pick_on_worker, evaluation, small[i]["tables"][kind], kind, j,
+                picked = client.gather([client.submit(rw.pick, evaluation, small[i]["tables"][kind], kind, j,
                                                       i, workers=[small[i]["tables"][kind][1][2]],
                                                       allow_other_workers=False, pure=False) for i in missing])
                 for i, h in zip(missing, picked):
                     hs[i] = h
-                table, answers, edges = rw.ranges_on_workers(client, f"{evaluation}/{kind}", hs, sketches, label,
+                table, answers, edges = rw.ranges(client, f"{evaluation}/{kind}", hs, sketches, label,
                                                              requests.get(key))
             ranges[j] = table
             if unit_free:
@@ -694,7 +688,7 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
                 censuses[key], flat = flat[:len(fs)], flat[len(fs):]
     for kind, n, ranges, censuses in pending:
         out[kind] = RangedTables(client, k, n, [ranges[j] for j in range(k)], ranges[k], censuses=censuses,
-                                 evaluation=None if evaluation is None else f"{evaluation}/{kind}")
+                                 evaluation=None if evaluation is None else f"{evaluation}/{kind}", workers=rw)
     if cost_matrix is not None:
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:

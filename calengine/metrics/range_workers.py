@@ -18,14 +18,12 @@ every range's future until the end.  Here:
   group of consecutive ranges, holder and destination; derived ranges (a binary model's class 0 and
   top label) read the class-1 ranges the same way (:func:`slice_of`).  Nothing assumes a shared file
   system.
-* **heap**: the range tasks trim the heap as they end (as the score-range tasks of fits do,
-  :func:`~calengine.tasks.heap.trims_heap_even_when_kept`): their 2 MB temporaries, kept on the heap
-  where ``MALLOC_MMAP_THRESHOLD_`` is raised, left holes that grew with the number of ranges a worker
-  had processed (30M rows: one worker's kernel phase at 1,365 MiB in one run).  Once a task, not once
-  a range: trimming after every range cost 1.5x the workers' system time at 30M rows.
-* **task counts**: builds, derived ranges and kernel passes run as a few tasks per worker, each over a
-  block of consecutive ranges of one worker (:data:`BLOCKS_PER_WORKER`), so the number of tasks a pass
-  holds does not grow with the table (the scheduler's bookkeeping did: +227 % from 10M to 100M).
+* **heap**: the range tasks trim the heap after each range (as the score-range tasks of fits do as
+  they end, :func:`~calengine.tasks.heap.trims_heap_even_when_kept`): their 2 MB temporaries, kept on
+  the heap where ``MALLOC_MMAP_THRESHOLD_`` is raised, beside the range cache's arrays, left holes
+  that grew with the number of ranges a worker processed.  30M rows, workers' peaks: untrimmed
+  1,063 / 1,064 MiB in one run and 1,365 / 1,062 in another, trimmed once a task 1,260 / 1,286,
+  trimmed after every range 1,048 / 1,049 and 1,044 / 1,043.
 * **cleanup**: the files go with the evaluation (:func:`drop_evaluation` on every worker, from
   :meth:`~calengine.metrics.range_eval.RangedTables.release`), on success and on error; the chunks'
   files go as soon as their table's ranges are built.
@@ -40,16 +38,19 @@ from __future__ import annotations
 import os
 import shutil
 
-from ..tasks.heap import trims_heap_even_when_kept
+from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
 from . import range_eval as re_
 from .range_cache import forget
 
-__all__ = ["BLOCKS_PER_WORKER", "ranges_on_workers", "run_kernels", "drop_evaluation", "blocks_by_worker"]
+__all__ = ["BLOCKS_PER_WORKER", "OnWorkers", "ranges_on_workers", "run_kernels", "drop_evaluation", "blocks_by_worker"]
 
 #: each worker runs a table's builds, and each kernel pass over a table, as about this many tasks (one
 #: per block of consecutive ranges): enough to keep a worker's queue from running dry between blocks,
 #: few enough that the scheduler's task count does not depend on the number of ranges.
 BLOCKS_PER_WORKER = 2
+#: at most this many derived ranges (a binary model's class 0 and top label) a task: the class-1 slices a
+#: task reads from another worker are in its memory together (6 MB a range).
+DERIVED_BLOCK = 4
 #: the directory, under a worker's local directory, that holds every evaluation's files.
 ROOT = "calengine-ranges"
 
@@ -102,7 +103,6 @@ def slices_of(handles: list, lo_value, hi_value) -> list:
     return [("mem", re_._load(h, lo_value, hi_value)) for h in handles]
 
 
-@trims_heap_even_when_kept
 def build_block(evaluation: str, label: str, first: int, edges: list, census, plan: list, *sources) -> list:
     """Ranges ``first, first + 1, ...`` of table ``label`` (task), ``edges`` their ``len + 1`` edges,
     each built by :func:`~calengine.metrics.range_eval.build_range` from one input per chunk, in chunk
@@ -115,10 +115,10 @@ def build_block(evaluation: str, label: str, first: int, edges: list, census, pl
     for r, bounds in enumerate(zip(edges[:-1], edges[1:]), first):
         handle, answer = re_.build_range(bounds, os.path.join(d, f"{label}-r{r}"), *inputs, census=census)
         out.append((_located(handle), answer))
+        release_freed_memory(even_when_kept=True)
     return out
 
 
-@trims_heap_even_when_kept
 def derive_block(evaluation: str, label: str, which: str, census, items: list) -> list:
     """Derived ranges (task): ``items`` ``[(r, slices, inputs), ...]`` as
     :func:`~calengine.metrics.range_eval.derive_range` takes them, written to this worker's directory."""
@@ -127,13 +127,17 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list) -
     for r, slices, inputs in items:
         handle, answer = re_.derive_range(which, os.path.join(d, f"{label}-r{r}"), census, slices, *inputs)
         out.append((_located(handle), answer))
+        release_freed_memory(even_when_kept=True)
     return out
 
 
-@trims_heap_even_when_kept
 def run_kernels(kernel, handles: list, requests: list) -> list:
     """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their worker)."""
-    return [re_.run_kernel(kernel, h, q) for h, q in zip(handles, requests)]
+    out = []
+    for h, q in zip(handles, requests):
+        out.append(re_.run_kernel(kernel, h, q))
+        release_freed_memory(even_when_kept=True)
+    return out
 
 
 def remove_files(handles: list) -> None:
@@ -239,28 +243,35 @@ def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges
     edges = [None, *re_.range_boundaries([re_._mapped_sketch(s, which) for s in sketches]), None]
     plans = [re_.derived_slices(which, lo, hi, edges1) for lo, hi in zip(edges[:-1], edges[1:])]
     workers = sorted({h[2] for h in ranges1})
-    # consecutive derived ranges whose first class-1 slice is on the same worker form a block, cut to
-    # at most BLOCKS_PER_WORKER blocks a worker's share of the table
+    # consecutive derived ranges whose first class-1 slice is on the same worker form a block of at
+    # most DERIVED_BLOCK ranges, and the blocks go in waves of BLOCKS_PER_WORKER a worker: a worker
+    # holds the pieces of two waves at most (submitted at once, the pieces of every block were cut as
+    # soon as the class-1 ranges existed: half a top-label table moved in memory)
     owner = [ranges1[p[0][0]][2] if p else workers[0] for p in plans]
-    cap = max(1, -(-len(plans) // (BLOCKS_PER_WORKER * len(workers))))
     blocks, start = [], 0
     for r in range(1, len(plans) + 1):
-        if r == len(plans) or owner[r] != owner[start] or r - start >= cap:
+        if r == len(plans) or owner[r] != owner[start] or r - start >= DERIVED_BLOCK:
             blocks.append((start, r, owner[start]))
             start = r
-    futures = []
-    for lo, hi, w in blocks:
-        wanted: dict = {}  # class-1 range held elsewhere -> the union of the slices this block reads of it
-        for plan in plans[lo:hi]:
-            for i, (a, b) in plan:
-                if ranges1[i][2] != w:
-                    wanted.setdefault(i, []).append((a, b))
-        pieces = {i: _pinned(client, ranges1[i][2], slice_of, ranges1[i], *_union(ab)) for i, ab in wanted.items()}
-        items = [(r, [ab for _, ab in plans[r]], [pieces.get(i, ranges1[i]) for i, _ in plans[r]])
-                 for r in range(lo, hi)]
-        futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items))
     built: list = []
-    _arrived(built, client.gather(futures), census)
+    pending = None
+    wave = BLOCKS_PER_WORKER * len(workers)
+    for b0 in range(0, len(blocks), wave):
+        futures = []
+        for lo, hi, w in blocks[b0:b0 + wave]:
+            wanted: dict = {}  # class-1 range held elsewhere -> the union of the slices this block reads of it
+            for plan in plans[lo:hi]:
+                for i, (a, b) in plan:
+                    if ranges1[i][2] != w:
+                        wanted.setdefault(i, []).append((a, b))
+            pieces = {i: _pinned(client, ranges1[i][2], slice_of, ranges1[i], *_union(ab)) for i, ab in wanted.items()}
+            items = [(r, [ab for _, ab in plans[r]], [pieces.get(i, ranges1[i]) for i, _ in plans[r]])
+                     for r in range(lo, hi)]
+            futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items))
+        if pending is not None:
+            _arrived(built, client.gather(pending), census)
+        pending = futures
+    _arrived(built, client.gather(pending or []), census)
     return built[0], built[1]
 
 
@@ -291,3 +302,17 @@ def map_on_workers(client, kernel, ranges: list, requests: list) -> list:
         for r, a in zip(block, answers):
             out[r] = a
     return out
+
+
+class OnWorkers:
+    """What :func:`~calengine.metrics.range_eval.evaluate_ranged` and
+    :class:`~calengine.metrics.range_eval.RangedTables` call to keep an evaluation's tables on the
+    workers (passed in by :func:`calengine.scores.table.evaluate_table`: this module builds on
+    :mod:`~calengine.metrics.range_eval`, which therefore does not import it)."""
+
+    chunk = staticmethod(chunk_on_worker)
+    pick = staticmethod(pick_on_worker)
+    ranges = staticmethod(ranges_on_workers)
+    derived = staticmethod(derived_on_workers)
+    map = staticmethod(map_on_workers)
+    drop = staticmethod(drop_evaluation)
