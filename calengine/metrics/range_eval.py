@@ -46,6 +46,7 @@ units of ``total / 2**52`` of a total added in chunk order, so they agree with i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
@@ -596,7 +597,8 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
                                 weight, spill_dir, evaluation, progress, workers)
     except BaseException:
         if evaluation is not None:
-            client.run(workers.drop, evaluation)
+            with contextlib.suppress(Exception):  # the evaluation's own error is the one to report
+                client.run(workers.drop, evaluation)
         raise
 
 
@@ -748,8 +750,8 @@ def _remove_chunk_files(handles) -> None:
 
 
 def _forget_maps(handles) -> None:
-    """Drop this process's maps of class-1 range files the derived ranges read slices of (the files
-    stay: the kernels read them)."""
+    """Drop this process's maps of the files of ``handles`` (``(kind, path)``) it read slices of, e.g.
+    the class-1 range files the derived ranges read (the files stay: the kernels read them)."""
     with _MAPPED_LOCK:
         for kind, path in handles:
             if kind == "disk":
