@@ -137,6 +137,48 @@ def test_suite_from_the_range_builders_census_reads_no_range_again_and_gives_the
     assert "census" not in calls and "sweep" in calls
 
 
+def _histograms(answers) -> tuple:
+    """The census answers' grid sums and logit-histogram rows of a table, added up bin by bin."""
+    grid, logit = {}, {}
+    for a in answers:
+        for size, parts in (a.get("grid") or {}).items():
+            for i, part in enumerate(parts):
+                for b, x in enumerate(part):
+                    grid[(size, i, b)] = grid.get((size, i, b), 0) + int(x)
+        h = a.get("logit_hist") or {}
+        for j in range(len(h.get("m", []))):
+            row = [int(h[c][j]) for c in ("m", "a", "mx", "ax")]
+            if any(row):
+                logit[h["first"] + j] = [p + q for p, q in zip(logit.get(h["first"] + j, [0] * 4), row)]
+    return grid, logit
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.data())
+def test_census_answers_folded_as_they_arrive_give_the_suite_the_same_bits(case, data):
+    # on a cluster the client folds each wave of census answers into the first answer's histograms
+    # (range_eval.fold_census) instead of holding every range's: in any number of waves, the suite
+    # must print the same numbers as from the answers unfolded, and only the first answer keeps them
+    from calengine.metrics import kernels
+    from calengine.metrics.range_eval import fold_census
+    from calengine.metrics.suite import calibration_suite, census_requests
+
+    k, acc, cls, top = integer_counted(case)
+    censuses = per_table(census_requests(k, None, float(acc.n)), cls, top, kernels.census)
+    folded = {}
+    for key, answers in censuses.items():
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(answers)), max_size=3)))
+        got: list = []
+        for lo, hi in zip([0, *cuts], [*cuts, len(answers)]):
+            got = fold_census(got + answers[lo:hi])
+        assert len(got) == len(answers)
+        assert not any("grid" in a or "logit_hist" in a for a in got[1:])
+        assert _histograms(got) == _histograms(answers)
+        folded[key] = got
+    want = calibration_suite(cls, top, scale=float(acc.n), censuses=censuses)
+    same(want, calibration_suite(cls, top, scale=float(acc.n), censuses=folded))
+
+
 class _InlineClient:
     """Runs each submitted task at once in this process, recording which kernel each mapped task ran."""
 
@@ -569,16 +611,25 @@ def test_evaluate_report_on_ranges_draws_what_the_in_memory_report_draws(pima_mo
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
 
 
-def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotten_after(pima_single_model,
-                                                                                         monkeypatch):
-    """On two worker processes the ranges stay task results on the workers and every kernel reads its
-    range through that worker's range cache under the range's name (so counts and logit bases are
-    derived once per range, not once per pass): after the metrics the workers' caches hold exactly this
-    evaluation's ranges, and freezing the tables empties them.  The ranges are built in groups, each
-    from its group's slices of the chunks' tables (GROUP_BYTES made small).  The answers are
-    the in-memory accumulator's, and ``evaluate_models`` on the same cluster leaves no cached range."""
+def _files_under(directories: dict) -> list:
+    return sorted(os.path.join(root, f) for d in directories.values()
+                  for root, _, files in os.walk(os.path.join(d, "calengine-ranges")) for f in files)
+
+
+def test_on_a_cluster_ranges_are_files_of_their_workers_read_by_pinned_tasks_and_removed_after(pima_single_model,
+                                                                                               monkeypatch):
+    """On two worker processes every range is a file in the local directory of the worker that built it
+    (a worker's memory does not grow with the table) and its handle comes to the client at once, so
+    between passes the scheduler holds no task of the evaluation (it held two picking tasks and a
+    future per range); the ranges are built in groups, each worker reading pieces of the other's chunk
+    files (GROUP_BYTES made small); each kernel pass is at most BLOCKS_PER_WORKER tasks a worker,
+    pinned to the holder of their ranges, whatever the number of ranges; kernels read their ranges
+    through the holder's range cache; freezing removes the files and empties the caches.  The answers
+    are the in-memory accumulator's, and ``evaluate_models`` on the same cluster leaves nothing."""
+    import time
+
     import calengine
-    from calengine.metrics import range_cache, range_eval
+    from calengine.metrics import range_cache, range_eval, range_workers
     from calengine.model.artifact import load_model
     from calengine.parquet.storage import list_parquet_files
     from calengine.scores.table import evaluate_table
@@ -594,41 +645,82 @@ def test_on_a_cluster_every_range_is_read_through_its_workers_cache_and_forgotte
     with local_client(2) as client:
         monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
         monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
-        # the ranges built in groups of consecutive ranges, each from its group's slices of the chunks
         monkeypatch.setattr(range_eval, "GROUP_BYTES", 24 * 150)
-        submitted = []
+        local = client.run(lambda dask_worker: dask_worker.local_directory)
+        log = []  # (task name, pinned workers) of every submission, and "gather" at every wait
 
-        class Recording:  # the client, recording the name of every task submitted through it
+        class Recording:
             def submit(self, fn, *args, **kwargs):
-                submitted.append(fn.__name__)
+                log.append((fn.__name__, kwargs.get("workers")))
                 return client.submit(fn, *args, **kwargs)
+
+            def gather(self, *args, **kwargs):
+                log.append(("gather", None))
+                return client.gather(*args, **kwargs)
 
             def __getattr__(self, name):
                 return getattr(client, name)
 
         accs = evaluate_table(Recording(), load_model(model), list_parquet_files(str(parts)), "class", ranged=True)
+        for _ in range(200):  # the client tells the scheduler of released futures asynchronously
+            held = [k for k in client.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks])
+                    if any(n in k for n in ("build", "derive", "chunk", "slice", "pick"))]
+            if not held:
+                break
+            time.sleep(0.05)
+        assert not held
         for acc in accs.values():
             acc.result()
             acc.calibration_suite()
-        held = client.run(cached)
-        # two kinds x three chunks x at least three groups of the class-1 table
-        assert submitted.count("_piece") >= 2 * 3 * 3
-        names = {n for ns in held.values() for n in ns}  # a kernel Dask ran on the other worker caches a copy there
-        # every range of each table a kernel read is cached under its name (class 0's answers all came
-        # from its range builders here, so its ranges are never read again)
-        expected = set()
-        for acc in accs.values():
-            for j, rs in enumerate([*acc.class_ranges, acc.top_ranges]):
-                assert len(rs) >= 4
-                table = {f"{acc.names}{j}-r{r}" for r in range(len(rs))}
-                if table & names:
-                    expected |= table
-        assert names == expected
-        assert {n.rsplit("-", 1)[0] for n in names} >= {f"{acc.names}{j}" for acc in accs.values() for j in (1, 2)}
+        handles = [h for acc in accs.values() for rs in [*acc.class_ranges, acc.top_ranges] for h in rs]
+        assert all(len(rs) >= 4 for acc in accs.values() for rs in [*acc.class_ranges, acc.top_ranges])
+        assert {h[2] for h in handles} == set(local)
+        for kind, path, address in handles:
+            assert kind == "disk" and path.startswith(os.path.join(local[address], "calengine-ranges", ""))
+            assert os.path.exists(f"{path}.value.npy")
+        assert [name for name, _ in log].count("slices_of") >= 2 * 3  # two kinds x at least three groups
+        pinned = {"slice_of", "slices_of", "build_block", "derive_block", "run_kernels", "remove_files", "pick_on_worker"}
+        assert all(w is not None and len(w) == 1 for name, w in log if name in pinned)
+        # between two waits, a pass submits at most BLOCKS_PER_WORKER tasks a worker
+        passes = " ".join(name for name, _ in log).split("gather")
+        assert max(p.split().count("run_kernels") for p in passes) <= range_workers.BLOCKS_PER_WORKER * 2
+        assert sum(p.split().count("run_kernels") for p in passes) > 0
+        for address, paths in client.run(cached).items():
+            assert all(p.startswith(local[address]) for p in paths)
+        assert any(client.run(cached).values())
+        assert _files_under(local) and not [p for p in _files_under(local) if "/c" in os.path.basename(p)[:2]]
         for acc in accs.values():
             acc.freeze()
         assert all(not ns for ns in client.run(cached).values())
+        assert _files_under(local) == []
         new = calengine.evaluate_models(model, str(parts), "class", client=client)
         assert all(not ns for ns in client.run(cached).values())
+        assert _files_under(local) == []
     assert isinstance(new.accumulators[0]["calibrated"], range_eval.RangedTables)
     assert json.dumps(new.to_json()) == json.dumps(old.to_json())
+
+
+def test_on_a_cluster_a_failed_evaluation_leaves_no_range_file_on_the_workers(pima_single_model, monkeypatch):
+    """An evaluation failing after its ranges were built (here: the client's metrics) raises its own
+    error, and the workers' local directories and range caches hold nothing of it afterwards."""
+    import calengine
+    from calengine.metrics import evaluation, range_cache, range_eval
+    from calengine.testing_cluster import local_client
+
+    model, parts = pima_single_model
+    built = []
+
+    def failing(acc, seed):
+        built.append(_files_under(local))
+        raise RuntimeError("the metrics failed")
+
+    with local_client(2) as client:
+        monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+        monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
+        monkeypatch.setattr(evaluation, "_metrics", failing)
+        local = client.run(lambda dask_worker: dask_worker.local_directory)
+        with pytest.raises(RuntimeError, match="the metrics failed"):
+            calengine.evaluate_models(model, str(parts), "class", client=client)
+        assert len(built[0]) >= 2 * 3 * 4 * 3  # 2 kinds x 3 tables x >= 4 ranges x 3 arrays, then none
+        assert _files_under(local) == []
+        assert all(not ps for ps in client.run(lambda: sorted(range_cache._CACHE._ranges)).values())

@@ -122,33 +122,3 @@ def test_merging_all_chunks_at_once_is_merging_them_in_order(sizes, seed):
         want = merge_tables(want, piece)
     got = merge_all(pieces)
     assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want))
-
-
-def test_a_named_range_in_memory_keeps_its_derived_arrays_until_it_is_forgotten():
-    """A range held in a worker's memory (a cluster's range task result) reaches the kernels through the
-    cache under its name: what they derive from it is computed once for all passes, not once a pass,
-    the arrays are the task result's own (not copies), the answers are those of the bare table, and
-    ``forget_ranges`` of its evaluation's prefix drops it."""
-    from calengine.metrics import range_cache, range_eval
-
-    t = table(500, seed=3)
-    computed = []
-
-    def kernel(tab, req):
-        x = range_cache.derived(tab, ("test-derived", req["k"]), lambda: computed.append(1) or np.log1p(tab[0]))
-        return float(x.sum()), tab[0]
-
-    name = "calengine-ranges/test-named/calibrated-1-r0"
-    bare = [range_eval.run_kernel(kernel, ("mem", t), {"k": 1}) for _ in range(3)]
-    assert len(computed) == 3  # unnamed: derived anew every pass
-    computed.clear()
-    named = [range_eval.run_kernel(kernel, ("mem", t, name), {"k": 1}) for _ in range(3)]
-    assert len(computed) == 1
-    assert [b[0] for b in bare] == [n[0] for n in named]
-    assert all(n[1] is t[0] for n in named) and not t[0].flags.writeable
-    range_eval.forget_ranges("calengine-ranges/test-named/calibrated-")
-    assert name not in range_cache._CACHE._ranges
-    range_eval.run_kernel(kernel, ("mem", t, name), {"k": 1})
-    assert len(computed) == 2
-    range_eval.forget_ranges("calengine-ranges/test-named/")
-    assert name not in range_cache._CACHE._ranges

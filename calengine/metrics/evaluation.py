@@ -203,7 +203,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             seed = check_seed(seed)
         bands = None
         with _forgetting(scratch), job_client(client, cluster=cluster, workers=workers,
-                                              requirements=model_requirements(loaded), map_only=True) as c:
+                                              requirements=model_requirements(loaded), map_only=True) as c, \
+                contextlib.ExitStack() as stack:
             # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
             # the workers); the report's figures are drawn from the ranges too (calengine.metrics.ranged_curves)
             from ..thread_client import ThreadClient
@@ -212,9 +213,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             if by is not None:
                 _check_segment_columns(files, by, target, weight)
             seg_opt = None if by is None else (by, max_segments)
-            accs = [evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm, weight=weight,
-                                   ranged=True, spill_dir=spill, segments=seg_opt)
-                    for m, cm in zip(loaded, costs)]
+            accs = []
+            stack.enter_context(_releasing(accs))
+            accs.extend(evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm,
+                                       weight=weight, ranged=True, spill_dir=spill, segments=seg_opt)
+                        for m, cm in zip(loaded, costs))
             # --by: the segment sums came with the metrics' pass (each row scored once for both)
             segments = None if by is None else [a.pop("segments").result() for a in accs]
             if bootstrap:
@@ -267,6 +270,22 @@ def _forgetting(scratch: str):
         yield
     finally:
         forget(scratch)
+
+
+@contextlib.contextmanager
+def _releasing(accs: list):
+    """Release the ranges of the accumulators in ``accs`` (a list filled inside) if the evaluation
+    fails: on a cluster they are files in the workers' local directories, which outlive this call
+    (:meth:`~calengine.metrics.range_eval.RangedTables.release`); on success :meth:`freeze` released them."""
+    try:
+        yield
+    except BaseException:
+        for a in accs:
+            for acc in a.values():
+                if hasattr(acc, "release"):
+                    with contextlib.suppress(Exception):  # the evaluation's own error is the one to report
+                        acc.release()
+        raise
 
 
 def _metrics(acc, seed: int) -> dict:

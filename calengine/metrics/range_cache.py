@@ -9,12 +9,10 @@ for each Newton round of the calibration fits the logit basis (two logarithms an
 per value, a third of a round's work).  Here a range file is read once per process while it stays
 cached, and a kernel asks its range for such arrays with :func:`derived`.
 
-On a cluster the ranges are not files but task results held in the workers' memory; a worker's
-kernels reach them through this cache too, by the range's name (:func:`calengine.metrics.range_eval.run_kernel`),
-for the derived arrays: without it every pass recomputed them (py-spy of a 10M-row ``evaluate
---cluster``: the logit bases, their spline cubes and the counts were a quarter of the workers' busy
-samples).  Caching such a range holds no copy of it, only the derived arrays cost memory (and, once
-Dask spills the task result to disk, the cached arrays stay in memory: within the same budget).
+On a cluster the ranges are files in the workers' local directories (:mod:`calengine.metrics.range_workers`),
+read by tasks on the worker holding them, so each worker's cache serves its own ranges the same way
+(py-spy of a 10M-row ``evaluate --cluster`` without a cache: the logit bases, their spline cubes and
+the counts were a quarter of the workers' busy samples).
 
 Memory stays bounded: the cache holds at most :data:`RANGE_CACHE_BYTES` of ranges and derived arrays
 (the ranges and their memos counted by ``nbytes``).  Passes sweep the ranges of one table in order,
@@ -38,7 +36,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-__all__ = ["RANGE_CACHE_BYTES", "RangeCache", "CachedRange", "derived", "cached_range", "forget", "forget_named"]
+__all__ = ["RANGE_CACHE_BYTES", "RangeCache", "CachedRange", "derived", "cached_range", "forget"]
 
 #: the byte budget of this process's cache (ranges plus derived arrays, about 100 bytes a value): at 10M
 #: rows a swept table's ranges and their derived arrays take about 1 GB, so its first half stays cached.
@@ -154,12 +152,6 @@ class RangeCache:
             for path in [p for p in self._ranges if os.path.abspath(p).startswith(prefix)]:
                 self._evict(path)
 
-    def forget_named(self, prefix: str) -> None:
-        """Drop every range whose name starts with ``prefix`` (in-memory ranges, named not by a path)."""
-        with self.lock:
-            for path in [p for p in self._ranges if p.startswith(prefix)]:
-                self._evict(path)
-
     def __len__(self) -> int:
         return len(self._ranges)
 
@@ -176,7 +168,3 @@ def forget(directory: str) -> None:
     """Drop this process's cached ranges stored under ``directory``."""
     _CACHE.forget(directory)
 
-
-def forget_named(prefix: str) -> None:
-    """Drop this process's cached ranges whose names start with ``prefix``."""
-    _CACHE.forget_named(prefix)

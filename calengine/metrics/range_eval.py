@@ -5,9 +5,9 @@ every class column; merged in one process that is three numbers per row and colu
 rows of continuous probabilities).  Here no process ever holds a whole table:
 
 1. **chunks** (:func:`chunk_tables`, one task per chunk of rows): the chunk's accumulators, built as
-   ``evaluate`` always built them, are written to the scratch directory as ``.npy`` files when the
-   client runs in this process (``spill_dir``), or stay in the worker's memory as the task's result
-   on a cluster (Dask spills those past the worker's budget); only a sketch comes back: each table's
+   ``evaluate`` always built them, are written as ``.npy`` files to the scratch directory when the
+   client runs in this process (``spill_dir``), or on a cluster to the local directory of the worker
+   that ran the task (:mod:`calengine.metrics.range_workers`); only a sketch comes back: each table's
    size and its values at :data:`SKETCH_POINTS` evenly spaced count quantiles;
 2. **range cuts** (:func:`range_boundaries`): from the merged sketches, boundaries at equal row counts,
    so each range holds about ``1/R`` of the rows, ``R`` chosen for about :data:`RANGE_VALUES` values per
@@ -15,11 +15,10 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    them (the metrics are bit-identical for any cut);
 3. **ranges** (:func:`build_range`, one task per table and range): the slices of the chunks' tables
    falling in the range merged in chunk order (exactly as the accumulator merges), written back to
-   the scratch directory or kept on the worker; a chunk's files are removed as soon as the ranges of
-   its tables are written, so scratch holds each table once.  On a cluster each chunk's table is
-   first cut into the slices of groups of consecutive ranges (:data:`GROUP_BYTES`), and a range's
-   task reads its group's slices only: not every chunk's whole table, which Dask would unspill or
-   fetch for each range.  A binary model whose rows have
+   the scratch directory or to a worker's local directory; a chunk's files are removed as soon as the
+   ranges of its tables are written, so scratch holds each table once.  On a cluster a table's ranges
+   are built in groups of consecutive ranges (:data:`GROUP_BYTES`), each worker's builds reading one
+   piece per group of each chunk another worker holds.  A binary model whose rows have
    ``P[:, 0] == 1 - P[:, 1]`` exactly (one calibrator returning ``1 - p``: checked on each chunk's tables,
    :func:`derivable`) keeps only the class-1 table of a chunk: the class-0 and top-label ranges are
    derived from slices of the class-1 ranges (:func:`derive_range`; ``1 - v`` rounds, so each derived
@@ -28,18 +27,18 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
    embedded, a derived class-0 range is not even written: its handle names the class-1 range files it
    is derived from again when a kernel reads it (``("derived", ...)``, see :func:`derive_range`);
 4. **metrics**: the kernels of :mod:`calengine.metrics.core_kernels` and :mod:`calengine.metrics.kernels`
-   run as tasks on the ranges (:meth:`RangedTables.mapper`; a range read from scratch, or held in a
-   worker's memory under its name, stays in the process's :mod:`~calengine.metrics.range_cache`
-   within its byte budget, with the arrays the kernels derive from it) and this process combines
+   run as tasks on the ranges (:meth:`RangedTables.mapper`; on a cluster on the worker holding each
+   range's file; a range read stays in the process's :mod:`~calengine.metrics.range_cache` within
+   its byte budget, with the arrays the kernels derive from it) and this process combines
    their small answers
    (:mod:`calengine.metrics.ranged`, :mod:`calengine.metrics.suite`): it holds O(ranges + bins).
 
 Length: past the house's ~600 lines because the chunk, range and derived-range tasks and
 :class:`RangedTables` share one storage convention (handles ``("disk", path)`` / ``("mem", arrays)``,
 :func:`_save`, :func:`_load`, the map cache of chunk files, which files go when): a split would
-spread those rules over modules that import each other.  On a cluster an in-memory range's handle
-is ``("mem", arrays, name)``: the name (unique to the evaluation, kind, table and range) is its key in
-the workers' range caches, dropped from them when the tables are frozen (:meth:`RangedTables.freeze`).
+spread those rules over modules that import each other.  On a cluster a handle is ``("disk", path,
+address)``, the address that of the worker holding the file; the files go, with what the workers
+cached of them, when the tables are frozen or the evaluation fails (:meth:`RangedTables.release`).
 
 The scratch directory is the caller's (``evaluate`` uses a :class:`tempfile.TemporaryDirectory` in
 ``$TMPDIR``, removed on success, error and Ctrl-C).  Integer counts (unweighted rows, integer weights)
@@ -49,6 +48,7 @@ units of ``total / 2**52`` of a total added in chunk order, so they agree with i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
@@ -58,7 +58,7 @@ import numpy as np
 
 from ..tasks.spill import load_npy
 from . import core_kernels as ck
-from .range_cache import cached_range, forget_named
+from .range_cache import cached_range
 from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import binary_top, empty_table, merge_all, merge_tables, mirror_table
 
@@ -72,7 +72,7 @@ RANGE_VALUES = 250_000
 #: at most this many ranges per table.
 MAX_RANGES = 512
 #: on a cluster, a table's ranges are built in groups of consecutive ranges whose slices of the chunks'
-#: tables hold about this many bytes (24 a value): see :func:`_ranges_of_table`.
+#: tables hold about this many bytes (24 a value): see :func:`calengine.metrics.range_workers.ranges_on_workers`.
 GROUP_BYTES = 128 << 20
 #: ``evaluate`` cuts tables into ranges from this many rows on (with ``--report`` too: its figures are
 #: drawn from the ranges, :mod:`calengine.metrics.ranged_curves`): below it one process holds the tables
@@ -91,7 +91,7 @@ def _save(table, path: str) -> tuple:
 def _load(handle, lo_value=None, hi_value=None):
     """A stored table, or with bounds only its values in ``[lo_value, hi_value)`` (a range task reads
     its slice of each chunk's table, not the table: see :func:`_read_slice`)."""
-    kind, data = handle[0], handle[1]  # a named in-memory range has its name third
+    kind, data = handle[0], handle[1]  # a file on a cluster has its worker's address third
     if kind == "disk" and (lo_value is not None or hi_value is not None):
         return _read_slice(data, lo_value, hi_value)
     if kind == "disk":
@@ -158,9 +158,9 @@ def _tables_of(arrays: dict) -> list:
 
 
 def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix, weight,
-                 spill_dir: str | None, index: int) -> dict:
+                 spill_dir: str, index: int) -> dict:
     """One chunk's tables (task): ``{"tables": {kind: [handle per table]}, "sketch": {kind: [...]},
-    "n": {kind: n}, "decisions": ...}``; handles are paths in ``spill_dir`` or the arrays themselves.
+    "n": {kind: n}, "decisions": ...}``; handles are of files in ``spill_dir``.
     ``evaluate_chunk``: :func:`calengine.scores.table.evaluate_chunk` (passed in: the scores side calls
     this module, not the other way round)."""
     part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight, accumulators=True)
@@ -184,12 +184,8 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
         out.setdefault("mirrored", {})[kind] = mirrored
         keep = [j == 1 or not mirrored for j in range(len(tables))]
         out["sketch"][kind] = [_sketch(t) if k else None for t, k in zip(tables, keep)]
-        if spill_dir is not None:
-            out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) if k else None
-                                   for j, (t, k) in enumerate(zip(tables, keep))]
-        else:
-            out["tables"][kind] = [("mem", tuple(np.ascontiguousarray(x) for x in t)) if k else None
-                                   for t, k in zip(tables, keep)]
+        out["tables"][kind] = [_save(t, os.path.join(spill_dir, f"c{index}-{kind}-{j}")) if k else None
+                               for j, (t, k) in enumerate(zip(tables, keep))]
     return out
 
 
@@ -231,10 +227,9 @@ def range_boundaries(sketches: list[dict], values_per_range: int | None = None) 
     return sorted(set(float(x) for x in picks if x > vals[0]))
 
 
-def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None, name: str | None = None):
+def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | None = None):
     """One range's table (task): the chunks' slices in ``[bounds[0], bounds[1])`` (None: unbounded)
-    merged in chunk order, stored at ``spill_path`` or returned as arrays (named ``name`` in the
-    workers' range caches, see :func:`run_kernel`): ``(handle, answer)``, the
+    merged in chunk order, stored at ``spill_path`` or returned as arrays: ``(handle, answer)``, the
     answer that of :func:`calengine.metrics.kernels.census` for the request ``census`` (None without
     one: fractional weights): the calibration suite's first pass over the range, run while the range is
     in memory instead of in a later task that reads it again."""
@@ -247,14 +242,11 @@ def build_range(bounds: tuple, spill_path: str | None, *handles, census: dict | 
         table = None
         for piece in pieces:
             table = piece if table is None else merge_tables(table, piece)
-    return _stored(table, spill_path, census, name)
+    return _stored(table, spill_path, census)
 
 
-def _stored(table, spill_path: str | None, census: dict | None, name: str | None = None) -> tuple:
-    if spill_path is not None:
-        handle = _save(table, spill_path)
-    else:
-        handle = ("mem", table) if name is None else ("mem", table, name)
+def _stored(table, spill_path: str | None, census: dict | None) -> tuple:
+    handle = _save(table, spill_path) if spill_path is not None else ("mem", table)
     return handle, _census_answer(table, census)
 
 
@@ -341,14 +333,14 @@ def derived_slices(which: str, lo, hi, edges1: list) -> list[tuple[int, tuple]]:
     return out
 
 
-def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles,
-                 name: str | None = None):
+def derive_range(which: str, spill_path: str | None, census: dict | None, slices: list, *handles):
     """One range of a binary model's class-0 (``which="class0"``) or top-label (``"top"``) table (task),
     from the slices ``[a, b)`` of the class-1 ranges ``handles`` (one slice per handle, in value order;
     see :func:`mirror_slices`): the mirror (:func:`~calengine.metrics.tables.mirror_table`) or the merged
     halves (:func:`~calengine.metrics.tables.binary_top`) of those rows.  Censused as :func:`build_range`
-    censuses a range; kept as it keeps one, except a class-0 range whose class-1 ranges are files
-    (embedded): then nothing is written and the handle is ``("derived", spill_path, which, slices,
+    censuses a range; kept as it keeps one, except a class-0 range whose class-1 ranges are files of
+    this process (embedded; on a cluster a handle must name the worker that holds its file, and the
+    slices may have come from another worker): then nothing is written and the handle is ``("derived", spill_path, which, slices,
     class-1 paths)``, which a kernel derives again from those files (:func:`_rederived`, through the
     range cache under ``spill_path``).
 
@@ -360,10 +352,11 @@ def derive_range(which: str, spill_path: str | None, census: dict | None, slices
     cache misses on every pass), so they are written as before.  The kernels get the same arrays either
     way: the same slices of the same files, derived by the same function."""
     table = _derived_table(which, slices, [lambda a, b, h=h: _load(h, a, b) for h in handles])
-    if which == "class0" and spill_path is not None and handles and all(h[0] == "disk" for h in handles):
+    if which == "class0" and spill_path is not None and handles and all(h[0] == "disk" and len(h) == 2
+                                                                        for h in handles):
         handle = ("derived", spill_path, which, tuple(slices), tuple(h[1] for h in handles))
         return handle, _census_answer(table, census)
-    return _stored(table, spill_path, census, name)
+    return _stored(table, spill_path, census)
 
 
 def _derived_table(which: str, slices: list, readers: list):
@@ -381,24 +374,14 @@ def _rederived(handle) -> tuple:
 
 def run_kernel(kernel, handle, request):
     """A kernel on one stored range (task); a range on disk comes from this process's cache
-    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget.  A named
-    range held in a worker's memory goes through the same cache under its name, so the arrays the
-    kernels derive from it (counts, the logit bases of every Newton round) are computed once per
-    worker and not once per pass; the range itself is not copied (the cache freezes its arrays).  A
-    derived range that was not written (:func:`derive_range`) is derived again on a miss."""
+    (:mod:`calengine.metrics.range_cache`): read once per process while it fits the budget, with the
+    arrays the kernels derive from it (counts, the logit bases of every Newton round).  A derived range
+    that was not written (:func:`derive_range`) is derived again on a miss."""
     if handle[0] == "disk":
         return kernel(cached_range(handle[1], _load_path), request)
     if handle[0] == "derived":
         return kernel(cached_range(handle[1], lambda _path: _rederived(handle)), request)
-    if len(handle) > 2:
-        return kernel(cached_range(handle[2], lambda _name: handle[1]), request)
     return kernel(_load(handle), request)
-
-
-def forget_ranges(prefix: str) -> None:
-    """Drop this process's cached in-memory ranges named under ``prefix`` (run on every worker when an
-    evaluation's ranges are released)."""
-    forget_named(prefix)
 
 
 def _load_path(path: str):
@@ -411,11 +394,15 @@ class RangedTables:
     ``evaluate`` reads, computed range by range (see the module docstring)."""
 
     def __init__(self, client, n_classes: int, n, class_ranges: list[list], top_ranges: list,
-                 censuses: dict | None = None, names: str | None = None):
+                 censuses: dict | None = None, evaluation: str | None = None, workers=None):
         self.client, self.n_classes, self.n = client, n_classes, n
         self.class_ranges, self.top_ranges = class_ranges, top_ranges
-        #: the prefix of these ranges' names in the workers' range caches (None: files or unnamed)
-        self.names = names
+        #: on a Dask cluster, the evaluation whose files in the workers' local directories hold these
+        #: ranges (:mod:`calengine.metrics.range_workers`; the ranges are their handles); None: futures
+        #: of files in the caller's scratch directory
+        self.evaluation = evaluation
+        #: with ``evaluation``: the :class:`~calengine.metrics.range_workers.OnWorkers` that maps and drops them
+        self.workers = workers
         #: the suite's first pass per table, answered by the range builders (integer counts only)
         self.censuses = censuses or {}
         self._cache: dict = {}
@@ -440,19 +427,25 @@ class RangedTables:
 
         self.error_reject_points()
         self.error_reject_at(REJECT_RATES)
-        if self.names is not None:
-            # the workers' caches drop these ranges with the futures (else they would sit there, within
-            # the cache's budget, until another evaluation's ranges pushed them out)
-            self.client.run(forget_ranges, self.names)
+        self.release()
+        return self
+
+    def release(self) -> None:
+        """Drop the ranges (on a cluster their files on the workers go, with what the workers cached of
+        them); only answers already computed stay available.  Called by :meth:`freeze`, and by
+        ``evaluate`` when it fails."""
+        if self.evaluation is not None and self.client is not None:
+            self.client.run(self.workers.drop, self.evaluation)
         self.client, self.class_ranges, self.top_ranges, self.censuses = None, None, None, {}
         self._drift_pieces = {}
-        return self
 
     def mapper(self, kernel, ranges, requests):
         if kernel is ck.tally:
             known = self._census_tallies(ranges, requests)
             if known is not None:
                 return known
+        if self.evaluation is not None:
+            return self.workers.map(self.client, kernel, ranges, requests)
         futures = [self.client.submit(run_kernel, kernel, r, q, pure=False) for r, q in zip(ranges, requests)]
         return self.client.gather(futures)
 
@@ -586,50 +579,19 @@ class RangedTables:
         return f"RangedTables(n_classes={self.n_classes}, n={self.n})"
 
 
-def _store_of(spill_dir, names, label: str, r: int) -> tuple:
-    """Where range ``r`` of table ``label`` is kept: ``(path in spill_dir, None)`` embedded, ``(None,
-    name)`` on a cluster (``names``: the evaluation's prefix of in-memory range names, see
-    :func:`run_kernel`)."""
-    if spill_dir is not None:
-        return os.path.join(spill_dir, f"{label}-r{r}"), None
-    return None, None if names is None else f"{names}{label}-r{r}"
-
-
-def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir, label: str, census: dict,
-                     names: str | None = None) -> tuple:
-    """The futures of one table's ranges and of their census answers (for the request ``census``), and
-    the ranges' edges (None: unbounded)."""
+def _ranges_of_table(client, handles: list, sketches: list[dict], spill_dir: str, label: str, census: dict) -> tuple:
+    """The futures of one table's ranges (files in ``spill_dir``) and of their census answers (for the
+    request ``census``), and the ranges' edges (None: unbounded).  On a cluster:
+    :func:`calengine.metrics.range_workers.ranges_on_workers`."""
     edges = [None, *range_boundaries(sketches), None]
-    R = len(edges) - 1
-    # On a cluster a build depending on every chunk's whole table made each build unspill (or fetch)
-    # all of them: at 100M rows (4.8 GB of chunk tables on two 4 GiB workers) 0.3 builds a second, the
-    # workers in Dask's spill files.  There each chunk's table is cut first into the slices of G groups
-    # of consecutive ranges (one task per chunk and group, submitted chunk by chunk so that a chunk is
-    # read once), and a range's build depends on its group's slices only: a group's builds stream
-    # through 1/G of the table.  The builds read the same values of each chunk, merged in chunk order.
-    groups = 1 if spill_dir is not None else min(R, -(-sum(s["size"] for s in sketches) * 24 // GROUP_BYTES))
-    per = -(-R // max(1, groups))
-    bounds = [(edges[g * per], edges[min(R, (g + 1) * per)]) for g in range(-(-R // per))]
-    if len(bounds) > 1:
-        cut = [[client.submit(_piece, h, lo, hi, pure=False) for lo, hi in bounds] for h in handles]
-        inputs = [[c[g] for c in cut] for g in range(len(bounds))]
-    else:
-        inputs = [handles]
-    built = []
-    for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-        path, name = _store_of(spill_dir, names, label, r)
-        built.append(client.submit(build_range, (lo, hi), path, *inputs[r // per], census=census, name=name,
-                                   pure=False))
+    built = [client.submit(build_range, (lo, hi), os.path.join(spill_dir, f"{label}-r{r}"), *handles, census=census,
+                           pure=False)
+             for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:]))]
     return (*_handles_and_answers(client, built), edges)
 
 
-def _piece(handle, lo_value, hi_value) -> tuple:
-    """The values ``[lo_value, hi_value)`` (None: unbounded) of a chunk's table held in memory (task)."""
-    return ("mem", _load(handle, lo_value, hi_value))
-
-
-def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir, label: str,
-                    census: dict, names: str | None = None) -> tuple:
+def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: list[dict], spill_dir: str, label: str,
+                    census: dict) -> tuple:
     """The futures of the class-0 or top-label table's ranges (and census answers) of a binary model
     whose every chunk is mirrored: cut by their own sketches (the class-1 sketches mapped), each read
     from the slices of the class-1 ranges ``ranges1`` (edges ``edges1``) its rows come from."""
@@ -637,30 +599,20 @@ def _derived_ranges(client, which: str, ranges1: list, edges1: list, sketches: l
     built = []
     for r, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
         plan = derived_slices(which, lo, hi, edges1)
-        path, name = _store_of(spill_dir, names, label, r)
-        built.append(client.submit(derive_range, which, path, census, [ab for _, ab in plan],
-                                   *[ranges1[i] for i, _ in plan], name=name, pure=False))
+        built.append(client.submit(derive_range, which, os.path.join(spill_dir, f"{label}-r{r}"), census,
+                                   [ab for _, ab in plan], *[ranges1[i] for i, _ in plan], pure=False))
     return _handles_and_answers(client, built)
 
 
 def _handles_and_answers(client, built: list) -> tuple[list, list]:
     """The futures of the ranges' handles and of their census answers, from the futures of their
-    build tasks' ``(handle, answer)`` pairs.
-
-    On a Dask cluster two small tasks per range pick them (the handle of an in-memory range is its
-    table, which must stay on the worker).  On the threads of a
-    :class:`~calengine.thread_client.ThreadClient` such a task would wait for its build on a pool
-    thread: behind every build the next queued picking task held the other thread, so the ranges were
-    built one at a time (1M rows: none of 24 builds overlapped another).  There the pairs are awaited
-    here (the builds of a table run side by side) and handed on as futures already holding them: the
-    same handles and answers."""
-    from ..thread_client import ThreadClient
-
-    if isinstance(client, ThreadClient):
-        pairs = client.gather(built)
-        return client.scatter([p[0] for p in pairs]), client.scatter([p[1] for p in pairs])
-    return ([client.submit(_nth, b, 0, pure=False) for b in built],
-            [client.submit(_nth, b, 1, pure=False) for b in built])
+    build tasks' ``(handle, answer)`` pairs (handles of files: small).  The pairs are awaited here (the
+    builds of a table run side by side) and handed on as futures already holding them: on the threads
+    of a :class:`~calengine.thread_client.ThreadClient` a task picking them would wait for its build on
+    a pool thread, and behind every build the next queued picking task held the other thread, so the
+    ranges were built one at a time (1M rows: none of 24 builds overlapped another)."""
+    pairs = client.gather(built)
+    return client.scatter([p[0] for p in pairs]), client.scatter([p[1] for p in pairs])
 
 
 def _mapped_sketch(sketch: dict, which: str) -> dict:
@@ -671,26 +623,43 @@ def _mapped_sketch(sketch: dict, which: str) -> dict:
     return {**sketch, "values": m.tolist()}
 
 
-def _nth(pair, i: int):
-    return pair[i]
-
-
 def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str, batch_rows: int, with_raw: bool,
-                    cost_matrix, weight, spill_dir: str | None, progress=None) -> dict:
+                    cost_matrix, weight, spill_dir: str | None, progress=None, workers=None) -> dict:
     """``{"calibrated": RangedTables, "raw": RangedTables}`` (and ``"decisions"``) of ``chunks``:
     what :func:`calengine.scores.table.evaluate_table` returns, without a whole table anywhere.
     ``evaluate_chunk`` evaluates one chunk (see :func:`chunk_tables`); ``model_f`` is the model as
     shared with the client, ``k`` its number of classes.  ``spill_dir``: where tables are written (the
-    embedded case), or None to keep them on the workers."""
+    embedded case), or None on a Dask cluster, with ``workers`` :class:`calengine.metrics.range_workers.OnWorkers`:
+    in the workers' local directories, removed if this fails (passed in by the caller: that module
+    builds on this one)."""
+    if (spill_dir is None) == (workers is None):
+        raise ValueError("evaluate_ranged takes either spill_dir (embedded) or workers (a Dask cluster)")
+    evaluation = None if spill_dir is not None else uuid.uuid4().hex
+    try:
+        return _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix,
+                                weight, spill_dir, evaluation, progress, workers)
+    except BaseException:
+        if evaluation is not None:
+            with contextlib.suppress(Exception):  # the evaluation's own error is the one to report
+                client.run(workers.drop, evaluation)
+        raise
+
+
+def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix, weight,
+                     spill_dir, evaluation, progress, rw) -> dict:
     from ..errors import DataError
     from ..progress import gather_in_order
-    parts = [client.submit(chunk_tables, evaluate_chunk, model_f, c, target, batch_rows, with_raw, cost_matrix,
-                           weight, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
-    small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
+
+    args = (evaluate_chunk, model_f)
+    tail = (target, batch_rows, with_raw, cost_matrix, weight)
+    if evaluation is None:
+        parts = [client.submit(chunk_tables, *args, c, *tail, spill_dir, i, pure=False) for i, c in enumerate(chunks)]
+        small = gather_in_order(client, [client.submit(small_part, p, pure=False) for p in parts], progress, "evaluate")
+    else:
+        # the chunks' tables are files on the workers: their results are small and come here whole
+        small = gather_in_order(client, [client.submit(rw.chunk, evaluation, i, *args, c, *tail, pure=False)
+                                         for i, c in enumerate(chunks)], progress, "evaluate")
     out, pending = {}, []
-    # on a cluster the ranges live in the workers' memory under names of this evaluation (their range
-    # caches keep what the kernels derive from them, see run_kernel); embedded they are files
-    names = None if spill_dir is not None else f"calengine-ranges/{uuid.uuid4().hex}/"
     for kind in ("calibrated", "raw"):
         if kind not in small[0]["n"]:
             continue
@@ -711,46 +680,60 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         order = (1, 0, 2) if derive else ((0, 2, 1) if any(mirrored) else range(k + 1))
         for j in order:
             key = ("class", j) if j < k else ("top",)
+            label = f"{kind}-{j}"
             if derive and j != 1:
                 which = "class0" if j == 0 else "top"
-                table, answers = _derived_ranges(client, which, ranges[1], edges1, [s["sketch"][kind][1] for s in small],
-                                                 spill_dir, f"{kind}-{j}", requests.get(key), names)
+                sk = [s["sketch"][kind][1] for s in small]
+                if evaluation is None:
+                    table, answers = _derived_ranges(client, which, ranges[1], edges1, sk, spill_dir, label,
+                                                     requests.get(key))
+                else:
+                    table, answers = rw.derived(client, f"{evaluation}/{kind}", which, ranges[1], edges1, sk, label,
+                                                           requests.get(key))
                 ranges[j] = table
                 if unit_free:
                     censuses[key] = answers
                 continue
-            # the handle of table j of every chunk, picked where the chunk's result lives (a mirrored
-            # chunk's class-0 and top-label tables derived from its class-1 table when others are not)
-            hs = [client.submit(_pick, p, kind, j, spill_dir, i, pure=False) for i, p in enumerate(parts)]
             sketches = [s["sketch"][kind][j] or _mapped_sketch(s["sketch"][kind][1], "class0" if j == 0 else "top")
                         for s in small]
-            table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, f"{kind}-{j}", requests.get(key),
-                                                     names)
-            ranges[j] = table
-            if unit_free:
-                censuses[key] = answers
-            if spill_dir is not None:
+            if evaluation is None:
+                # the handle of table j of every chunk, picked where the chunk's result lives (a mirrored
+                # chunk's class-0 and top-label tables derived from its class-1 table when others are not)
+                hs = [client.submit(_pick, p, kind, j, spill_dir, i, pure=False) for i, p in enumerate(parts)]
+                table, answers, edges = _ranges_of_table(client, hs, sketches, spill_dir, label, requests.get(key))
                 # the chunks' files of this table are read by its range tasks only: once those are
                 # written they go (scratch would otherwise hold every table twice)
                 client.gather(table)
                 _remove_chunk_files(client.gather(hs))
+            else:
+                hs = [s["tables"][kind][j] for s in small]
+                missing = [i for i, h in enumerate(hs) if h is None]
+                picked = client.gather([client.submit(rw.pick, evaluation, small[i]["tables"][kind], kind, j,
+                                                      i, workers=[small[i]["tables"][kind][1][2]],
+                                                      allow_other_workers=False, pure=False) for i in missing])
+                for i, h in zip(missing, picked):
+                    hs[i] = h
+                table, answers, edges = rw.ranges(client, f"{evaluation}/{kind}", hs, sketches, label,
+                                                             requests.get(key))
+            ranges[j] = table
+            if unit_free:
+                censuses[key] = answers
             if derive:
                 edges1 = edges
         if derive and spill_dir is not None:
             client.gather([*ranges[0], *ranges[2]])
             _forget_maps(client.gather(ranges[1]))
         pending.append((kind, n, ranges, censuses))
-    # every table's ranges are submitted before the client waits for any census answer: the workers
-    # build the next table's ranges while the last ranges of one are built (a wait per table left a
-    # worker idle at each table's end)
-    flat = client.gather([f for _, _, _, c in pending for fs in c.values() for f in fs])
+    if evaluation is None:
+        # every table's ranges are submitted before the client waits for any census answer: the
+        # workers build the next table's ranges while the last ranges of one are built
+        flat = client.gather([f for _, _, _, c in pending for fs in c.values() for f in fs])
+        for _, _, _, censuses in pending:
+            for key, fs in censuses.items():
+                censuses[key], flat = flat[:len(fs)], flat[len(fs):]
     for kind, n, ranges, censuses in pending:
-        got = {}
-        for key, fs in censuses.items():
-            got[key], flat = flat[:len(fs)], flat[len(fs):]
-        censuses = got
         out[kind] = RangedTables(client, k, n, [ranges[j] for j in range(k)], ranges[k], censuses=censuses,
-                                 names=None if names is None else f"{names}{kind}-")
+                                 evaluation=None if evaluation is None else f"{evaluation}/{kind}", workers=rw)
     if cost_matrix is not None:
         out["decisions"] = small[0]["decisions"]
         for s in small[1:]:
@@ -759,6 +742,41 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
         from ..tasks.partitions import merge_all
 
         out["segments"] = merge_all(*[s["segments"] for s in small])
+    return out
+
+
+def fold_census(answers: list) -> list:
+    """``answers`` (one census answer per range, in range order) with the per-range histograms added
+    into the first answer: its ``"grid"`` (the smooth-ECE grid sums) and ``"logit_hist"`` (the logit
+    histogram) become the table's, the others' are dropped.  Why: they are the bulk of an answer (50 KB
+    of Python integers per range of class 1), and the client held them all until the end, O(ranges):
+    at 100M rows a third of its peak.  The calibration suite only ever adds them up (``_add_lists``,
+    ``_logit_histogram``, reading a missing entry as empty), in exact integers, so folding them as they
+    arrive changes no bit.  Folding a folded list with more answers is folding them all."""
+    if not answers:
+        return answers
+    first = dict(answers[0])
+    grids = [a["grid"] for a in answers if a.get("grid")]
+    if grids:
+        first["grid"] = {size: tuple(_add_lists(g[size][i] for g in grids) for i in range(3)) for size in grids[0]}
+    hists = [a["logit_hist"] for a in answers if a.get("logit_hist")]
+    if hists:
+        rows: dict = {}
+        for h in hists:
+            for j, row in enumerate(zip(h["m"], h["a"], h["mx"], h["ax"]), start=h["first"]):
+                if row[0]:
+                    rows[j] = [p + q for p, q in zip(rows[j], row)] if j in rows else list(row)
+        lo = min(rows, default=0)
+        span = [rows.get(j, [0, 0, 0, 0]) for j in range(lo, max(rows, default=-1) + 1)]
+        first["logit_hist"] = {**hists[0], "first": lo, **{k: [r[i] for r in span] for i, k in enumerate("m a mx ax".split())}}
+    rest = [{k: v for k, v in a.items() if k not in ("grid", "logit_hist")} for a in answers[1:]]
+    return [first, *rest]
+
+
+def _add_lists(lists):
+    out = None
+    for x in lists:
+        out = list(x) if out is None else [p + q for p, q in zip(out, x)]
     return out
 
 
@@ -775,15 +793,15 @@ def _remove_chunk_files(handles) -> None:
 
 
 def _forget_maps(handles) -> None:
-    """Drop this process's maps of class-1 range files the derived ranges read slices of (the files
-    stay: the kernels read them)."""
+    """Drop this process's maps of the files of ``handles`` (``(kind, path)``) it read slices of, e.g.
+    the class-1 range files the derived ranges read (the files stay: the kernels read them)."""
     with _MAPPED_LOCK:
         for kind, path in handles:
             if kind == "disk":
                 _MAPPED.pop(path, None)
 
 
-def _pick(part: dict, kind: str, j: int, spill_dir: str | None = None, index: int = 0):
+def _pick(part: dict, kind: str, j: int, spill_dir: str, index: int = 0):
     """Table ``j`` of a chunk's result; a mirrored chunk's class-0 or top-label table is derived from
     its class-1 table here (and stored as the chunk's own would have been)."""
     handle = part["tables"][kind][j]
@@ -791,6 +809,4 @@ def _pick(part: dict, kind: str, j: int, spill_dir: str | None = None, index: in
         return handle
     table = _load(part["tables"][kind][1])
     table = mirror_table(table) if j == 0 else binary_top(table)
-    if spill_dir is None:
-        return ("mem", table)
     return _save(table, os.path.join(spill_dir, f"c{index}-{kind}-{j}"))

@@ -437,8 +437,12 @@ def evaluate_table(
     model_f = share_model(client, model)
     chunk_fn = evaluate_chunk if segments is None else functools.partial(evaluate_chunk, segments=segments)
     if ranged and sum(c.n_rows for c in chunks) >= range_eval.RANGED_MIN_ROWS:
+        from ..metrics.range_workers import OnWorkers
+
+        # embedded: files in spill_dir; on a Dask cluster: in the workers' local directories
         return range_eval.evaluate_ranged(client, chunk_fn, model_f, model.n_classes, chunks, target, batch_rows,
-                                          with_raw, cost_matrix, weight, spill_dir, progress)
+                                          with_raw, cost_matrix, weight, spill_dir, progress,
+                                          workers=None if spill_dir is not None else OnWorkers())
     futures = [
         client.submit(chunk_fn, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
         for chunk in chunks

@@ -1,0 +1,340 @@
+"""The ranges of an evaluation on a Dask cluster, kept as files in the workers' local directories.
+
+Why (issue 22 §1: every process's peak flat from 10M to 100M rows): held as task results, the chunks'
+tables and the ranges were all in the workers' memory at once (three tables of 24 bytes a value per
+kind: 1.5 GB a worker at 10M rows), so a worker's peak grew with the table until Dask's spill
+heuristics capped it near 70 % of its limit, and the scheduler kept two picking tasks per range and
+every range's future until the end.  Here:
+
+* **storage**: a chunk's tables and every range are ``.npy`` files in the local directory of the
+  worker that computed them (under ``calengine-ranges/<evaluation>/``), exactly as embedded
+  ``evaluate`` writes them to its scratch directory; a handle is ``("disk", path, address)``, small
+  and gathered by the client at once, so no future outlives its wave of tasks.  A worker holds in
+  memory only what its running task reads and its range cache
+  (:mod:`~calengine.metrics.range_cache`, a fixed budget), whatever the table's size.
+* **placement**: every task that reads a file runs on the worker holding it (``workers=[address]``,
+  no other worker allowed).  A range's build needs a slice of every chunk's table: the slices held
+  by another worker come as a task pinned there (:func:`slices_of`) whose result Dask moves, one per
+  group of consecutive ranges, holder and destination; derived ranges (a binary model's class 0 and
+  top label) read the class-1 ranges the same way (:func:`slice_of`).  Nothing assumes a shared file
+  system.
+* **heap**: the range tasks trim the heap after each range (as the score-range tasks of fits do as
+  they end, :func:`~calengine.tasks.heap.trims_heap_even_when_kept`): their 2 MB temporaries, kept on
+  the heap where ``MALLOC_MMAP_THRESHOLD_`` is raised, beside the range cache's arrays, left holes
+  that grew with the number of ranges a worker processed.  30M rows, workers' peaks: untrimmed
+  1,063 / 1,064 MiB in one run and 1,365 / 1,062 in another, trimmed once a task 1,260 / 1,286,
+  trimmed after every range 1,048 / 1,049 and 1,044 / 1,043.
+* **task counts**: builds and kernel passes run as a few tasks per worker, each over a block of
+  consecutive ranges of one worker (:data:`BLOCKS_PER_WORKER`; derived ranges in blocks of
+  :data:`DERIVED_BLOCK`, in waves), so the number of tasks alive does not grow with the table (the
+  scheduler's bookkeeping did: +227 % from 10M to 100M); the census answers' histograms are folded
+  as each wave arrives (:func:`~calengine.metrics.range_eval.fold_census`).
+* **maps**: a block drops its maps of the files it read slices of when it ends (:func:`_unmap`): the
+  pages its binary searches touch stay resident while a file is mapped, and over a table's ranges
+  they covered every chunk file's values (100M rows: workers 1,606 / 1,540 MiB with the maps kept to
+  the table's end, 974 / 990 without).
+* **cleanup**: the files go with the evaluation (:func:`drop_evaluation` on every worker, from
+  :meth:`~calengine.metrics.range_eval.RangedTables.release`), on success and on error; the chunks'
+  files go as soon as their table's ranges are built.
+
+Every range holds the values the in-memory path would hold, merged in the same order by the same
+functions (:func:`~calengine.metrics.range_eval.build_range`, :func:`~calengine.metrics.range_eval.derive_range`),
+so results are bit-identical to embedded ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
+from . import range_eval as re_
+from .range_cache import forget
+
+__all__ = ["BLOCKS_PER_WORKER", "OnWorkers", "ranges_on_workers", "run_kernels", "drop_evaluation", "blocks_by_worker"]
+
+#: each worker runs a table's builds, and each kernel pass over a table, as about this many tasks (one
+#: per block of consecutive ranges): enough to keep a worker's queue from running dry between blocks,
+#: few enough that the scheduler's task count does not depend on the number of ranges.
+BLOCKS_PER_WORKER = 2
+#: at most this many derived ranges (a binary model's class 0 and top label) a task: the class-1 slices a
+#: task reads from another worker are in its memory together (6 MB a range).
+DERIVED_BLOCK = 4
+#: the directory, under a worker's local directory, that holds every evaluation's files.
+ROOT = "calengine-ranges"
+
+
+def _worker():
+    from distributed import get_worker
+
+    return get_worker()
+
+
+def worker_dir(evaluation: str) -> str:
+    """This worker's directory of ``evaluation``'s files (in task; created on first use)."""
+    path = os.path.join(_worker().local_directory, ROOT, evaluation)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _located(handle) -> tuple:
+    """A handle of a file written here, with this worker's address."""
+    return (handle[0], handle[1], _worker().address)
+
+
+@trims_heap_even_when_kept
+def chunk_on_worker(evaluation: str, index: int, *args) -> dict:
+    """:func:`~calengine.metrics.range_eval.chunk_tables` of one chunk (task; ``args`` its arguments up
+    to ``spill_dir``), its tables written to this worker's directory: the result is small (sketches,
+    handles), gathered by the client."""
+    part = re_.chunk_tables(*args, worker_dir(evaluation), index)
+    part["tables"] = {kind: [None if h is None else _located(h) for h in hs] for kind, hs in part["tables"].items()}
+    return part
+
+
+def pick_on_worker(evaluation: str, part_tables: list, kind: str, j: int, index: int) -> tuple:
+    """Table ``j`` of a chunk whose class-0 and top-label tables were not kept (task, on the chunk's
+    worker): written beside the chunk's class-1 table (:func:`~calengine.metrics.range_eval._pick`)."""
+    return _located(re_._pick({"tables": {kind: part_tables}}, kind, j, worker_dir(evaluation), index))
+
+
+@trims_heap_even_when_kept
+def slice_of(handle, lo_value, hi_value) -> tuple:
+    """The values ``[lo_value, hi_value)`` (None: unbounded) of a file of this worker (task): the
+    piece another worker's task reads, moved there by Dask as an in-memory table."""
+    return ("mem", re_._load(handle, lo_value, hi_value))
+
+
+@trims_heap_even_when_kept
+def slices_of(handles: list, lo_value, hi_value) -> list:
+    """:func:`slice_of` of several files of this worker (task): one task, not one per chunk, for the
+    pieces of a group another worker's builds read."""
+    return [("mem", re_._load(h, lo_value, hi_value)) for h in handles]
+
+
+def build_block(evaluation: str, label: str, first: int, edges: list, census, plan: list, *sources) -> list:
+    """Ranges ``first, first + 1, ...`` of table ``label`` (task), ``edges`` their ``len + 1`` edges,
+    each built by :func:`~calengine.metrics.range_eval.build_range` from one input per chunk, in chunk
+    order: ``plan[c] = (s, i)``, the ``i``-th of ``sources[s]`` (the files of this worker, or the
+    pieces moved here from another), and written to this worker's directory: ``[(handle, census
+    answer), ...]``."""
+    inputs = [sources[s][i] for s, i in plan]
+    d = worker_dir(evaluation)
+    out = []
+    try:
+        for r, bounds in enumerate(zip(edges[:-1], edges[1:]), first):
+            handle, answer = re_.build_range(bounds, os.path.join(d, f"{label}-r{r}"), *inputs, census=census)
+            out.append((_located(handle), answer))
+            release_freed_memory(even_when_kept=True)
+    finally:
+        _unmap(inputs)
+    return out
+
+
+def _unmap(inputs: list) -> None:
+    """Drop this process's maps of the files a block read slices of: the pages its binary searches
+    touched stay resident while a file is mapped, and over a table's blocks they covered every chunk
+    file's values (at 100M rows a worker's 50 chunk files of a table: up to 400 MB)."""
+    re_._forget_maps([h[:2] for h in inputs if h[0] == "disk"])
+
+
+def derive_block(evaluation: str, label: str, which: str, census, items: list) -> list:
+    """Derived ranges (task): ``items`` ``[(r, slices, inputs), ...]`` as
+    :func:`~calengine.metrics.range_eval.derive_range` takes them, written to this worker's directory."""
+    d = worker_dir(evaluation)
+    out = []
+    try:
+        for r, slices, inputs in items:
+            handle, answer = re_.derive_range(which, os.path.join(d, f"{label}-r{r}"), census, slices, *inputs)
+            out.append((_located(handle), answer))
+            release_freed_memory(even_when_kept=True)
+    finally:
+        _unmap([h for _, _, inputs in items for h in inputs])
+    return out
+
+
+def run_kernels(kernel, handles: list, requests: list) -> list:
+    """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their worker)."""
+    out = []
+    for h, q in zip(handles, requests):
+        out.append(re_.run_kernel(kernel, h, q))
+        release_freed_memory(even_when_kept=True)
+    return out
+
+
+def remove_files(handles: list) -> None:
+    """Remove files of this worker (task): a table's chunk files once its ranges are built."""
+    re_._remove_chunk_files([h[:2] for h in handles])
+
+
+def drop_evaluation(evaluation: str, dask_worker=None) -> None:
+    """Remove ``evaluation``'s files from this worker and forget what this process cached or mapped of
+    them (``client.run`` on every worker, which passes ``dask_worker``:
+    :meth:`~calengine.metrics.range_eval.RangedTables.release`).  An
+    evaluation's ranges of one kind are ``"<evaluation>/<kind>"``, released apart (one kind's tables
+    may still be read when the other's go); the evaluation's directory goes with its last kind."""
+    path = os.path.join(dask_worker.local_directory, ROOT, evaluation)
+    forget(path)
+    prefix = os.path.join(path, "")
+    with re_._MAPPED_LOCK:
+        for p in [p for p in re_._MAPPED if p.startswith(prefix)]:
+            del re_._MAPPED[p]
+    shutil.rmtree(path, ignore_errors=True)
+    for parent in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
+        if os.path.basename(parent) == ROOT:
+            break
+        try:
+            os.rmdir(parent)  # empty once every kind is released
+        except OSError:
+            break
+
+
+# ---- client side -------------------------------------------------------------------------------------
+
+def blocks_by_worker(n: int, workers: list[str]) -> list[tuple[int, int, str]]:
+    """``[(start, stop, address), ...]``: ``n`` consecutive ranges cut into about
+    :data:`BLOCKS_PER_WORKER` blocks a worker, dealt to the workers in turn."""
+    count = max(1, min(n, BLOCKS_PER_WORKER * len(workers)))
+    bounds = [n * b // count for b in range(count + 1)]
+    return [(lo, hi, workers[b % len(workers)]) for b, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])) if hi > lo]
+
+
+def _pinned(client, address: str, fn, *args):
+    return client.submit(fn, *args, workers=[address], allow_other_workers=False, pure=False)
+
+
+def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dict], label: str, census) -> tuple:
+    """One table's ranges built on the workers from its chunks' files ``handles`` (one per chunk, in
+    chunk order): ``(range handles, census answers, edges)``.  The table is built group by group
+    (:data:`~calengine.metrics.range_eval.GROUP_BYTES` of values a group): each worker's builds of a
+    group read its own chunks' files and one piece of each other worker's chunks, so a worker holds
+    at most one group's pieces at a time; the chunk files go when the table is built."""
+    workers = sorted({h[2] for h in handles} | set(client.scheduler_info()["workers"]))
+    edges = [None, *re_.range_boundaries(sketches), None]
+    R = len(edges) - 1
+    groups = min(R, -(-sum(s["size"] for s in sketches) * 24 // re_.GROUP_BYTES))
+    per = -(-R // max(1, groups))
+    held = {w: [i for i, h in enumerate(handles) if h[2] == w] for w in workers}
+    built: list = []
+    pending = None
+    for g0 in range(0, R, per):
+        g1 = min(R, g0 + per)
+        pieces: dict = {}  # (holder, destination) -> the future of the holder's pieces of this group
+        futures = []
+        for lo, hi, w in blocks_by_worker(g1 - g0, workers):
+            holders = [x for x in workers if held[x]]
+            sources, where = [], {}
+            for s, x in enumerate(holders):
+                where.update({i: (s, n) for n, i in enumerate(held[x])})
+                if x == w:
+                    sources.append([handles[i] for i in held[x]])
+                    continue
+                if (x, w) not in pieces:
+                    pieces[(x, w)] = _pinned(client, x, slices_of, [handles[i] for i in held[x]], edges[g0], edges[g1])
+                sources.append(pieces[(x, w)])
+            futures.append(_pinned(client, w, build_block, evaluation, label, g0 + lo, edges[g0 + lo:g0 + hi + 1],
+                                   census, [where[i] for i in range(len(handles))], *sources))
+        # one group is built while the previous one's results come back: a worker holds the pieces of
+        # at most two groups, and the scheduler the tasks of two
+        if pending is not None:
+            _arrived(built, client.gather(pending), census)
+        pending = futures
+    _arrived(built, client.gather(pending), census)
+    for w in {h[2] for h in handles}:
+        _pinned(client, w, remove_files, [h for h in handles if h[2] == w]).result()
+    return built[0], built[1], edges
+
+
+def _arrived(built: list, blocks: list, census) -> None:
+    """Add a wave's ``(handle, answer)`` blocks to ``built`` (``[handles, answers]``), the census
+    answers' histograms folded as they arrive (:func:`~calengine.metrics.range_eval.fold_census`)."""
+    pairs = [p for block in blocks for p in block]
+    if not built:
+        built.extend(([], []))
+    built[0].extend(p[0] for p in pairs)
+    answers = built[1] + [p[1] for p in pairs]
+    built[1][:] = answers if census is None else re_.fold_census(answers)
+
+
+def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges1: list, sketches: list[dict],
+                       label: str, census) -> tuple:
+    """The class-0 or top-label table's ranges of a binary model whose every chunk is mirrored, from the
+    class-1 ranges ``ranges1`` (handles, edges ``edges1``): ``(handles, census answers)``.  A derived
+    range is built on the worker holding its first class-1 slice; slices held elsewhere come as one
+    piece per block of derived ranges and class-1 range."""
+    edges = [None, *re_.range_boundaries([re_._mapped_sketch(s, which) for s in sketches]), None]
+    plans = [re_.derived_slices(which, lo, hi, edges1) for lo, hi in zip(edges[:-1], edges[1:])]
+    workers = sorted({h[2] for h in ranges1})
+    # consecutive derived ranges whose first class-1 slice is on the same worker form a block of at
+    # most DERIVED_BLOCK ranges, and the blocks go in waves of BLOCKS_PER_WORKER a worker: a worker
+    # holds the pieces of two waves at most (submitted at once, the pieces of every block were cut as
+    # soon as the class-1 ranges existed: half a top-label table moved in memory)
+    owner = [ranges1[p[0][0]][2] if p else workers[0] for p in plans]
+    blocks, start = [], 0
+    for r in range(1, len(plans) + 1):
+        if r == len(plans) or owner[r] != owner[start] or r - start >= DERIVED_BLOCK:
+            blocks.append((start, r, owner[start]))
+            start = r
+    built: list = []
+    pending = None
+    wave = BLOCKS_PER_WORKER * len(workers)
+    for b0 in range(0, len(blocks), wave):
+        futures = []
+        for lo, hi, w in blocks[b0:b0 + wave]:
+            wanted: dict = {}  # class-1 range held elsewhere -> the union of the slices this block reads of it
+            for plan in plans[lo:hi]:
+                for i, (a, b) in plan:
+                    if ranges1[i][2] != w:
+                        wanted.setdefault(i, []).append((a, b))
+            pieces = {i: _pinned(client, ranges1[i][2], slice_of, ranges1[i], *_union(ab)) for i, ab in wanted.items()}
+            items = [(r, [ab for _, ab in plans[r]], [pieces.get(i, ranges1[i]) for i, _ in plans[r]])
+                     for r in range(lo, hi)]
+            futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items))
+        if pending is not None:
+            _arrived(built, client.gather(pending), census)
+        pending = futures
+    _arrived(built, client.gather(pending or []), census)
+    return built[0], built[1]
+
+
+def _union(slices: list) -> tuple:
+    """The least ``[a, b)`` (None: unbounded) holding every slice of ``slices``."""
+    a = None if any(s[0] is None for s in slices) else min(s[0] for s in slices)
+    b = None if any(s[1] is None for s in slices) else max(s[1] for s in slices)
+    return a, b
+
+
+def map_on_workers(client, kernel, ranges: list, requests: list) -> list:
+    """``kernel`` on every range (handles), run on the workers holding them: each worker's ranges cut
+    into :data:`BLOCKS_PER_WORKER` tasks, so a pass is a fixed number of tasks whatever the number of
+    ranges (each range's answer is its own: the order they are computed in changes nothing); the
+    answers in range order."""
+    mine: dict = {}
+    for r, h in enumerate(ranges):
+        mine.setdefault(h[2], []).append(r)
+    futures = []
+    for w, rs in mine.items():
+        count = min(len(rs), BLOCKS_PER_WORKER)
+        for b in range(count):
+            block = rs[len(rs) * b // count:len(rs) * (b + 1) // count]
+            futures.append((block, _pinned(client, w, run_kernels, kernel, [ranges[r] for r in block],
+                                           [requests[r] for r in block])))
+    out: list = [None] * len(ranges)
+    for (block, _), answers in zip(futures, client.gather([f for _, f in futures])):
+        for r, a in zip(block, answers):
+            out[r] = a
+    return out
+
+
+class OnWorkers:
+    """What :func:`~calengine.metrics.range_eval.evaluate_ranged` and
+    :class:`~calengine.metrics.range_eval.RangedTables` call to keep an evaluation's tables on the
+    workers (passed in by :func:`calengine.scores.table.evaluate_table`: this module builds on
+    :mod:`~calengine.metrics.range_eval`, which therefore does not import it)."""
+
+    chunk = staticmethod(chunk_on_worker)
+    pick = staticmethod(pick_on_worker)
+    ranges = staticmethod(ranges_on_workers)
+    derived = staticmethod(derived_on_workers)
+    map = staticmethod(map_on_workers)
+    drop = staticmethod(drop_evaluation)
