@@ -724,3 +724,45 @@ def test_on_a_cluster_a_failed_evaluation_leaves_no_range_file_on_the_workers(pi
         assert len(built[0]) >= 2 * 3 * 4 * 3  # 2 kinds x 3 tables x >= 4 ranges x 3 arrays, then none
         assert _files_under(local) == []
         assert all(not ps for ps in client.run(lambda: sorted(range_cache._CACHE._ranges)).values())
+
+
+@pytest.mark.timeout(180)
+def test_on_a_cluster_a_worker_lost_after_writing_files_is_one_error_not_a_hang(pima_single_model, monkeypatch):
+    """A worker that leaves once it holds chunk files takes them with it; the tasks pinned to it could
+    never run, and Dask would keep them waiting for it.  The evaluation raises ClusterError naming the
+    worker instead, and the surviving workers' files are removed.  (Without the watch in
+    ``range_workers.gather_pinned`` this test hangs until its timeout.)"""
+    import time
+
+    import calengine
+    from calengine.errors import ClusterError
+    from calengine.metrics import range_eval, range_workers
+    from calengine.testing_cluster import local_client
+
+    model, parts = pima_single_model
+    real = range_workers.ranges_on_workers
+    lost = []
+
+    def losing_a_holder(client, evaluation, handles, *args):
+        victim = sorted({h[2] for h in handles})[0]
+        lost.append(victim)
+        async def die():
+            os._exit(1)
+
+        client.run(die, workers=[victim], wait=False)  # Dask runs only coroutines without waiting
+        deadline = time.monotonic() + 60
+        while victim in client.scheduler_info(n_workers=-1)["workers"]:
+            assert time.monotonic() < deadline, "the killed worker never left the scheduler"
+            time.sleep(0.2)
+        return real(client, evaluation, handles, *args)
+
+    with local_client(2) as client:
+        monkeypatch.setattr(range_eval, "RANGED_MIN_ROWS", 0)
+        monkeypatch.setattr(range_eval, "RANGE_VALUES", 60)
+        monkeypatch.setattr(range_workers.OnWorkers, "ranges", staticmethod(losing_a_holder))
+        local = client.run(lambda dask_worker: dask_worker.local_directory)
+        with pytest.raises(ClusterError, match=re.escape(f"worker {lost[0] if lost else ''}") + ".*left the cluster"):
+            calengine.evaluate_models(model, str(parts), "class", client=client)
+        assert lost and lost[0] in local
+        survivors = {a: d for a, d in local.items() if a != lost[0]}
+        assert _files_under(survivors) == []

@@ -708,9 +708,10 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
             else:
                 hs = [s["tables"][kind][j] for s in small]
                 missing = [i for i, h in enumerate(hs) if h is None]
-                picked = client.gather([client.submit(rw.pick, evaluation, small[i]["tables"][kind], kind, j,
-                                                      i, workers=[small[i]["tables"][kind][1][2]],
-                                                      allow_other_workers=False, pure=False) for i in missing])
+                holders = [small[i]["tables"][kind][1][2] for i in missing]
+                picked = rw.gather(client, [client.submit(rw.pick, evaluation, small[i]["tables"][kind], kind, j, i,
+                                                          workers=[w], allow_other_workers=False, pure=False)
+                                            for i, w in zip(missing, holders)], holders)
                 for i, h in zip(missing, picked):
                     hs[i] = h
                 table, answers, edges = rw.ranges(client, f"{evaluation}/{kind}", hs, sketches, label,

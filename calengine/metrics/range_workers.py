@@ -33,6 +33,9 @@ every range's future until the end.  Here:
   pages its binary searches touch stay resident while a file is mapped, and over a table's ranges
   they covered every chunk file's values (100M rows: workers 1,606 / 1,540 MiB with the maps kept to
   the table's end, 974 / 990 without).
+* **lost workers**: a task pinned to a worker that has left would wait for it forever (its files
+  went with it), so the client waits on pinned tasks through :func:`gather_pinned`, which raises
+  :class:`~calengine.errors.ClusterError` as soon as one of their workers is gone.
 * **cleanup**: the files go with the evaluation (:func:`drop_evaluation` on every worker, from
   :meth:`~calengine.metrics.range_eval.RangedTables.release`), on success and on error; the chunks'
   files go as soon as their table's ranges are built.
@@ -51,7 +54,7 @@ from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
 from . import range_eval as re_
 from .range_cache import forget
 
-__all__ = ["BLOCKS_PER_WORKER", "OnWorkers", "ranges_on_workers", "run_kernels", "drop_evaluation", "blocks_by_worker"]
+__all__ = ["BLOCKS_PER_WORKER", "OnWorkers", "gather_pinned", "ranges_on_workers", "run_kernels", "drop_evaluation", "blocks_by_worker"]
 
 #: each worker runs a table's builds, and each kernel pass over a table, as about this many tasks (one
 #: per block of consecutive ranges): enough to keep a worker's queue from running dry between blocks,
@@ -203,6 +206,33 @@ def _pinned(client, address: str, fn, *args):
     return client.submit(fn, *args, workers=[address], allow_other_workers=False, pure=False)
 
 
+#: seconds between the checks, while the client waits on pinned tasks, that their workers are still there
+WATCH_SECONDS = 1.0
+
+
+def gather_pinned(client, futures: list, addresses) -> list:
+    """``client.gather(futures)`` of tasks pinned to the workers ``addresses``; raises
+    :class:`~calengine.errors.ClusterError` (nothing gathered) when one of those workers leaves the
+    cluster first.  Why: Dask keeps a task whose only allowed worker is gone waiting for that worker,
+    and the files it reads went with it, so a plain ``gather`` would hang.  The check reads the
+    client's view of the workers, refreshed by Dask every few seconds."""
+    from ..errors import ClusterError
+
+    addresses = set(addresses)
+    waiting = list(futures)
+    while waiting:
+        try:
+            waiting[0].result(timeout=WATCH_SECONDS)  # a task's own error is raised here, as gather raises it
+        except TimeoutError:
+            gone = sorted(addresses - set(client.scheduler_info(n_workers=-1)["workers"]))
+            if gone:
+                raise ClusterError(
+                    f"worker {gone[0]} left the cluster during evaluate: the score ranges on its local disk went with"
+                    " it; nothing was published; run the command again on workers that stay up") from None
+        waiting = [f for f in waiting if not f.done()]
+    return client.gather(futures)
+
+
 def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dict], label: str, census) -> tuple:
     """One table's ranges built on the workers from its chunks' files ``handles`` (one per chunk, in
     chunk order): ``(range handles, census answers, edges)``.  The table is built group by group
@@ -237,11 +267,12 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
         # one group is built while the previous one's results come back: a worker holds the pieces of
         # at most two groups, and the scheduler the tasks of two
         if pending is not None:
-            _arrived(built, client.gather(pending), census)
+            _arrived(built, gather_pinned(client, pending, workers), census)
         pending = futures
-    _arrived(built, client.gather(pending), census)
-    for w in {h[2] for h in handles}:
-        _pinned(client, w, remove_files, [h for h in handles if h[2] == w]).result()
+    _arrived(built, gather_pinned(client, pending, workers), census)
+    holders = sorted({h[2] for h in handles})
+    gather_pinned(client, [_pinned(client, w, remove_files, [h for h in handles if h[2] == w]) for w in holders],
+                  holders)
     return built[0], built[1], edges
 
 
@@ -291,9 +322,9 @@ def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges
                      for r in range(lo, hi)]
             futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items))
         if pending is not None:
-            _arrived(built, client.gather(pending), census)
+            _arrived(built, gather_pinned(client, pending, workers), census)
         pending = futures
-    _arrived(built, client.gather(pending or []), census)
+    _arrived(built, gather_pinned(client, pending or [], workers), census)
     return built[0], built[1]
 
 
@@ -320,7 +351,7 @@ def map_on_workers(client, kernel, ranges: list, requests: list) -> list:
             futures.append((block, _pinned(client, w, run_kernels, kernel, [ranges[r] for r in block],
                                            [requests[r] for r in block])))
     out: list = [None] * len(ranges)
-    for (block, _), answers in zip(futures, client.gather([f for _, f in futures])):
+    for (block, _), answers in zip(futures, gather_pinned(client, [f for _, f in futures], mine)):
         for r, a in zip(block, answers):
             out[r] = a
     return out
@@ -338,3 +369,4 @@ class OnWorkers:
     derived = staticmethod(derived_on_workers)
     map = staticmethod(map_on_workers)
     drop = staticmethod(drop_evaluation)
+    gather = staticmethod(gather_pinned)
