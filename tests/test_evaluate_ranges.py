@@ -179,6 +179,46 @@ def test_census_answers_folded_as_they_arrive_give_the_suite_the_same_bits(case,
     same(want, calibration_suite(cls, top, scale=float(acc.n), censuses=folded))
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.data())
+def test_grid_answers_folded_in_blocks_give_the_suite_the_same_bits(case, data):
+    # on a cluster each kernel task adds its block's grid histograms into the block's first answer
+    # (range_eval.fold_grids, in range_workers.run_kernels): the suite must print the same numbers for
+    # any cut of the ranges into blocks, and the folded answers hold one histogram a block
+    from calengine.metrics import kernels
+    from calengine.metrics.range_eval import fold_grids
+    from calengine.metrics.suite import calibration_suite
+
+    k, acc, cls, top = integer_counted(case)
+    grid_answers = []
+
+    def folding(kernel, ranges, requests):
+        answers = [kernel(r, q) for r, q in zip(ranges, requests)]
+        if kernel is not kernels.grids:
+            return answers
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(answers)), max_size=3)))
+        out = [a for lo, hi in zip([0, *cuts], [*cuts, len(answers)]) for a in fold_grids(answers[lo:hi])]
+        assert len(out) == len(answers)
+        grid_answers.append(sum(1 for a in out if a) <= len(cuts) + 1)
+        return out
+
+    want = calibration_suite(cls, top, scale=float(acc.n))
+    same(want, calibration_suite(cls, top, scale=float(acc.n), mapper=folding))
+    assert all(grid_answers)
+    # the sums themselves, for two grid sizes (the suite asks for a second grid only when its bandwidth
+    # search needs one)
+    answers = [kernels.grids(r, {"unit": None, "scale": float(acc.n), "sizes": [1001, 4001]}) for r in cls[1]]
+    folded = folding(kernels.grids, cls[1], [{"unit": None, "scale": float(acc.n), "sizes": [1001, 4001]}] * len(cls[1]))
+    for size in (1001, 4001):
+        def total(outs):
+            return [_sum_lists([o[size][i] for o in outs if size in o]) for i in range(3)]
+        assert total(folded) == total(answers)
+
+
+def _sum_lists(lists):
+    return [sum(col) for col in zip(*lists)] if lists else []
+
+
 class _InlineClient:
     """Runs each submitted task at once in this process, recording which kernel each mapped task ran."""
 

@@ -51,6 +51,7 @@ import os
 import shutil
 
 from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
+from . import kernels
 from . import range_eval as re_
 from .range_cache import forget
 
@@ -131,7 +132,16 @@ def build_block(evaluation: str, label: str, first: int, edges: list, census, pl
             release_freed_memory(even_when_kept=True)
     finally:
         _unmap(inputs)
-    return out
+    return _census_folded(out, census)
+
+
+def _census_folded(out: list, census) -> list:
+    """A block's ``(handle, census answer)`` pairs with the answers' histograms folded into the first
+    (:func:`~calengine.metrics.range_eval.fold_census`, exact integers): the block sends one histogram
+    through the scheduler, not one per range; the client folds the blocks' as they arrive."""
+    if census is None:
+        return out
+    return list(zip([h for h, _ in out], re_.fold_census([a for _, a in out])))
 
 
 def _unmap(inputs: list) -> None:
@@ -153,16 +163,18 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list) -
             release_freed_memory(even_when_kept=True)
     finally:
         _unmap([h for _, _, inputs in items for h in inputs])
-    return out
+    return _census_folded(out, census)
 
 
 def run_kernels(kernel, handles: list, requests: list) -> list:
-    """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their worker)."""
+    """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their
+    worker); the smooth-ECE grid histograms, which the client only adds up, come back folded into the
+    block's first answer (:func:`~calengine.metrics.range_eval.fold_grids`)."""
     out = []
     for h, q in zip(handles, requests):
         out.append(re_.run_kernel(kernel, h, q))
         release_freed_memory(even_when_kept=True)
-    return out
+    return re_.fold_grids(out) if kernel is kernels.grids else out
 
 
 def remove_files(handles: list) -> None:
