@@ -59,7 +59,7 @@ import numpy as np
 from ..tasks.spill import load_npy
 from . import core_kernels as ck
 from .range_cache import cached_range
-from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
+from .ranged import add_lists, core_result, error_reject_at, error_reject_points, ranged_drift
 from .tables import binary_top, empty_table, merge_all, merge_tables, mirror_table
 
 __all__ = ["RangedTables", "chunk_tables", "range_boundaries", "build_range", "SKETCH_POINTS", "RANGE_VALUES",
@@ -751,7 +751,7 @@ def fold_census(answers: list) -> list:
     into the first answer: its ``"grid"`` (the smooth-ECE grid sums) and ``"logit_hist"`` (the logit
     histogram) become the table's, the others' are dropped.  Why: they are the bulk of an answer (50 KB
     of Python integers per range of class 1), and the client held them all until the end, O(ranges):
-    at 100M rows a third of its peak.  The calibration suite only ever adds them up (``_add_lists``,
+    at 100M rows a third of its peak.  The calibration suite only ever adds them up (``add_lists``,
     ``_logit_histogram``, reading a missing entry as empty), in exact integers, so folding them as they
     arrive changes no bit.  Folding a folded list with more answers is folding them all."""
     if not answers:
@@ -759,7 +759,7 @@ def fold_census(answers: list) -> list:
     first = dict(answers[0])
     grids = [a["grid"] for a in answers if a.get("grid")]
     if grids:
-        first["grid"] = {size: tuple(_add_lists(g[size][i] for g in grids) for i in range(3)) for size in grids[0]}
+        first["grid"] = _summed_grids(grids)
     hists = [a["logit_hist"] for a in answers if a.get("logit_hist")]
     if hists:
         rows: dict = {}
@@ -781,19 +781,16 @@ def fold_grids(answers: list) -> list:
     (400 ranges a table) moved 32 MB through the scheduler to the client, whose peaks grew with the
     table.  The suite only adds them up (``_combine_grids``, in exact integers, reading an empty answer
     as nothing), so folding changes no bit."""
-    sizes = [size for a in answers for size in a]
-    if len(answers) < 2 or not sizes:
+    if len(answers) < 2 or not any(answers):
         return answers
-    folded = {size: tuple(_add_lists(a[size][i] for a in answers if size in a) for i in range(3))
-              for size in dict.fromkeys(sizes)}
-    return [folded, *({} for _ in answers[1:])]
+    return [_summed_grids(answers), *({} for _ in answers[1:])]
 
 
-def _add_lists(lists):
-    out = None
-    for x in lists:
-        out = list(x) if out is None else [p + q for p, q in zip(out, x)]
-    return out
+def _summed_grids(grids: list[dict]) -> dict:
+    """``{size: (one, f, y)}`` grid sums added up over ``grids`` (each such a dict, sizes missing from
+    some of them read as nothing)."""
+    sizes = dict.fromkeys(size for g in grids for size in g)
+    return {size: tuple(add_lists(g[size][i] for g in grids if size in g) for i in range(3)) for size in sizes}
 
 
 def _remove_chunk_files(handles) -> None:

@@ -62,7 +62,8 @@ def _total(outs, key: str) -> int:
     return sum(o[key] for o in outs if key in o)
 
 
-def _add_lists(lists):
+def add_lists(lists):
+    """Element-wise sums of equal-length lists (exact for Python integers); None for no lists."""
     out = None
     for x in lists:
         out = list(x) if out is None else [p + q for p, q in zip(out, x)]
@@ -156,9 +157,9 @@ def core_result(class_ranges: list[list], top_ranges: list, *, n, unit: float | 
     error_rate = n_wrong / N
     q = fixed_to_float(_total(top, "q"), S) / N
     bins = [o["bins"] for o in top if "bins" in o]
-    cnt = np.asarray(_add_lists(b["count"] for b in bins), dtype=np.float64)
-    pos_sum = np.asarray(_add_lists(b["pos"] for b in bins), dtype=np.float64)
-    conf_sum = np.asarray([fixed_to_float(t, S) for t in _add_lists(b["mv"] for b in bins)])
+    cnt = np.asarray(add_lists(b["count"] for b in bins), dtype=np.float64)
+    pos_sum = np.asarray(add_lists(b["pos"] for b in bins), dtype=np.float64)
+    conf_sum = np.asarray([fixed_to_float(t, S) for t in add_lists(b["mv"] for b in bins)])
     nonempty = cnt > 0
     gap = np.abs(pos_sum - conf_sum)
     return {
@@ -220,9 +221,9 @@ def ranged_drift(class_ranges: list[list], alpha: float, *, unit: float | None =
         sz = spiegelhalter_from_sums(fixed_to_float(_total(outs, "spieg_num"), S) * w,
                                      fixed_to_float(_total(outs, "spieg_var"), S) * w)
         hl = [o["hl"] for o in outs if "hl" in o]
-        obs = np.asarray(_add_lists(h["obs"] for h in hl), dtype=np.float64) * w
-        exp = np.asarray([fixed_to_float(t, S) for t in _add_lists(h["exp"] for h in hl)]) * w
-        var = np.asarray([fixed_to_float(t, S) for t in _add_lists(h["var"] for h in hl)]) * w
+        obs = np.asarray(add_lists(h["obs"] for h in hl), dtype=np.float64) * w
+        exp = np.asarray([fixed_to_float(t, S) for t in add_lists(h["exp"] for h in hl)]) * w
+        var = np.asarray([fixed_to_float(t, S) for t in add_lists(h["var"] for h in hl)]) * w
         columns.append({"class": c, "spiegelhalter": sz, "reliability_chi2": chi2_from_bins(obs, exp, var)})
     return drift_verdict(columns, alpha)
 

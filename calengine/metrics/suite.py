@@ -33,6 +33,7 @@ import numpy as np
 
 from . import kernels
 from .exact import fixed_to_float
+from .ranged import add_lists
 from .statistics import (debiased_l2, ecce_p_value, hosmer_lemeshow, kuiper_sf, ks_sf, l2_bootstrap, newton_step,
                          smece_grid_size, smece_search, smooth_ece)
 
@@ -61,13 +62,6 @@ Mapper = Callable[[Callable, list, list], list]
 
 def _local_map(fn, ranges, requests):
     return [fn(r, q) for r, q in zip(ranges, requests)]
-
-
-def _add_lists(lists):
-    out = None
-    for x in lists:
-        out = list(x) if out is None else [p + q for p, q in zip(out, x)]
-    return out
 
 
 def census_requests(k: int, unit, scale: float) -> dict:
@@ -113,13 +107,13 @@ class _Column:
 
     def equal_width_bins(self) -> dict:
         parts = [c["bins"] for c in self.census if "bins" in c]
-        return {"count": np.asarray(_add_lists(p["count"] for p in parts), dtype=np.float64) * self.w,
-                "pos": np.asarray(_add_lists(p["pos"] for p in parts), dtype=np.float64) * self.w,
-                "mv": np.asarray([self.fsum(t) for t in _add_lists(p["mv"] for p in parts)]) * self.w}
+        return {"count": np.asarray(add_lists(p["count"] for p in parts), dtype=np.float64) * self.w,
+                "pos": np.asarray(add_lists(p["pos"] for p in parts), dtype=np.float64) * self.w,
+                "mv": np.asarray([self.fsum(t) for t in add_lists(p["mv"] for p in parts)]) * self.w}
 
     def _combine_grids(self, parts) -> dict:
         parts = [p for p in parts if p is not None]
-        sums = [_add_lists(p[i] for p in parts) for i in range(3)]
+        sums = [add_lists(p[i] for p in parts) for i in range(3)]
         # relplot adds 1e-4 to densities in row units: grid sums are given back in the table's weight units
         return {name: np.asarray([self.fsum(t) for t in s]) * self.w for name, s in zip(("one", "f", "y"), sums)}
 
@@ -144,15 +138,15 @@ class _Column:
     def binning(self, outs, name: str) -> dict:
         """A sweep's equal-count bins summed over the ranges, in weight units."""
         parts = [o[name] for o in outs if name in o]
-        out = {k: np.asarray(_add_lists(p[k] for p in parts), dtype=np.float64) * self.w for k in ("count", "pos")}
+        out = {k: np.asarray(add_lists(p[k] for p in parts), dtype=np.float64) * self.w for k in ("count", "pos")}
         for k in ("mv", "mvv", "av"):
-            out[k] = np.asarray([self.fsum(t) for t in _add_lists(p[k] for p in parts)]) * self.w
+            out[k] = np.asarray([self.fsum(t) for t in add_lists(p[k] for p in parts)]) * self.w
         return out
 
     def irls(self, fits: dict, ici: bool = False) -> dict:
         req = {"unit": self.unit, "scale": self.S, "clip": CLIP, "fits": fits, "ici": ici}
         outs = self.mapper(kernels.irls, self.ranges, [req] * len(self.ranges))
-        return {name: [fixed_to_float(t, self.S * _IRLS_SCALE) for t in _add_lists(o[name] for o in outs if name in o)]
+        return {name: [fixed_to_float(t, self.S * _IRLS_SCALE) for t in add_lists(o[name] for o in outs if name in o)]
                 for name in fits}
 
 
