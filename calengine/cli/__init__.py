@@ -113,10 +113,28 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - only failures of the cluster itself are turned into one line
         from ..cluster import cluster_failure
 
-        message = cluster_failure(exc)
+        message = cluster_failure(exc) or _disk_full(exc)
         if message is None:
             raise
         return _fail(message, EXIT_USAGE)
+
+
+def _disk_full(exc: BaseException) -> str | None:
+    """One line for a full disk or quota met anywhere (a library's own temporary files, Dask's spill
+    directory), where no writer of ours turned it into a :class:`CalengineError` first; None for any
+    other failure, which stays a traceback (a bug to report)."""
+    import errno
+
+    from ..tasks.spill import SCRATCH_FIX
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f" writing '{exc.filename}'" if exc.filename else ""
+            return f"{os.strerror(exc.errno)} ({errno.errorcode[exc.errno]}){where}; {SCRATCH_FIX}"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -61,9 +61,53 @@ def sees_directory(directory: str, token: str) -> bool:
     return True
 
 
+#: what the scratch-write error tells the user to do (the directory is named before it)
+SCRATCH_FIX = ("free space there, or point TMPDIR (where calengine keeps its scratch files) or, on a"
+               " cluster, the workers' --local-directory at a disk with more room")
+
+
+def save_npy(path: str, array: np.ndarray) -> None:
+    """``np.save(path, array, allow_pickle=False)`` for a job's scratch file.  A disk that refuses the data
+    (full, over quota, read-only, past a file-size limit) is a :class:`~calengine.errors.DataError` naming
+    the directory, what the system said and the fix, and the partial file is removed: a scratch
+    directory filling up is the user's environment, not a bug, and must read as one ``error:`` line,
+    not as numpy's traceback (a fit or evaluate of a table larger than the free space under TMPDIR
+    ended that way).  Other errors propagate unchanged."""
+    try:
+        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    except OSError as exc:
+        from ..errors import DataError
+        from ..parquet.data import DISK_ERRNOS, os_error_meaning
+
+        code = getattr(exc, "errno", None)
+        if code is not None and code not in DISK_ERRNOS:
+            raise
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+        # numpy's own short-write error has no errno ("N requested and M written"): the disk took part
+        meaning = os_error_meaning(exc) if code else _short_write(os.path.dirname(path) or ".", array)
+        raise DataError(f"cannot write a scratch file in '{os.path.dirname(path) or '.'}': {meaning}; {SCRATCH_FIX}") from exc
+
+
+def _short_write(directory: str, array: np.ndarray) -> str:
+    """What a write that stopped part-way most likely met: a full disk when it has less room than the
+    array, else a quota or file-size limit."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError:
+        free = None
+    if free is not None and free < np.asarray(array).nbytes:
+        return f"No space left on device (ENOSPC): {free:,} bytes free, {np.asarray(array).nbytes:,} to write"
+    return "the disk took only part of the data (a quota or a file-size limit)"
+
+
 def _save(directory: str, array: np.ndarray) -> str:
     path = os.path.join(directory, f"{uuid.uuid4().hex}.npy")
-    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+    save_npy(path, array)
     return path
 
 
