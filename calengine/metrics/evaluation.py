@@ -191,7 +191,9 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     sources = [os.fspath(m) if n else f"model {i}" for i, (m, n) in enumerate(zip(given, named), 1)]
     report = None if report is None else os.fspath(report)
     prog = as_progress(progress)
-    with tempfile.TemporaryDirectory(prefix="calengine-evaluate-") as scratch:
+    # a range task still running when a failure ends the evaluation (a full scratch disk, a plugin's
+    # error) may write into the directory while it is removed: that must not replace the failure
+    with tempfile.TemporaryDirectory(prefix="calengine-evaluate-", ignore_cleanup_errors=True) as scratch:
         files, _ = table_files(data, scratch)
         if report is not None:
             check_report_dir(report)
