@@ -68,11 +68,15 @@ def full_disk(tmp_path):
         subprocess.run(["umount", str(path)], check=False)
 
 
-def _one_line(r: subprocess.CompletedProcess, *words: str) -> str:
+def _one_line(r: subprocess.CompletedProcess, *words: str, warned: bool = False) -> str:
+    """The one ``error:`` line (after the scratch warning when ``warned``) holding every word."""
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-2000:]
     assert "Traceback" not in r.stderr
+    if warned:
+        assert len(lines) == 2 and lines[0].startswith("warning: evaluate may write up to"), r.stderr[-2000:]
+        lines = lines[1:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-2000:]
     for word in words:
         assert word in lines[0], (word, lines[0])
     return lines[0]
@@ -83,6 +87,7 @@ def test_the_thresholds_send_pima_through_scratch_files(model, tmp_path):
     TMPDIR, and evaluate's answer is the one the in-memory path gives (the ranges were used, and read)."""
     r = _run("evaluate", model, PIMA, "--target", "class", "--json", tmpdir=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # room enough: no scratch warning
     plain = subprocess.run([sys.executable, "-P", "-m", "calengine", "evaluate", str(model), str(PIMA), "--target",
                             "class", "--json"], capture_output=True, text=True, cwd=str(REPO), timeout=300)
     assert plain.returncode == 0, plain.stderr
@@ -91,19 +96,25 @@ def test_the_thresholds_send_pima_through_scratch_files(model, tmp_path):
 
 
 def test_evaluate_on_a_full_scratch_disk(model, full_disk):
-    line = _one_line(_run("evaluate", model, PIMA, "--target", "class", "--json", tmpdir=full_disk),
-                     "scratch file", str(full_disk), "TMPDIR", "--local-directory")
+    r = _run("evaluate", model, PIMA, "--target", "class", "--json", tmpdir=full_disk)
+    line = _one_line(r, "scratch file", str(full_disk), "TMPDIR", "--local-directory", warned=True)
     assert "No space left on device" in line
     assert list(full_disk.iterdir()) == []  # no calengine-evaluate-* directory left
+    # the warning came before any row was scored, with the bound: 4 tables (raw and calibrated scores,
+    # class 1 and top label) of 768 values, 24 bytes each
+    assert f"'{full_disk}'" in r.stderr and "4 tables of up to 768 distinct forecasts" in r.stderr
+    assert "TMPDIR" in r.stderr.splitlines()[0]
 
 
 def test_evaluate_cluster_on_full_worker_directories(model, full_disk):
     """``--cluster``: a LocalCluster of two worker processes whose local directories (under TMPDIR) fill
     up while they write their ranges: the worker's error reaches the client as the same one line, and
     the evaluation's files on every worker are removed."""
-    line = _one_line(_run("evaluate", "--cluster", "--workers", "2", model, PIMA, "--target", "class", "--json",
-                          tmpdir=full_disk), "scratch file", "calengine-ranges", "--local-directory")
+    r = _run("evaluate", "--cluster", "--workers", "2", model, PIMA, "--target", "class", "--json", tmpdir=full_disk)
+    line = _one_line(r, "scratch file", "calengine-ranges", "--local-directory", warned=True)
     assert "No space left on device" in line
+    # both workers' directories are on the one tmpfs: its free space counted once; class 0 written too
+    assert "the workers' local directories (6 tables of up to 768" in r.stderr
     assert not list(full_disk.rglob("calengine-ranges/*/*"))
 
 

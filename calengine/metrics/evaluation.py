@@ -215,6 +215,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             if by is not None:
                 _check_segment_columns(files, by, target, weight)
             seg_opt = None if by is None else (by, max_segments)
+            _warn_scratch(c, files, loaded, spill)
             accs = []
             stack.enter_context(_releasing(accs))
             accs.extend(evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm,
@@ -250,6 +251,64 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                     if hasattr(acc, "freeze"):
                         acc.freeze()
     return result
+
+
+#: bytes a score range file holds per distinct forecast (its value, positives and negatives: 8 bytes each)
+RANGE_BYTES_PER_VALUE = 24
+
+
+def _warn_scratch(client, files, models, scratch: str | None) -> None:
+    """Warn, before any row is scored, when the disk that will hold a large evaluation's range files
+    (``scratch`` embedded; each worker's local directory on a cluster) has less free space than they may
+    take: :data:`RANGE_BYTES_PER_VALUE` per distinct forecast and table, counted as if every row had its
+    own forecast (continuous probabilities do), for each model's calibrated and raw scores, each class's
+    table (a binary model's class 0 is not written embedded) and the top-label table.
+
+    Why a warning and not an error: the bound is reached only when forecasts are all distinct, and a
+    table with few distinct scores needs a fraction of it; an evaluation that does run out stops with
+    one ``error:`` line anyway (:func:`calengine.tasks.spill.save_npy`), but only after its chunks were
+    scored, which at 10^8 rows is minutes of work.  Tables below
+    :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows write no ranges and are not checked."""
+    import warnings
+
+    from ..parquet.dataset import describe_files
+    from . import range_eval
+
+    rows = sum(f.n_rows for f in describe_files(files, None, []).fragments)  # footers only; columns are checked later
+    if rows < range_eval.RANGED_MIN_ROWS:
+        return
+    on_workers = scratch is None
+    tables = sum(2 * (m.n_classes + (1 if on_workers or m.n_classes > 2 else 0)) for m in models)
+    need = RANGE_BYTES_PER_VALUE * rows * tables
+    if on_workers:
+        try:
+            disks = client.run(_local_disk)
+        except Exception:  # noqa: BLE001 - a check that cannot run is no reason to stop the evaluation
+            return
+        # workers on one host may share a disk: count each (host, device) once
+        free = sum(dict(disks.values()).values())
+        where = "the workers' local directories"
+        fix = "start the workers with --local-directory on larger disks"
+    else:
+        import shutil
+
+        free = shutil.disk_usage(scratch).free
+        where = f"'{os.path.dirname(scratch) or scratch}'"
+        fix = "point TMPDIR at a larger disk"
+    if free < need:
+        gib = 2.0**30
+        warnings.warn(f"evaluate may write up to {need / gib:.1f} GiB of scratch files to {where} ({tables} tables of "
+                      f"up to {rows:,} distinct forecasts, {RANGE_BYTES_PER_VALUE} bytes each), which have "
+                      f"{free / gib:.1f} GiB free; if they fill up it stops with an error: {fix}", stacklevel=3)
+
+
+def _local_disk(dask_worker) -> tuple:
+    """``((host, device), free bytes)`` of this worker's local directory (run on each worker)."""
+    import shutil
+    import socket
+
+    d = dask_worker.local_directory
+    return (socket.gethostname(), os.stat(d).st_dev), shutil.disk_usage(d).free
 
 
 def _check_segment_columns(files, by, target, weight) -> None:
