@@ -53,6 +53,20 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
         "model_content_hash": source_hash,
         "calengine_version": __version__,
     }
+    existed = out.exists()
+    try:
+        _write_export(model_dir, model, fmt, out, side, manifest, dialect, table, trust)
+    except OSError as exc:
+        if not existed:  # this run's file without its manifest is not an export: take it back
+            _remove(out)
+        raise DataError(f"cannot write the export '{out}': {_write_error(exc)}; choose a location with free space"
+                        " that this user can write") from exc
+    return side
+
+
+def _write_export(model_dir, model, fmt: str, out: Path, side: Path, manifest: dict, dialect: str, table: str,
+                  trust) -> None:
+    """:func:`export_model`'s writes: the export, then its manifest."""
     if fmt == "sql":
         from .sql import model_sql
 
@@ -72,7 +86,28 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
     else:
         manifest.update(_write_mlflow(model_dir, out, trust))
     _write_atomic(side, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
-    return side
+
+
+def _write_error(exc: OSError) -> str:
+    """What the system said: the errno's meaning, or for a tree copy that failed (``shutil.Error``, which
+    MLflow's save raises with one ``(source, destination, reason)`` per file) the first file's reason."""
+    import shutil
+
+    from ..parquet.data import os_error_meaning
+
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        reason = str(exc.args[0][0][-1])
+        return " ".join(reason.split())[:300]
+    return os_error_meaning(exc)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _write_mlflow(model_dir, out: Path, trust) -> dict:
