@@ -39,6 +39,15 @@ class ClusterError(CalengineError, RuntimeError):
     """The Dask cluster cannot be reached, or its workers differ from the client."""
 
 
+class WorkerLostError(ClusterError):
+    """A worker left the cluster while it held a job's data on its own disk (``evaluate --cluster``'s score
+    ranges), so the job cannot finish as planned; ``worker`` is its address."""
+
+    def __init__(self, message: str, worker: str | None = None) -> None:
+        super().__init__(message)
+        self.worker = worker
+
+
 class LearnerError(CalengineError, RuntimeError):
     """A learner failed to fit or score on the data it was given (e.g. a degenerate fold)."""
 

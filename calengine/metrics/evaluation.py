@@ -203,10 +203,8 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
 
             check_bootstrap(bootstrap, loaded)
             seed = check_seed(seed)
-        bands = None
         with _forgetting(scratch), job_client(client, cluster=cluster, workers=workers,
-                                              requirements=model_requirements(loaded), map_only=True) as c, \
-                contextlib.ExitStack() as stack:
+                                              requirements=model_requirements(loaded), map_only=True) as c:
             # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
             # the workers); the report's figures are drawn from the ranges too (calengine.metrics.ranged_curves)
             from ..thread_client import ThreadClient
@@ -216,41 +214,82 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                 _check_segment_columns(files, by, target, weight)
             seg_opt = None if by is None else (by, max_segments)
             _warn_scratch(c, files, loaded, spill)
-            accs = []
-            stack.enter_context(_releasing(accs))
-            accs.extend(evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm,
-                                       weight=weight, ranged=True, spill_dir=spill, segments=seg_opt)
-                        for m, cm in zip(loaded, costs))
-            # --by: the segment sums came with the metrics' pass (each row scored once for both)
-            segments = None if by is None else [a.pop("segments").result() for a in accs]
-            if bootstrap:
-                from .bootstrap import table_calibration_map_band
 
-                # a seeded sample of the evaluated rows scored where they are read, never the whole table here
-                bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed, weight=weight)
-                         for m in loaded]
-            if prior_shift:
-                from ..fit.label_shift import prior_shift_table
+            def attempt() -> Evaluation:
+                """The evaluation on this client, from the first row scored to the last number: run once,
+                or again from the start when a worker holding its score ranges leaves (:func:`_restarting`)."""
+                accs: list = []
+                bands = shifts = None
+                with _releasing(accs):
+                    accs.extend(evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm,
+                                               weight=weight, ranged=True, spill_dir=spill, segments=seg_opt)
+                                for m, cm in zip(loaded, costs))
+                    # --by: the segment sums came with the metrics' pass (each row scored once for both)
+                    segments = None if by is None else [a.pop("segments").result() for a in accs]
+                    if bootstrap:
+                        from .bootstrap import table_calibration_map_band
 
-                shifts = [prior_shift_table(c, m, files, target, replicates=prior_shift, seed=seed, progress=prog,
-                                            weight=weight) for m in loaded]
-            # ranged tables are read by tasks of this client, in this scratch directory: every number is
-            # computed before either goes away (freeze keeps the answers and drops the ranges)
-            results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
-            drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
-            result = Evaluation(
-                models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
-                labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts,
-                bands=bands, report=report, segments=segments, prior_shifts=shifts if prior_shift else None,
-                weight=weight,
-            )
-            if report is not None:
-                _write_report(result, files)
-            for a in accs:
-                for acc in a.values():
-                    if hasattr(acc, "freeze"):
-                        acc.freeze()
+                        # a seeded sample of the evaluated rows scored where they are read, never the whole table
+                        bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed,
+                                                            weight=weight) for m in loaded]
+                    if prior_shift:
+                        from ..fit.label_shift import prior_shift_table
+
+                        shifts = [prior_shift_table(c, m, files, target, replicates=prior_shift, seed=seed,
+                                                    progress=prog, weight=weight) for m in loaded]
+                    # ranged tables are read by tasks of this client, in this scratch directory: every number
+                    # is computed before either goes away (freeze keeps the answers and drops the ranges)
+                    results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
+                    drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
+                    result = Evaluation(
+                        models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
+                        labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts,
+                        bands=bands, report=report, segments=segments, prior_shifts=shifts, weight=weight,
+                    )
+                    if report is not None:
+                        _write_report(result, files)
+                    for a in accs:
+                        for acc in a.values():
+                            if hasattr(acc, "freeze"):
+                                acc.freeze()
+                return result
+
+            result = _restarting(c, attempt)
     return result
+
+
+#: how many times ``evaluate`` on a cluster starts again after a worker holding its score ranges left
+MAX_RESTARTS = 2
+
+
+def _restarting(client, attempt):
+    """``attempt()``, run again from the start (at most :data:`MAX_RESTARTS` times, with a warning line each
+    time) when a worker that held its score ranges leaves the cluster while workers remain.
+
+    Why: the ranges of ``evaluate --cluster`` are files on the workers' own disks
+    (:mod:`calengine.metrics.range_workers`), so Dask cannot recompute a lost worker's share the way it
+    recomputes lost task results, and the evaluation as planned cannot finish (before, it stopped with
+    the error).  Starting again re-scores the table on the workers left (and on any the cluster adds,
+    e.g. a nanny's restart of the lost one); the first attempt's files on the survivors are removed
+    when it fails (:func:`_releasing`, :func:`~calengine.metrics.range_workers.gather_pinned`), and
+    the results are the same bits as an uninterrupted run (every sum is exact, every seed fixed)."""
+    import warnings
+
+    from ..errors import WorkerLostError
+
+    for restart in range(MAX_RESTARTS + 1):
+        try:
+            return attempt()
+        except WorkerLostError as exc:
+            try:
+                left = len(client.scheduler_info(n_workers=-1)["workers"])
+            except Exception:  # noqa: BLE001 - a cluster that cannot say is not one to start again on
+                left = 0
+            if restart == MAX_RESTARTS or not left:
+                raise
+            warnings.warn(f"worker {exc.worker} left the cluster during evaluate, taking the score ranges on its"
+                          f" local disk; evaluating again from the start on the {left} worker(s) left"
+                          f" (restart {restart + 1} of at most {MAX_RESTARTS})", stacklevel=2)
 
 
 #: bytes a score range file holds per distinct forecast (its value, positives and negatives: 8 bytes each)

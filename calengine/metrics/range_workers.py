@@ -224,11 +224,11 @@ WATCH_SECONDS = 1.0
 
 def gather_pinned(client, futures: list, addresses) -> list:
     """``client.gather(futures)`` of tasks pinned to the workers ``addresses``; raises
-    :class:`~calengine.errors.ClusterError` (nothing gathered) when one of those workers leaves the
+    :class:`~calengine.errors.WorkerLostError` (nothing gathered) when one of those workers leaves the
     cluster first.  Why: Dask keeps a task whose only allowed worker is gone waiting for that worker,
     and the files it reads went with it, so a plain ``gather`` would hang.  The check reads the
     client's view of the workers, refreshed by Dask every few seconds."""
-    from ..errors import ClusterError
+    from ..errors import WorkerLostError
 
     addresses = set(addresses)
     waiting = list(futures)
@@ -238,9 +238,9 @@ def gather_pinned(client, futures: list, addresses) -> list:
         except TimeoutError:
             gone = sorted(addresses - set(client.scheduler_info(n_workers=-1)["workers"]))
             if gone:
-                raise ClusterError(
+                raise WorkerLostError(
                     f"worker {gone[0]} left the cluster during evaluate: the score ranges on its local disk went with"
-                    " it; nothing was published; run the command again on workers that stay up") from None
+                    " it; nothing was published; run the command again on workers that stay up", worker=gone[0]) from None
         waiting = [f for f in waiting if not f.done()]
     return client.gather(futures)
 
