@@ -113,10 +113,35 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - only failures of the cluster itself are turned into one line
         from ..cluster import cluster_failure
 
-        message = cluster_failure(exc) or _disk_full(exc)
+        message = cluster_failure(exc) or _disk_full(exc) or _out_of_memory(exc)
         if message is None:
             raise
         return _fail(message, EXIT_USAGE)
+
+
+def _out_of_memory(exc: BaseException) -> str | None:
+    """One line for memory the system refused (``MemoryError``, or ``ENOMEM`` from a map or a thread),
+    naming the process's address-space limit when one is set (``ulimit -v``, common on shared and HPC
+    hosts) and what to change; None for any other failure."""
+    import errno
+    import resource
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
+            what = " ".join(str(exc).split())[:160] or type(exc).__name__
+            try:
+                limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+            except (OSError, ValueError):
+                limit = resource.RLIM_INFINITY
+            if limit != resource.RLIM_INFINITY:
+                return (f"out of memory ({what}): this process may use {limit / 2**30:.1f} GiB of address space"
+                        " (ulimit -v); raise that limit, or run with fewer --workers or on a cluster (--cluster)")
+            return (f"out of memory ({what}); free memory on this machine, or run with fewer --workers or on a"
+                    " cluster (--cluster)")
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _disk_full(exc: BaseException) -> str | None:
