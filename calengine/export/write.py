@@ -96,7 +96,12 @@ def _write_error(exc: OSError) -> str:
     from ..parquet.data import os_error_meaning
 
     if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
-        reason = str(exc.args[0][0][-1])
+        import re
+
+        reason = str(exc.args[0][0][-1])  # "[Errno 28] No space left on device: 'src' -> 'dst'"
+        code = re.match(r"\[Errno (\d+)\]", reason)
+        if code:
+            return os_error_meaning(OSError(int(code.group(1)), reason))
         return " ".join(reason.split())[:300]
     return os_error_meaning(exc)
 
