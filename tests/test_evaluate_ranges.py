@@ -695,6 +695,31 @@ def test_piece_tasks_cut_the_slices_of_their_files_and_keep_no_map_of_them(tmp_p
     check(range_workers.slices_between(per_file), [expected(t, a, b) for t, (_, a, b) in zip(tables, per_file)])
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["disk", "mem"]), st.sampled_from(["/w/a/ev/calibrated", "/w/b/ev", "/w/a"]),
+                          st.from_regex(r"[a-z0-9][a-z0-9-]{0,14}", fullmatch=True),
+                          st.sampled_from(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"])), max_size=60))
+def test_packed_handles_are_the_handles_and_cost_about_their_file_names(parts):
+    """A task's list of file handles goes packed (``range_workers.packed``): unpacked in the task it is
+    the same list in the same order, and pickled it costs about its file names plus each run of one
+    directory and worker once, not a tuple of full paths a handle: the scheduler keeps every task it
+    sends in its log of recent messages, so a task's arguments must not grow with the table beyond
+    a name per file."""
+    import pickle
+
+    from calengine.metrics.range_workers import packed, unpacked
+
+    handles = [(kind, os.path.join(d, name), address) for kind, d, name, address in parts]
+    files = packed(handles)
+    assert unpacked(files) == handles
+    runs = 1 + sum(1 for a, b in zip(parts, parts[1:]) if (a[0], a[1], a[3]) != (b[0], b[1], b[3]))
+    assert len(pickle.dumps(files)) <= 40 + 80 * runs + sum(len(name) + 1 for _, _, name, _ in parts)
+    if len(parts) > 10 and runs == 1:
+        assert len(pickle.dumps(files)) < len(pickle.dumps(handles)) / 2
+    pieces = [("mem", (np.zeros(1),))]
+    assert unpacked(pieces) is pieces  # another worker's pieces pass as they are
+
+
 def _files_under(directories: dict) -> list:
     return sorted(os.path.join(root, f) for d in directories.values()
                   for root, _, files in os.walk(os.path.join(d, "calengine-ranges")) for f in files)
@@ -767,7 +792,8 @@ def test_on_a_cluster_ranges_are_files_of_their_workers_read_by_pinned_tasks_and
         # a derived block reads the slices held by the other worker through one piece task, not one a
         # class-1 range it reads: the scheduler's log of recent messages keeps every task it sends
         assert 0 < names.count("slices_between") <= names.count("derive_block")
-        pinned = {"slices_between", "slices_of", "build_block", "derive_block", "run_kernels", "remove_files", "pick_on_worker"}
+        pinned = {"slices_between", "slices_of", "build_block", "derive_block", "run_kernels", "remove_files",
+                  "pick_on_worker"}
         assert all(w is not None and len(w) == 1 for name, w in log if name in pinned)
         # between two waits, a pass submits at most BLOCKS_PER_WORKER tasks a worker
         passes = " ".join(name for name, _ in log).split("gather")

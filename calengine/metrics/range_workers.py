@@ -109,12 +109,38 @@ def pick_on_worker(evaluation: str, part_tables: list, kind: str, j: int, index:
     return _located(re_._pick({"tables": {kind: part_tables}}, kind, j, worker_dir(evaluation), index))
 
 
+def packed(handles: list) -> tuple:
+    """``("files", runs)``: handles of files as a task argument, each run of consecutive handles sharing
+    kind, directory and worker once and their file names in one string (:func:`unpacked` undoes it).
+    Why: the scheduler keeps every task it sends in its log of recent messages (Dask keeps the last
+    1,000 batches sent to each worker), and a task's list of handles, each a tuple of long paths, grew
+    with the table (the 50 chunk files of a worker at 100M rows, 11 KB a build task); packed, a handle
+    costs its file name.  Only plain tuples and strings: the scheduler unpickles them too."""
+    runs: list = []
+    for kind, path, address in handles:
+        directory, name = os.path.split(path)
+        if runs and runs[-1][:3] == (kind, directory, address):
+            runs[-1][3].append(name)
+        else:
+            runs.append((kind, directory, address, [name]))
+    return ("files", tuple((k, d, a, "\n".join(names)) for k, d, a, names in runs))
+
+
+def unpacked(files) -> list:
+    """The handles :func:`packed` packed (in task); anything else (the pieces a task of another
+    worker cut) as it is."""
+    if not (isinstance(files, tuple) and files[:1] == ("files",)):
+        return files
+    return [(k, os.path.join(d, name), a) for k, d, a, names in files[1] for name in names.split("\n")]
+
+
 @trims_heap_even_when_kept
-def slices_of(handles: list, lo_value, hi_value) -> list:
-    """The values ``[lo_value, hi_value)`` (None: unbounded) of several files of this worker (task):
-    one task, not one per chunk, for the pieces of a group another worker's builds read, moved there
-    by Dask as in-memory tables.  The files' maps go with the task (:func:`_unmap`)."""
-    return slices_between([(h, lo_value, hi_value) for h in handles])
+def slices_of(files: tuple, lo_value, hi_value) -> list:
+    """The values ``[lo_value, hi_value)`` (None: unbounded) of several files of this worker (task;
+    ``files`` :func:`packed`): one task, not one per chunk, for the pieces of a group another worker's
+    builds read, moved there by Dask as in-memory tables.  The files' maps go with the task
+    (:func:`_unmap`)."""
+    return slices_between([(h, lo_value, hi_value) for h in unpacked(files)])
 
 
 @trims_heap_even_when_kept
@@ -130,13 +156,14 @@ def slices_between(wanted: list) -> list:
         _unmap([h for h, _, _ in wanted])
 
 
-def build_block(evaluation: str, label: str, first: int, edges: list, census, plan: list, *sources) -> list:
+def build_block(evaluation: str, label: str, first: int, edges: list, census, owners: tuple, *sources) -> list:
     """Ranges ``first, first + 1, ...`` of table ``label`` (task), ``edges`` their ``len + 1`` edges,
     each built by :func:`~calengine.metrics.range_eval.build_range` from one input per chunk, in chunk
-    order: ``plan[c] = (s, i)``, the ``i``-th of ``sources[s]`` (the files of this worker, or the
-    pieces moved here from another), and written to this worker's directory: ``[(handle, census
-    answer), ...]``."""
-    inputs = [sources[s][i] for s, i in plan]
+    order: chunk ``c``'s is the next of ``sources[owners[c]]`` (the files of this worker,
+    :func:`packed`, or the pieces moved here from another, both in chunk order), and written to this
+    worker's directory: ``[(handle, census answer), ...]``."""
+    sources = [iter(unpacked(s)) for s in sources]
+    inputs = [next(sources[s]) for s in owners]
     d = worker_dir(evaluation)
     out = []
     try:
@@ -183,20 +210,21 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list, *
     return _census_folded(out, census)
 
 
-def run_kernels(kernel, handles: list, requests: list) -> list:
+def run_kernels(kernel, handles: tuple, requests: list) -> list:
     """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their
-    worker); the smooth-ECE grid histograms, which the client only adds up, come back folded into the
-    block's first answer (:func:`~calengine.metrics.range_eval.fold_grids`)."""
+    worker; ``handles`` :func:`packed`); the smooth-ECE grid histograms, which the client only adds
+    up, come back folded into the block's first answer (:func:`~calengine.metrics.range_eval.fold_grids`)."""
     out = []
-    for h, q in zip(handles, requests):
+    for h, q in zip(unpacked(handles), requests):
         out.append(re_.run_kernel(kernel, h, q))
         release_freed_memory(even_when_kept=True)
     return re_.fold_grids(out) if kernel is kernels.grids else out
 
 
-def remove_files(handles: list) -> None:
-    """Remove files of this worker (task): a table's chunk files once its ranges are built."""
-    re_._remove_chunk_files([h[:2] for h in handles])
+def remove_files(files: tuple) -> None:
+    """Remove files of this worker (task; ``files`` :func:`packed`): a table's chunk files once its
+    ranges are built."""
+    re_._remove_chunk_files([h[:2] for h in unpacked(files)])
 
 
 def drop_evaluation(evaluation: str, dask_worker=None) -> None:
@@ -273,7 +301,9 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
     R = len(edges) - 1
     groups = min(R, -(-sum(s["size"] for s in sketches) * 24 // re_.GROUP_BYTES))
     per = -(-R // max(1, groups))
-    held = {w: [i for i, h in enumerate(handles) if h[2] == w] for w in workers}
+    holders = sorted({h[2] for h in handles})
+    files = {x: packed([h for h in handles if h[2] == x]) for x in holders}  # each holder's, in chunk order
+    owners = tuple(holders.index(h[2]) for h in handles)  # chunk c's input: the next of sources[owners[c]]
     built: list = []
     pending = None
     for g0 in range(0, R, per):
@@ -281,27 +311,20 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
         pieces: dict = {}  # (holder, destination) -> the future of the holder's pieces of this group
         futures = []
         for lo, hi, w in blocks_by_worker(g1 - g0, workers):
-            holders = [x for x in workers if held[x]]
-            sources, where = [], {}
-            for s, x in enumerate(holders):
-                where.update({i: (s, n) for n, i in enumerate(held[x])})
-                if x == w:
-                    sources.append([handles[i] for i in held[x]])
-                    continue
-                if (x, w) not in pieces:
-                    pieces[(x, w)] = _pinned(client, x, slices_of, [handles[i] for i in held[x]], edges[g0], edges[g1])
-                sources.append(pieces[(x, w)])
+            sources = []
+            for x in holders:
+                if x != w and (x, w) not in pieces:
+                    pieces[(x, w)] = _pinned(client, x, slices_of, files[x], edges[g0], edges[g1])
+                sources.append(files[x] if x == w else pieces[(x, w)])
             futures.append(_pinned(client, w, build_block, evaluation, label, g0 + lo, edges[g0 + lo:g0 + hi + 1],
-                                   census, [where[i] for i in range(len(handles))], *sources))
+                                   census, owners, *sources))
         # one group is built while the previous one's results come back: a worker holds the pieces of
         # at most two groups, and the scheduler the tasks of two
         if pending is not None:
             _arrived(built, gather_pinned(client, pending, workers), census)
         pending = futures
     _arrived(built, gather_pinned(client, pending, workers), census)
-    holders = sorted({h[2] for h in handles})
-    gather_pinned(client, [_pinned(client, w, remove_files, [h for h in handles if h[2] == w]) for w in holders],
-                  holders)
+    gather_pinned(client, [_pinned(client, w, remove_files, files[w]) for w in holders], holders)
     return built[0], built[1], edges
 
 
@@ -346,7 +369,8 @@ def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges
                         wanted.setdefault(ranges1[i][2], {}).setdefault(i, []).append(ab)
             sources, at = [], {}
             for s, (x, slices) in enumerate(sorted(wanted.items())):
-                sources.append(_pinned(client, x, slices_between, [(ranges1[i], *_union(ab)) for i, ab in slices.items()]))
+                wanted_here = [(ranges1[i], *_union(ab)) for i, ab in slices.items()]
+                sources.append(_pinned(client, x, slices_between, wanted_here))
                 at.update({i: ("piece", s, n) for n, i in enumerate(slices)})
             items = [(r, [ab for _, ab in plans[r]], [at.get(i, ranges1[i]) for i, _ in plans[r]])
                      for r in range(lo, hi)]
@@ -378,7 +402,7 @@ def map_on_workers(client, kernel, ranges: list, requests: list) -> list:
         count = min(len(rs), BLOCKS_PER_WORKER)
         for b in range(count):
             block = rs[len(rs) * b // count:len(rs) * (b + 1) // count]
-            futures.append((block, _pinned(client, w, run_kernels, kernel, [ranges[r] for r in block],
+            futures.append((block, _pinned(client, w, run_kernels, kernel, packed([ranges[r] for r in block]),
                                            [requests[r] for r in block])))
     out: list = [None] * len(ranges)
     for (block, _), answers in zip(futures, gather_pinned(client, [f for _, f in futures], mine)):
