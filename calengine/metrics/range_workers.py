@@ -29,6 +29,13 @@ every range's future until the end.  Here:
   :data:`DERIVED_BLOCK`, in waves), so the number of tasks alive does not grow with the table (the
   scheduler's bookkeeping did: +227 % from 10M to 100M); the census answers' histograms are folded
   as each wave arrives (:func:`~calengine.metrics.range_eval.fold_census`).
+* **the scheduler's log**: Dask's scheduler keeps the last 1,000 batches of messages it sent to each
+  worker (``distributed.admin.low-level-log-length``), task specifications and their arguments
+  included, so every task an evaluation submits, not only those alive, counts in the scheduler's
+  peak until that log is full (measured on 2 workers: 1,600 one-line tasks +10 MiB, +16 MiB from about
+  2,400 on): derived ranges go in blocks of :data:`DERIVED_BLOCK` with one piece task a holder, and
+  lists of file handles go :func:`packed`, so that the tasks' number and bytes grow little with the
+  table.
 * **maps**: a block drops its maps of the files it read slices of when it ends (:func:`_unmap`), and
   so does a task cutting pieces for another worker: the pages its binary searches touch stay
   resident while a file is mapped, and over a table's ranges they covered every chunk file's values
@@ -66,10 +73,10 @@ BLOCKS_PER_WORKER = 2
 #: derived ranges (a binary model's class 0 and top label) a task: the class-1 slices a task reads from
 #: another worker are in its memory together (6 MB a range, about half of them remote).  Why 8: every
 #: task the scheduler sends stays in its log of recent messages (Dask keeps the last 1,000 batches
-#: sent to each worker), so the derived tables' tasks set how far the scheduler grew with the table:
-#: at 4 a block, and one piece task per block and class-1 range, they were 978 of the 1,382 tasks of
-#: a 100M-row evaluation; at 8 and one piece task per block and holder, about a fifth of that, while a
-#: worker's pieces of two waves (8 blocks, under 100 MB) stay well below the build's and kernels' peaks.
+#: sent to each worker), so the derived tables' tasks set most of the scheduler's growth with the
+#: table: at 4 a block and one piece task per block and class-1 range they were 978 of the 1,383 tasks
+#: of a 100M-row evaluation; at 8 and one piece task per block and holder, 399 of 804.  A worker's
+#: pieces of two waves (8 blocks, under 100 MB) stay well below the build's and the kernels' peaks.
 DERIVED_BLOCK = 8
 #: the directory, under a worker's local directory, that holds every evaluation's files.
 ROOT = "calengine-ranges"
