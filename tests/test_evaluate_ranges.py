@@ -659,7 +659,7 @@ def test_piece_tasks_cut_the_slices_of_their_files_and_keep_no_map_of_them(tmp_p
     group's bounds on every file) and derived ranges (``slices_between``, bounds per file) return the
     values ``[lo, hi)`` of each file -- numpy's boolean selection of the same arrays is the oracle --
     and drop their maps of the files when done: kept, the pages their binary searches touched stayed
-    resident in the holder until the files went (up to 390 MiB of a worker at 100M rows)."""
+    resident in the holder until the files went (160-170 MiB at a worker's kernel-phase peak at 100M)."""
     from calengine.metrics import range_eval, range_workers
 
     lo, hi = bounds

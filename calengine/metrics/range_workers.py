@@ -40,7 +40,8 @@ every range's future until the end.  Here:
   so does a task cutting pieces for another worker: the pages its binary searches touch stay
   resident while a file is mapped, and over a table's ranges they covered every chunk file's values
   (100M rows: workers 1,606 / 1,540 MiB with the maps kept to the table's end, 974 / 990 without;
-  the holders' piece tasks still kept theirs, up to 390 MiB of mapped files in a worker at 100M).
+  the holders' piece tasks kept theirs until the files went: at 100M a worker's kernel-phase peak
+  held 160-170 MiB of mapped files, 73-75 once they drop them, as at 10M).
 * **lost workers**: a task pinned to a worker that has left would wait for it forever (its files
   went with it), so the client waits on pinned tasks through :func:`gather_pinned`, which raises
   :class:`~calengine.errors.ClusterError` as soon as one of their workers is gone.
@@ -155,8 +156,8 @@ def slices_between(wanted: list) -> list:
     """``[("mem", table), ...]``: the values ``[lo, hi)`` of each ``(handle, lo, hi)`` of ``wanted``,
     files of this worker (task): the pieces of another worker's block.  The files' maps go when the
     pieces are read: kept, the pages a holder's binary searches touched stayed resident until the
-    table's chunk files (or the evaluation's ranges) went, and over a table they covered every file a
-    holder served (100M rows: up to 390 MiB of a worker's peak was mapped chunk files)."""
+    table's chunk files (or the evaluation's ranges, for the class-1 files derived ranges read) went
+    (100M rows: 160-170 MiB of mapped files at a worker's kernel-phase peak, 73-75 without)."""
     try:
         return [("mem", re_._load(h, lo, hi)) for h, lo, hi in wanted]
     finally:
