@@ -16,8 +16,8 @@ every range's future until the end.  Here:
   no other worker allowed).  A range's build needs a slice of every chunk's table: the slices held
   by another worker come as a task pinned there (:func:`slices_of`) whose result Dask moves, one per
   group of consecutive ranges, holder and destination; derived ranges (a binary model's class 0 and
-  top label) read the class-1 ranges the same way (:func:`slice_of`).  Nothing assumes a shared file
-  system.
+  top label) read the class-1 ranges the same way (:func:`slices_between`, one a block and holder).
+  Nothing assumes a shared file system.
 * **heap**: the range tasks trim the heap after each range (as the score-range tasks of fits do as
   they end, :func:`~calengine.tasks.heap.trims_heap_even_when_kept`): their 2 MB temporaries, kept on
   the heap where ``MALLOC_MMAP_THRESHOLD_`` is raised, beside the range cache's arrays, left holes
@@ -29,10 +29,19 @@ every range's future until the end.  Here:
   :data:`DERIVED_BLOCK`, in waves), so the number of tasks alive does not grow with the table (the
   scheduler's bookkeeping did: +227 % from 10M to 100M); the census answers' histograms are folded
   as each wave arrives (:func:`~calengine.metrics.range_eval.fold_census`).
-* **maps**: a block drops its maps of the files it read slices of when it ends (:func:`_unmap`): the
-  pages its binary searches touch stay resident while a file is mapped, and over a table's ranges
-  they covered every chunk file's values (100M rows: workers 1,606 / 1,540 MiB with the maps kept to
-  the table's end, 974 / 990 without).
+* **the scheduler's log**: Dask's scheduler keeps the last 1,000 batches of messages it sent to each
+  worker (``distributed.admin.low-level-log-length``), task specifications and their arguments
+  included, so every task an evaluation submits, not only those alive, counts in the scheduler's
+  peak until that log is full (measured on 2 workers: 1,600 one-line tasks +10 MiB, +16 MiB from about
+  2,400 on): derived ranges go in blocks of :data:`DERIVED_BLOCK` with one piece task a holder, and
+  lists of file handles go :func:`packed`, so that the tasks' number and bytes grow little with the
+  table.
+* **maps**: a block drops its maps of the files it read slices of when it ends (:func:`_unmap`), and
+  so does a task cutting pieces for another worker: the pages its binary searches touch stay
+  resident while a file is mapped, and over a table's ranges they covered every chunk file's values
+  (100M rows: workers 1,606 / 1,540 MiB with the maps kept to the table's end, 974 / 990 without;
+  the holders' piece tasks kept theirs until the files went: at 100M a worker's kernel-phase peak
+  held 160-170 MiB of mapped files, 73-75 once they drop them, as at 10M).
 * **lost workers**: a task pinned to a worker that has left would wait for it forever (its files
   went with it), so the client waits on pinned tasks through :func:`gather_pinned`, which raises
   :class:`~calengine.errors.ClusterError` as soon as one of their workers is gone.
@@ -49,6 +58,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 
 from ..tasks.heap import release_freed_memory, trims_heap_even_when_kept
 from . import kernels
@@ -61,9 +71,14 @@ __all__ = ["BLOCKS_PER_WORKER", "OnWorkers", "gather_pinned", "ranges_on_workers
 #: per block of consecutive ranges): enough to keep a worker's queue from running dry between blocks,
 #: few enough that the scheduler's task count does not depend on the number of ranges.
 BLOCKS_PER_WORKER = 2
-#: at most this many derived ranges (a binary model's class 0 and top label) a task: the class-1 slices a
-#: task reads from another worker are in its memory together (6 MB a range).
-DERIVED_BLOCK = 4
+#: derived ranges (a binary model's class 0 and top label) a task: the class-1 slices a task reads from
+#: another worker are in its memory together (6 MB a range, about half of them remote).  Why 8: every
+#: task the scheduler sends stays in its log of recent messages (Dask keeps the last 1,000 batches
+#: sent to each worker), so the derived tables' tasks set most of the scheduler's growth with the
+#: table: at 4 a block and one piece task per block and class-1 range they were 978 of the 1,383 tasks
+#: of a 100M-row evaluation; at 8 and one piece task per block and holder, 399 of 804.  A worker's
+#: pieces of two waves (8 blocks, under 100 MB) stay well below the build's and the kernels' peaks.
+DERIVED_BLOCK = 8
 #: the directory, under a worker's local directory, that holds every evaluation's files.
 ROOT = "calengine-ranges"
 
@@ -102,27 +117,61 @@ def pick_on_worker(evaluation: str, part_tables: list, kind: str, j: int, index:
     return _located(re_._pick({"tables": {kind: part_tables}}, kind, j, worker_dir(evaluation), index))
 
 
-@trims_heap_even_when_kept
-def slice_of(handle, lo_value, hi_value) -> tuple:
-    """The values ``[lo_value, hi_value)`` (None: unbounded) of a file of this worker (task): the
-    piece another worker's task reads, moved there by Dask as an in-memory table."""
-    return ("mem", re_._load(handle, lo_value, hi_value))
+def packed(handles: list) -> tuple:
+    """``("files", runs)``: handles of files as a task argument, each run of consecutive handles sharing
+    kind, directory and worker once and their file names in one string (:func:`unpacked` undoes it).
+    Why: the scheduler keeps every task it sends in its log of recent messages (Dask keeps the last
+    1,000 batches sent to each worker), and a task's list of handles, each a tuple of long paths, grew
+    with the table (the 50 chunk files of a worker at 100M rows, 11 KB a build task); packed, a handle
+    costs its file name.  Only plain tuples and strings: the scheduler unpickles them too."""
+    runs: list = []
+    for kind, path, address in handles:
+        directory, name = os.path.split(path)
+        if runs and runs[-1][:3] == (kind, directory, address):
+            runs[-1][3].append(name)
+        else:
+            runs.append((kind, directory, address, [name]))
+    return ("files", tuple((k, d, a, "\n".join(names)) for k, d, a, names in runs))
+
+
+def unpacked(files) -> list:
+    """The handles :func:`packed` packed (in task); anything else (the pieces a task of another
+    worker cut) as it is."""
+    if not (isinstance(files, tuple) and files[:1] == ("files",)):
+        return files
+    return [(k, os.path.join(d, name), a) for k, d, a, names in files[1] for name in names.split("\n")]
 
 
 @trims_heap_even_when_kept
-def slices_of(handles: list, lo_value, hi_value) -> list:
-    """:func:`slice_of` of several files of this worker (task): one task, not one per chunk, for the
-    pieces of a group another worker's builds read."""
-    return [("mem", re_._load(h, lo_value, hi_value)) for h in handles]
+def slices_of(files: tuple, lo_value, hi_value) -> list:
+    """The values ``[lo_value, hi_value)`` (None: unbounded) of several files of this worker (task;
+    ``files`` :func:`packed`): one task, not one per chunk, for the pieces of a group another worker's
+    builds read, moved there by Dask as in-memory tables.  The files' maps go with the task
+    (:func:`_unmap`)."""
+    return slices_between([(h, lo_value, hi_value) for h in unpacked(files)])
 
 
-def build_block(evaluation: str, label: str, first: int, edges: list, census, plan: list, *sources) -> list:
+@trims_heap_even_when_kept
+def slices_between(wanted: list) -> list:
+    """``[("mem", table), ...]``: the values ``[lo, hi)`` of each ``(handle, lo, hi)`` of ``wanted``,
+    files of this worker (task): the pieces of another worker's block.  The files' maps go when the
+    pieces are read: kept, the pages a holder's binary searches touched stayed resident until the
+    table's chunk files (or the evaluation's ranges, for the class-1 files derived ranges read) went
+    (100M rows: 160-170 MiB of mapped files at a worker's kernel-phase peak, 73-75 without)."""
+    try:
+        return [("mem", re_._load(h, lo, hi)) for h, lo, hi in wanted]
+    finally:
+        _unmap([h for h, _, _ in wanted])
+
+
+def build_block(evaluation: str, label: str, first: int, edges: list, census, owners: tuple, *sources) -> list:
     """Ranges ``first, first + 1, ...`` of table ``label`` (task), ``edges`` their ``len + 1`` edges,
     each built by :func:`~calengine.metrics.range_eval.build_range` from one input per chunk, in chunk
-    order: ``plan[c] = (s, i)``, the ``i``-th of ``sources[s]`` (the files of this worker, or the
-    pieces moved here from another), and written to this worker's directory: ``[(handle, census
-    answer), ...]``."""
-    inputs = [sources[s][i] for s, i in plan]
+    order: chunk ``c``'s is the next of ``sources[owners[c]]`` (the files of this worker,
+    :func:`packed`, or the pieces moved here from another, both in chunk order), and written to this
+    worker's directory: ``[(handle, census answer), ...]``."""
+    sources = [iter(unpacked(s)) for s in sources]
+    inputs = [next(sources[s]) for s in owners]
     d = worker_dir(evaluation)
     out = []
     try:
@@ -151,13 +200,16 @@ def _unmap(inputs: list) -> None:
     re_._forget_maps([h[:2] for h in inputs if h[0] == "disk"])
 
 
-def derive_block(evaluation: str, label: str, which: str, census, items: list) -> list:
+def derive_block(evaluation: str, label: str, which: str, census, items: list, *sources) -> list:
     """Derived ranges (task): ``items`` ``[(r, slices, inputs), ...]`` as
-    :func:`~calengine.metrics.range_eval.derive_range` takes them, written to this worker's directory."""
+    :func:`~calengine.metrics.range_eval.derive_range` takes them, an input either a class-1 range file
+    of this worker or ``("piece", s, n)``: the ``n``-th of ``sources[s]``, pieces of another worker's
+    files (:func:`slices_between`, one task a holder and block); written to this worker's directory."""
     d = worker_dir(evaluation)
     out = []
     try:
         for r, slices, inputs in items:
+            inputs = [sources[h[1]][h[2]] if h[0] == "piece" else h for h in inputs]
             handle, answer = re_.derive_range(which, os.path.join(d, f"{label}-r{r}"), census, slices, *inputs)
             out.append((_located(handle), answer))
             release_freed_memory(even_when_kept=True)
@@ -166,20 +218,21 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list) -
     return _census_folded(out, census)
 
 
-def run_kernels(kernel, handles: list, requests: list) -> list:
+def run_kernels(kernel, handles: tuple, requests: list) -> list:
     """:func:`~calengine.metrics.range_eval.run_kernel` on each of a block of ranges (task, on their
-    worker); the smooth-ECE grid histograms, which the client only adds up, come back folded into the
-    block's first answer (:func:`~calengine.metrics.range_eval.fold_grids`)."""
+    worker; ``handles`` :func:`packed`); the smooth-ECE grid histograms, which the client only adds
+    up, come back folded into the block's first answer (:func:`~calengine.metrics.range_eval.fold_grids`)."""
     out = []
-    for h, q in zip(handles, requests):
+    for h, q in zip(unpacked(handles), requests):
         out.append(re_.run_kernel(kernel, h, q))
         release_freed_memory(even_when_kept=True)
     return re_.fold_grids(out) if kernel is kernels.grids else out
 
 
-def remove_files(handles: list) -> None:
-    """Remove files of this worker (task): a table's chunk files once its ranges are built."""
-    re_._remove_chunk_files([h[:2] for h in handles])
+def remove_files(files: tuple) -> None:
+    """Remove files of this worker (task; ``files`` :func:`packed`): a table's chunk files once its
+    ranges are built."""
+    re_._remove_chunk_files([h[:2] for h in unpacked(files)])
 
 
 def drop_evaluation(evaluation: str, dask_worker=None) -> None:
@@ -256,7 +309,9 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
     R = len(edges) - 1
     groups = min(R, -(-sum(s["size"] for s in sketches) * 24 // re_.GROUP_BYTES))
     per = -(-R // max(1, groups))
-    held = {w: [i for i, h in enumerate(handles) if h[2] == w] for w in workers}
+    holders = sorted({h[2] for h in handles})
+    files = {x: packed([h for h in handles if h[2] == x]) for x in holders}  # each holder's, in chunk order
+    owners = tuple(holders.index(h[2]) for h in handles)  # chunk c's input: the next of sources[owners[c]]
     built: list = []
     pending = None
     for g0 in range(0, R, per):
@@ -264,27 +319,20 @@ def ranges_on_workers(client, evaluation: str, handles: list, sketches: list[dic
         pieces: dict = {}  # (holder, destination) -> the future of the holder's pieces of this group
         futures = []
         for lo, hi, w in blocks_by_worker(g1 - g0, workers):
-            holders = [x for x in workers if held[x]]
-            sources, where = [], {}
-            for s, x in enumerate(holders):
-                where.update({i: (s, n) for n, i in enumerate(held[x])})
-                if x == w:
-                    sources.append([handles[i] for i in held[x]])
-                    continue
-                if (x, w) not in pieces:
-                    pieces[(x, w)] = _pinned(client, x, slices_of, [handles[i] for i in held[x]], edges[g0], edges[g1])
-                sources.append(pieces[(x, w)])
+            sources = []
+            for x in holders:
+                if x != w and (x, w) not in pieces:
+                    pieces[(x, w)] = _pinned(client, x, slices_of, files[x], edges[g0], edges[g1])
+                sources.append(files[x] if x == w else pieces[(x, w)])
             futures.append(_pinned(client, w, build_block, evaluation, label, g0 + lo, edges[g0 + lo:g0 + hi + 1],
-                                   census, [where[i] for i in range(len(handles))], *sources))
+                                   census, owners, *sources))
         # one group is built while the previous one's results come back: a worker holds the pieces of
         # at most two groups, and the scheduler the tasks of two
         if pending is not None:
             _arrived(built, gather_pinned(client, pending, workers), census)
         pending = futures
     _arrived(built, gather_pinned(client, pending, workers), census)
-    holders = sorted({h[2] for h in handles})
-    gather_pinned(client, [_pinned(client, w, remove_files, [h for h in handles if h[2] == w]) for w in holders],
-                  holders)
+    gather_pinned(client, [_pinned(client, w, remove_files, files[w]) for w in holders], holders)
     return built[0], built[1], edges
 
 
@@ -302,37 +350,39 @@ def _arrived(built: list, blocks: list, census) -> None:
 def derived_on_workers(client, evaluation: str, which: str, ranges1: list, edges1: list, sketches: list[dict],
                        label: str, census) -> tuple:
     """The class-0 or top-label table's ranges of a binary model whose every chunk is mirrored, from the
-    class-1 ranges ``ranges1`` (handles, edges ``edges1``): ``(handles, census answers)``.  A derived
-    range is built on the worker holding its first class-1 slice; slices held elsewhere come as one
-    piece per block of derived ranges and class-1 range."""
+    class-1 ranges ``ranges1`` (handles, edges ``edges1``): ``(handles, census answers)``.  Derived
+    ranges are built in blocks of :data:`DERIVED_BLOCK` consecutive ranges, each on the worker holding
+    most of the class-1 ranges the block reads; the slices held elsewhere come as one piece per block
+    and holder (:func:`slices_between`).  The blocks go in waves of :data:`BLOCKS_PER_WORKER` a worker:
+    a worker holds the pieces of two waves at most (submitted at once, the pieces of every block were
+    cut as soon as the class-1 ranges existed: half a top-label table moved in memory)."""
     edges = [None, *re_.range_boundaries([re_._mapped_sketch(s, which) for s in sketches]), None]
     plans = [re_.derived_slices(which, lo, hi, edges1) for lo, hi in zip(edges[:-1], edges[1:])]
     workers = sorted({h[2] for h in ranges1})
-    # consecutive derived ranges whose first class-1 slice is on the same worker form a block of at
-    # most DERIVED_BLOCK ranges, and the blocks go in waves of BLOCKS_PER_WORKER a worker: a worker
-    # holds the pieces of two waves at most (submitted at once, the pieces of every block were cut as
-    # soon as the class-1 ranges existed: half a top-label table moved in memory)
-    owner = [ranges1[p[0][0]][2] if p else workers[0] for p in plans]
-    blocks, start = [], 0
-    for r in range(1, len(plans) + 1):
-        if r == len(plans) or owner[r] != owner[start] or r - start >= DERIVED_BLOCK:
-            blocks.append((start, r, owner[start]))
-            start = r
+    blocks = []
+    for lo in range(0, len(plans), DERIVED_BLOCK):
+        hi = min(len(plans), lo + DERIVED_BLOCK)
+        reads = Counter(ranges1[i][2] for plan in plans[lo:hi] for i, _ in plan)
+        blocks.append((lo, hi, max(sorted(reads), key=reads.__getitem__) if reads else workers[0]))
     built: list = []
     pending = None
     wave = BLOCKS_PER_WORKER * len(workers)
     for b0 in range(0, len(blocks), wave):
         futures = []
         for lo, hi, w in blocks[b0:b0 + wave]:
-            wanted: dict = {}  # class-1 range held elsewhere -> the union of the slices this block reads of it
+            wanted: dict = {}  # holder -> {class-1 range: the slices this block reads of it}
             for plan in plans[lo:hi]:
-                for i, (a, b) in plan:
+                for i, ab in plan:
                     if ranges1[i][2] != w:
-                        wanted.setdefault(i, []).append((a, b))
-            pieces = {i: _pinned(client, ranges1[i][2], slice_of, ranges1[i], *_union(ab)) for i, ab in wanted.items()}
-            items = [(r, [ab for _, ab in plans[r]], [pieces.get(i, ranges1[i]) for i, _ in plans[r]])
+                        wanted.setdefault(ranges1[i][2], {}).setdefault(i, []).append(ab)
+            sources, at = [], {}
+            for s, (x, slices) in enumerate(sorted(wanted.items())):
+                wanted_here = [(ranges1[i], *_union(ab)) for i, ab in slices.items()]
+                sources.append(_pinned(client, x, slices_between, wanted_here))
+                at.update({i: ("piece", s, n) for n, i in enumerate(slices)})
+            items = [(r, [ab for _, ab in plans[r]], [at.get(i, ranges1[i]) for i, _ in plans[r]])
                      for r in range(lo, hi)]
-            futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items))
+            futures.append(_pinned(client, w, derive_block, evaluation, label, which, census, items, *sources))
         if pending is not None:
             _arrived(built, gather_pinned(client, pending, workers), census)
         pending = futures
@@ -360,7 +410,7 @@ def map_on_workers(client, kernel, ranges: list, requests: list) -> list:
         count = min(len(rs), BLOCKS_PER_WORKER)
         for b in range(count):
             block = rs[len(rs) * b // count:len(rs) * (b + 1) // count]
-            futures.append((block, _pinned(client, w, run_kernels, kernel, [ranges[r] for r in block],
+            futures.append((block, _pinned(client, w, run_kernels, kernel, packed([ranges[r] for r in block]),
                                            [requests[r] for r in block])))
     out: list = [None] * len(ranges)
     for (block, _), answers in zip(futures, gather_pinned(client, [f for _, f in futures], mine)):
