@@ -651,6 +651,41 @@ def test_evaluate_report_on_ranges_draws_what_the_in_memory_report_draws(pima_mo
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.5000001, 0.75, 1.0]) | st.floats(0.0, 1.0), max_size=60),
+       st.integers(1, 9), st.data())
+def test_a_slice_is_located_through_a_sample_of_the_file_as_a_full_search_locates_it(tmp_path, values, stride,
+                                                                                      data):
+    """``_read_slice`` finds a slice's bounds in every SAMPLE_STRIDE-th value of the file and one window
+    read from it, keeping no map of the file: for any sorted values with ties, any stride and any bounds
+    (outside the values, on them, between them) the slice is ``np.searchsorted``'s on the whole array, and
+    the three arrays are the file's."""
+    from calengine.metrics import range_eval
+
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    table = (v, np.arange(v.size, dtype=np.int64), (np.arange(v.size, dtype=np.int64) * 7) % 5)
+    path = str(tmp_path / f"t{len(os.listdir(tmp_path))}")
+    range_eval._save(table, path)
+    # a bound: none, a value of the file (ties, a window's first or last value), one just above a value
+    # (between two windows), or anything
+    near = [float(x) for x in v] + [float(np.nextafter(x, 2.0)) for x in v]
+    bound = st.one_of(st.none(), st.sampled_from(near) if near else st.none(), st.floats(-0.5, 1.5))
+    lo_value, hi_value = data.draw(bound), data.draw(bound)
+    if lo_value is not None and hi_value is not None and lo_value > hi_value:
+        lo_value, hi_value = hi_value, lo_value
+    lo = 0 if lo_value is None else int(np.searchsorted(v, lo_value, side="left"))
+    hi = v.size if hi_value is None else int(np.searchsorted(v, hi_value, side="left"))
+    old = range_eval.SAMPLE_STRIDE
+    range_eval.SAMPLE_STRIDE = stride
+    try:
+        got = range_eval._read_slice(path, lo_value, hi_value, keep=False)
+    finally:
+        range_eval.SAMPLE_STRIDE = old
+    for a, b in zip(got, table):
+        assert np.array_equal(a, b[lo:hi]) and a.dtype == b.dtype
+    assert path not in range_eval._MAPPED
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.lists(st.floats(0.0, 1.0), min_size=0, max_size=40), min_size=1, max_size=4),
        st.lists(st.one_of(st.none(), st.floats(0.0, 1.0)), min_size=2, max_size=2))

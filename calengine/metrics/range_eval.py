@@ -112,29 +112,58 @@ def _bounds(v, lo_value, hi_value) -> tuple[int, int]:
     return lo, hi
 
 
-#: the chunk files this process reads slices of, by path: the values memory-mapped (the binary search
-#: of a range's bounds touches a few pages) and where each file's data start.  Each of a table's range
-#: tasks reads its slice of every chunk's files: opening and mapping them anew per task cost twenty
-#: times the read (7,200 maps at 10M rows).  Slices are read from the files, not through the map, so
-#: the mapped pages of a table's chunks do not add up in this process's memory.  Entries go when the
-#: chunk's files are removed (:func:`_remove_chunk_files`).
+#: the chunk files this process reads slices of, by path: a sample of their values and where each
+#: file's data start.  Each of a table's range tasks reads its slice of every chunk's files: opening
+#: them anew per task cost twenty times the read (7,200 maps at 10M rows), so what locating a slice
+#: needs is kept.  Not a map of the file: the pages its binary searches touched stayed mapped in this
+#: process, and across a table's builds they added up (100M rows on 2 workers: 51 chunk files, 255 MiB
+#: of a worker's peak, against 25 MiB at 10M; ``benchmarks/results/evaluate_cluster_s12.md``).
+#: Entries go when the chunk's files are removed (:func:`_remove_chunk_files`).
 _MAPPED: dict = {}
 _MAPPED_LOCK = threading.Lock()
 
+#: values between two entries of a file's sample (:func:`_located`): a slice's bound is found in the
+#: sample, then in one window of at most this many values read from the file (32 KiB of float64)
+SAMPLE_STRIDE = 4096
+
+
+def _sampled(path: str) -> tuple:
+    """``(sample, files, n)`` of the table stored at ``path``: every :data:`SAMPLE_STRIDE`-th value
+    (read through a map that goes with this call: a few pages, one a sample value), each array's
+    ``(file, data offset, dtype)`` and the number of values."""
+    maps = [load_npy(f"{path}.{name}.npy", mmap_mode="r") for name in _NAMES]
+    sample = np.array(maps[0][::SAMPLE_STRIDE])
+    return sample, [(f"{path}.{name}.npy", m.offset, m.dtype) for name, m in zip(_NAMES, maps)], int(maps[0].size)
+
+
+def _located(entry: tuple, value) -> int:
+    """``np.searchsorted(values, value, side="left")`` over the file of ``entry`` (:func:`_sampled`),
+    reading one window of its values: the sample puts the answer after a sampled value below
+    ``value`` and at or before the next sampled value, which is at or above it."""
+    sample, files, n = entry
+    i = int(np.searchsorted(sample, value, side="left"))
+    if i == 0:
+        return 0
+    start, stop = (i - 1) * SAMPLE_STRIDE + 1, min(n, i * SAMPLE_STRIDE)
+    f, off, dt = files[0]
+    window = np.fromfile(f, dtype=dt, count=stop - start, offset=off + start * dt.itemsize)
+    return start + int(np.searchsorted(window, value, side="left"))
+
 
 def _read_slice(path: str, lo_value, hi_value, keep: bool = True) -> tuple:
-    """Without ``keep`` the file's map is not entered in :data:`_MAPPED` (it goes with this call): the
-    reads of a derived range's kernels (:func:`_rederived`), which come after the maps of the class-1
-    files were dropped and would otherwise hold deleted files' pages past the evaluation."""
+    """The values in ``[lo_value, hi_value)`` (None: unbounded) of the table stored at ``path``, read
+    from its files.  Without ``keep`` the file's entry is not entered in :data:`_MAPPED`: the reads of
+    a derived range's kernels (:func:`_rederived`), which come after the class-1 files' entries were
+    dropped."""
     with _MAPPED_LOCK:
         entry = _MAPPED.get(path)
     if entry is None:
-        maps = [load_npy(f"{path}.{name}.npy", mmap_mode="r") for name in _NAMES]
-        entry = (maps[0], [(f"{path}.{name}.npy", m.offset, m.dtype) for name, m in zip(_NAMES, maps)])
+        entry = _sampled(path)
         if keep:
             with _MAPPED_LOCK:
                 entry = _MAPPED.setdefault(path, entry)
-    lo, hi = _bounds(entry[0], lo_value, hi_value)
+    lo = 0 if lo_value is None else _located(entry, lo_value)
+    hi = entry[2] if hi_value is None else _located(entry, hi_value)
     return tuple(np.fromfile(f, dtype=dt, count=hi - lo, offset=off + lo * dt.itemsize) for f, off, dt in entry[1])
 
 
