@@ -35,7 +35,7 @@ rows of continuous probabilities).  Here no process ever holds a whole table:
 
 Length: past the house's ~600 lines because the chunk, range and derived-range tasks and
 :class:`RangedTables` share one storage convention (handles ``("disk", path)`` / ``("mem", arrays)``,
-:func:`_save`, :func:`_load`, the map cache of chunk files, which files go when): a split would
+:func:`_save`, :func:`_load`, the sampled entries of chunk files, which files go when): a split would
 spread those rules over modules that import each other.  On a cluster a handle is ``("disk", path,
 address)``, the address that of the worker holding the file; the files go, with what the workers
 cached of them, when the tables are frozen or the evaluation fails (:meth:`RangedTables.release`).
@@ -835,8 +835,9 @@ def _remove_chunk_files(handles) -> None:
 
 
 def _forget_maps(handles) -> None:
-    """Drop this process's maps of the files of ``handles`` (``(kind, path)``) it read slices of, e.g.
-    the class-1 range files the derived ranges read (the files stay: the kernels read them)."""
+    """Drop this process's entries (samples, :data:`_MAPPED`) of the files of ``handles`` (``(kind, path)``)
+    it read slices of, e.g. the class-1 range files the derived ranges read (the files stay: the
+    kernels read them)."""
     with _MAPPED_LOCK:
         for kind, path in handles:
             if kind == "disk":

@@ -36,12 +36,13 @@ every range's future until the end.  Here:
   2,400 on): derived ranges go in blocks of :data:`DERIVED_BLOCK` with one piece task a holder, and
   lists of file handles go :func:`packed`, so that the tasks' number and bytes grow little with the
   table.
-* **maps**: a block drops its maps of the files it read slices of when it ends (:func:`_unmap`), and
-  so does a task cutting pieces for another worker: the pages its binary searches touch stay
-  resident while a file is mapped, and over a table's ranges they covered every chunk file's values
-  (100M rows: workers 1,606 / 1,540 MiB with the maps kept to the table's end, 974 / 990 without;
-  the holders' piece tasks kept theirs until the files went: at 100M a worker's kernel-phase peak
-  held 160-170 MiB of mapped files, 73-75 once they drop them, as at 10M).
+* **maps**: no file stays mapped.  A slice's bounds are found in a sample of the file's values and
+  one window read from it (:func:`~calengine.metrics.range_eval._read_slice`); before, the pages a
+  binary search touched stayed resident while a file was mapped, and over a table's ranges they
+  covered its chunk files' values (100M rows: workers 1,606 / 1,540 MiB with the maps kept to the
+  table's end, 974 / 990 without; a build block still held 255 MiB of its own chunk files' pages at
+  its end).  A block, and a task cutting pieces for another worker, drops its files' samples when it
+  ends (:func:`_unmap`).
 * **lost workers**: a task pinned to a worker that has left would wait for it forever (its files
   went with it), so the client waits on pinned tasks through :func:`gather_pinned`, which raises
   :class:`~calengine.errors.ClusterError` as soon as one of their workers is gone.
@@ -146,7 +147,7 @@ def unpacked(files) -> list:
 def slices_of(files: tuple, lo_value, hi_value) -> list:
     """The values ``[lo_value, hi_value)`` (None: unbounded) of several files of this worker (task;
     ``files`` :func:`packed`): one task, not one per chunk, for the pieces of a group another worker's
-    builds read, moved there by Dask as in-memory tables.  The files' maps go with the task
+    builds read, moved there by Dask as in-memory tables.  The files' samples go with the task
     (:func:`_unmap`)."""
     return slices_between([(h, lo_value, hi_value) for h in unpacked(files)])
 
@@ -154,10 +155,10 @@ def slices_of(files: tuple, lo_value, hi_value) -> list:
 @trims_heap_even_when_kept
 def slices_between(wanted: list) -> list:
     """``[("mem", table), ...]``: the values ``[lo, hi)`` of each ``(handle, lo, hi)`` of ``wanted``,
-    files of this worker (task): the pieces of another worker's block.  The files' maps go when the
-    pieces are read: kept, the pages a holder's binary searches touched stayed resident until the
-    table's chunk files (or the evaluation's ranges, for the class-1 files derived ranges read) went
-    (100M rows: 160-170 MiB of mapped files at a worker's kernel-phase peak, 73-75 without)."""
+    files of this worker (task): the pieces of another worker's block.  The files' samples go when
+    the pieces are read (when they were maps, the pages a holder's binary searches touched stayed
+    resident until the files went: 100M rows, 160-170 MiB at a worker's kernel-phase peak, 73-75
+    without)."""
     try:
         return [("mem", re_._load(h, lo, hi)) for h, lo, hi in wanted]
     finally:
@@ -194,9 +195,9 @@ def _census_folded(out: list, census) -> list:
 
 
 def _unmap(inputs: list) -> None:
-    """Drop this process's maps of the files a block read slices of: the pages its binary searches
-    touched stay resident while a file is mapped, and over a table's blocks they covered every chunk
-    file's values (at 100M rows a worker's 50 chunk files of a table: up to 400 MB)."""
+    """Drop this process's entries (:data:`~calengine.metrics.range_eval._MAPPED`: samples of the values)
+    of the files a block read slices of, so that a worker keeps entries only for the files a running
+    task reads, however many files the evaluation writes (a sample is 1/4096 of a file's values)."""
     re_._forget_maps([h[:2] for h in inputs if h[0] == "disk"])
 
 
