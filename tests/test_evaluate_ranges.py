@@ -283,7 +283,7 @@ def test_class_0_and_top_label_ranges_derived_from_class_1_ranges_are_the_tables
 
 
 def _derived_ranges_are_the_rows_tables(p1, data, scratch):
-    from calengine.metrics.range_eval import _forget_maps, _load, _save, derive_range, derived_slices, run_kernel
+    from calengine.metrics.range_eval import _forget_locators, _load, _save, derive_range, derived_slices, run_kernel
 
     p1 = np.asarray(p1)
     n = p1.size
@@ -323,7 +323,7 @@ def _derived_ranges_are_the_rows_tables(p1, data, scratch):
                 assert x.dtype == z.dtype
                 np.testing.assert_array_equal(x, z)
     if scratch is not None:
-        _forget_maps(ranges1)  # as evaluate_ranged does once the derived ranges are built
+        _forget_locators(ranges1)  # as evaluate_ranged does once the derived ranges are built
     cls = [derived["class0"], tables1]
     same(acc.result(), core_result(cls, derived["top"], n=acc.n, unit=None))
 
@@ -683,7 +683,7 @@ def test_a_slice_is_located_through_a_sample_of_the_file_as_a_full_search_locate
         range_eval.SAMPLE_STRIDE = old
     for a, b in zip(got, table):
         assert np.array_equal(a, b[lo:hi]) and a.dtype == b.dtype
-    assert path not in range_eval._MAPPED
+    assert path not in range_eval._LOCATORS
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -723,7 +723,7 @@ def test_piece_tasks_cut_the_slices_of_their_files_and_keep_no_map_of_them(tmp_p
             for x, z in zip(got, want):
                 assert x.dtype == z.dtype
                 np.testing.assert_array_equal(x, z)
-        assert not [h for h in handles if h[1] in range_eval._MAPPED]
+        assert not [h for h in handles if h[1] in range_eval._LOCATORS]
 
     check(range_workers.slices_of(handles, lo, hi), [expected(t, lo, hi) for t in tables])
     per_file = [(h, lo, None) if c % 2 else (h, None, hi) for c, h in enumerate(handles)]

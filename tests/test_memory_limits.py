@@ -1,7 +1,6 @@
 """Memory the system refuses: a model still loads under an address-space limit, and running out is one line.
 
-Shared and HPC hosts often cap a process's address space (``ulimit -v``; Slurm sets it from a job's
-memory request), and hosts with strict overcommit refuse large reservations the same way.  Two defects
+A process's address space can be capped (``ulimit -v``).  Two defects
 showed there: every model file was read into a buffer of the 2 GiB a model file may hold (Python
 reserves a read's whole size up front), so any model failed to load under a cap below that and was
 reported as damaged; and running out of memory elsewhere was numpy's or the system's traceback.

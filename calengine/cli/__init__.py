@@ -119,29 +119,38 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(message, EXIT_USAGE)
 
 
+def _in_chain(exc: BaseException | None, wanted) -> BaseException | None:
+    """The first exception of ``exc``'s chain (itself, then its causes and contexts) for which
+    ``wanted`` is true, or None: a task's failure reaches the CLI wrapped by Dask or the caller."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if wanted(exc):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _out_of_memory(exc: BaseException) -> str | None:
     """One line for memory the system refused (``MemoryError``, or ``ENOMEM`` from a map or a thread),
-    naming the process's address-space limit when one is set (``ulimit -v``, common on shared and HPC
-    hosts) and what to change; None for any other failure."""
+    naming the process's address-space limit when one is set (``ulimit -v``) and what to change; None
+    for any other failure."""
     import errno
     import resource
 
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM):
-            what = " ".join(str(exc).split())[:160] or type(exc).__name__
-            try:
-                limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-            except (OSError, ValueError):
-                limit = resource.RLIM_INFINITY
-            if limit != resource.RLIM_INFINITY:
-                return (f"out of memory ({what}): this process may use {limit / 2**30:.1f} GiB of address space"
-                        " (ulimit -v); raise that limit, or run with fewer --workers or on a cluster (--cluster)")
-            return (f"out of memory ({what}); free memory on this machine, or run with fewer --workers or on a"
-                    " cluster (--cluster)")
-        exc = exc.__cause__ or exc.__context__
-    return None
+    found = _in_chain(exc, lambda e: isinstance(e, MemoryError) or (isinstance(e, OSError)
+                                                                     and e.errno == errno.ENOMEM))
+    if found is None:
+        return None
+    what = " ".join(str(found).split())[:160] or type(found).__name__
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError):
+        limit = resource.RLIM_INFINITY
+    if limit != resource.RLIM_INFINITY:
+        return (f"out of memory ({what}): this process may use {limit / 2**30:.1f} GiB of address space"
+                " (ulimit -v); raise that limit, or run with fewer --workers or on a cluster (--cluster)")
+    return f"out of memory ({what}); free memory on this machine, or run with fewer --workers or on a cluster (--cluster)"
 
 
 def _disk_full(exc: BaseException) -> str | None:
@@ -150,16 +159,14 @@ def _disk_full(exc: BaseException) -> str | None:
     other failure, which stays a traceback (a bug to report)."""
     import errno
 
+    from ..parquet.data import os_error_meaning
     from ..tasks.spill import SCRATCH_FIX
 
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            where = f" writing '{exc.filename}'" if exc.filename else ""
-            return f"{os.strerror(exc.errno)} ({errno.errorcode[exc.errno]}){where}; {SCRATCH_FIX}"
-        exc = exc.__cause__ or exc.__context__
-    return None
+    found = _in_chain(exc, lambda e: isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+    if found is None:
+        return None
+    where = f" writing '{found.filename}'" if found.filename else ""
+    return f"{os_error_meaning(found)}{where}; {SCRATCH_FIX}"
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:

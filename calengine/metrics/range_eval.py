@@ -107,9 +107,13 @@ def _load(handle, lo_value=None, hi_value=None):
 
 
 def _bounds(v, lo_value, hi_value) -> tuple[int, int]:
-    lo = 0 if lo_value is None else int(np.searchsorted(v, lo_value, side="left"))
-    hi = v.size if hi_value is None else int(np.searchsorted(v, hi_value, side="left"))
-    return lo, hi
+    return _bounds_by(lambda x: int(np.searchsorted(v, x, side="left")), v.size, lo_value, hi_value)
+
+
+def _bounds_by(locate, n: int, lo_value, hi_value) -> tuple[int, int]:
+    """The positions of ``[lo_value, hi_value)`` (None: unbounded) among ``n`` sorted values, ``locate(x)``
+    the first position whose value is at least ``x``."""
+    return (0 if lo_value is None else locate(lo_value)), (n if hi_value is None else locate(hi_value))
 
 
 #: the chunk files this process reads slices of, by path: a sample of their values and where each
@@ -119,8 +123,8 @@ def _bounds(v, lo_value, hi_value) -> tuple[int, int]:
 #: process, and across a table's builds they added up (100M rows on 2 workers: 51 chunk files, 255 MiB
 #: of a worker's peak, against 25 MiB at 10M; ``benchmarks/results/evaluate_cluster_s12.md``).
 #: Entries go when the chunk's files are removed (:func:`_remove_chunk_files`).
-_MAPPED: dict = {}
-_MAPPED_LOCK = threading.Lock()
+_LOCATORS: dict = {}
+_LOCATORS_LOCK = threading.Lock()
 
 #: values between two entries of a file's sample (:func:`_located`): a slice's bound is found in the
 #: sample, then in one window of at most this many values read from the file (32 KiB of float64)
@@ -152,18 +156,17 @@ def _located(entry: tuple, value) -> int:
 
 def _read_slice(path: str, lo_value, hi_value, keep: bool = True) -> tuple:
     """The values in ``[lo_value, hi_value)`` (None: unbounded) of the table stored at ``path``, read
-    from its files.  Without ``keep`` the file's entry is not entered in :data:`_MAPPED`: the reads of
+    from its files.  Without ``keep`` the file's entry is not entered in :data:`_LOCATORS`: the reads of
     a derived range's kernels (:func:`_rederived`), which come after the class-1 files' entries were
     dropped."""
-    with _MAPPED_LOCK:
-        entry = _MAPPED.get(path)
+    with _LOCATORS_LOCK:
+        entry = _LOCATORS.get(path)
     if entry is None:
         entry = _sampled(path)
         if keep:
-            with _MAPPED_LOCK:
-                entry = _MAPPED.setdefault(path, entry)
-    lo = 0 if lo_value is None else _located(entry, lo_value)
-    hi = entry[2] if hi_value is None else _located(entry, hi_value)
+            with _LOCATORS_LOCK:
+                entry = _LOCATORS.setdefault(path, entry)
+    lo, hi = _bounds_by(lambda x: _located(entry, x), entry[2], lo_value, hi_value)
     return tuple(np.fromfile(f, dtype=dt, count=hi - lo, offset=off + lo * dt.itemsize) for f, off, dt in entry[1])
 
 
@@ -752,7 +755,7 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
                 edges1 = edges
         if derive and spill_dir is not None:
             client.gather([*ranges[0], *ranges[2]])
-            _forget_maps(client.gather(ranges[1]))
+            _forget_locators(client.gather(ranges[1]))
         pending.append((kind, n, ranges, censuses))
     if evaluation is None:
         # every table's ranges are submitted before the client waits for any census answer: the
@@ -825,8 +828,8 @@ def _summed_grids(grids: list[dict]) -> dict:
 def _remove_chunk_files(handles) -> None:
     for kind, path in handles:
         if kind == "disk":
-            with _MAPPED_LOCK:
-                _MAPPED.pop(path, None)
+            with _LOCATORS_LOCK:
+                _LOCATORS.pop(path, None)
             for name in _NAMES:
                 try:
                     os.remove(f"{path}.{name}.npy")
@@ -834,14 +837,14 @@ def _remove_chunk_files(handles) -> None:
                     pass
 
 
-def _forget_maps(handles) -> None:
-    """Drop this process's entries (samples, :data:`_MAPPED`) of the files of ``handles`` (``(kind, path)``)
+def _forget_locators(handles) -> None:
+    """Drop this process's entries (samples, :data:`_LOCATORS`) of the files of ``handles`` (``(kind, path)``)
     it read slices of, e.g. the class-1 range files the derived ranges read (the files stay: the
     kernels read them)."""
-    with _MAPPED_LOCK:
+    with _LOCATORS_LOCK:
         for kind, path in handles:
             if kind == "disk":
-                _MAPPED.pop(path, None)
+                _LOCATORS.pop(path, None)
 
 
 def _pick(part: dict, kind: str, j: int, spill_dir: str, index: int = 0):

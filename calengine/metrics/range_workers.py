@@ -42,7 +42,7 @@ every range's future until the end.  Here:
   covered its chunk files' values (100M rows: workers 1,606 / 1,540 MiB with the maps kept to the
   table's end, 974 / 990 without; a build block still held 255 MiB of its own chunk files' pages at
   its end).  A block, and a task cutting pieces for another worker, drops its files' samples when it
-  ends (:func:`_unmap`).
+  ends (:func:`_drop_locators`).
 * **lost workers**: a task pinned to a worker that has left would wait for it forever (its files
   went with it), so the client waits on pinned tasks through :func:`gather_pinned`, which raises
   :class:`~calengine.errors.ClusterError` as soon as one of their workers is gone.
@@ -148,7 +148,7 @@ def slices_of(files: tuple, lo_value, hi_value) -> list:
     """The values ``[lo_value, hi_value)`` (None: unbounded) of several files of this worker (task;
     ``files`` :func:`packed`): one task, not one per chunk, for the pieces of a group another worker's
     builds read, moved there by Dask as in-memory tables.  The files' samples go with the task
-    (:func:`_unmap`)."""
+    (:func:`_drop_locators`)."""
     return slices_between([(h, lo_value, hi_value) for h in unpacked(files)])
 
 
@@ -162,7 +162,7 @@ def slices_between(wanted: list) -> list:
     try:
         return [("mem", re_._load(h, lo, hi)) for h, lo, hi in wanted]
     finally:
-        _unmap([h for h, _, _ in wanted])
+        _drop_locators([h for h, _, _ in wanted])
 
 
 def build_block(evaluation: str, label: str, first: int, edges: list, census, owners: tuple, *sources) -> list:
@@ -181,7 +181,7 @@ def build_block(evaluation: str, label: str, first: int, edges: list, census, ow
             out.append((_located(handle), answer))
             release_freed_memory(even_when_kept=True)
     finally:
-        _unmap(inputs)
+        _drop_locators(inputs)
     return _census_folded(out, census)
 
 
@@ -194,11 +194,11 @@ def _census_folded(out: list, census) -> list:
     return list(zip([h for h, _ in out], re_.fold_census([a for _, a in out])))
 
 
-def _unmap(inputs: list) -> None:
-    """Drop this process's entries (:data:`~calengine.metrics.range_eval._MAPPED`: samples of the values)
+def _drop_locators(inputs: list) -> None:
+    """Drop this process's entries (:data:`~calengine.metrics.range_eval._LOCATORS`: samples of the values)
     of the files a block read slices of, so that a worker keeps entries only for the files a running
     task reads, however many files the evaluation writes (a sample is 1/4096 of a file's values)."""
-    re_._forget_maps([h[:2] for h in inputs if h[0] == "disk"])
+    re_._forget_locators([h[:2] for h in inputs if h[0] == "disk"])
 
 
 def derive_block(evaluation: str, label: str, which: str, census, items: list, *sources) -> list:
@@ -215,7 +215,7 @@ def derive_block(evaluation: str, label: str, which: str, census, items: list, *
             out.append((_located(handle), answer))
             release_freed_memory(even_when_kept=True)
     finally:
-        _unmap([h for _, _, inputs in items for h in inputs])
+        _drop_locators([h for _, _, inputs in items for h in inputs])
     return _census_folded(out, census)
 
 
@@ -237,7 +237,7 @@ def remove_files(files: tuple) -> None:
 
 
 def drop_evaluation(evaluation: str, dask_worker=None) -> None:
-    """Remove ``evaluation``'s files from this worker and forget what this process cached or mapped of
+    """Remove ``evaluation``'s files from this worker and forget what this process cached or located of
     them (``client.run`` on every worker, which passes ``dask_worker``:
     :meth:`~calengine.metrics.range_eval.RangedTables.release`).  An
     evaluation's ranges of one kind are ``"<evaluation>/<kind>"``, released apart (one kind's tables
@@ -245,9 +245,9 @@ def drop_evaluation(evaluation: str, dask_worker=None) -> None:
     path = os.path.join(dask_worker.local_directory, ROOT, evaluation)
     forget(path)
     prefix = os.path.join(path, "")
-    with re_._MAPPED_LOCK:
-        for p in [p for p in re_._MAPPED if p.startswith(prefix)]:
-            del re_._MAPPED[p]
+    with re_._LOCATORS_LOCK:
+        for p in [p for p in re_._LOCATORS if p.startswith(prefix)]:
+            del re_._LOCATORS[p]
     shutil.rmtree(path, ignore_errors=True)
     for parent in (os.path.dirname(path), os.path.dirname(os.path.dirname(path))):
         if os.path.basename(parent) == ROOT:

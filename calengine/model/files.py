@@ -212,7 +212,7 @@ def _read_regular(path: Path, cap: int) -> bytes:
             raise ModelFormatError(f"'{path}' changed while it was read; a model directory holds only regular files")
         # the file's size and one byte more (a file that grew since is caught by the caller's length and
         # hash checks), never ``cap``: Python allocates a read's whole size up front, and 2 GiB for each
-        # small file failed under an address-space limit (ulimit -v, strict overcommit) and read as damage
+        # small file failed under an address-space limit (ulimit -v) and read as damage
         return fh.read(st.st_size + 1)
 
 

@@ -100,8 +100,9 @@ def _short_write(directory: str, array: np.ndarray) -> str:
         free = shutil.disk_usage(directory).free
     except OSError:
         free = None
-    if free is not None and free < np.asarray(array).nbytes:
-        return f"No space left on device (ENOSPC): {free:,} bytes free, {np.asarray(array).nbytes:,} to write"
+    size = np.asarray(array).nbytes
+    if free is not None and free < size:
+        return f"No space left on device (ENOSPC): {free:,} bytes free, {size:,} to write"
     return "the disk took only part of the data (a quota or a file-size limit)"
 
 
