@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import calengine
 from calengine.errors import CalengineError
@@ -344,3 +346,101 @@ def test_segment_and_mcgrad_models_are_refused_in_one_line_naming_what_scores_th
         batch = pa.RecordBatch.from_pandas(df[["s", "g"]].iloc[:50], preserve_index=False)
         got = calengine.arrow_udf(model)(batch).column("p_1").to_numpy()
         assert np.array_equal(got, model.predict_frame(df.iloc[:50])["p_1"].to_numpy())
+
+
+# Names and labels from all of Unicode, control characters and line separators included (not NUL, which
+# the export refuses, nor lone surrogates, which no Parquet file or UTF-8 text holds).
+_ANY_TEXT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=8)
+
+
+def _one_statement(sql: str, dialect: str) -> None:
+    """The text is one statement by the dialect's own parser: DuckDB's, PostgreSQL's (pglast wraps
+    libpg_query) and Spark's as sqlglot reads it; and its comment line holds printable ASCII only."""
+    first, _ = sql.split("\n", 1)
+    assert first.startswith("-- ") and all(" " <= ch <= "~" for ch in first), first
+    if dialect == "duckdb":
+        assert len(duckdb.extract_statements(sql)) == 1
+    elif dialect == "postgres":
+        assert len(pytest.importorskip("pglast").parse_sql(sql)) == 1
+    else:
+        assert len([s for s in pytest.importorskip("sqlglot").parse(sql, read="spark") if s is not None]) == 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(score=_ANY_TEXT, labels=st.lists(_ANY_TEXT, min_size=2, max_size=2, unique=True), seed=st.integers(0, 2**16))
+def test_names_and_labels_from_any_text_never_change_the_sqls_structure(score, labels, seed):
+    """Issue 42 §1: a score column's name and the class labels land in the header comment (escaped to
+    printable ASCII) and in quoted identifiers; whatever they hold, every dialect's text stays one
+    statement, and DuckDB's run of it returns calengine's probabilities bit for bit."""
+    assume(score != "y" and not {f"p_{c}" for c in labels} & {score})
+    rng = np.random.default_rng(seed)
+    s = rng.random(300).round(2)
+    cal = pd.DataFrame({score: s, "y": np.where(rng.random(300) < s, labels[1], labels[0])})
+    assume(cal["y"].nunique() == 2)
+    model = calengine.calibrate_scores(cal, "y", [score], method="isotonic")
+    from calengine.export.sql import model_sql
+
+    for dialect in ("duckdb", "postgres", "spark"):
+        _one_statement(model_sql(model, dialect), dialect)
+    _check(model, model_sql(model), cal[[score]].iloc[:50], exact=True)
+
+
+def test_a_newline_in_a_name_cannot_run_a_second_statement(tmp_path, cli, adult):
+    """The issue's case end to end: a score column named ``s⏎DROP TABLE victim;⏎--`` (and ``\\r\\n``), fitted
+    and exported with the CLI; running the file in DuckDB leaves the victim table in place."""
+    cal, _ = adult
+    for i, name in enumerate(["s\nDROP TABLE victim;\n--", "s\r\nDROP TABLE victim;\r\n--", "s\rDROP TABLE victim;\r--"]):
+        cal[["s", "y"]].rename(columns={"s": name}).to_parquet(tmp_path / f"cal{i}.parquet")
+        r = cli("fit", tmp_path / f"cal{i}.parquet", "--target", "y", "--scores", name, "--method", "isotonic",
+                "--output", tmp_path / f"m{i}")
+        assert r.returncode == 0, r.stderr
+        for dialect in ("duckdb", "postgres", "spark"):
+            out = tmp_path / f"m{i}.{dialect}.sql"
+            assert cli("export", tmp_path / f"m{i}", "--format", "sql", "--dialect", dialect,
+                       "--output", out).returncode == 0
+            _one_statement(out.read_bytes().decode(), dialect)  # not read_text: it turns \r into \n
+        con = duckdb.connect()
+        con.execute("CREATE TABLE victim AS SELECT 42 AS x")
+        con.register("input", cal[["s"]].rename(columns={"s": name}))
+        got = con.execute((tmp_path / f"m{i}.duckdb.sql").read_bytes().decode()).df()
+        assert con.execute("SELECT x FROM victim").fetchall() == [(42,)]
+        assert got.shape[0] == len(cal)
+
+
+def test_a_nul_in_a_name_or_category_is_refused_in_one_line(tmp_path):
+    """No dialect's quoting holds NUL (PostgreSQL refuses it in a query; DuckDB ends the name there, so
+    two names could become one): the export names the string instead of writing it."""
+    from calengine.export.sql import model_sql
+
+    rng = np.random.default_rng(0)
+    s = rng.random(300)
+    model = calengine.calibrate_scores(pd.DataFrame({"s\x00t": s, "y": (rng.random(300) < s).astype(int)}), "y",
+                                       ["s\x00t"], method="isotonic")
+    with pytest.raises(CalengineError, match="NUL character") as err:
+        model_sql(model)
+    assert "\n" not in str(err.value)
+    df = pd.DataFrame({"c": rng.choice(["a", "b\x00c"], 300), "y": (rng.random(300) < 0.5).astype(int)})
+    model = _fit_saved_loaded(tmp_path, df, "y", learner="logistic_regression", method="sigmoid", cv=2)
+    with pytest.raises(CalengineError, match="a category holds a NUL"):
+        model_sql(model)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(column=_ANY_TEXT, values=st.lists(_ANY_TEXT, min_size=2, max_size=3, unique=True))
+def test_a_categorical_features_name_and_values_from_any_text_stay_data(column, values):
+    """A fitted learner's categorical column: its name is a quoted identifier and its categories string
+    literals (quotes doubled; Spark's backslash escapes); one statement in every dialect, and DuckDB's
+    run returns calengine's probabilities."""
+    import tempfile
+
+    assume(column != "y" and not column.startswith("p_"))
+    rng = np.random.default_rng(1)
+    c = rng.choice(values, 400)
+    df = pd.DataFrame({column: c, "y": (rng.random(400) < np.where(c == values[0], 0.7, 0.3)).astype(np.int64)})
+    from calengine.export.sql import model_sql
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = _fit_saved_loaded(Path(tmp), df, "y", learner="logistic_regression", method="isotonic", cv=2)
+    for dialect in ("duckdb", "postgres", "spark"):
+        _one_statement(model_sql(model, dialect), dialect)
+    _check(model, model_sql(model), df[[column]].iloc[:40], exact=True)

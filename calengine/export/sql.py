@@ -86,10 +86,21 @@ class _Dialect:
         return f"CAST('{x!r}' AS {self.double})"
 
     def ident(self, name: str) -> str:
-        name = str(name)
+        name = no_nul(name, "a column name or class label")
         if self.name == "spark":
             return "`" + name.replace("`", "``") + "`"
         return '"' + name.replace('"', '""') + '"'
+
+
+def no_nul(text, what: str) -> str:
+    """``text`` as a string for an identifier or literal: refused in one line if it holds a NUL character,
+    which no dialect's quoting can hold (PostgreSQL refuses it anywhere in a query; DuckDB and Spark
+    silently end the name there, so two names could become one)."""
+    text = str(text)
+    if "\x00" in text:
+        raise ParameterError(f"{what} holds a NUL character, which SQL cannot hold: {text!r}; rename it in the data"
+                             " before fitting, or score this model with " + OTHER_FORMATS)
+    return text
 
 
 def _clip(d: _Dialect, x: str, lo: float, hi: float) -> str:
@@ -457,17 +468,42 @@ def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
         layers[-1][1].extend((f"r_{w}", f"CASE WHEN z.{d.ident('ok')} THEN {_venn_abers(d, cal, zs[0], i)} END")
                              for i, w in enumerate(("low", "high")))
         extra = [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
-    header = (f"-- calengine {model.info.get('method') or 'calibration'} of score columns"
-              f" {', '.join(reader.columns)} -> p_<class> for classes {', '.join(classes)} ({d.name})\n")
+    header = (f"calengine {_plain(model.info.get('method') or 'calibration')} of score columns {_names(reader.columns)}"
+              f" -> p_<class> for classes {_names(classes)} ({d.name})")
     return _select(d, header, table, read, layers, [(p, f"p_{c}") for p, c in zip(probs, classes)] + extra)
 
 
+def _plain(text) -> str:
+    """``text`` from a model file for the header comment, escaped as :func:`_names` escapes names."""
+    return ascii(str(text))[1:-1]
+
+
+def _names(names) -> str:
+    """Names from the data (columns, class labels) as the header comment shows them: each as Python's
+    ``ascii`` writes it, so only printable ASCII remains (line breaks, every other control character
+    and everything outside ASCII become ``\\n``, ``\\x..``, ``\\u....`` escapes)."""
+    return ", ".join(ascii(str(n)) for n in names)
+
+
+def _comment(text: str) -> str:
+    """``text`` as one ``--`` comment line.  A comment runs to the end of its line, and SQL engines end
+    lines at more characters than ``\\n`` (``\\r``; some lexers Unicode's separators too): a name from the
+    data that held one would end the comment, and what followed would run as SQL (a second statement
+    before the ``SELECT``).  So the line must be printable ASCII, which :func:`_names` guarantees for
+    what comes from the data; anything else here is a defect of this module, refused before it is
+    written."""
+    if not all(" " <= ch <= "~" for ch in text):
+        raise AssertionError(f"an SQL comment line holds a character outside printable ASCII: {text!r}")
+    return f"-- {text}\n"
+
+
 def _select(d: _Dialect, header: str, table: str, read: str, layers, outputs) -> str:
-    """The query: ``t.*`` and ``outputs`` over ``table``, the read layer ``z`` and the lateral ``layers``."""
+    """The query: the comment line ``header``, then ``t.*`` and ``outputs`` over ``table``, the read layer
+    ``z`` and the lateral ``layers``."""
     out = ",\n  ".join(f"{p} AS {d.ident(name)}" for p, name in outputs)
     chain = "".join(f"CROSS JOIN LATERAL (SELECT\n    " + ",\n    ".join(f"{e} AS {d.ident(n)}" for n, e in cols)
                     + f"\n) AS {alias}\n" for alias, cols in layers)
-    return (f"{header}SELECT\n  t.*,\n  {out}\nFROM {d.ident(table)} AS t\n"
+    return (f"{_comment(header)}SELECT\n  t.*,\n  {out}\nFROM {d.ident(table)} AS t\n"
             f"CROSS JOIN LATERAL (SELECT\n    {read}\n) AS z\n{chain}")
 
 
@@ -509,6 +545,6 @@ def _learner_model_sql(d: _Dialect, model, table: str) -> str:
         layers[-1][1].extend((f"r_{w}", _venn_abers(d, cal, ls[0][0], i)) for i, w in enumerate(("low", "high")))
         outputs += [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
     names = ", ".join(sorted({lr.name for m in model.members for lr in m.learners}))
-    header = (f"-- calengine {model.info.get('method') or 'calibration'} of {names} ({len(rs)} member(s)) over"
-              f" {', '.join(model.encoder.input_columns)} -> p_<class> for classes {', '.join(classes)} ({d.name})\n")
+    header = (f"calengine {_plain(model.info.get('method') or 'calibration')} of {_plain(names)} ({len(rs)} member(s)) over"
+              f" {_names(model.encoder.input_columns)} -> p_<class> for classes {_names(classes)} ({d.name})")
     return _select(d, header, table, read, layers, outputs)

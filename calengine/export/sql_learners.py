@@ -48,7 +48,11 @@ SQL_LEARNERS = ("logistic_regression", "linear_svm", "gaussian_nb", "bernoulli_n
 
 
 def _text(d, value: str) -> str:
-    """A string literal: quotes doubled (DuckDB, Postgres); Spark reads backslash escapes instead."""
+    """A string literal: quotes doubled (DuckDB, Postgres); Spark reads backslash escapes instead.  A
+    value with a NUL character is refused (:func:`calengine.export.sql.no_nul`)."""
+    from .sql import no_nul
+
+    value = no_nul(value, "a category")
     if d.name == "spark":
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return "'" + value.replace("'", "''") + "'"
