@@ -461,7 +461,9 @@ def test_every_block_is_run_or_skipped_for_a_stated_reason():
           f" {len(skipped)} skipped:")
     for b in skipped:
         print(f"  {b.id}: {b.directives['skip']}")
-    assert len(ran) >= 10 and len(compared) >= 3
+    # the README is a front page (issue 38): its quick start and first tasks; the manual's many blocks are
+    # counted by tests/contract/test_docs.py
+    assert len(ran) >= 5 and len(compared) >= 1
 
 
 # ---------------------------------------------------------------------------------------------------
