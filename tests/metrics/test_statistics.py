@@ -64,6 +64,7 @@ def test_multiclass_curve_is_relplots_on_the_top_label():
     np.testing.assert_allclose(curve["mu"], _relplot_curve(conf, correct, sigma), rtol=0, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore:Passing a dict to DataFrame.from_records:Warning")  # relplot's own pandas call
 def test_band_has_the_width_of_relplots_bootstrap_band():
     """relplot's band is the 2.5-97.5 % quantiles of 200 bootstrap refits; ours is the delta method.
     Where the forecasts are dense (density above half its peak) the widths agree within 20 % at every
