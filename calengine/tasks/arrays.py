@@ -226,8 +226,10 @@ def check_costing_sample(t: np.ndarray, n_classes: int) -> None:
 def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:
     X, _, _ = data.rows(idx)
     pin_native_threads()
+    from .batch_probe import scores_of
+
     with plugin_errors(learner, "score"):
-        return as_columns(learner.score(X))
+        return as_columns(scores_of(learner, X))
 
 
 def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str,
