@@ -43,7 +43,13 @@ def adult():
 
 
 def _params(name: str) -> dict:
-    return {"random_state": 0} if "random_state" in make_learner(name).get_params() else {}
+    params = {"random_state": 0} if "random_state" in make_learner(name).get_params() else {}
+    if name == "sklearn":  # by path: its default HistGradientBoosting takes a minute under load; a light class
+        params["path"] = "sklearn.ensemble.ExtraTreesClassifier"
+        params["params"] = {"n_estimators": 5}
+    if name == "mlp":
+        params["max_iter"] = 50
+    return params
 
 
 def test_the_sweep_covers_the_learners_the_issue_named():
