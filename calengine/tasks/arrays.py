@@ -44,7 +44,9 @@ class TrainingData:
     def rows(self, idx: np.ndarray | None):
         if idx is None:
             return self.X, self.y, self.w
-        return self.X[idx], self.y[idx], (None if self.w is None else self.w[idx])
+        from .batch_probe import take_rows  # X is a DataFrame for a FrozenEstimator: the caller's rows
+
+        return take_rows(self.X, idx), self.y[idx], (None if self.w is None else self.w[idx])
 
     def split(self, fold: int | None) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(training rows, held-out rows) for ``fold``; (None, None) means all rows for both."""
