@@ -8,8 +8,9 @@ Oracle: scikit-learn's ``CalibratedClassifierCV(FrozenEstimator(...))`` on the s
 isotonic is exact (the same scores, the same pool-adjacent-violators fit: the step maps agree on the
 calibration rows, and calengine's ``interpolation=linear`` is scikit-learn's rule between thresholds on
 new rows) -- 1e-12; sigmoid's two Platt parameters come from two optimisers (scikit-learn's L-BFGS,
-calengine's Newton steps to machine precision) whose stopping rules differ, measured 4.5e-10 on these
-rows -- 1e-8, as tests/test_prefit.py asks of the numeric case."""
+calengine's Newton steps to machine precision) whose stopping rules differ: measured 4.5e-10 on these
+rows with scikit-learn 1.9.1 and 2.6e-8 with 1.8.0 (the declared floor, whose L-BFGS stops earlier on
+the unscaled pipeline's decision values) -- 1e-7."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import calengine
 from cli_helpers import assert_one_line_error, run_cli
 
 ADULT = Path(__file__).resolve().parents[2] / "data" / "adult" / "train.parquet"
-TOL = {"sigmoid": 1e-8, "isotonic": 1e-12}
+TOL = {"sigmoid": 1e-7, "isotonic": 1e-12}
 
 
 @pytest.fixture(scope="module")
