@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Cost of the engine's first-use batch-independence probe (issue 41, ``calengine.tasks.batch_probe``)
+"""Cost of the engine's first-use batch-independence probe (issue 41, ``calengine.plugins.batch_probe``)
 on a small fit, side by side with the same fit without the probe, in one process.
 
 The probe runs a plugin's ``score``/``predict`` on at most 8 rows together, each alone and reversed,
@@ -33,7 +33,8 @@ def main() -> None:
     from sklearn.linear_model import LogisticRegression
 
     import calengine
-    from calengine.tasks import batch_probe
+    from calengine.adapters.wrapped_estimator import EstimatorLearner
+    from calengine.plugins import batch_probe
 
     df = pd.read_parquet(ROOT / "data" / "pima.parquet")
     X, y = df.drop(columns="class").to_numpy(np.float64), df["class"].to_numpy()
@@ -50,7 +51,7 @@ def main() -> None:
                 t = time.perf_counter()
                 fit()
                 times[label].append(time.perf_counter() - t)
-    learner = calengine.wrapped_estimator.EstimatorLearner(LogisticRegression(max_iter=2000)).fit(X, y)
+    learner = EstimatorLearner(LogisticRegression(max_iter=2000)).fit(X, y)
     alone = []
     for _ in range(args.repeats):
         batch_probe._CHECKED.clear()

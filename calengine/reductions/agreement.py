@@ -268,7 +268,7 @@ def check_reduction_once(calibrator, kind: str, n_classes: int | None = None) ->
     succeeds and the protocol raises on the same rows, that is the protocol's fault, refused with the
     plugin's message as context.
     """
-    from ..plugin_calls import describe, distribution_of, plugin_errors
+    from ..plugins.calls import describe, distribution_of, plugin_errors
 
     cls = type(calibrator)
     key = (cls.__module__, cls.__qualname__, repr(sorted(calibrator.get_params(deep=False).items(), key=str)), kind,

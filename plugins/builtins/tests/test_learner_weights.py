@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from calengine.plugins import get_plugins
-from calengine.registry import make_learner
+from calengine.plugins.registry import make_learner
 from calengine.tasks.arrays import seeded
 
 ADULT = Path(__file__).resolve().parents[3] / "data" / "adult" / "train.parquet"
