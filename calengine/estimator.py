@@ -93,6 +93,13 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = self._accepts_sparse()
         tags.input_tags.allow_nan = False  # numeric arrays must be finite; DataFrames are imputed (see fit)
+        if _is_frozen(self.learner):  # X reaches the frozen estimator as it is: its own tags say what it takes
+            from sklearn.utils import get_tags
+
+            inner = get_tags(self.learner.estimator).input_tags
+            tags.input_tags.allow_nan = inner.allow_nan
+            tags.input_tags.string = inner.string
+            tags.input_tags.categorical = inner.categorical
         return tags
 
     def _accepts_sparse(self) -> bool:
@@ -386,10 +393,12 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         """A fitted scikit-learn classifier in a ``sklearn.frozen.FrozenEstimator``: never refitted, every
         row of ``X`` calibrates its scores -- ``decision_function`` when it has one, else
         ``predict_proba``, as ``CalibratedClassifierCV(FrozenEstimator(...))`` does -- and ``cv`` is
-        unused (scikit-learn's convention).  ``X`` reaches the estimator as it is (no encoding: it was
-        trained on its own representation), numeric, with the columns it was fitted on."""
+        unused (scikit-learn's convention).  ``X`` reaches the estimator as it is, whatever it holds (a
+        DataFrame of strings and categories for a ``ColumnTransformer`` pipeline, NaN for
+        ``HistGradientBoostingClassifier``): it was trained on its own representation, and calengine
+        checks only what its calibrators read, the estimator's scores (finite, one per row)."""
         import pandas as pd
-        from sklearn.utils.validation import column_or_1d, validate_data
+        from sklearn.utils.validation import _num_samples, column_or_1d
 
         from .runtime.client import dask_client
         from .fit.training import ENGINE_METHODS, FitConfig, fit_model
@@ -405,9 +414,13 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
             raise DataError("CalibratedClassifier requires y to be passed, but the target y is None")
         y = column_or_1d(y.to_numpy() if isinstance(y, pd.Series) else np.asarray(y), warn=True)
         try:
-            Xm, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
-        except ValueError as exc:
-            raise DataError(" ".join(str(exc).split())) from exc
+            n_rows = _num_samples(X)
+        except TypeError as exc:
+            raise DataError(f"X must hold rows the FrozenEstimator can score ({exc}); pass an array or a DataFrame") from exc
+        if n_rows != len(y):
+            raise DataError(f"X has {n_rows} rows but y has {len(y)}; pass one label per row")
+        self._frozen_input_names(X)
+        Xm = X
         _check_class_labels(y)
         y_series = pd.Series(y)
         labels = LabelSpace.from_series(y_series, target="y")
@@ -426,10 +439,30 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.classes_ = np.asarray(labels.classes)
         return self
 
+    def _frozen_input_names(self, X) -> None:
+        """``n_features_in_`` and ``feature_names_in_`` as scikit-learn's ``CalibratedClassifierCV`` sets
+        them for a frozen estimator: the estimator's own when it has them, else those of ``X``."""
+        est = self.learner.estimator
+        for attr in ("n_features_in_", "feature_names_in_"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        names = getattr(est, "feature_names_in_", None)
+        if names is None and hasattr(X, "columns") and all(isinstance(c, str) for c in X.columns):
+            names = np.asarray(list(X.columns), dtype=object)
+        if names is not None:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        n = getattr(est, "n_features_in_", None)
+        if n is None and getattr(X, "ndim", 0) == 2:
+            n = X.shape[1]
+        if n is not None:
+            self.n_features_in_ = int(n)
+
     def predict_proba(self, X) -> np.ndarray:
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "model_")
+        if _is_frozen(self.learner) and self.encoder_ is None:
+            return self.model_.predict_proba_features(X)  # the frozen estimator reads X as it is
         return self.model_.predict_proba_features(self._encode(X))
 
     def predict(self, X) -> np.ndarray:
@@ -489,8 +522,10 @@ class FrozenLearner(EstimatorLearner):
         return self
 
     def score(self, X):
+        """The frozen estimator's scores of ``X`` as it is (a DataFrame keeps its strings, categories and
+        NaN); a plain array given to an estimator fitted with column names gets those names back."""
         names = getattr(self.estimator, "feature_names_in_", None)
-        if names is not None:
+        if names is not None and not hasattr(X, "columns"):
             import pandas as pd
 
             X = pd.DataFrame(np.asarray(X), columns=list(names))

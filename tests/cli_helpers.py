@@ -11,6 +11,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: the Pima Indians diabetes table (768 rows, 8 numeric columns, ``class`` 0/1): the suite's small table
 PIMA = REPO / "data" / "pima.parquet"
+#: small plugins each breaking one rule of the plugin contract (issue 41), the module ``ce_contract_plugins``:
+#: a test imports it through :func:`contract_plugins`, a CLI process finds it installed as a distribution
+#: through the ``contract_plugins_env`` fixture (tests/conftest.py)
+CONTRACT_PLUGINS = REPO / "tests" / "fixtures" / "contract_plugins"
 
 
 class CLIResult:
@@ -51,6 +55,16 @@ def assert_one_line_error(result: CLIResult, *fragments: str) -> None:
 # one copy of the process helpers, the one plugin authors get (calengine.testing.cluster)
 from calengine.testing.cluster import free_port  # noqa: E402,F401 - re-exported for the tests
 from calengine.testing.cluster import stop_processes as stop_process_groups  # noqa: E402,F401
+
+
+def contract_plugins():
+    """The module ``ce_contract_plugins`` (:data:`CONTRACT_PLUGINS` put on sys.path first: a real module,
+    not classes of a test, so that a CLI process and Dask workers import it by the same name)."""
+    if str(CONTRACT_PLUGINS) not in sys.path:
+        sys.path.insert(0, str(CONTRACT_PLUGINS))
+    import ce_contract_plugins
+
+    return ce_contract_plugins
 
 
 def default_sigint() -> None:

@@ -24,7 +24,7 @@ if os.environ.get("CALENGINE_TEST_CHECKOUT") != "1":
     except ImportError as exc:
         pytest.exit(f"error: {exc}", returncode=2)
 
-from cli_helpers import PIMA, REPO, free_port, run_cli, stop_process_groups  # noqa: E402
+from cli_helpers import CONTRACT_PLUGINS, PIMA, REPO, free_port, run_cli, stop_process_groups  # noqa: E402
 
 DATA = REPO / "data"
 
@@ -47,6 +47,21 @@ def pima_xy():
     df = pd.read_parquet(PIMA)
     y = df.pop("class").to_numpy()
     return df, y
+
+
+@pytest.fixture(scope="session")
+def contract_plugins_env(tmp_path_factory) -> dict:
+    """``env`` for a CLI process in which the contract plugins (:data:`cli_helpers.CONTRACT_PLUGINS`) are
+    installed as a user installs a plugin: a distribution ``calengine-contract-plugins 0.1`` whose entry
+    point names the module, both on PYTHONPATH."""
+    site = tmp_path_factory.mktemp("contract_site")
+    info = site / "calengine_contract_plugins-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: calengine-contract-plugins\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[calengine]\ncontract = ce_contract_plugins\n")
+    (info / "top_level.txt").write_text("ce_contract_plugins\n")
+    paths = [str(site), str(CONTRACT_PLUGINS), os.environ.get("PYTHONPATH")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
 @pytest.fixture(scope="session")

@@ -107,6 +107,15 @@ class Prefit(Learner):
         return self
 
     def score(self, X) -> np.ndarray:
+        if self.library == "sklearn" and hasattr(X, "iloc"):
+            # the table's own values (ColumnReader as_frame): strings, categories and NaN reach the
+            # estimator as they are; only its scores are checked, by the calibrators
+            missing = [c for c in self.columns if c not in X.columns]
+            if missing:
+                raise DataError(f"feature column '{missing[0]}' read by the --prefit model is missing; give the columns"
+                                f" {', '.join(self.columns)}")
+            frame = X[list(self.columns)]
+            return self._sklearn_scores(frame if hasattr(self.model_, "feature_names_in_") else frame.to_numpy())
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != len(self.columns):
             raise DataError(f"expected {len(self.columns)} feature columns ({', '.join(self.columns)}), got {X.shape}")
@@ -115,14 +124,19 @@ class Prefit(Learner):
 
             est = self.model_
             frame = pd.DataFrame(X, columns=list(self.columns)) if hasattr(est, "feature_names_in_") else X
-            if self.response == "decision_function":
-                d = np.asarray(est.decision_function(frame), dtype=np.float64)
-                return d if d.ndim == 1 else d[:, list(self.class_order)]
-            P = np.asarray(est.predict_proba(frame), dtype=np.float64)[:, list(self.class_order)]
-            return P[:, 1].copy() if int(self.n_classes) == 2 else P
+            return self._sklearn_scores(frame)
         if self.response == "decision_function":  # a saved FrozenEstimator(LGBMClassifier): its raw margin
             return np.asarray(self.model_.booster_.predict(X, raw_score=True), dtype=np.float64)
         return self.model_.score(X)
+
+    def _sklearn_scores(self, frame) -> np.ndarray:
+        """The scikit-learn estimator's scores of ``frame`` in the contract's shape and class order."""
+        est = self.model_
+        if self.response == "decision_function":
+            d = np.asarray(est.decision_function(frame), dtype=np.float64)
+            return d if d.ndim == 1 else d[:, list(self.class_order)]
+        P = np.asarray(est.predict_proba(frame), dtype=np.float64)[:, list(self.class_order)]
+        return P[:, 1].copy() if int(self.n_classes) == 2 else P
 
     def to_state(self) -> dict[str, Any]:
         if self.library == "sklearn":
@@ -237,7 +251,7 @@ def frozen_model(model, frozen, names, trust=()):
         raise ModelFormatError("this model holds no FrozenEstimator learner; fit it again")
     out = copy.copy(model)
     out.members = members
-    out.encoder = ColumnReader(columns, role="feature", allow_missing=True)
+    out.encoder = ColumnReader(columns, role="feature", allow_missing=True, as_frame=learner.library == "sklearn")
     out.info = {**model.info, "learner": "prefit", "learner_params": learner.get_params(deep=False)}
     return out
 

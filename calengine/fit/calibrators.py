@@ -138,7 +138,12 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     if len(fallback) < len(requests):
         from ..reductions.agreement import check_reduction_once
 
-        check_reduction_once(calibrator, score_kind)  # a plugin whose reduction disagrees with its fit
+        # a plugin whose reduction disagrees with its fit, in each form this fit runs: one column, and
+        # the matrix form of a multiclass scaling (probed once per process and form)
+        if any(col is not None and requests[i] is not None for i, (_, col) in enumerate(problems)):
+            check_reduction_once(calibrator, score_kind)
+        for k in sorted({len(summaries[cs]["min"]) for cs, col in problems if col is None}):
+            check_reduction_once(calibrator, score_kind, n_classes=k)
     groups: list = []  # sorted problems' score ranges, batched: ([(problem, range), ...], piece futures per split)
     n_ranges_of: dict[int, int] = {}
     rounds = 0

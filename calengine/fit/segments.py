@@ -50,6 +50,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import DataError, ParameterError
+from ..plugins.batch_probe import take_rows
 
 __all__ = ["DEFAULT_SHRINKAGE", "check_shrinkage", "fit_segmented", "segment_counts", "segment_score_fragment"]
 
@@ -168,7 +169,7 @@ def segment_score_fragment(fragment, enc, plan, members: list, counted: dict, ke
         if part.w is not None:
             mask &= part.w > 0
         idx = np.flatnonzero(mask)
-        S = member.scores(part.X[idx]) if idx.size else np.empty((0, member.n_columns))
+        S = member.scores(take_rows(part.X, idx)) if idx.size else np.empty((0, member.n_columns))
         T = pt.column_targets_of(part.y[idx], S.shape[1], None, plan)
         W = None if part.w is None else part.w[idx]
         order = np.argsort(seg[idx].astype(small), kind="stable")

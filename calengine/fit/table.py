@@ -132,8 +132,11 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     memory_limit = worker_memory_limit(client)
     fragment_rows = spec.fragment_rows or fragment_rows_for(memory_limit, len(feature_cols))
     dataset = describe_files(files, root, feature_cols + [spec.target] + weight, fragment_rows)
+    # a scikit-learn --prefit model reads its columns as they are (strings, categories, NaN: its own
+    # pipeline encodes them); a booster's features must be numbers
+    raw_features = bool(spec.prefit) and _prefit_reads_frames(spec.prefit)
     check_numeric_columns(dataset, list(spec.scores or ()), "score")
-    check_numeric_columns(dataset, list(spec.features or ()) if spec.prefit else [], "feature")
+    check_numeric_columns(dataset, list(spec.features or ()) if spec.prefit and not raw_features else [], "feature")
     check_numeric_columns(dataset, weight, "weight")
     if not dataset.fragments:
         raise DataError("the training table has no rows")
@@ -148,7 +151,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     elif spec.prefit:
         from ..plan.columns import ColumnReader
 
-        encoder = ColumnReader(list(spec.features), role="feature", allow_missing=True)
+        encoder = ColumnReader(list(spec.features), role="feature", allow_missing=True, as_frame=raw_features)
     else:
         encoder = FeatureEncoder(max_categories=spec.max_categories, text_columns=tuple(spec.text_columns))
         encoder.fit_stats(stats)
@@ -164,7 +167,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     if spec.calibration_data:
         cal = describe_dataset(spec.calibration_data, feature_cols + [spec.target] + weight, fragment_rows)
         check_numeric_columns(cal, list(spec.scores or ()), "score")
-        check_numeric_columns(cal, list(spec.features or ()) if spec.prefit else [], "feature")
+        check_numeric_columns(cal, list(spec.features or ()) if spec.prefit and not raw_features else [], "feature")
         check_numeric_columns(cal, weight, "weight")
         if not cal.fragments:
             raise DataError("the --calibration-data table has no rows")
@@ -188,6 +191,15 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
         ctx.cal_class_totals = _class_totals(merged.weights.per_label if merged.weights is not None
                                              else merged.target.totals(), labels)
     return ctx
+
+
+def _prefit_reads_frames(path: str) -> bool:
+    """Whether the ``--prefit`` model at ``path`` is a scikit-learn estimator (skops), which reads its
+    feature columns as a DataFrame of the table's own values (:class:`~calengine.plan.columns.ColumnReader`
+    ``as_frame``)."""
+    from ..adapters.prefit import library_of
+
+    return library_of(path) == "sklearn"
 
 
 def tree_merge(client, submit_leaf, items: list, progress: Progress | None, label: str, fan_in: int = 8):

@@ -157,27 +157,43 @@ class Member:
         return [None] if self.scales_matrix else [[b] for b in range(len(self.calibrators))]
 
     def scores(self, X) -> np.ndarray:
+        from ..plugins.batch_probe import scores_of
+
         n_cols = sum(len(c) for c in self.columns)
         S = np.empty((X.shape[0], n_cols), dtype=np.float64)
         for learner, cols in zip(self.learners, self.columns):
             with plugin_errors(learner, "score"):
-                S[:, cols] = as_columns(learner.score(X))
+                S[:, cols] = as_columns(scores_of(learner, X))
         return S
 
     def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
         S = self.scores(X) if S is None else S
+        from ..plugins.batch_probe import check_rows_independent_once
+
         if self.scales_matrix:
             cal = self.calibrators[0]
+            Z = matrix_scores(S, self.raw.score_kind)
             with plugin_errors(cal, "predict"):
-                R = np.asarray(cal.predict(matrix_scores(S, self.raw.score_kind)), dtype=np.float64)
-            if R.shape != S.shape:
-                from ..errors import PluginError
+                check_rows_independent_once(cal, cal.predict, Z, "predict")
+                R = np.asarray(cal.predict(Z), dtype=np.float64)
+            from ..reductions.agreement import probability_rows_problem
 
-                raise PluginError(f"calibrator '{cal.name}' returned shape {R.shape} for scores of shape {S.shape}")
+            problem = probability_rows_problem(R, S.shape[0], S.shape[1])
+            if problem is not None:  # never repaired silently: the normalising combiner would hide it
+                from ..errors import PluginError
+                from ..plugins.calls import describe, distribution_of
+
+                raise PluginError(
+                    f"{describe(cal)} (plugin code from {distribution_of(type(cal))}) breaks the multiclass calibrator"
+                    " contract (calengine.base.Calibrator.multiclass: predict of (n, k) scores returns probability"
+                    f" vectors, finite, in [0, 1], each row summing to 1): {problem}; report it to the plugin's"
+                    " authors (calengine.testing.check_calibrator shows it), or choose another --method"
+                )
             return np.clip(R, 0.0, 1.0)
         R = np.empty_like(S)
         for b, cal in enumerate(self.calibrators):
             with plugin_errors(cal, "predict"):
+                check_rows_independent_once(cal, cal.predict, S[:, b], "predict")
                 R[:, b] = cal.predict(S[:, b])
         return np.clip(R, 0.0, 1.0)
 

@@ -239,7 +239,7 @@ def _check_reader(features: dict) -> None:
     """A model that reads named columns as they are (:class:`calengine.plan.columns.ColumnReader`)."""
     from ..plan.columns import READ_KINDS, ROLES
 
-    allowed = {"kind", "columns", "role", "score_kind", "allow_missing"}
+    allowed = {"kind", "columns", "role", "score_kind", "allow_missing", "as_frame"}
     if set(features) - allowed:
         raise _damaged(f"features has unknown fields {sorted(set(features) - allowed)}")
     columns = _need(features, "columns", list, "features")
@@ -251,6 +251,10 @@ def _check_reader(features: dict) -> None:
         raise _damaged(f"features.score_kind is {json_preview(features['score_kind'])}, not one of {', '.join(READ_KINDS)}")
     if not isinstance(features.get("allow_missing", False), bool):
         raise _damaged("features.allow_missing is not a boolean")
+    if not isinstance(features.get("as_frame", False), bool):
+        raise _damaged("features.as_frame is not a boolean")
+    if features.get("as_frame") and (features.get("role") != "feature" or features.get("score_kind") is not None):
+        raise _damaged("features.as_frame is for the feature columns of a model trained elsewhere only")
 
 
 def json_preview(value: Any) -> str:
@@ -407,6 +411,12 @@ def probe_model(model: Any) -> None:
     if len(np.asarray(model.column_counts)) not in (0, n_cols):
         raise _damaged(f"column_counts has {len(model.column_counts)} entries for {n_cols} code-matrix columns")
     if model.encoder is None:
+        return
+    if getattr(model.encoder, "as_frame", False):
+        # a scikit-learn model trained elsewhere reads the table's own values (strings, categories):
+        # no synthetic row is a valid input to it.  Its estimator was loaded under the skops allowlist
+        # and checked (check_estimator); its scores are checked where they are used (the calibrators,
+        # the multiclass rows' probability check)
         return
     width = feature_width(model.encoder)
     if model.encoder.is_sparse:

@@ -14,6 +14,13 @@ column exists and is numeric; for score columns every value is finite (a missing
 score has no calibrated probability), and with ``score_kind="proba"`` within [0, 1] (up to rounding,
 :data:`PROBA_TOLERANCE`, then clipped).  ``allow_missing=True`` passes NaN through instead (features
 of a fitted booster, whose missing-value handling is its own).
+
+``as_frame=True`` (the feature columns of a scikit-learn model trained elsewhere: a ``--prefit`` skops
+file, a saved ``FrozenEstimator``) reads the columns as they are, as a pandas DataFrame in the model's
+column order -- strings, categories and missing values included -- and checks nothing but that they
+exist: the model was trained on its own representation (a ``ColumnTransformer`` with a
+``OneHotEncoder``, a ``HistGradientBoostingClassifier`` that handles NaN), and calengine validates only
+what its calibrators read, the model's scores.  Such a reader never takes the Arrow-only path.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ class ColumnReader:
     role: str = "score"
     score_kind: str | None = None
     allow_missing: bool = False
+    #: hand the columns on as a pandas DataFrame, unconverted (module docstring)
+    as_frame: bool = False
     #: the encoder interface: hashed text has no bits here (no text columns)
     text_hash_bits: int = field(default=0, repr=False)
 
@@ -101,6 +110,8 @@ class ColumnReader:
                 f"{self.role} column '{missing[0]}' read by the model is not in the table; give a table with"
                 f" the columns {', '.join(self.columns)}"
             )
+        if self.as_frame:
+            return df[list(self.columns)]
         buf = np.empty((len(self.columns), len(df)), dtype=np.float64)
         for j, name in enumerate(self.columns):
             series = df[name]
@@ -117,6 +128,8 @@ class ColumnReader:
         """Whether :meth:`transform_arrow` reads batches of this Arrow schema (integer or float columns)."""
         import pyarrow.types as pat
 
+        if self.as_frame:
+            return False
         names = schema.names
         for c in self.columns:
             if c not in names:
@@ -168,13 +181,16 @@ class ColumnReader:
     # ------------------------------------------------------------------ manifest
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": READER_KIND, "columns": list(self.columns), "role": self.role,
-                "score_kind": self.score_kind, "allow_missing": bool(self.allow_missing)}
+        out = {"kind": READER_KIND, "columns": list(self.columns), "role": self.role,
+               "score_kind": self.score_kind, "allow_missing": bool(self.allow_missing)}
+        if self.as_frame:  # only then: the manifests of every other model stay as they were
+            out["as_frame"] = True
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "ColumnReader":
         return cls(columns=list(d["columns"]), role=str(d.get("role", "score")), score_kind=d.get("score_kind"),
-                   allow_missing=bool(d.get("allow_missing", False)))
+                   allow_missing=bool(d.get("allow_missing", False)), as_frame=bool(d.get("as_frame", False)))
 
 
 def _shown(value: float) -> str:

@@ -16,6 +16,19 @@ of the fitted maps on a grid of scores.
   (with given parameters and score kind) in a process, two small fixed cuttings are compared with
   ``fit``; a disagreement is one :class:`~calengine.errors.PluginError` line naming the plugin.
 
+The matrix form of a multiclass calibrator (``Calibrator.multiclass``: ``reduction_start(kind,
+n_classes=k)``, pieces of ``(n, k)`` scores and class indices, always unsorted) has the same three:
+:func:`matrix_probe_rows`, :func:`fit_matrix_over_pieces`, :func:`matrix_disagreement`, and the
+engine's probe takes ``n_classes``.  A matrix ``merge_stats`` that dropped a piece used to pass both
+the kit and the probe (only the one-column form was run): on a 4-file table of 10-class logits its
+probabilities were 0.018 away from the right ones, silently.  The probe also checks what the engine
+used to repair silently: rows of a matrix ``predict`` that are not probability vectors
+(:func:`probability_rows_problem`).
+
+What the probe refuses names the rule broken (:data:`REDUCTION_RULE`), with the plugin's own error as
+context when the protocol raised: "the calibration data hold only one class" from a merge that lost
+a piece is a symptom, not the fault.
+
 Nothing here needs Dask.
 """
 
@@ -28,11 +41,32 @@ import numpy as np
 
 from ..errors import CalengineError, PluginError
 
-__all__ = ["fit_over_pieces", "reduction_disagreement", "check_reduction_once", "probe_rows", "REDUCTION_ATOL"]
+__all__ = ["fit_over_pieces", "reduction_disagreement", "check_reduction_once", "probe_rows", "REDUCTION_ATOL",
+           "matrix_probe_rows", "fit_matrix_over_pieces", "matrix_disagreement", "probability_rows_problem",
+           "ROW_SUM_ATOL", "REDUCTION_RULE", "ReductionRaised"]
 
 #: largest difference, in probability, between the reduction's map and ``fit``'s that the probe and
 #: the kit accept: closed forms agree to rounding, iterative fits to their solver's tolerance
 REDUCTION_ATOL = 1e-6
+#: how far a row of a multiclass calibrator's ``(n, k)`` ``predict`` may sum from 1: a softmax sums
+#: to 1 within a few ulps (k * 1e-16); anything past 1e-9 is a map that does not normalise
+ROW_SUM_ATOL = 1e-9
+#: the rule a disagreeing reduction breaks, as the kit and the probe state it
+REDUCTION_RULE = (
+    "the reduction contract (calengine.base.Calibrator): fitting from the merged statistics of any cutting of"
+    " the rows must give the map fit gives on all of them; partial_stats must summarise any piece, merge_stats"
+    " must combine both of its arguments (associatively) and reduction_step must finish what fit does"
+)
+
+
+class ReductionRaised(Exception):
+    """The reduction protocol raised where ``fit`` on the same rows did not: ``cause`` is the plugin's
+    own exception (kept as context; it describes a symptom, such as one class seen)."""
+
+    def __init__(self, cause: BaseException, n_pieces: int):
+        super().__init__(f"{type(cause).__name__}: {' '.join(str(cause).split())[:300]}")
+        self.cause = cause
+        self.n_pieces = n_pieces
 
 
 def probe_rows(n: int, kind: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -111,24 +145,114 @@ def fit_over_pieces(cal, s, y, w, kind: str, n_pieces: int, rng: np.random.Gener
 
 def reduction_disagreement(make: Callable[[], Any], s, y, w, kind: str, grid, n_pieces: int,
                            rng: np.random.Generator | None = None) -> float | None:
-    """Largest ``|p_reduction - p_fit|`` on ``grid``; ``None`` if the calibrator has no reduction."""
-    by_reduction = fit_over_pieces(make(), s, y, w, kind, n_pieces, rng)
+    """Largest ``|p_reduction - p_fit|`` on ``grid``; ``None`` if the calibrator has no reduction.
+
+    ``fit`` runs first: what it raises propagates (the rows do not suit the calibrator).  What the
+    protocol then raises on the same rows is :class:`ReductionRaised`, the plugin's error as its cause."""
+    in_memory = make().fit(s, y, sample_weight=w, score_kind=kind)
+    try:
+        by_reduction = fit_over_pieces(make(), s, y, w, kind, n_pieces, rng)
+    except Exception as exc:  # noqa: BLE001 - fit succeeded on these rows: the protocol is at fault
+        raise ReductionRaised(exc, n_pieces) from exc
     if by_reduction is None:
         return None
-    in_memory = make().fit(s, y, sample_weight=w, score_kind=kind)
-    a = np.asarray(by_reduction.predict(grid), dtype=float)
-    b = np.asarray(in_memory.predict(grid), dtype=float)
+    return _largest_gap(by_reduction.predict(grid), in_memory.predict(grid))
+
+
+def _largest_gap(a, b) -> float:
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape:
         return float("inf")
     diff = np.abs(a - b)
     return float("inf") if not np.all(np.isfinite(diff)) else float(diff.max(initial=0.0))
 
 
+# ---------------------------------------------------------------------------------------------- matrix form
+
+
+def matrix_probe_rows(n: int, k: int, kind: str, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(S, y, grid)`` for the matrix form: ``n`` rows of ``k`` logits (probabilities for ``"proba"``)
+    whose classes follow a softmax of twice the logits, every class present, and 60 rows of scores
+    spread wider than the data for ``predict``."""
+    rng = np.random.default_rng(seed)
+    Z = np.round(rng.normal(size=(n, k)) * 1.5, 2)
+    P = np.exp(2 * Z - (2 * Z).max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    y = (P.cumsum(axis=1) < rng.random((n, 1))).sum(axis=1).clip(0, k - 1).astype(np.int64)
+    y[:k] = np.arange(k)
+    G = rng.normal(size=(60, k)) * 2.5
+    if kind == "proba":
+        def soft(A):
+            E = np.exp(A - A.max(axis=1, keepdims=True))
+            return E / E.sum(axis=1, keepdims=True)
+        return soft(Z), y, soft(G)
+    return Z, y, G
+
+
+def _start_matrix(cal, kind: str, k: int):
+    request = cal.reduction_start(kind, n_classes=k)
+    if not isinstance(request, dict) or request.get("sorted"):
+        got = "None" if request is None else ("a sorted request" if isinstance(request, dict) else type(request).__name__)
+        raise PluginError(
+            f"calibrator '{cal.name}' declares multiclass = True but reduction_start(score_kind, n_classes={k})"
+            f" returned {got}; the matrix form must start an unsorted reduction (a dict request)"
+        )
+    return request
+
+
+def fit_matrix_over_pieces(cal, S, y, w, kind: str, n_pieces: int, rng: np.random.Generator | None = None,
+                           max_rounds: int = 500):
+    """Fit ``cal`` by the matrix form of its reduction over ``n_pieces`` row pieces of ``(S, y, w)``
+    (an empty and a one-row piece among them when ``rng`` is given), merged in a tree that keeps their
+    order (``rng`` None: near-equal contiguous pieces merged left to right)."""
+    k = int(S.shape[1])
+    request = _start_matrix(cal, kind, k)
+    rows = _row_pieces(len(y), n_pieces, rng)
+    rounds = 0
+    while request is not None:
+        rounds += 1
+        if rounds > max_rounds:
+            raise PluginError(f"calibrator '{cal.name}' did not finish its reduction in {max_rounds} rounds")
+        parts = [cal.partial_stats(S[i], y[i], w[i], request) for i in rows if len(i)]
+        request = cal.reduction_step(_merge(cal, parts, rng), request)
+    return cal
+
+
+def matrix_disagreement(make: Callable[[], Any], S, y, w, kind: str, grid, n_pieces: int,
+                        rng: np.random.Generator | None = None) -> float:
+    """Largest ``|P_reduction - P_fit|`` over the ``(m, k)`` predictions on ``grid``; ``fit``'s own
+    failure propagates, the protocol's is :class:`ReductionRaised` (as :func:`reduction_disagreement`)."""
+    in_memory = make().fit(S, y, sample_weight=w, score_kind=kind)
+    try:
+        by_reduction = fit_matrix_over_pieces(make(), S, y, w, kind, n_pieces, rng)
+    except Exception as exc:  # noqa: BLE001 - fit succeeded on these rows: the protocol is at fault
+        raise ReductionRaised(exc, n_pieces) from exc
+    return _largest_gap(by_reduction.predict(grid), in_memory.predict(grid))
+
+
+def probability_rows_problem(P, n_rows: int, k: int) -> str | None:
+    """Why ``P`` (a multiclass calibrator's ``predict`` of ``n_rows`` rows of ``k`` scores) is not a
+    matrix of probability vectors -- shape ``(n_rows, k)``, finite, in [0, 1], each row summing to 1
+    within :data:`ROW_SUM_ATOL` -- or None."""
+    P = np.asarray(P, dtype=float)
+    if P.shape != (n_rows, k):
+        return f"predict returned shape {P.shape} for {n_rows} rows of {k} scores; it must return ({n_rows}, {k})"
+    if not np.all(np.isfinite(P)):
+        return "predict returned NaN or infinite probabilities"
+    if P.size and (P.min() < -1e-12 or P.max() > 1 + 1e-12):
+        return f"predict returned probabilities in [{P.min():.6g}, {P.max():.6g}], outside [0, 1]"
+    gap = np.abs(P.sum(axis=1) - 1.0)
+    if gap.size and gap.max() > ROW_SUM_ATOL:
+        i = int(np.argmax(gap))
+        return f"a row of predict sums to {P[i].sum():.9g}, not 1 (tolerance {ROW_SUM_ATOL:g})"
+    return None
+
+
 _CHECKED: dict[tuple, None] = {}
 _LOCK = threading.Lock()
 
 
-def check_reduction_once(calibrator, kind: str) -> None:
+def check_reduction_once(calibrator, kind: str, n_classes: int | None = None) -> None:
     """The engine's probe, before a calibrator is fitted as a reduction on a table.
 
     Users install plugins whose tests they never ran.  Once per process for each calibrator class,
@@ -136,34 +260,73 @@ def check_reduction_once(calibrator, kind: str) -> None:
     row pieces merged left to right, and four score ranges), and compared with ``fit`` on the same
     rows; a difference over :data:`REDUCTION_ATOL` is refused in one line naming the plugin, before
     any table is read into the fit.  It costs two small fits.
+
+    ``n_classes``: the matrix form of a multiclass calibrator (``Calibrator.multiclass``), probed on
+    120 rows of ``min(n_classes, 4)`` scores with the same two cuttings; its ``predict`` rows must
+    also be probability vectors (:func:`probability_rows_problem`).  When ``fit`` itself refuses the
+    probe rows (its own one-line error) the probe steps aside: the real fit will say so.  When ``fit``
+    succeeds and the protocol raises on the same rows, that is the protocol's fault, refused with the
+    plugin's message as context.
     """
     from ..plugins.calls import describe, distribution_of, plugin_errors
 
     cls = type(calibrator)
-    key = (cls.__module__, cls.__qualname__, repr(sorted(calibrator.get_params(deep=False).items(), key=str)), kind)
+    key = (cls.__module__, cls.__qualname__, repr(sorted(calibrator.get_params(deep=False).items(), key=str)), kind,
+           n_classes)
     with _LOCK:
         if key in _CHECKED:
             return
     from ..base import fresh_copy as clone
 
-    s, y, grid = probe_rows(120, kind, seed=0)
-    w = np.ones(len(s))
+    def make():
+        return clone(calibrator)
+
+    who = f"{describe(calibrator)} (plugin code from {distribution_of(cls)})"
+    if n_classes is None:
+        s, y, grid = probe_rows(120, kind, seed=0)
+        form = "its reduction protocol (partial_stats/merge_stats/reduction_step)"
+    else:
+        k = min(int(n_classes), 4)
+        s, y, grid = matrix_probe_rows(120, k, kind, seed=0)
+        form = f"the matrix form of its reduction protocol (reduction_start(score_kind, n_classes={k}), {k}-class scores)"
+    w = np.ones(len(y))
     worst = 0.0
+    raised = problem = None
     try:
         with plugin_errors(calibrator, "fit"):
-            for pieces in (5, 4):
-                found = reduction_disagreement(lambda: clone(calibrator), s, y, w, kind, grid, pieces)
-                if found is None:
-                    break
-                worst = max(worst, found)
+            try:
+                for pieces in (5, 4):
+                    if n_classes is None:
+                        found = reduction_disagreement(make, s, y, w, kind, grid, pieces)
+                    else:
+                        found = matrix_disagreement(make, s, y, w, kind, grid, pieces)
+                    if found is None:
+                        break
+                    worst = max(worst, found)
+            except ReductionRaised as exc:  # fit accepted the rows, the protocol did not
+                raised = exc
+            if raised is None and n_classes is not None:
+                fitted = make().fit(s, y, sample_weight=w, score_kind=kind)
+                problem = probability_rows_problem(fitted.predict(grid), len(grid), k)
     except CalengineError:
         return  # the probe rows do not suit it (its own one-line refusal): the real fit will say so
+    if raised is not None:
+        raise PluginError(
+            f"{who} is unusable on a partitioned table: {form} raised {raised} on 120 probe rows that its own fit"
+            f" accepts, so it breaks {REDUCTION_RULE}; report it to the plugin's authors"
+            " (calengine.testing.check_calibrator shows it), or choose another --method"
+        ) from raised.cause
     if worst > REDUCTION_ATOL:
         raise PluginError(
-            f"{describe(calibrator)} (plugin code from {distribution_of(cls)}) is unusable on a partitioned"
-            f" table: its reduction protocol (partial_stats/merge_stats/reduction_step) fits a map up to"
-            f" {worst:.3g} away from its own fit on the same 120 rows; report it to the plugin's authors"
+            f"{who} is unusable on a partitioned table: {form} fits a map up to {worst:.3g} away from its own fit"
+            f" on the same 120 rows, so it breaks {REDUCTION_RULE}; report it to the plugin's authors"
             " (calengine.testing.check_calibrator shows it), or choose another --method"
+        )
+    if problem is not None:
+        raise PluginError(
+            f"{who} breaks the multiclass calibrator contract (calengine.base.Calibrator.multiclass: predict of (n, k)"
+            f" scores returns probability vectors, finite, in [0, 1], each row summing to 1): {problem}; report it"
+            " to the plugin's authors (calengine.testing.check_calibrator shows it), or choose another --method"
         )
     with _LOCK:
         _CHECKED[key] = None

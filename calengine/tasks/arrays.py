@@ -44,7 +44,9 @@ class TrainingData:
     def rows(self, idx: np.ndarray | None):
         if idx is None:
             return self.X, self.y, self.w
-        return self.X[idx], self.y[idx], (None if self.w is None else self.w[idx])
+        from ..plugins.batch_probe import take_rows  # X is a DataFrame for a FrozenEstimator: the caller's rows
+
+        return take_rows(self.X, idx), self.y[idx], (None if self.w is None else self.w[idx])
 
     def split(self, fold: int | None) -> tuple[np.ndarray | None, np.ndarray | None]:
         """(training rows, held-out rows) for ``fold``; (None, None) means all rows for both."""
@@ -175,8 +177,10 @@ def check_costing_sample(t: np.ndarray, n_classes: int) -> None:
 def score_rows(learner, data: TrainingData, idx: np.ndarray | None) -> np.ndarray:
     X, _, _ = data.rows(idx)
     pin_native_threads()
+    from ..plugins.batch_probe import scores_of
+
     with plugin_errors(learner, "score"):
-        return as_columns(learner.score(X))
+        return as_columns(scores_of(learner, X))
 
 
 def fit_calibrators(S: np.ndarray, y: np.ndarray, w: np.ndarray | None, calibrator, score_kind: str,

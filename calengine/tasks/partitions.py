@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from ..plugins.batch_probe import scores_of, take_rows
 from ..plugins.calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from ..runtime.heap import trims_heap, trims_heap_even_when_kept
@@ -377,7 +378,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 if rows.size == 0:
                     continue
                 with plugin_errors(learners[li], "score"):
-                    s = as_columns(learners[li].score(part.X[idx[rows]]))
+                    s = as_columns(scores_of(learners[li], take_rows(part.X, idx[rows])))
                 if cs.column is not None:
                     s = s[:, :1]
                 if S is None:
@@ -387,7 +388,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 S = np.empty((0, 1))
         else:
             with plugin_errors(learners[cs.learners[0]], "score"):
-                S = as_columns(learners[cs.learners[0]].score(part.X[idx])) if idx.size else np.empty((0, 1))
+                S = as_columns(scores_of(learners[cs.learners[0]], take_rows(part.X, idx))) if idx.size else np.empty((0, 1))
             if cs.column is not None:
                 S = S[:, :1]
         out.append((S, column_targets_of(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))

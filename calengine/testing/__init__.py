@@ -18,10 +18,11 @@ from .checks import (  # noqa: F401  (the kit's public names: ``from calengine.t
     check_combiner,
     check_learner,
     check_learner_stats,
+    check_matrix_calibrator,
     check_plugin_module,
     make_data,
     rewrite_manifest,
 )
 
-__all__ = ["check_learner", "check_learner_stats", "check_calibrator", "check_combiner", "check_plugin_module",
-           "make_data", "rewrite_manifest"]
+__all__ = ["check_learner", "check_learner_stats", "check_calibrator", "check_matrix_calibrator", "check_combiner",
+           "check_plugin_module", "make_data", "rewrite_manifest"]

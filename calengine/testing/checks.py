@@ -33,12 +33,14 @@ import numpy as np
 from ..base import BoosterLearner, Calibrator, Combiner, Learner
 from ..plugins.calls import importable_class_problem
 from ..plugins.loading import NAME_RE, load_plugins
-from ..reductions.agreement import REDUCTION_ATOL, probe_rows, reduction_disagreement
+from ..reductions.agreement import (REDUCTION_ATOL, REDUCTION_RULE, ROW_SUM_ATOL, ReductionRaised, matrix_disagreement,
+                                    matrix_probe_rows, probability_rows_problem, probe_rows, reduction_disagreement)
 
 __all__ = [
     "check_learner",
     "check_learner_stats",
     "check_calibrator",
+    "check_matrix_calibrator",
     "check_combiner",
     "check_plugin_module",
     "make_data",
@@ -56,8 +58,10 @@ def make_data(n: int = 240, n_features: int = 5, n_classes: int = 2, seed: int =
     return X.astype(np.float64), y.astype(np.int64)
 
 
-def _fail(cls, what: str) -> None:
-    raise AssertionError(f"{cls.__module__}.{cls.__qualname__}: {what}")
+def _fail(cls, what: str, cause: BaseException | None = None) -> None:
+    """Fail naming the class and the rule broken; ``cause`` (the plugin's own exception, a symptom)
+    is chained, so the traceback still shows where it was raised."""
+    raise AssertionError(f"{cls.__module__}.{cls.__qualname__}: {what}") from cause
 
 
 def _check_common(cls, base: type) -> None:
@@ -142,6 +146,7 @@ def check_learner(cls: type, n_classes_list: tuple[int, ...] = (2, 3)) -> None:
         unpickled = pickle.loads(pickle.dumps(learner))
         if not np.array_equal(np.asarray(unpickled.score(X)), S):
             _fail(cls, "a pickled copy (as sent to Dask workers) scores differently")
+        _check_rows_independent(cls, learner.score, X, f"score ({k} classes)")
         if learner.accepts_sample_weight:
             _check_weights_act_as_duplicates(cls, X, y, k)
         if learner.accepts_sparse:
@@ -180,11 +185,12 @@ def _check_booster_validator(cls, learner, n_features: int, k: int) -> None:
 
 
 def _check_weights_act_as_duplicates(cls, X, y, k: int) -> None:
-    """Integer weights must act like duplicated rows, or at the very least change the fit.
+    """Integer weights must act like duplicated rows.
 
     Deterministic learners whose fit is a function of weighted sums (linear models, naive Bayes, nearest
-    means) give the duplicated-rows model to rounding.  Learners whose fit also counts rows (a tree's
-    ``min_samples_leaf``, a leave-one-out bandwidth, stochastic gradient batches) cannot; for them the
+    means) give the duplicated-rows model to rounding, and a learner must (the contract) unless it
+    declares ``weights_as_duplicates = False``: learners whose fit also counts rows (a tree's
+    ``min_samples_leaf``, a leave-one-out bandwidth, stochastic gradient batches) cannot, and for them the
     kit asks only that the weights change the scores, which a learner that declares
     ``accepts_sample_weight`` and then ignores the weights never does (Probing would silently lose its
     importance weighting).  Scores are compared on fresh points, since a tree fits its own rows exactly
@@ -207,6 +213,16 @@ def _check_weights_act_as_duplicates(cls, X, y, k: int) -> None:
             " same scores as no weights, and not those of the rows duplicated); use the weights or declare"
             " accepts_sample_weight = False (Probing then uses costing)",
         )
+    if not getattr(cls, "weights_as_duplicates", True):
+        return
+    gap = np.max(np.abs(weighted - duplicated)) if weighted.shape == duplicated.shape else float("inf")
+    _fail(
+        cls,
+        f"integer sample weights do not act as duplicated rows ({k} classes: scores differ by up to {gap:.3g});"
+        " it breaks the weights contract (calengine.base.Learner: a weight of 2 is the row given twice): weigh"
+        " every statistic of the fit by them, or declare weights_as_duplicates ="
+        " False on the class if the fit also counts rows by design",
+    )
 
 
 def _check_sparse_input(cls, X, y, k: int) -> None:
@@ -322,7 +338,9 @@ def check_calibrator(cls: type, monotone: bool | None = None) -> None:
     """Check a :class:`~calengine.base.Calibrator` subclass against the contract.
 
     ``monotone``: whether ``predict`` must be non-decreasing in the score; ``None`` (the default) takes
-    the class's own declaration, ``Calibrator.monotone``.
+    the class's own declaration, ``Calibrator.monotone``.  ``predict`` must give a row the same bits
+    whatever other rows it is called with.  A class declaring ``multiclass = True`` is also checked in
+    its matrix form (:func:`check_matrix_calibrator`).
     """
     _check_common(cls, Calibrator)
     if monotone is None:
@@ -350,8 +368,11 @@ def check_calibrator(cls: type, monotone: bool | None = None) -> None:
         restored = _roundtrip_state(cal, frozenset())
         if not np.array_equal(np.asarray(restored.predict(grid)), p):
             _fail(cls, "to_state/from_state does not reproduce predictions exactly")
+        _check_rows_independent(cls, cal.predict, grid, f"predict ({kind} scores)")
         _check_calibrator_weights(cls, scores, y, kind, grid)
     _check_calibrator_reduction(cls)
+    if getattr(cls, "multiclass", False):
+        check_matrix_calibrator(cls)
 
 
 def _check_state_types(cls, state: dict, learner: bool) -> None:
@@ -412,6 +433,8 @@ def _check_calibrator_reduction(cls, trials: int = 4) -> None:
     and a one-row piece included for arbitrary pieces; increasing score ranges that never split a tie
     for sorted requests) are merged in random trees that keep the pieces' order, and the fitted map
     must equal ``fit``'s on the same rows to :data:`calengine.reductions.agreement.REDUCTION_ATOL`.
+    A protocol that raises on rows ``fit`` accepts (a merge that lost a piece and then sees one class)
+    fails naming the rule, the plugin's own message kept as context.
     """
     for kind in ("decision", "proba"):
         s, y, grid = probe_rows(300, kind, seed=1)
@@ -419,17 +442,149 @@ def _check_calibrator_reduction(cls, trials: int = 4) -> None:
         for trial in range(trials):
             rng = np.random.default_rng(trial)
             n_pieces = int(rng.integers(2, 9))
-            found = reduction_disagreement(cls, s, y, w, kind, grid, n_pieces, rng)
+            try:
+                found = reduction_disagreement(cls, s, y, w, kind, grid, n_pieces, rng)
+            except ReductionRaised as exc:
+                _fail(cls, f"the reduction protocol over {n_pieces} pieces ({kind} scores, cutting {trial}) raised"
+                           f" {exc} on rows that fit accepts; it breaks {REDUCTION_RULE}", exc.cause)
             if found is None:
                 break
             if found > REDUCTION_ATOL:
                 _fail(
                     cls,
                     f"the reduction protocol over {n_pieces} pieces ({kind} scores, cutting {trial}) fits a map"
-                    f" up to {found:.3g} away from fit on the same rows; partial_stats must summarise any"
-                    " piece, merge_stats must combine both arguments (associatively) and reduction_step must"
-                    " finish what fit does (see calengine.base.Calibrator)",
+                    f" up to {found:.3g} away from fit on the same rows; it breaks {REDUCTION_RULE}",
                 )
+
+
+def _matrix_data(k: int, kind: str, n: int = 240):
+    return matrix_probe_rows(n, k, kind, seed=10 + k)
+
+
+def check_matrix_calibrator(cls: type, class_counts: tuple[int, ...] = (3, 4), trials: int = 3) -> None:
+    """Check the matrix form of a multiclass calibrator (``Calibrator.multiclass = True``).
+
+    For ``k`` classes (each of ``class_counts``) and both score kinds, on ``(n, k)`` logits (their
+    softmax for ``"proba"``) with class indices:
+
+    * ``fit(S, y, sample_weight, score_kind)`` returns ``self`` and ``predict`` of ``(m, k)`` scores
+      returns probability vectors: shape ``(m, k)``, finite, in [0, 1], every row summing to 1 within
+      :data:`calengine.reductions.agreement.ROW_SUM_ATOL` (the engine no longer renormalises them);
+    * ``to_state``/``from_state`` reproduce the predictions exactly, and a pickled copy too;
+    * a row's probabilities do not depend on the other rows ``predict`` is given (alone, shuffled,
+      in split batches: the same bits);
+    * integer weights act as duplicated rows, and a weight of 0 as the row left out (to
+      :data:`~calengine.reductions.agreement.REDUCTION_ATOL`), unless the class declares
+      ``weights_as_duplicates = False`` -- and then the weights must at least change the fit;
+    * the reduction protocol's matrix form (``reduction_start(score_kind, n_classes=k)``, unsorted,
+      pieces of ``(S, y, w)``) over ``trials`` random cuttings (an empty and a one-row piece
+      included) merged in random order-keeping trees fits the map ``fit`` fits on all the rows, to
+      ``REDUCTION_ATOL``.
+
+    :func:`check_calibrator` runs it for every class declaring ``multiclass``.
+    """
+    if not (isinstance(cls, type) and issubclass(cls, Calibrator)):
+        raise AssertionError(f"{cls!r} must subclass calengine.base.Calibrator")
+    if not getattr(cls, "multiclass", False):
+        _fail(cls, "multiclass is False: there is no matrix form to check")
+    rule = ("the multiclass calibrator contract (calengine.base.Calibrator.multiclass): predict of (m, k) scores"
+            " returns probability vectors, finite, in [0, 1], each row summing to 1")
+    for k in class_counts:
+        for kind in ("decision", "proba"):
+            S, y, grid = _matrix_data(k, kind)
+            where = f"{k} classes, {kind} scores"
+            cal = cls()
+            try:
+                fitted = cal.fit(S, y, sample_weight=None, score_kind=kind)
+            except Exception as exc:  # noqa: BLE001 - the matrix form is part of the declared contract
+                _fail(cls, f"multiclass is True but fit of ({len(y)}, {k}) scores with class indices failed ({where}:"
+                           f" {type(exc).__name__}: {exc})", exc)
+            if fitted is not cal:
+                _fail(cls, "fit must return self (matrix form)")
+            P = np.asarray(cal.predict(grid), dtype=float)
+            problem = probability_rows_problem(P, len(grid), k)
+            if problem is not None:
+                _fail(cls, f"{problem} ({where}); it breaks {rule} (tolerance {ROW_SUM_ATOL:g})")
+            _check_state_types(cls, cal.to_state(), learner=False)
+            restored = _roundtrip_state(cal, frozenset())
+            if not np.array_equal(np.asarray(restored.predict(grid)), P):
+                _fail(cls, f"to_state/from_state does not reproduce the matrix-form predictions exactly ({where})")
+            if not np.array_equal(np.asarray(pickle.loads(pickle.dumps(cal)).predict(grid)), P):
+                _fail(cls, f"a pickled copy (as sent to Dask workers) predicts differently ({where})")
+            _check_rows_independent(cls, cal.predict, grid, f"predict ({where})")
+            _check_matrix_weights(cls, S, y, kind, grid, where)
+            w = np.tile([1.0, 2.0, 1.0, 0.5], len(y) // 4 + 1)[: len(y)]
+            for trial in range(trials):
+                rng = np.random.default_rng(100 * k + trial)
+                n_pieces = int(rng.integers(2, 9))
+                try:
+                    found = matrix_disagreement(cls, S, y, w, kind, grid, n_pieces, rng)
+                except ReductionRaised as exc:
+                    _fail(cls, f"the matrix form of the reduction protocol over {n_pieces} pieces ({where}, cutting"
+                               f" {trial}) raised {exc} on rows that fit accepts; it breaks {REDUCTION_RULE}", exc.cause)
+                if found > REDUCTION_ATOL:
+                    _fail(cls, f"the matrix form of the reduction protocol over {n_pieces} pieces ({where}, cutting"
+                               f" {trial}) fits probabilities up to {found:.3g} away from fit on the same rows; it"
+                               f" breaks {REDUCTION_RULE}")
+
+
+def _check_matrix_weights(cls, S, y, kind: str, grid, where: str) -> None:
+    """Weights 0-3 against the rows repeated that often (0: left out), as for one column."""
+    w = np.tile([1.0, 3.0, 0.0, 2.0], len(y) // 4 + 1)[: len(y)]
+    reps = w.astype(np.int64)
+    weighted = np.asarray(cls().fit(S, y, sample_weight=w, score_kind=kind).predict(grid), dtype=float)
+    duplicated = np.asarray(
+        cls().fit(np.repeat(S, reps, axis=0), np.repeat(y, reps), score_kind=kind).predict(grid), dtype=float)
+    if weighted.shape == duplicated.shape and np.allclose(weighted, duplicated, rtol=0, atol=REDUCTION_ATOL):
+        return
+    plain = np.asarray(cls().fit(S, y, score_kind=kind).predict(grid), dtype=float)
+    if np.array_equal(weighted, plain):
+        _fail(cls, f"fit ignores sample_weight in the matrix form ({where}: weights 0-3 give the map of no weights);"
+                   " use them")
+    if not getattr(cls(), "weights_as_duplicates", True):
+        return
+    gap = np.max(np.abs(weighted - duplicated)) if weighted.shape == duplicated.shape else float("inf")
+    _fail(cls, f"integer sample weights do not act as duplicated rows in the matrix form ({where}: probabilities"
+               f" differ by up to {gap:.3g}; a weight of 2 must count as the row twice and a weight of 0 as the row"
+               " left out); weigh every sum by them, or declare weights_as_duplicates = False if the fit also counts"
+               " rows by design")
+
+
+def _check_rows_independent(cls, apply, rows, what: str) -> None:
+    """``apply`` (a fitted learner's ``score`` or a calibrator's ``predict``) gives every row the same
+    bits alone, in a shuffled batch and in split batches as in the whole batch.
+
+    The engine scores a table in batches it chooses (``score --batch-rows``, partitions, a worker's
+    memory): a row's probability must not depend on which other rows share its batch.  A learner
+    that centres each batch on its own mean is the classic way to break it (0.55 between a row
+    scored alone and in the full frame, measured on Pima)."""
+    rows = rows.toarray() if hasattr(rows, "toarray") else np.asarray(rows)
+    whole = np.asarray(apply(rows))
+    n = len(rows)
+    rng = np.random.default_rng(7)
+    order = rng.permutation(n)
+    cuts = np.sort(rng.choice(np.arange(1, n), size=min(4, n - 1), replace=False))
+    checks = (
+        ("one row at a time", np.concatenate([np.asarray(apply(rows[i:i + 1])) for i in range(min(n, 40))]),
+         whole[: min(n, 40)]),
+        ("shuffled", np.asarray(apply(rows[order])), whole[order]),
+        ("in split batches", np.concatenate([np.asarray(apply(rows[a:b]))
+                                             for a, b in zip([0, *cuts], [*cuts, n])]), whole),
+    )
+    for how, got, want in checks:
+        if got.shape != want.shape or not np.array_equal(got, want, equal_nan=True):
+            same_shape = got.shape == want.shape
+            gap = float(np.max(np.abs(got - want))) if same_shape else float("inf")
+            shown = f"{gap:.3g}" if same_shape else f"shape {got.shape} vs {want.shape}"
+            fix = "compute every row on its own, never from statistics of the batch"
+            if gap <= 1e-9 * (1.0 + float(np.max(np.abs(want)))):  # last bits: BLAS, not the batch's values
+                fix = ("the difference is in the last bits, which is how BLAS rounds a lone row (gemv) and a batch"
+                       " (gemm) differently: sum each row in a fixed order (as calengine_builtins.learners._rowwise"
+                       " does), or, for a calengine.base.SklearnLearner, set score_block_rows = 1024 (score in"
+                       " fixed-shape blocks)")
+            _fail(cls, f"{what} of a row depends on the other rows it is given with ({how}: up to {shown} from the"
+                       " whole batch); it breaks the batch-independence contract (calengine.base: a row's score and"
+                       f" probability are functions of that row alone, the same bits in any batch): {fix}")
 
 
 def check_combiner(cls: type, atol: float = 1e-6) -> None:

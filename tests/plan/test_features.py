@@ -21,7 +21,7 @@ def _frame():
             "member": [True, False, True, False],
             "colour": ["red", "blue", None, "red"],
         }
-    ).astype({"age": "Int64", "colour": "str"})
+    ).astype({"age": "Int64", "colour": "string"})  # "string", not "str": pandas 2.2's astype("str") writes None as "None"
 
 
 def test_numeric_missing_filled_with_median_and_flagged():

@@ -38,6 +38,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from ...errors import DataError
+from ...plugins.batch_probe import take_rows
 from .checks import booster_learner, check_mcgrad
 
 __all__ = ["fit_mcgrad_table", "member_rows"]
@@ -71,7 +72,7 @@ def member_rows(fragment, enc, plan, members, by: tuple[str, ...], key_index: di
     for m, member in enumerate(members if plan.cv else members[:1]):
         rows = np.arange(idx.size) if not plan.cv else np.flatnonzero(part.folds[idx] == m)
         if rows.size:
-            p[rows] = member.column_probabilities(part.X[idx[rows]])[:, 0]
+            p[rows] = member.column_probabilities(take_rows(part.X, idx[rows]))[:, 0]
     out = {}
     for j, col in enumerate(by):
         values = np.array([k[j] for k in keys] + [None], dtype=object)

@@ -198,9 +198,12 @@ def test_weight_two_equals_duplicated_rows(case, kind):
 
 
 # learners that take weights but are not deterministic functions of duplicated rows (boosting resamples,
-# categorical NB bins, LinearSVC's and the MLP's solvers): shown to *use* the weights, in the direction
-# weights mean -- class 1 weighted 10x raises the scores of class 1 on the same rows.
-WEIGHT_DIRECTION = ["boosted_nb", "categorical_nb", "linear_svm", "mlp"]
+# LinearSVC's and the MLP's solvers): shown to *use* the weights, in the direction weights mean -- class 1
+# weighted 10x raises the scores of class 1 on the same rows.  categorical_nb left this list when its cut
+# points became the weighted quantiles: a weighted fit is now exactly the duplicated rows' fit
+# (test_learner_weights.py), and on this table the duplicated rows' cut points move towards class 1 so
+# far that its mean score falls (0.610 against 0.625), so "raises" is no law for it.
+WEIGHT_DIRECTION = ["boosted_nb", "linear_svm", "mlp"]
 
 
 @pytest.mark.parametrize("name", WEIGHT_DIRECTION)

@@ -259,6 +259,9 @@ class LexRank(Learner):
 
     name = "lexrank"
     accepts_sample_weight = True
+    #: bin edges and the distinct training patterns depend on which rows have positive weight, not on
+    #: the weights' sizes (module docstring), so duplicated rows can give other bins
+    weights_as_duplicates = False
     accepts_sparse = False
     score_kind = "decision"
 

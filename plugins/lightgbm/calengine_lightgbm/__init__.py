@@ -52,6 +52,8 @@ class LightGBM(BoosterLearner):
 
     name = "lightgbm"
     library = "lightgbm"
+    #: min_child_samples (min_data_in_leaf) and the histogram bins count rows beside their weights
+    weights_as_duplicates = False
     library_title = "LightGBM"
     booster_key = BOOSTER_KEY
     #: the probing child loads and scores a booster with the shared library alone (no Python package)

@@ -65,8 +65,19 @@ def linear_map(theta: np.ndarray, k: int, full: bool) -> tuple[np.ndarray, np.nd
 
 
 def linear_logits(Z: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``z W^T + b`` (full ``W``) or ``z * w + b`` (a diagonal given as a vector)."""
-    return (Z @ W.T if W.ndim == 2 else Z * W) + b
+    """``z W^T + b`` (full ``W``) or ``z * w + b`` (a diagonal given as a vector).
+
+    The full product is summed over ``z``'s entries in index order, one column at a time, not by
+    ``Z @ W.T``: BLAS picks kernels by shape (a lone row goes through gemv, a batch through gemm), so
+    the same row got other last bits in another batch, and a calibrated probability must be the same
+    bits whatever rows are predicted with it (the plugin kit checks it)."""
+    Z = np.asarray(Z, dtype=np.float64)
+    if W.ndim != 2:
+        return Z * W + b
+    out = np.multiply(Z[:, :1], W[:, 0])
+    for j in range(1, Z.shape[1]):
+        out += Z[:, j:j + 1] * W[:, j]
+    return out + b
 
 
 def _softmax_residual(Z, yi, w, theta, full):

@@ -93,6 +93,10 @@ class SklearnClassifier(SklearnLearner):
         est = getattr(self, "estimator_", None)
         return est if est is not None else self.make_estimator()
 
+    #: the named class's own rule: many count rows beside the weights (HistGradientBoosting's
+    #: min_samples_leaf, a forest's bootstrap), so weights are asked only to change the fit
+    weights_as_duplicates = False
+
     @property
     def accepts_sample_weight(self) -> bool:  # type: ignore[override]
         from sklearn.utils.validation import has_fit_parameter

@@ -365,6 +365,8 @@ class ParzenLearner(Learner):
 
     name = "parzen"
     accepts_sample_weight = True
+    #: the bandwidth is chosen by leave-one-out likelihood, where a duplicated row is its own neighbour
+    weights_as_duplicates = False
     score_kind = "proba"
     accepts_sparse: ClassVar[bool] = False
 

@@ -35,6 +35,8 @@ class MLPLearner(SklearnLearner):
 
     name = "mlp"
     accepts_sample_weight = True
+    #: weights are exact sums but minibatches and early stopping count rows: a duplicated row is seen twice per epoch
+    weights_as_duplicates = False
     score_kind = "proba"
     accepts_sparse = True
 

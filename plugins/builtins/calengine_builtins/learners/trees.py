@@ -26,6 +26,8 @@ class DecisionTreeLearner(SklearnLearner):
 
     name = "decision_tree"
     accepts_sample_weight = True
+    #: weights are exact sums but min_samples_leaf counts rows (J48's two objects per leaf), whatever their weights
+    weights_as_duplicates = False
     score_kind = "proba"
     accepts_sparse = True
 
