@@ -208,6 +208,9 @@ class CalibratedModel:
     #: the rate at which each class was kept in the data the model was calibrated on (class order), or
     #: None: probabilities are corrected to the population by :mod:`calengine.methods.sampling`
     class_rates: np.ndarray | None = None
+    #: the conformal layer attached by ``calengine conformal`` (:class:`calengine.model.conformal.ConformalLayer`),
+    #: turning these probabilities into prediction sets; None: the model has none
+    conformal: Any | None = None
 
     @property
     def n_classes(self) -> int:
