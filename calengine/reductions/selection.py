@@ -278,12 +278,13 @@ def merge_answers(answers) -> Answer:
         np.sum([a.w_lo for a in answers], axis=0) if weighted else None,
         np.min([a.mins for a in answers], axis=0), np.max([a.maxs for a in answers], axis=0),
     )
-    if any(a.got_keys.size for a in answers):
-        out.got_range = np.concatenate([a.got_range for a in answers])
-        out.got_keys = np.concatenate([a.got_keys for a in answers])
+    got = [a for a in answers if a.got_keys.size]
+    if got:
+        out.got_range = np.concatenate([a.got_range for a in got])
+        out.got_keys = np.concatenate([a.got_keys for a in got])
         if weighted:
-            out.got_hi = np.concatenate([a.got_hi for a in answers])
-            out.got_lo = np.concatenate([a.got_lo for a in answers])
+            out.got_hi = np.concatenate([a.got_hi for a in got])
+            out.got_lo = np.concatenate([a.got_lo for a in got])
     return out
 
 
@@ -349,10 +350,12 @@ class Selection:
 
     # ------------------------------------------------------------------ rounds
     def _wanted(self, g: int, r: _Range) -> bool:
-        if r.single or r.count == 0:
+        if r.count == 0:
             return False
         if self.totals is None:  # weighted, before the first round: every range (the totals come with it)
             return True
+        if r.single:
+            return False
         total = self.totals[g]
         res = self.resolution[g]
         if res and r.mass * res > total:
@@ -368,6 +371,7 @@ class Selection:
         cut = [(g, i) for g, i in todo if self.ranges[g][i].count > COLLECT_ROWS or self.totals is None]
         splits = max(2, min(MAX_SPLITS, ROUND_BUDGET // max(1, len(cut))))
         groups, first, starts, his, collect, pending = [], [0], [], [], [], []
+        pieces = []
         for g, i in todo:
             r = self.ranges[g][i]
             width = r.hi - r.lo + 1
@@ -376,17 +380,16 @@ class Selection:
                 collect.append(len(groups))
                 kind = "collect"
             else:
-                s = min(splits, width)
-                cuts = sorted({r.lo + (j * width) // s for j in range(s)})
+                cuts = _cuts(r.lo, width, min(splits, width))
                 kind = "split"
             groups.append(g)
-            starts.extend(cuts)
-            first.append(len(starts))
+            pieces.append(np.asarray(cuts, dtype=np.uint64))
+            first.append(first[-1] + len(cuts))
             his.append(r.hi)
             pending.append((g, i, kind))
         self._pending = pending
         return Request(np.asarray(groups, dtype=np.int64), np.asarray(first, dtype=np.int64),
-                       np.asarray(starts, dtype=np.uint64), np.asarray(his, dtype=np.uint64),
+                       np.concatenate(pieces), np.asarray(his, dtype=np.uint64),
                        np.asarray(collect, dtype=np.int64), self.scale)
 
     def _mass(self, count: int, hi: int | None, lo: int | None) -> int:
@@ -416,12 +419,13 @@ class Selection:
                     below += m
             else:
                 a, b = int(req.first[idx]), int(req.first[idx + 1])
-                for j in range(a, b):
-                    c = int(ans.counts[j])
-                    if c == 0:
-                        continue
-                    m = self._mass(c, ans.w_hi[j] if self.weighted else None, ans.w_lo[j] if self.weighted else None)
-                    new.append(_Range(int(ans.mins[j]), int(ans.maxs[j]), c, m, below, exact=True))
+                live = a + np.flatnonzero(ans.counts[a:b])  # most sub-ranges of a first round are empty
+                counts = ans.counts[live].tolist()
+                mins, maxs = ans.mins[live].tolist(), ans.maxs[live].tolist()
+                his_, los_ = (ans.w_hi[live].tolist(), ans.w_lo[live].tolist()) if self.weighted else (None, None)
+                for q, c in enumerate(counts):
+                    m = self._mass(c, his_[q] if self.weighted else None, los_[q] if self.weighted else None)
+                    new.append(_Range(mins[q], maxs[q], c, m, below, exact=True))
                     below += m
             replaced[(g, i)] = new
         for g in {g for g, _, _ in self._pending}:
@@ -480,6 +484,15 @@ class Selection:
             kk = [kk[i] for i in kept]
             mm = [mm[i] for i in kept]
         return np.asarray(kk, dtype=np.uint64), np.asarray(mm, dtype=object)
+
+
+def _cuts(lo: int, width: int, s: int) -> np.ndarray:
+    """``lo + floor(j * width / s)`` for ``j < s`` (``s <= width <= 2**64``) in uint64 arithmetic: the
+    product is split as ``j * (width // s) + (j * (width % s)) // s``, each term below 2**64."""
+    j = np.arange(s, dtype=np.uint64)
+    q, rem = divmod(width, s)
+    with np.errstate(over="ignore"):
+        return np.uint64(lo) + j * np.uint64(q) + (j * np.uint64(rem)) // np.uint64(s)
 
 
 def run_selection(selection: Selection, ask) -> Selection:
