@@ -60,6 +60,16 @@ class ConformalOptions:
     k_reg: int = 0
     max_segments: int = 1000
     resolution: int = sel.DEFAULT_RESOLUTION
+    #: what the messages call each option: the Python parameters, or the CLI's flags
+    names: tuple = ()
+
+    def name(self, key: str) -> str:
+        return dict(self.names).get(key, key)
+
+    def given(self, key: str, value) -> str:
+        """How the user gave an option: ``--alpha 0.1`` on the command line, ``alpha=0.1`` in Python."""
+        name = self.name(key)
+        return f"{name} {value}" if name.startswith("--") else f"{name}={value!r}"
 
 
 def check_options(target, alpha, score="lac", mondrian=None, weight=None, randomized=None, seed=0,
@@ -75,12 +85,12 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
     score = cf.check_score(score, names["score"])
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**32:
         raise ParameterError(f"{names['seed']} must be an integer from 0 to 2**32 - 1, got {seed!r}")
+    if randomized is not None and not isinstance(randomized, bool):
+        raise ParameterError(f"{names['randomized']} must be True or False, got {randomized!r}")
+    if randomized is not None and score not in cf.RANDOMISABLE:
+        raise ParameterError(f"{names['randomized']} applies to the aps and raps scores; {score} has no randomised variant")
     if randomized is None:
         randomized = score in cf.RANDOMISABLE
-    elif not isinstance(randomized, bool):
-        raise ParameterError(f"{names['randomized']} must be True or False, got {randomized!r}")
-    if randomized and score not in cf.RANDOMISABLE:
-        raise ParameterError(f"{names['randomized']} applies to the aps and raps scores; {score} has no randomised variant")
     lam, k_reg = 0.0, 0
     if score == "raps":
         lam, k_reg = cf.check_raps(DEFAULT_RAPS_LAMBDA if raps_lambda is None else raps_lambda,
@@ -114,7 +124,8 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
     if weight is not None and weight in by:
         raise ParameterError(f"{names['weight']} '{weight}' is also a {names['mondrian']} column; give another column")
     return ConformalOptions(target=target, alpha=alpha, score=score, mondrian=kind, by=by, weight=weight,
-                            randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg, max_segments=max_segments)
+                            randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg, max_segments=max_segments,
+                            names=tuple(sorted(names.items())))
 
 
 # ---------------------------------------------------------------------------------------------- driver
@@ -147,8 +158,9 @@ def _global_groups(opts: ConformalOptions, infos, n_classes: int):
     keys = sorted({tuple(k) for i in infos for k in i[4]})
     if len(keys) > opts.max_segments:
         raise DataError(
-            f"--mondrian {','.join(opts.by)} makes more than {opts.max_segments} segments ({len(keys)}); use columns"
-            f" with fewer values (e.g. an age band rather than the age) or raise --max-segments (at most 20000)"
+            f"{opts.given('mondrian', ','.join(opts.by))} makes more than {opts.max_segments} segments ({len(keys)});"
+            " use columns with fewer values (e.g. an age band rather than the age) or raise"
+            f" {opts.name('max_segments')} (at most 20000)"
         )
     index = {k: 1 + j for j, k in enumerate(keys)}
     G = 1 + len(keys)
@@ -169,6 +181,23 @@ def _global_groups(opts: ConformalOptions, infos, n_classes: int):
         maxs[present] = np.maximum(maxs[present], summ.maxs[loc])
         max_w = max(max_w, summ.max_weight)
     return G, keys, lookups, sel.Summary(counts, mins, maxs, max_w)
+
+
+#: a group of at most this many calibration rows keeps every distinct score as a knot (exact p-values) ...
+EXACT_KNOTS = 16_384
+#: ... as long as the layer's knots stay within this many over all groups; beyond, p-values are bounded
+#: from above within 1/resolution (:data:`calengine.reductions.selection.DEFAULT_RESOLUTION` per group,
+#: fewer when there are many groups)
+KNOT_BUDGET = 1 << 20
+
+
+def _resolutions(counts: np.ndarray, own: list[int]) -> list[int]:
+    """Per group: :data:`~calengine.reductions.selection.EXACT` for a small group, the knots' resolution
+    for a large one, 0 for a group without a threshold of its own (it has no knots)."""
+    per_group = max(16, min(EXACT_KNOTS, KNOT_BUDGET // max(1, len(own))))
+    coarse = max(16, min(sel.DEFAULT_RESOLUTION, per_group))
+    own_set = set(own)
+    return [0 if g not in own_set else (sel.EXACT if counts[g] <= per_group else coarse) for g in range(len(counts))]
 
 
 def _level_ints(total: int, a) -> list[int]:
@@ -216,8 +245,8 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
     from ..scores.table import default_batch_rows, plan_chunks, share_model
 
     if opts.weight is not None and opts.weight in model.encoder.input_columns:
-        raise DataError(f"--weight {opts.weight} is a column the model reads; give a column of weights (w(x), the"
-                        " likelihood ratio of test to calibration rows)")
+        raise DataError(f"{opts.name('weight')} {opts.weight} is a column the model reads; give a column of weights"
+                        " (w(x), the likelihood ratio of test to calibration rows)")
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [opts.target] + list(opts.by)
                                  + ([opts.weight] if opts.weight else [])))
     check_columns(files, columns)
@@ -240,9 +269,10 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
             rows = int(sum(i[1] for i in infos))
             missing = int(sum(i[2] for i in infos))
             class_counts = np.sum([i[3] for i in infos], axis=0)
-            if opts.weight is not None and rows > 0 and not sum(i[5] for i in infos) > 0:
-                raise DataError(f"every row of --weight column '{opts.weight}' is 0; weighted conformal needs rows of"
-                                " positive weight")
+            labelled = n_rows - missing
+            if opts.weight is not None and labelled > 0 and not sum(i[5] for i in infos) > 0:
+                raise DataError(f"every row of {opts.name('weight')} column '{opts.weight}' is 0; weighted conformal"
+                                " needs rows of positive weight")
             if rows == 0:
                 raise DataError(f"the calibration table has no labelled rows (target '{opts.target}' is missing on"
                                 f" all {missing} rows); conformal calibration needs labelled rows")
@@ -268,8 +298,7 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
                             per_target.append((g, j))
                 return out
 
-            resolution = max(16, min(sel.DEFAULT_RESOLUTION, (1 << 18) // max(1, len(own))))
-            res = [resolution if g in own else 0 for g in range(G)]
+            res = _resolutions(counts, own)
             selection = sel.Selection(summary, targets, weighted=opts.weight is not None, resolution=res)
             sel.run_selection(selection, _ask(client, blocks, lookups, progress))
         finally:
@@ -334,25 +363,27 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
 
 def _check_rows(opts: ConformalOptions, rows: int, class_counts: np.ndarray, model, need: int) -> None:
     """One line when the threshold would be infinite: too few rows overall, or of a class under
-    ``--mondrian class``."""
+    ``mondrian="class"``."""
+    alpha = opts.given("alpha", opts.alpha)
+    mondrian = opts.given("mondrian", "class")
     if opts.mondrian == "class":
         short = [(str(c), int(n)) for c, n in zip(model.labels.classes, class_counts) if n < need]
         if short:
             absent = [c for c, n in short if n == 0]
             if absent:
                 raise DataError(
-                    f"--mondrian class needs calibration rows of every class, and class {absent[0]} has none"
-                    f" (classes: {', '.join(map(str, model.labels.classes))}); add rows of it, or drop --mondrian class"
+                    f"{mondrian} needs calibration rows of every class, and class {absent[0]} has none"
+                    f" (classes: {', '.join(map(str, model.labels.classes))}); add rows of it, or drop {mondrian}"
                 )
             c, n = short[0]
             raise DataError(
-                f"--mondrian class: class {c} has {n} calibration rows, too few for --alpha {opts.alpha:g} (its"
-                f" threshold would be infinite); each class needs at least {need} rows, or use a larger --alpha"
+                f"{mondrian}: class {c} has {n} calibration rows, too few for {alpha} (its threshold would be"
+                f" infinite); each class needs at least {need} rows, or use a larger {opts.name('alpha')}"
             )
     if rows < need:
         raise DataError(
-            f"{rows} calibration rows are too few for --alpha {opts.alpha:g}: the threshold would be infinite (every"
-            f" set would hold every class); at least {need} rows are needed, or use a larger --alpha"
+            f"{rows} calibration rows are too few for {alpha}: the threshold would be infinite (every set would"
+            f" hold every class); at least {need} rows are needed, or use a larger {opts.name('alpha')}"
         )
 
 

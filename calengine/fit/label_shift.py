@@ -334,6 +334,9 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
     new_model = copy.copy(model)
     new_model.class_rates = ls.adapted_rates(model.class_rates, train, priors)
     new_model.info = {k: v for k, v in model.info.items() if k != "negative_sampling"}
+    from .recalibrate import drop_conformal
+
+    drop_conformal(new_model, "adapted")
     info = {
         "rows": n_rows, "training_priors": train, "training_priors_from": source, "em": em, "bbse": bbse,
         "method": method, "priors": priors, "labelled_rows": None if joint is None else int(joint.sum()),

@@ -45,7 +45,7 @@ import numpy as np
 
 __all__ = ["order_keys", "key_values", "SortedBlock", "sorted_block", "block_summary", "merge_summaries",
            "block_query", "merge_answers", "Selection", "weight_scale", "MAX_SPLITS", "COLLECT_ROWS",
-           "DEFAULT_RESOLUTION"]
+           "DEFAULT_RESOLUTION", "EXACT"]
 
 _SIGN = np.uint64(1 << 63)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -57,6 +57,8 @@ ROUND_BUDGET = 1 << 18
 COLLECT_ROWS = 64
 #: knots per group by default: no gap between knots holds more than 1/1024 of the group's mass
 DEFAULT_RESOLUTION = 1024
+#: a group's ``resolution`` meaning "every distinct score is a knot" (exact p-values)
+EXACT = -1
 _HALF = 31
 _LIMB = float(1 << _HALF)
 #: the most rows the int64 limb sums can hold (each limb of a term is below 2**31)
@@ -358,7 +360,7 @@ class Selection:
             return False
         total = self.totals[g]
         res = self.resolution[g]
-        if res and r.mass * res > total:
+        if res == EXACT or (res and r.mass * res > total):
             return True
         return any(tg == g and r.below < tau <= r.below + r.mass for tg, tau in self.targets)
 
@@ -474,7 +476,7 @@ class Selection:
                 mm.append(m)
         total = self.totals[g] if self.totals else 0
         res = self.resolution[g]
-        if res and len(kk) > 2:
+        if res not in (0, EXACT) and len(kk) > 2:
             must = set(keep)
             gap = total / res
             kept = [0]

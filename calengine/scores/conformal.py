@@ -76,11 +76,11 @@ def checked_weights(values, name: str) -> np.ndarray:
     try:
         w = values.to_numpy(dtype="float64", na_value=float("nan"))
     except (TypeError, ValueError):
-        raise DataError(f"--weight column '{name}' is not numeric ({values.dtype}); give weights >= 0") from None
+        raise DataError(f"weight column '{name}' is not numeric ({values.dtype}); give weights >= 0") from None
     if not np.all(np.isfinite(w)):
-        raise DataError(f"--weight column '{name}' has missing or infinite values; give every row a finite weight >= 0")
+        raise DataError(f"weight column '{name}' has missing or infinite values; give every row a finite weight >= 0")
     if w.size and w.min() < 0:
-        raise DataError(f"--weight column '{name}' has negative weights (min {w.min():g}); weights must be >= 0")
+        raise DataError(f"weight column '{name}' has negative weights (min {w.min():g}); weights must be >= 0")
     return w
 
 

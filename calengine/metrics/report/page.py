@@ -202,6 +202,10 @@ def lineage_text(lineage: dict) -> str:
     digest = str(parent.get("content_hash") or "")[:12]
     source = (f"from {parent.get('path') or 'a model in memory'}" + (f" (content hash {digest})" if digest else "")
               + f" on {data.get('rows', '?')}")
+    if lineage.get("mode") == "conformal":
+        c = lineage.get("conformal") or {}
+        return (f"Conformalized ({c.get('score', '?')}, alpha {c.get('alpha', '?')}) {source} labelled rows of"
+                f" {where}, {lineage.get('time', '')}.")
     if lineage.get("mode") == "adapt":
         applied = ", ".join(f"{p:.4f}" for p in (lineage.get("priors") or {}).get("applied") or [])
         return (f"Adapted to new class priors ({lineage.get('method', '?')}: {applied}) {source} unlabelled rows"
