@@ -233,20 +233,15 @@ def _to_float(units, scale: float, weighted: bool) -> float:
 def conformalize_table(client, model, files: list[str], opts: ConformalOptions, *, batch_rows: int | None = None,
                        chunk_rows: int = 1_000_000, progress=None) -> tuple[Any, dict]:
     """The model with a conformal layer computed from the labelled rows of ``files`` (module docstring).
-    Returns ``(new_model, info)``, ``info = {"rows", "missing", "rounds", "groups"}``; the new model's
-    ``info`` does not hold the lineage yet (:func:`conformalize_with_lineage` adds it)."""
-    import copy
-
-    from ..model.conformal import ConformalLayer
+    Returns ``(new_model, info)``, ``info = {"rows", "missing", "rounds", "groups", ...}``; the new
+    model's ``info`` does not hold the lineage yet (:func:`conformalize_with_lineage` adds it)."""
     from ..parquet.data import check_columns
     from ..plan.memory import held_out_scratch
     from ..progress import gather_in_order
-    from ..scores.conformal import CalibrationSpec, block_info, calibration_chunk, drop_block
+    from ..scores.conformal import block_info, calibration_chunk, drop_block
     from ..scores.table import default_batch_rows, plan_chunks, share_model
 
-    if opts.weight is not None and opts.weight in model.encoder.input_columns:
-        raise DataError(f"{opts.name('weight')} {opts.weight} is a column the model reads; give a column of weights"
-                        " (w(x), the likelihood ratio of test to calibration rows)")
+    _check_weight_column(model, opts)
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [opts.target] + list(opts.by)
                                  + ([opts.weight] if opts.weight else [])))
     check_columns(files, columns)
@@ -256,57 +251,115 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
         raise DataError("the calibration table has no rows; conformal calibration needs labelled rows the model did"
                         " not train on")
     n_rows = sum(c.n_rows for c in chunks)
-    k = model.n_classes
-    spec = CalibrationSpec(opts.target, opts.score, opts.randomized, opts.seed, opts.lam, opts.k_reg, opts.mondrian,
-                           opts.by, opts.weight)
-    need = cf.rows_needed(opts.alpha)
     model_f = share_model(client, model)
     with held_out_scratch(client, n_rows) as scratch:
-        blocks = [client.submit(calibration_chunk, model_f, c, spec, batch_rows, scratch, pure=False) for c in chunks]
+        blocks = [client.submit(calibration_chunk, model_f, c, _spec(opts), batch_rows, scratch, pure=False)
+                  for c in chunks]
         try:
             infos = gather_in_order(client, [client.submit(block_info, b, pure=False) for b in blocks], progress,
                                     "conformal scores")
-            rows = int(sum(i[1] for i in infos))
-            missing = int(sum(i[2] for i in infos))
-            class_counts = np.sum([i[3] for i in infos], axis=0)
-            labelled = n_rows - missing
-            if opts.weight is not None and labelled > 0 and not sum(i[5] for i in infos) > 0:
-                raise DataError(f"every row of {opts.name('weight')} column '{opts.weight}' is 0; weighted conformal"
-                                " needs rows of positive weight")
-            if rows == 0:
-                raise DataError(f"the calibration table has no labelled rows (target '{opts.target}' is missing on"
-                                f" all {missing} rows); conformal calibration needs labelled rows")
-            _check_rows(opts, rows, class_counts, model, need)
-            G, keys, lookups, summary = _global_groups(opts, infos, k)
-            counts = summary.counts
-            own = [g for g in range(G) if counts[g] >= need]  # segments below it use the global threshold
-            a = cf.exact_fraction(opts.alpha)
-            per_target: list[tuple[int, int]] = []  # (group, level index)
-            level_units: dict[int, list[int]] = {}
-
-            def targets(totals):
-                out = []
-                per_target.clear()
-                for g in own:
-                    if opts.weight is None:
-                        out.append((g, cf.order_rank(int(totals[g]), opts.alpha)))
-                        per_target.append((g, 0))
-                    else:
-                        level_units[g] = _level_ints(int(totals[g]), a)
-                        for j, lv in enumerate(level_units[g]):
-                            out.append((g, int(math.ceil((1 - a) * (int(totals[g]) + lv)))))
-                            per_target.append((g, j))
-                return out
-
-            res = _resolutions(counts, own)
-            selection = sel.Selection(summary, targets, weighted=opts.weight is not None, resolution=res)
-            sel.run_selection(selection, _ask(client, blocks, lookups, progress))
+            return _solve(model, opts, infos, n_rows, lambda lookups: _ask(client, blocks, lookups, progress))
         finally:
             try:
                 client.gather([client.submit(drop_block, b, pure=False) for b in blocks])
             except Exception:  # noqa: BLE001 - the scratch directory goes anyway; the job's own error matters
                 pass
             del blocks
+
+
+def conformalize_arrays(model, X, y, opts: ConformalOptions, weights=None, frame=None) -> tuple[Any, dict]:
+    """:func:`conformalize_table` of rows held in memory: ``X`` encoded as the model reads it, ``y`` class
+    indices, ``weights`` the weight column's values, ``frame`` the rows' DataFrame (segment columns).
+    One block, the same selection, so the same thresholds as the table path on the same rows."""
+    from ..scores.conformal import CalibrationBlock, block_info, checked_weights, query_block
+
+    k = model.n_classes
+    y = np.asarray(y, dtype=np.int64)
+    w = None if weights is None else checked_weights(__import__("pandas").Series(weights), opts.name("weight"))
+    P = model.predict_proba_features(X)
+    u = cf.row_uniforms(cf.row_hashes(X), opts.seed) if opts.randomized else None
+    V = cf.true_scores(P, y, opts.score, u, opts.lam, opts.k_reg)
+    live = np.ones(y.size, dtype=bool) if w is None else w > 0
+    keys: list = []
+    if opts.mondrian == "segments":
+        from ..model.segmented import segment_codes
+
+        if frame is None or any(c not in frame.columns for c in opts.by):
+            raise DataError(f"{opts.name('mondrian')} {','.join(opts.by)} needs those columns in X (a DataFrame)")
+        keys, codes = segment_codes(frame, opts.by)
+        seg = codes >= 0
+        scores = np.concatenate([V, V[seg]])
+        groups = np.concatenate([np.zeros(V.size, dtype=np.int64), 1 + codes[seg]])
+        ws = None if w is None else np.concatenate([w, w[seg]])
+    else:
+        scores, ws = V, w
+        groups = y if opts.mondrian == "class" else np.zeros(V.size, dtype=np.int64)
+    n_groups = {"none": 1, "class": k, "segments": 1 + len(keys)}[opts.mondrian]
+    block = CalibrationBlock(sel.sorted_block(scores, groups, n_groups, ws), int(live.sum()), 0,
+                             np.bincount(y[live], minlength=k), list(keys), 0.0 if w is None else float(w.sum()))
+    infos = [block_info(block)]
+
+    def ask_factory(lookups):
+        return lambda req: query_block(block, lookups[0], req)
+
+    return _solve(model, opts, infos, int(y.size), ask_factory)
+
+
+def _spec(opts: ConformalOptions):
+    from ..scores.conformal import CalibrationSpec
+
+    return CalibrationSpec(opts.target, opts.score, opts.randomized, opts.seed, opts.lam, opts.k_reg, opts.mondrian,
+                           opts.by, opts.weight)
+
+
+def _check_weight_column(model, opts: ConformalOptions) -> None:
+    if opts.weight is not None and model.encoder is not None and opts.weight in model.encoder.input_columns:
+        raise DataError(f"{opts.name('weight')} {opts.weight} is a column the model reads; give a column of weights"
+                        " (w(x), the likelihood ratio of test to calibration rows)")
+
+
+def _solve(model, opts: ConformalOptions, infos: list, n_rows: int, ask_factory) -> tuple[Any, dict]:
+    """Checks, thresholds and the layer from the blocks' ``infos`` (:func:`calengine.scores.conformal.block_info`);
+    ``ask_factory(lookups)`` gives the function answering a selection round over the blocks."""
+    import copy
+
+    from ..model.conformal import ConformalLayer
+
+    k = model.n_classes
+    need = cf.rows_needed(opts.alpha)
+    rows = int(sum(i[1] for i in infos))
+    missing = int(sum(i[2] for i in infos))
+    class_counts = np.sum([i[3] for i in infos], axis=0)
+    if opts.weight is not None and n_rows - missing > 0 and not sum(i[5] for i in infos) > 0:
+        raise DataError(f"every row of {opts.name('weight')} column '{opts.weight}' is 0; weighted conformal"
+                        " needs rows of positive weight")
+    if rows == 0:
+        raise DataError(f"the calibration table has no labelled rows (target '{opts.target}' is missing on"
+                        f" all {missing} rows); conformal calibration needs labelled rows")
+    _check_rows(opts, rows, class_counts, model, need)
+    G, keys, lookups, summary = _global_groups(opts, infos, k)
+    counts = summary.counts
+    own = [g for g in range(G) if counts[g] >= need]  # segments below it use the global threshold
+    a = cf.exact_fraction(opts.alpha)
+    per_target: list[tuple[int, int]] = []  # (group, level index)
+    level_units: dict[int, list[int]] = {}
+
+    def targets(totals):
+        out = []
+        per_target.clear()
+        for g in own:
+            if opts.weight is None:
+                out.append((g, cf.order_rank(int(totals[g]), opts.alpha)))
+                per_target.append((g, 0))
+            else:
+                level_units[g] = _level_ints(int(totals[g]), a)
+                for j, lv in enumerate(level_units[g]):
+                    out.append((g, int(math.ceil((1 - a) * (int(totals[g]) + lv)))))
+                    per_target.append((g, j))
+        return out
+
+    selection = sel.Selection(summary, targets, weighted=opts.weight is not None, resolution=_resolutions(counts, own))
+    sel.run_selection(selection, ask_factory(lookups))
     found = selection.found()
     weighted = opts.weight is not None
     scale = selection.scale

@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import DataError, ModelFormatError
 from ..methods import conformal as cf
 
-__all__ = ["ConformalLayer", "ARRAYS_FILE", "MONDRIAN_KINDS", "MAX_LEVELS", "MAX_KNOTS"]
+__all__ = ["ConformalLayer", "ARRAYS_FILE", "MONDRIAN_KINDS", "MAX_LEVELS", "MAX_KNOTS", "set_columns"]
 
 #: the layer's array file in the model directory
 ARRAYS_FILE = "conformal.npz"
@@ -329,3 +329,21 @@ class ConformalLayer:
         return cls(score=score, alpha=float(alpha), thresholds=th, rows=rows, totals=totals, knot_values=kv,
                    knot_masses=km, knot_offsets=ko, randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg,
                    mondrian=mondrian, by=tuple(by), keys=[tuple(k) for k in keys], weight=weight, levels=levels)
+
+
+def set_columns(sets: np.ndarray, typed_classes: np.ndarray, class_names: list[str]) -> dict:
+    """``{"set": pyarrow ListArray, "in_<c>": bool arrays, "set_size": int32}`` of a boolean (n, k) matrix;
+    ``typed_classes``: the class labels in the class column's own type (the list's values)."""
+    import pyarrow as pa
+
+    n, k = sets.shape
+    size = sets.sum(axis=1, dtype=np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(size, out=offsets[1:])
+    members = np.flatnonzero(sets.ravel()) % k
+    values = pa.array(typed_classes[members])
+    out = {"set": pa.ListArray.from_arrays(pa.array(offsets), values)}
+    for i, c in enumerate(class_names):
+        out[f"in_{c}"] = sets[:, i]
+    out["set_size"] = size
+    return out

@@ -9,9 +9,7 @@ memory, or from :data:`~calengine.plan.memory.SPILL_MIN_ROWS` rows on as ``.npy`
 scratch directory (:class:`SpilledSorted`), so no process holds more than a few chunks whatever the
 table's size.  The selection rounds then query the blocks (:func:`query_block`): a few pages each.
 
-Sets (:func:`set_columns`): the columns ``score --sets`` adds to a scored batch -- ``set`` (a list of
-class labels, in class order), one boolean ``in_<class>`` per class and ``set_size`` -- built from the
-boolean matrix without Python loops over rows.
+The columns ``score --sets`` writes are built by :func:`calengine.model.conformal.set_columns`.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from ..reductions import selection as sel
 from ..tasks.heap import trims_heap
 
 __all__ = ["CalibrationSpec", "CalibrationBlock", "SpilledSorted", "calibration_chunk", "block_info",
-           "query_block", "set_columns", "checked_weights"]
+           "query_block", "checked_weights"]
 
 
 @dataclass(frozen=True)
@@ -216,24 +214,3 @@ def drop_block(cb: CalibrationBlock) -> None:
                     os.remove(path)
                 except OSError:
                     pass
-
-
-# ---------------------------------------------------------------------------------------------- sets
-
-
-def set_columns(sets: np.ndarray, typed_classes: np.ndarray, class_names: list[str]) -> dict:
-    """``{"set": pyarrow ListArray, "in_<c>": bool arrays, "set_size": int32}`` of a boolean (n, k) matrix;
-    ``typed_classes``: the class labels in the class column's own type (the list's values)."""
-    import pyarrow as pa
-
-    n, k = sets.shape
-    size = sets.sum(axis=1, dtype=np.int32)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(size, out=offsets[1:])
-    members = np.flatnonzero(sets.ravel()) % k
-    values = pa.array(typed_classes[members])
-    out = {"set": pa.ListArray.from_arrays(pa.array(offsets), values)}
-    for i, c in enumerate(class_names):
-        out[f"in_{c}"] = sets[:, i]
-    out["set_size"] = size
-    return out

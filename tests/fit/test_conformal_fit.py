@@ -224,3 +224,50 @@ def test_bad_data_is_one_line_and_nothing_is_written(work, tmp_path):
         calengine.conformalize(str(root / "pen"), cal.astype({"class": str}).assign(**{"class": "ten"}),
                                target="class", alpha=0.1, output=out)
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------- estimator
+
+
+def test_calibrated_classifier_conformal_parameter_equals_the_table_path(work):
+    """``CalibratedClassifier(conformal=...)``: the same thresholds as :func:`calengine.conformalize` of
+    the same model on the same rows (one in-memory block, the same selection)."""
+    from calengine import CalibratedClassifier
+
+    root, cal = work
+    train = pd.read_parquet(DATA / "pendigits_train.parquet")
+    clf = CalibratedClassifier(learner="gaussian_nb", cv=3, conformal={"alpha": 0.1, "score": "aps",
+                                                                      "mondrian": "class"})
+    clf.fit(train.drop(columns="class"), train["class"], X_conformal=cal.drop(columns="class"),
+            y_conformal=cal["class"])
+    table = calengine.conformalize(clf.model_, cal, target="class", alpha=0.1, score="aps", mondrian="class")
+    assert np.array_equal(clf.model_.conformal.thresholds, table.conformal.thresholds)
+    S = clf.predict_set(cal.drop(columns="class"))
+    assert S.shape == (len(cal), 10) and S.dtype == bool
+    y = cal["class"].to_numpy()
+    assert S[np.arange(len(y)), y].mean() >= 0.9
+    assert np.array_equal(clf.predict_p_values(cal.drop(columns="class")) > 0.1, S)
+    # numbers as conformal: alpha; weights: a weighted layer needs the test rows' weights
+    clf2 = CalibratedClassifier(learner="gaussian_nb", cv=3, conformal=0.2).fit(train.drop(columns="class"), train["class"])
+    w = np.linspace(0.5, 2.0, len(cal))
+    clf2.conformalize(cal.drop(columns="class"), cal["class"], sample_weight=w)
+    with pytest.raises(ParameterError, match="pass the rows' covariate-shift weights as sample_weight"):
+        clf2.predict_set(cal.drop(columns="class"))
+    assert clf2.predict_set(cal.drop(columns="class"), sample_weight=w).shape == (len(cal), 10)
+
+
+@pytest.mark.parametrize("conformal,text", [(1.5, "conformal must be in (0, 1)"),
+                                            ({"score": "aps"}, "conformal needs 'alpha'"),
+                                            ({"alpha": 0.1, "scores": "aps"}, "unknown option(s) scores"),
+                                            ({"alpha": 0.1, "score": "x"}, "conformal['score'] must be one of")])
+def test_calibrated_classifier_bad_conformal_is_typed(conformal, text):
+    from calengine import CalibratedClassifier
+
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    y = (X[:, 0] > 0).astype(int)
+    clf = CalibratedClassifier(learner="gaussian_nb", cv=3, conformal=conformal)
+    with pytest.raises(ParameterError) as info:
+        clf.fit(X, y, X_conformal=X, y_conformal=y)
+    assert text in str(info.value)
+    with pytest.raises(ParameterError, match="no conformal layer"):
+        CalibratedClassifier(learner="gaussian_nb", cv=3).fit(X, y).predict_set(X)

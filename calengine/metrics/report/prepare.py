@@ -66,6 +66,9 @@ class ReportEntry:
     #: ``evaluate --weight COL``: the weight column the accumulators were weighted by; the page and the
     #: figures then say "weight" where they say "examples" (bars and bin tables sum the weights)
     weight: str | None = None
+    #: a model with a conformal layer: :meth:`calengine.metrics.conformal.ConformalAccumulator.result`,
+    #: shown as coverage by class and the set-size histogram
+    conformal: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
