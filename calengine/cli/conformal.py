@@ -7,7 +7,6 @@ A shell over :func:`calengine.fit.conformal.conformalize_with_lineage`, the func
 
 from __future__ import annotations
 
-import os
 import sys
 
 from . import options
@@ -61,7 +60,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..errors import DataError
     from ..fit.conformal import check_options, conformalize_with_lineage
     from ..fit.recalibrate import parent_record
     from ..model.artifact import load_model, save_model
@@ -70,12 +68,7 @@ def run(args) -> int:
 
     opts = check_options(args.target, args.alpha, args.score, args.mondrian, args.weight, args.randomize, args.seed,
                          args.raps_lambda, args.raps_k_reg, args.max_segments, names=FLAGS)
-    out = os.path.abspath(args.output)
-    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
-        if not args.overwrite:
-            raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite")
-        if not os.path.isfile(os.path.join(out, "manifest.json")):
-            raise DataError(f"--overwrite refuses to replace '{args.output}': it is not a calengine model directory")
+    out = options.check_model_output(args.output, args.overwrite)
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     parent = parent_record(args.model)
     files = resolve_parquet_files(args.data)

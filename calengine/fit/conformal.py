@@ -264,14 +264,14 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
                 client.gather([client.submit(drop_block, b, pure=False) for b in blocks])
             except Exception:  # noqa: BLE001 - the scratch directory goes anyway; the job's own error matters
                 pass
-            del blocks
 
 
 def conformalize_arrays(model, X, y, opts: ConformalOptions, weights=None, frame=None) -> tuple[Any, dict]:
     """:func:`conformalize_table` of rows held in memory: ``X`` encoded as the model reads it, ``y`` class
     indices, ``weights`` the weight column's values, ``frame`` the rows' DataFrame (segment columns).
     One block, the same selection, so the same thresholds as the table path on the same rows."""
-    from ..scores.conformal import CalibrationBlock, block_info, checked_weights, query_block
+    from ..model.conformal import checked_weights
+    from ..scores.conformal import CalibrationBlock, block_info, query_block
 
     k = model.n_classes
     y = np.asarray(y, dtype=np.int64)

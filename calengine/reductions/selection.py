@@ -372,8 +372,7 @@ class Selection:
             return None
         cut = [(g, i) for g, i in todo if self.ranges[g][i].count > COLLECT_ROWS or self.totals is None]
         splits = max(2, min(MAX_SPLITS, ROUND_BUDGET // max(1, len(cut))))
-        groups, first, starts, his, collect, pending = [], [0], [], [], [], []
-        pieces = []
+        groups, first, his, collect, pending, pieces = [], [0], [], [], [], []
         for g, i in todo:
             r = self.ranges[g][i]
             width = r.hi - r.lo + 1

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DataError
 from ..methods import conformal as cf
+from ..model.conformal import checked_weights
 from ..reductions import selection as sel
 from ..tasks.heap import trims_heap
 
 __all__ = ["CalibrationSpec", "CalibrationBlock", "SpilledSorted", "calibration_chunk", "block_info",
-           "query_block", "checked_weights"]
+           "query_block"]
 
 
 @dataclass(frozen=True)
@@ -67,19 +67,6 @@ class CalibrationBlock:
     class_counts: np.ndarray | None = None
     keys: list = field(default_factory=list)
     weight_total: float = 0.0
-
-
-def checked_weights(values, name: str) -> np.ndarray:
-    """A weight column as float64: finite and >= 0, else one line naming the column."""
-    try:
-        w = values.to_numpy(dtype="float64", na_value=float("nan"))
-    except (TypeError, ValueError):
-        raise DataError(f"weight column '{name}' is not numeric ({values.dtype}); give weights >= 0") from None
-    if not np.all(np.isfinite(w)):
-        raise DataError(f"weight column '{name}' has missing or infinite values; give every row a finite weight >= 0")
-    if w.size and w.min() < 0:
-        raise DataError(f"weight column '{name}' has negative weights (min {w.min():g}); weights must be >= 0")
-    return w
 
 
 def _spill(block: sel.SortedBlock, directory: str) -> SpilledSorted:

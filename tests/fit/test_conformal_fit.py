@@ -4,9 +4,7 @@ however the table is cut, spilled or distributed."""
 
 from __future__ import annotations
 
-import json
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -17,7 +15,7 @@ import pytest
 import calengine
 from calengine.errors import DataError, ParameterError
 from calengine.methods import conformal as cf
-from calengine.model.artifact import load_model, read_manifest, save_model
+from calengine.model.artifact import read_manifest, save_model
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "data"
 

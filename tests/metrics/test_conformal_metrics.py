@@ -5,7 +5,6 @@ first, set sizes -- the same numbers from the in-memory pass, the range-partitio
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pandas as pd
@@ -13,7 +12,7 @@ import pytest
 
 import calengine
 from calengine.metrics.conformal import ConformalAccumulator, clopper_pearson
-from calengine.model.artifact import load_model, save_model
+from calengine.model.artifact import save_model
 from cli_helpers import run_cli
 
 DATA = __import__("pathlib").Path(__file__).resolve().parents[2] / "data"
