@@ -163,8 +163,10 @@ def test_crepes_differs_only_where_n_plus_one_times_alpha_is_an_integer():
 
 
 def test_order_rank_reads_alpha_as_its_decimal():
-    # (n + 1)(1 - alpha) = 7 exactly for n = 9, alpha = 0.3; the float product of 1 - 0.3 is 6.999...
+    # (n + 1)(1 - alpha) = 7 exactly for n = 9, alpha = 0.3; and 55 for n = 99, alpha = 0.45, where the
+    # float product 100 * (1 - 0.45) is 55.00000000000001 and its ceiling 56
     assert cf.order_rank(9, 0.3) == 7
+    assert cf.order_rank(99, 0.45) == 55 and 100 * (1 - 0.45) > 55
     assert cf.order_rank(99, 0.1) == 90
     assert cf.order_rank(100, 0.1) == 91  # 90.9 -> 91
     assert cf.rows_needed(0.1) == 9 and cf.rows_needed(0.05) == 19 and cf.rows_needed(0.3) == 3
