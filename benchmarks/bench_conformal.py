@@ -145,7 +145,7 @@ def _calengine() -> list[str]:
 
 def _cluster_run(cmd: list[str], work: Path, workers: int, memory: str) -> dict:
     """``cmd`` with ``--cluster`` on a fresh scheduler and ``workers`` workers: wall, per-process peaks."""
-    from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
+    from calengine.testing.cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
 
     local = work / "cluster-local"
     shutil.rmtree(local, ignore_errors=True)

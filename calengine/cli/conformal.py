@@ -18,7 +18,7 @@ FLAGS = {"alpha": "--alpha", "score": "--score", "mondrian": "--mondrian", "weig
 
 
 def add_parser(sub) -> None:
-    from .. import run_log
+    from ..runtime import run_log
 
     p = sub.add_parser(
         "conformal", help="attach prediction sets with a coverage guarantee to a fitted model (split conformal)",
@@ -64,7 +64,7 @@ def run(args) -> int:
     from ..fit.recalibrate import parent_record
     from ..model.artifact import load_model, save_model
     from ..parquet.data import check_columns, resolve_parquet_files
-    from ..plugins import model_requirements
+    from ..plugins.loading import model_requirements
 
     opts = check_options(args.target, args.alpha, args.score, args.mondrian, args.weight, args.randomize, args.seed,
                          args.raps_lambda, args.raps_k_reg, args.max_segments, names=FLAGS)

@@ -58,7 +58,7 @@ def _thresholds(layer, k: int) -> list[float]:
 def sets_sql(d, model, query: str) -> str:
     """``query`` (a :func:`calengine.export.sql.model_sql` text: one header comment line, then the
     ``SELECT`` returning ``p_<class>``) wrapped in a ``SELECT`` that adds ``in_<class>`` and ``set_size``."""
-    from .sql import _comment, _names
+    from .sql import comment_line, data_names
 
     layer = check_sets_exportable(model, "SQL")
     classes = [str(c) for c in model.labels.classes]
@@ -78,9 +78,9 @@ def sets_sql(d, model, query: str) -> str:
     cols.append(f"({size}) AS {d.ident('set_size')}")
     outer = (f"calengine conformal set ({layer.score}, alpha {layer.alpha!r}"
              f"{', Mondrian by class' if layer.mondrian == 'class' else ''}) -> in_<class> and set_size for classes"
-             f" {_names(classes)}")
+             f" {data_names(classes)}")
     # the inner text is kept byte for byte (no re-indenting): a quoted name may hold a line break
-    return (f"{_comment(outer)}{header}\nSELECT\n  q.*,\n  " + ",\n  ".join(cols)
+    return (f"{comment_line(outer)}{header}\nSELECT\n  q.*,\n  " + ",\n  ".join(cols)
             + f"\nFROM (\n{body.rstrip(chr(10))}\n) AS q\n")
 
 

@@ -29,7 +29,7 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
     ``sql`` and ``onnx`` write one file; ``mlflow`` writes an MLflow model directory (:mod:`.mlflow`), staged under a
     temporary name beside ``output`` and renamed.  The model is loaded with :func:`calengine.load_model`
     only (model files are untrusted)."""
-    from .. import __version__
+    from ..version import __version__
     from ..model.artifact import load_model, read_manifest
 
     if fmt not in FORMATS:
@@ -81,13 +81,13 @@ def _write_export(model_dir, model, fmt: str, out: Path, side: Path, manifest: d
                   trust, sets: bool = False) -> None:
     """:func:`export_model`'s writes: the export, then its manifest."""
     if fmt == "sql":
-        from .sql import _Dialect, model_sql
+        from .sql import Dialect, model_sql
 
         text = model_sql(model, dialect=dialect, table=table)
         if sets:
             from .conformal import sets_sql
 
-            text = sets_sql(_Dialect(dialect), model, text)
+            text = sets_sql(Dialect(dialect), model, text)
         body = text.encode()
         manifest.update(dialect=dialect, table=table, sha256=hashlib.sha256(body).hexdigest())
         _write_atomic(out, body)

@@ -135,7 +135,7 @@ def _ask(client, blocks, lookups, progress=None):
     """A round of :class:`~calengine.reductions.selection.Selection`: the request sent once, one task per
     block, answers merged as they arrive (the merge is exact and order-free)."""
     from ..scores.conformal import query_block
-    from ..thread_client import as_completed
+    from ..runtime.thread_client import as_completed
 
     def ask(req):
         req_f = client.scatter(req, broadcast=True) if len(blocks) > 1 else req
@@ -225,7 +225,7 @@ def _float_down(units: int, scale: float) -> float:
 def _to_float(units, scale: float, weighted: bool) -> float:
     if not weighted:
         return float(units)
-    from ..metrics.exact import fixed_to_float
+    from ..reductions.exact import fixed_to_float
 
     return fixed_to_float(int(units), scale)
 
@@ -237,7 +237,7 @@ def conformalize_table(client, model, files: list[str], opts: ConformalOptions, 
     model's ``info`` does not hold the lineage yet (:func:`conformalize_with_lineage` adds it)."""
     from ..parquet.data import check_columns
     from ..plan.memory import held_out_scratch
-    from ..progress import gather_in_order
+    from ..runtime.progress import gather_in_order
     from ..scores.conformal import block_info, calibration_chunk, drop_block
     from ..scores.table import default_batch_rows, plan_chunks, share_model
 
@@ -446,7 +446,7 @@ def _check_rows(opts: ConformalOptions, rows: int, class_counts: np.ndarray, mod
 def lineage_record(parent: dict, files: list[str], opts: ConformalOptions, info: dict, command) -> dict:
     import datetime
 
-    from .label_shift import _paths
+    from .label_shift import data_paths
     from .recalibrate import data_fingerprint
 
     conformal = {"score": opts.score, "alpha": opts.alpha, "randomized": opts.randomized, "seed": opts.seed,
@@ -460,7 +460,7 @@ def lineage_record(parent: dict, files: list[str], opts: ConformalOptions, info:
     return {
         "mode": "conformal",
         "parent": parent,
-        "data": {"paths": _paths(files), "rows": int(info["rows"]), "fingerprint": data_fingerprint(files)},
+        "data": {"paths": data_paths(files), "rows": int(info["rows"]), "fingerprint": data_fingerprint(files)},
         "target": opts.target,
         "conformal": conformal,
         "missing_labels": int(info["missing"]),
@@ -507,11 +507,11 @@ def conformalize(model, data, target: str, alpha: float, *, score: str = "lac", 
     import tempfile
     from pathlib import Path
 
-    from ..cluster import job_client
+    from ..runtime.client import job_client
     from ..model.artifact import load_model, save_model
     from ..parquet.data import table_files
-    from ..plugins import model_requirements
-    from ..progress import as_progress
+    from ..plugins.loading import model_requirements
+    from ..runtime.progress import as_progress
     from .recalibrate import parent_record
 
     opts = check_options(target, alpha, score, mondrian, weight, randomized, seed, raps_lambda, raps_k_reg, max_segments)

@@ -107,9 +107,9 @@ class ConformalAccumulator:
         self.size_weight += np.bincount(size, weights=w, minlength=k + 1)
         self.size_covered += np.bincount(size, weights=w * hit, minlength=k + 1)
         for col in self.by:
-            from .segments import _factorize
+            from .segments import factorize
 
-            codes, values = _factorize(segments[col])
+            codes, values = factorize(segments[col])
             m = len(values)
             sums = [np.bincount(codes, weights=v, minlength=m) for v in
                     ((w > 0).astype(np.float64), w, w * w, w * hit, w * size)]

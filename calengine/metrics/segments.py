@@ -14,7 +14,7 @@ Which probability: for two classes, the positive class's; for more, the top labe
 probability against "the predicted class is right"), as calengine's ``ece`` does.  Log loss and Brier
 score use the whole probability vector.
 
-How it scales: the sums ride on ``evaluate``'s own pass (:func:`calengine.scores.table.evaluate_chunk`
+How it scales: the sums ride on ``evaluate``'s own pass (:func:`calengine.metrics.table.evaluate_chunk`
 adds each batch's rows to a chunk's accumulator with the probabilities it scored for the metrics), so
 a row is read and scored once for both.  Every statistic is a sum over rows, kept per segment and per cell of a
 :data:`GRID`-cell grid of the probability, so a chunk's accumulator is a few arrays and merging adds
@@ -128,7 +128,7 @@ class SegmentAccumulator:
         cell = np.minimum((p * GRID).astype(np.intp), GRID - 1)
         groups = [(ALL, np.zeros(n, dtype=np.intp), [ALL])]
         for col in self.by:
-            codes, uniques = _factorize(segments[col])
+            codes, uniques = factorize(segments[col])
             groups.append((col, codes, [(col, u) for u in uniques]))
         for _, codes, keys in groups:
             ids = self._ids(keys)
@@ -192,7 +192,7 @@ class SegmentAccumulator:
         }
 
 
-def _factorize(values) -> tuple[np.ndarray, list]:
+def factorize(values) -> tuple[np.ndarray, list]:
     """Codes and values of a column's cells as segment names: strings (missing values are ``null``),
     so a value reads the same whichever file or chunk it came from."""
     import pandas as pd
@@ -247,7 +247,7 @@ def format_segments(label: str, seg: dict, width: int | None = None) -> str:
     """The ``--by`` block of ``evaluate``'s text: the multicalibration error, then the whole table and
     the worst :data:`TEXT_ROWS` segments (by ECCE on the sigma scale), one line each; the p-values
     shown are Holm-adjusted over the segments."""
-    from .text import terminal_width
+    from .report.text import terminal_width
 
     width = terminal_width(width)
 

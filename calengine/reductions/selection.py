@@ -28,7 +28,7 @@ The protocol (a search on the bit patterns of the scores):
    (:meth:`Selection.knots`), exact at the threshold.
 
 Weights are summed in fixed point: each weight becomes two 31-bit integer limbs of ``w / scale`` (the
-scheme of :func:`calengine.metrics.exact.fixed_sum`, ``scale`` a power of two at least the largest
+scheme of :func:`calengine.reductions.exact.fixed_sum`, ``scale`` a power of two at least the largest
 weight, so integer and dyadic weights are exact) and the limbs' prefix sums are integers; a
 sub-range's weight is a difference of prefix sums, the same integer whichever block holds the rows.
 

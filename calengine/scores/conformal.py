@@ -23,7 +23,7 @@ import numpy as np
 from ..methods import conformal as cf
 from ..model.conformal import checked_weights
 from ..reductions import selection as sel
-from ..tasks.heap import trims_heap
+from ..runtime.heap import trims_heap
 
 __all__ = ["CalibrationSpec", "CalibrationBlock", "SpilledSorted", "calibration_chunk", "block_info",
            "query_block"]
@@ -96,7 +96,7 @@ def calibration_chunk(model, chunk, spec: CalibrationSpec, batch_rows: int, scra
     """The chunk's :class:`CalibrationBlock` (runs in tasks): rows without a label are counted and
     left out, rows of weight 0 count for nothing, an unknown label or a bad weight is one line."""
     from ..model.segmented import segment_codes
-    from .table import _batches
+    from .table import batches
 
     k = model.n_classes
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [spec.target] + list(spec.by)
@@ -106,7 +106,7 @@ def calibration_chunk(model, chunk, spec: CalibrationSpec, batch_rows: int, scra
     missing = 0
     key_index: dict = {}
     total_w = 0.0
-    for df in _batches(chunk, columns, batch_rows):
+    for df in batches(chunk, columns, batch_rows):
         present = df[spec.target].notna().to_numpy()
         missing += int((~present).sum())
         if not present.all():
