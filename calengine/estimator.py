@@ -50,7 +50,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     class whose rows all weigh 0 is refused, in one line.
 
     ``conformal``: prediction sets with a coverage guarantee (split conformal, ``calengine conformal``;
-    docs/conformal.md): ``alpha`` as a number, or a dict of :func:`calengine.conformalize`'s options
+    docs/guide/conformal.md): ``alpha`` as a number, or a dict of :func:`calengine.conformalize`'s options
     (``{"alpha": 0.1, "score": "aps", "mondrian": "class"}``; ``mondrian`` may also name columns of a
     DataFrame ``X``).  The thresholds come from rows the model did not train on: pass them to ``fit``
     as ``X_conformal``/``y_conformal``, or later to :meth:`conformalize`; then :meth:`predict_set` gives

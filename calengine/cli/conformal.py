@@ -2,7 +2,7 @@
 writes prediction sets holding the true class of at least 1 - alpha of the rows.
 
 A shell over :func:`calengine.fit.conformal.conformalize_with_lineage`, the function
-:func:`calengine.conformalize` calls (docs/conformal.md is the user guide).
+:func:`calengine.conformalize` calls (docs/guide/conformal.md is the user guide).
 """
 
 from __future__ import annotations

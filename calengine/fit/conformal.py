@@ -486,7 +486,7 @@ def conformalize(model, data, target: str, alpha: float, *, score: str = "lac", 
                  randomized: bool | None = None, seed: int = 0, raps_lambda=None, raps_k_reg=None,
                  max_segments: int | None = None, output=None, overwrite: bool = False, trust=(), client=None,
                  cluster=None, workers=None, worker_memory=None, progress=None):
-    """Attach a split-conformal layer to a fitted model (``calengine conformal``; see docs/conformal.md).
+    """Attach a split-conformal layer to a fitted model (``calengine conformal``; see docs/guide/conformal.md).
 
     ``model``: a model directory (recorded as the parent, with its content hash) or a loaded model.
     ``data``: calibration rows the model did not train on -- a Parquet path (file, directory, glob or

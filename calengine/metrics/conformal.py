@@ -1,7 +1,7 @@
 """What ``evaluate`` reports of a model with a conformal layer: do its prediction sets keep their promise?
 
 For a labelled table, per row the set ``C(x)`` of the layer (:meth:`calengine.model.conformal.ConformalLayer.sets`)
-and whether it holds the true class.  Reported (``evaluate --json`` key ``conformal``, docs/conformal.md
+and whether it holds the true class.  Reported (``evaluate --json`` key ``conformal``, docs/guide/conformal.md
 lists every key):
 
 * **marginal coverage** ``P(Y in C(X))`` with a Clopper-Pearson interval (exact binomial, 95 %); with

@@ -1,4 +1,4 @@
-"""Every code block of docs/conformal.md runs, in document order, in one directory holding a copy of the
+"""Every code block of docs/guide/conformal.md runs, in document order, in one directory holding a copy of the
 repository's data, with the installed ``calengine`` first on ``PATH`` (as a reader following the page
 would run them); and the page names every flag of ``calengine conformal``."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PAGE = REPO / "docs" / "conformal.md"
+PAGE = REPO / "docs" / "guide" / "conformal.md"
 
 
 def _blocks() -> list[tuple[str, str]]:

@@ -109,7 +109,7 @@ def test_raps_threshold_equals_mapie(n, alpha, seed):
 
 def test_lac_sets_equal_mapie_away_from_its_tolerance():
     """MAPIE includes a class when 1 - p - t <= 1e-8; ours is exact (<= t).  Away from that band the
-    sets agree; the band is where they differ, by design (docs/conformal.md)."""
+    sets agree; the band is where they differ, by design (docs/guide/conformal.md)."""
     P, y = _probabilities(2000, 5, 7)
     alpha = 0.1
     m = _mapie(P, y, "lac", alpha, 0)
