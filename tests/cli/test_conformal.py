@@ -175,3 +175,50 @@ def test_thresholds_equal_the_definition(models):
     P = model.predict_proba_features(X)
     V = cf.true_scores(P, model.labels.encode(df["class"]), "aps", cf.row_uniforms(cf.row_hashes(X), 0))
     assert model.conformal.thresholds[0, 0] == cf.threshold(V, 0.1)
+
+
+ADULT_NUMERIC = ["age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "hours-per-week"]
+
+
+@pytest.mark.parametrize("kind", ["prefit", "by"])
+def test_prefit_and_by_models_take_a_layer(tmp_path, kind):
+    """A ``--prefit`` model (an XGBoost booster trained outside calengine) and a ``fit --by`` model take
+    a layer like a learner's: the new directory keeps the parent's files and names its content hash
+    in the lineage; the threshold is the ceil((n+1)(1-alpha))-th smallest ``1 - p_y`` of the
+    calibration rows (sorted here by NumPy); ``score --sets`` writes ``{c : 1 - p_c <= t}``."""
+    df = pd.read_parquet(DATA / "adult" / "train.parquet").iloc[:6000].reset_index(drop=True)
+    df = df[ADULT_NUMERIC + ["sex", "class"]].astype({c: "float64" for c in ADULT_NUMERIC})
+    df["y"] = (df["class"].astype(str) == ">50K").astype(np.int64)
+    df = df.drop(columns="class")
+    fit_rows, cal_rows = df.iloc[:3000], df.iloc[3000:].reset_index(drop=True)
+    fit_rows.to_parquet(tmp_path / "fit.parquet", index=False)
+    cal_rows.to_parquet(tmp_path / "cal.parquet", index=False)
+    if kind == "prefit":
+        import xgboost as xgb
+
+        booster = xgb.train({"objective": "binary:logistic", "max_depth": 3, "eta": 0.3, "nthread": 1},
+                            xgb.DMatrix(fit_rows[ADULT_NUMERIC].to_numpy(), label=fit_rows["y"].to_numpy(),
+                                        feature_names=ADULT_NUMERIC), num_boost_round=20)
+        booster.save_model(tmp_path / "booster.json")
+        extra = ["--prefit", tmp_path / "booster.json", "--method", "isotonic"]
+    else:
+        extra = ["--by", "sex", "--cv", "2"]
+    r = run_cli("fit", tmp_path / "fit.parquet", "--target", "y", *extra, "--output", tmp_path / "m", "--quiet")
+    assert r.returncode == 0, r
+    r = run_cli("conformal", tmp_path / "m", tmp_path / "cal.parquet", "--target", "y", "--alpha", "0.1",
+                "--output", tmp_path / "c", "--quiet")
+    assert r.returncode == 0, r
+    man, parent = read_manifest(tmp_path / "c"), read_manifest(tmp_path / "m")
+    assert man["lineage"]["mode"] == "conformal"
+    assert man["lineage"]["parent"]["content_hash"] == parent["content_hash"]
+    assert {k: v for k, v in man["files"].items() if k != "conformal.npz"} == parent["files"]
+    r = run_cli("score", tmp_path / "c", tmp_path / "cal.parquet", "--sets", "--output", tmp_path / "o", "--quiet")
+    assert r.returncode == 0, r
+    got = pd.read_parquet(tmp_path / "o")
+    P = got[["p_0", "p_1"]].to_numpy()
+    y = cal_rows["y"].to_numpy()
+    V = np.sort(1.0 - P[np.arange(len(y)), y])
+    t = V[int(np.ceil((len(y) + 1) * 0.9)) - 1]  # 3000 rows: the 2701st smallest
+    assert load_model(tmp_path / "c").conformal.thresholds[0, 0] == t
+    assert np.array_equal(got[["in_0", "in_1"]].to_numpy(), 1.0 - P <= t)
+    assert np.array_equal(got["set_size"].to_numpy(), (1.0 - P <= t).sum(axis=1))
