@@ -28,7 +28,7 @@ from .version import MODEL_FORMAT_VERSION, __version__  # noqa: E402
 __all__ = [
     "hookimpl", "__version__", "CalibratedClassifier", "fit_table", "score_table", "evaluate_models",
     "cross_validate_table", "load_model", "recalibrate", "table_splits", "calibrate_scores",
-    "arrow_udf", "adapt_priors",
+    "arrow_udf", "adapt_priors", "conformalize",
 ]
 
 
@@ -141,6 +141,10 @@ def __getattr__(name: str):
         from .fit.label_shift import adapt_priors
 
         return adapt_priors
+    if name == "conformalize":
+        from .fit.conformal import conformalize
+
+        return conformalize
     if name == "calibrate_scores":
         from .fit.scores_api import calibrate_scores
 

@@ -49,6 +49,15 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     with class 1, a third of the rows, weighted 1e-6: mean calibrated probability 0.004).  Only a
     class whose rows all weigh 0 is refused, in one line.
 
+    ``conformal``: prediction sets with a coverage guarantee (split conformal, ``calengine conformal``;
+    docs/guide/conformal.md): ``alpha`` as a number, or a dict of :func:`calengine.conformalize`'s options
+    (``{"alpha": 0.1, "score": "aps", "mondrian": "class"}``; ``mondrian`` may also name columns of a
+    DataFrame ``X``).  The thresholds come from rows the model did not train on: pass them to ``fit``
+    as ``X_conformal``/``y_conformal``, or later to :meth:`conformalize`; then :meth:`predict_set` gives
+    each row's set as a boolean (n, k) array and :meth:`predict_p_values` its conformal p-values.
+    ``sample_weight`` of :meth:`conformalize` are covariate-shift weights w(x) (weighted conformal), and
+    the test rows' weights go to :meth:`predict_set`.
+
     ``cv`` defaults to 5 folds and a class with fewer rows than folds is refused (one line naming
     ``cv``), as scikit-learn's ``CalibratedClassifierCV`` refuses it ("Requesting 5-fold
     cross-validation but provided less than 5 examples for at least one class"): a fold without
@@ -75,6 +84,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         multiclass=None,
         combine=None,
         combiner_params=None,
+        conformal=None,
     ):
         self.learner = learner
         self.method = method
@@ -88,6 +98,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.multiclass = multiclass
         self.combine = combine
         self.combiner_params = combiner_params
+        self.conformal = conformal
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -227,7 +238,8 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         )
         return pd.DataFrame(arr, columns=columns)
 
-    def fit(self, X, y=None, sample_weight=None, groups=None, *, X_cal=None, y_cal=None, **fit_params):
+    def fit(self, X, y=None, sample_weight=None, groups=None, *, X_cal=None, y_cal=None, X_conformal=None,
+            y_conformal=None, **fit_params):
         """Fit on ``X, y``; with ``X_cal, y_cal`` the learner sees all of ``X`` and the calibrators
         see only the scores of the calibration table (``calengine fit --calibration-data``).
 
@@ -258,16 +270,108 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         mode, one member per split.  ``probing`` and ``bagging`` fit every classifier on all rows
         (they calibrate from votes, not held-out scores), so they ignore ``cv``.
 
+        ``X_conformal, y_conformal``: rows the model does not train on, for the ``conformal`` layer
+        (:meth:`conformalize` runs on them once the model is fitted).
+
         Errors name this estimator's parameters (``cv``, ``learner_params``, ...), not the CLI's flags.
         """
         with _python_names():
+            if (X_conformal is None) != (y_conformal is None):
+                raise ParameterError("pass both X_conformal and y_conformal, or neither")
+            if X_conformal is not None:
+                self._conformal_options()  # a bad conformal parameter fails before the fit
             split_params = self._split_params(sample_weight, groups, fit_params)
             if split_params and X_cal is not None:
                 raise ParameterError(
                     f"{', '.join(sorted(split_params))} go to the cv splitter, but X_cal/y_cal calibrate on a"
                     " separate table without folds; drop groups, or drop X_cal/y_cal to calibrate on cv folds"
                 )
-            return self._fit(X, y, sample_weight, X_cal, y_cal, split_params)
+            self._fit(X, y, sample_weight, X_cal, y_cal, split_params)
+            if X_conformal is not None:
+                self.conformalize(X_conformal, y_conformal)
+            return self
+
+    def _conformal_options(self, weighted: bool = False):
+        """The checked options of the ``conformal`` parameter (errors name ``conformal[...]``)."""
+        from .fit.conformal import check_options
+
+        if self.conformal is None:
+            raise ParameterError("conformal is None; set conformal=ALPHA (e.g. 0.1) or a dict of options such as"
+                                 " {'alpha': 0.1, 'score': 'aps'} to compute prediction sets")
+        given = {"alpha": self.conformal} if not isinstance(self.conformal, dict) else dict(self.conformal)
+        known = {"alpha", "score", "mondrian", "randomized", "seed", "raps_lambda", "raps_k_reg", "max_segments"}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise ParameterError(f"conformal has unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        if "alpha" not in given:
+            raise ParameterError("conformal needs 'alpha', the miscoverage rate in (0, 1), e.g. {'alpha': 0.1}")
+        names = {k: f"conformal['{k}']" for k in known} | {"alpha": "conformal['alpha']" if isinstance(self.conformal, dict)
+                                                          else "conformal", "weight": "sample_weight"}
+        return check_options("y", given["alpha"], given.get("score", "lac"), given.get("mondrian"),
+                             "sample_weight" if weighted else None, given.get("randomized"), given.get("seed", 0),
+                             given.get("raps_lambda"), given.get("raps_k_reg"), given.get("max_segments"), names=names)
+
+    def conformalize(self, X, y, sample_weight=None):
+        """Attach the ``conformal`` layer from rows ``X, y`` the model did not train on (split conformal;
+        see :func:`calengine.conformalize`).  ``sample_weight``: covariate-shift weights w(x) of these
+        rows (weighted conformal; :meth:`predict_set` then needs the test rows' weights).  Returns self."""
+        import pandas as pd
+        from sklearn.utils.validation import check_is_fitted
+
+        from .fit.conformal import conformalize_arrays
+
+        check_is_fitted(self, "model_")
+        with _python_names():
+            opts = self._conformal_options(weighted=sample_weight is not None)
+            Xm = self._encode(X)
+            yv = np.asarray(y.to_numpy() if isinstance(y, pd.Series) else y).ravel()
+            if Xm.shape[0] != yv.shape[0]:
+                raise DataError(f"X has {Xm.shape[0]} rows but y has {yv.shape[0]}; pass one label per row")
+            labels = self.model_.labels.encode(pd.Series(yv))
+            w = None if sample_weight is None else _check_weights(sample_weight, Xm.shape[0])
+            frame = X if isinstance(X, pd.DataFrame) else None
+            self.model_, _ = conformalize_arrays(self.model_, Xm, labels, opts, w, frame)
+        return self
+
+    def _layer(self):
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "model_")
+        if getattr(self.model_, "conformal", None) is None:
+            raise ParameterError("this classifier has no conformal layer; set conformal=ALPHA and call"
+                                 " conformalize(X, y) with rows it did not train on (or fit with X_conformal, y_conformal)")
+        return self.model_.conformal
+
+    def predict_set(self, X, sample_weight=None) -> np.ndarray:
+        """Each row's prediction set as a boolean (n, k) array, columns in the order of ``classes_``
+        (``sample_weight``: the rows' covariate-shift weights, for a weighted layer)."""
+        import pandas as pd
+
+        layer = self._layer()
+        Xm = self._encode(X)
+        P = self.model_.predict_proba_features(Xm)
+        return layer.sets(P, Xm, X if isinstance(X, pd.DataFrame) else None, self._test_weights(layer, sample_weight))
+
+    def predict_p_values(self, X, sample_weight=None) -> np.ndarray:
+        """Conformal p-values (n, k): ``{c : p > alpha}`` is :meth:`predict_set`'s set."""
+        import pandas as pd
+
+        layer = self._layer()
+        Xm = self._encode(X)
+        P = self.model_.predict_proba_features(Xm)
+        return layer.p_values(P, Xm, X if isinstance(X, pd.DataFrame) else None,
+                              self._test_weights(layer, sample_weight))
+
+    @staticmethod
+    def _test_weights(layer, sample_weight):
+        if layer.weight is None:
+            if sample_weight is not None:
+                raise ParameterError("sample_weight applies to a weighted conformal layer (conformalize with"
+                                     " sample_weight); drop it")
+            return None
+        if sample_weight is None:
+            raise ParameterError("this conformal layer is weighted: pass the rows' covariate-shift weights as sample_weight")
+        return _check_weights(sample_weight, len(np.asarray(sample_weight)))
 
     def get_metadata_routing(self):
         """scikit-learn's metadata routing: ``fit`` consumes ``sample_weight`` itself (request it with

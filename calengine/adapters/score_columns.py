@@ -111,16 +111,39 @@ def one_vs_rest_log_odds(Z: np.ndarray) -> np.ndarray:
     column on the logits of a calibrated softmax made the log loss worse by a third.  These columns
     are what the model asserts about each class against the rest; a calibrator that is the identity
     on them leaves the softmax unchanged.  (A calibrator of whole logit vectors reads the logits
-    themselves, from the model's column reader.)"""
-    from scipy.special import logsumexp
+    themselves, from the model's column reader.)
 
+    The log-sum-exp is SciPy's (``scipy.special.logsumexp`` as of 1.15: the maxima set apart, ``log1p``
+    of the others' shifted sum over their number, plus the log of that number and the maximum), bit for
+    bit, at a third of its cost (it was most of a logit model's scoring time; a test compares the two).
+    Leaving out class ``j``, the others' maximum is the row's maximum unless ``j`` is its only maximum,
+    and then the second largest value: so every shifted exponential is one of two per entry, computed
+    once (``EA`` against the maximum, ``EB`` against the second), and per class only the sum is taken --
+    over the same k entries in the same order as SciPy's, the left-out and maximal ones as zeros."""
     Z = np.asarray(Z, dtype=np.float64)
+    k = Z.shape[1]
+    top1 = Z.max(axis=1, keepdims=True)
+    is1 = Z == top1
+    cnt1 = is1.sum(axis=1, keepdims=True)
+    top2 = np.where(is1, -np.inf, Z).max(axis=1, keepdims=True)  # -inf when every value is the maximum
+    is2 = Z == top2
+    cnt2 = is2.sum(axis=1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore"):  # EB of a row without a second value is never read
+        EA = np.exp(Z - top1)
+        EB = np.exp(Z - top2)
+    EA[is1] = 0.0
+    EB[is2 | is1] = 0.0
     out = np.empty_like(Z)
-    others = np.empty_like(Z)
-    for j in range(Z.shape[1]):
-        others[...] = Z
-        others[:, j] = -np.inf
-        out[:, j] = Z[:, j] - logsumexp(others, axis=1)
+    e = np.empty_like(Z)
+    for j in range(k):
+        alone = is1[:, j:j + 1] & (cnt1 == 1)  # class j is the row's only maximum: the others' is top2
+        np.copyto(e, EA)
+        np.copyto(e, EB, where=alone)
+        e[:, j] = 0.0
+        total = e.sum(axis=1, keepdims=True)
+        m = np.where(alone, cnt2, cnt1 - is1[:, j:j + 1]).astype(np.float64)
+        total = np.where(total == 0, total, total / m)
+        out[:, j] = Z[:, j] - (np.log1p(total) + np.log(m) + np.where(alone, top2, top1))[:, 0]
     return out
 
 

@@ -1,7 +1,7 @@
-"""``calengine fit | score | decide | evaluate | cv | recalibrate | adapt | plugins``: a thin shell.
+"""``calengine fit | score | decide | evaluate | cv | recalibrate | adapt | conformal | plugins``: a thin shell.
 
 Each command is a module of this package (``fit``, ``score`` for score and decide, ``evaluate``,
-``cv``, ``recalibrate``, ``adapt``, ``plugins``) with ``add_parser(sub)``, which registers its subcommand, and
+``cv``, ``recalibrate``, ``adapt``, ``conformal``, ``plugins``) with ``add_parser(sub)``, which registers its subcommand, and
 ``run(args)``, which validates what only the command line can get wrong, calls the function the
 Python API also calls (``calengine.fit.table.fit_table``, :func:`calengine.score_table`,
 :func:`calengine.evaluate_models`, ...) and prints.  Options shared by several commands are in
@@ -19,6 +19,7 @@ Modules:
 * :mod:`.__main__`: ``python -m calengine.cli``, as before the CLI became a package (``python -m calengine``
   is the same).
 * :mod:`.adapt`: ``calengine adapt``.
+* :mod:`.conformal`: ``calengine conformal``.
 * :mod:`.cv`: ``calengine cv``.
 * :mod:`.evaluate`: ``calengine evaluate``.
 * :mod:`.export`: ``calengine export``.
@@ -36,7 +37,7 @@ import argparse
 import os
 import sys
 
-from . import adapt, cv, evaluate, export, fit, plugins, recalibrate, score
+from . import adapt, conformal, cv, evaluate, export, fit, plugins, recalibrate, score
 from .options import add_global_options, parse_params, parse_value
 
 EXIT_USAGE = 2
@@ -49,7 +50,7 @@ _WARNED: set[str] = set()
 #: subcommand -> its ``run(args)``
 COMMANDS = {"fit": fit.run, "score": score.run, "decide": score.run, "evaluate": evaluate.run, "cv": cv.run,
             "recalibrate": recalibrate.run, "plugins": plugins.run, "export": export.run,
-            "adapt": adapt.run}
+            "adapt": adapt.run, "conformal": conformal.run}
 
 __all__ = [
     "main", "entry", "build_parser", "parse_value", "parse_params", "COMMANDS", "EXIT_USAGE", "EXIT_INTERRUPTED",
@@ -86,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     add_global_options(common, argparse.SUPPRESS)
     sub = _GlobalSubparsers(parser.add_subparsers(dest="command", parser_class=_Parser), common)
-    for command in (fit, score, evaluate, cv, recalibrate, adapt, export, plugins):  # the order of --help
+    for command in (fit, score, evaluate, cv, recalibrate, adapt, conformal, export, plugins):  # the order of --help
         command.add_parser(sub)
     return parser
 

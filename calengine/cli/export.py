@@ -32,6 +32,10 @@ def add_parser(sub) -> None:
     p.add_argument("--table", default="input", metavar="NAME", help="the relation the query reads (default input; sql only)")
     p.add_argument("--output", required=True, metavar="PATH", help="file (sql, onnx) or directory (mlflow) to write")
     p.add_argument("--overwrite", action="store_true", help="replace PATH and its manifest if they exist")
+    p.add_argument("--sets", action="store_true",
+                   help="a model with a conformal layer (calengine conformal): also its prediction sets, SQL columns"
+                   " in_<class> and set_size, ONNX outputs in_set [N, k] and set_size [N] (scores lac and topk,"
+                   " marginal or --mondrian class)")
     options.add_trust_option(p)
 
 
@@ -39,6 +43,6 @@ def run(args) -> int:
     from ..export.write import export_model
 
     side = export_model(args.model, args.format, args.output, dialect=args.dialect, table=args.table,
-                        trust=args.trust_type or (), overwrite=args.overwrite)
+                        trust=args.trust_type or (), overwrite=args.overwrite, sets=args.sets)
     sys.stderr.write(f"exported {args.format} -> {args.output} (manifest {side})\n")
     return 0

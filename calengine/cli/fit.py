@@ -5,7 +5,6 @@ A shell over :func:`calengine.fit.table.fit_table`, the function :func:`calengin
 
 from __future__ import annotations
 
-import os
 import sys
 
 from . import options
@@ -47,7 +46,6 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..errors import DataError
     from ..fit.score_columns import runs_as_map, score_columns_info
     from ..fit.table import fit_table
     from ..model.artifact import save_model
@@ -56,12 +54,7 @@ def run(args) -> int:
         from ..errors import ParameterError
 
         raise ParameterError("--max-segments and --shrinkage apply to a segment-wise fit; add --by COL or drop them")
-    out = os.path.abspath(args.output)
-    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
-        if not args.overwrite:
-            raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite")
-        if not os.path.isfile(os.path.join(out, "manifest.json")):
-            raise DataError(f"--overwrite refuses to replace '{args.output}': it is not a calengine model directory")
+    out = options.check_model_output(args.output, args.overwrite)
     # Loading the plugins (importing scikit-learn: ~1 s) and starting a local cluster (spawning worker
     # processes: ~2 s) are independent, so the plugins load in a thread while the cluster starts.  A
     # misspelt name still fails before any data is read; the cluster started meanwhile is closed.

@@ -220,6 +220,22 @@ def prepare_fit(args):
     return config, spec, plugins, requirements
 
 
+def check_model_output(output: str, overwrite: bool) -> str:
+    """The absolute path of a command's ``--output`` model directory: new, empty, or with ``--overwrite``
+    a calengine model directory (anything else is never replaced); one line otherwise."""
+    import os
+
+    from ..errors import DataError
+
+    out = os.path.abspath(output)
+    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        if not overwrite:
+            raise DataError(f"output '{output}' already exists; choose a new --output, or pass --overwrite")
+        if not os.path.isfile(os.path.join(out, "manifest.json")):
+            raise DataError(f"--overwrite refuses to replace '{output}': it is not a calengine model directory")
+    return out
+
+
 def progress(args):
     from ..runtime.progress import Progress
 

@@ -23,6 +23,11 @@ def add_parser(sub) -> None:
                             " in ensemble mode)")
     score.add_argument("--reject-below", type=float, default=None, metavar="CONF",
                        help="abstain (empty prediction) where the chosen class's probability is below CONF")
+    score.add_argument("--sets", action="store_true",
+                       help="a model with a conformal layer (calengine conformal): also write each row's prediction"
+                       " set: 'set' (its classes), one boolean in_<class> per class and set_size")
+    score.add_argument("--p-values", action="store_true",
+                       help="a model with a conformal layer: also write the conformal p-value of each class, pvalue_<class>")
     _add_batch_rows(score)
     options.add_trust_option(score)
     options.add_cost_matrix_option(score)
@@ -41,7 +46,7 @@ def add_parser(sub) -> None:
     _add_batch_rows(decide)
     options.add_trust_option(decide)
     options.add_cost_matrix_option(decide, required=True)
-    decide.set_defaults(intervals=False, reject_below=None)
+    decide.set_defaults(intervals=False, reject_below=None, sets=False, p_values=False)
     options.add_cluster_options(decide)
     run_log.add_option(decide)
 
@@ -75,6 +80,7 @@ def run(args) -> int:
     n = score_parquet(args.model, args.data, args.output, keep=args.keep, intervals=args.intervals,
                       reject_below=args.reject_below, cost_matrix=args.cost_matrix, batch_rows=args.batch_rows,
                       trust=args.trust_type, client=options.connect(args, map_only=True),
-                      progress=options.progress(args), overwrite=args.overwrite)
+                      progress=options.progress(args), overwrite=args.overwrite, sets=args.sets,
+                      p_values=args.p_values)
     sys.stderr.write(f"{'decided' if args.cost_matrix is not None else 'scored'} {n} rows -> {args.output}\n")
     return 0

@@ -5,6 +5,8 @@ source model's content hash (:mod:`.write`).
 Modules:
 
 * :mod:`.arrow`: ``calengine.arrow_udf(MODEL)``.
+* :mod:`.conformal`: The set rule of a conformal model in an export (``calengine export --sets``): SQL and
+  ONNX.
 * :mod:`.mlflow`: A calibrated model as an MLflow model.
 * :mod:`.onnx`: A calibrated model as an ONNX graph, for runtimes that score ONNX (onnxruntime, ONNX-serving
   stacks, ML.NET, ...).

@@ -286,9 +286,9 @@ def _venn_abers_pair(g: _Graph, cal, s: str, which: int) -> str:
     return g.step(s, *venn_abers_steps(cal, which))
 
 
-def model_onnx(model) -> bytes:
+def model_onnx(model, sets: bool = False) -> bytes:
     """The serialized ONNX model of a calibrated model (module docstring; a fitted learner's model:
-    :mod:`.onnx_learners`)."""
+    :mod:`.onnx_learners`); ``sets``: also the conformal layer's sets (:mod:`.conformal`)."""
     try:
         import onnx
         from onnx import TensorProto, helper
@@ -297,11 +297,18 @@ def model_onnx(model) -> bytes:
                              ) from None
 
     member, learner, reader = check_exportable(model, "ONNX")
+    if sets:
+        from .conformal import check_sets_exportable, sets_onnx
+
+        check_sets_exportable(model, "ONNX")
     g = _Graph()
+    from .onnx_learners import ML_OPSET
+
     if reader is None:
-        from .onnx_learners import ML_OPSET, learner_model_graph
+        from .onnx_learners import learner_model_graph
 
         inputs, outs = learner_model_graph(g, model, calibrator_onnx, _combined, _venn_abers_pair)
+        probs = outs[0][1]
         outputs = [(OUTPUT, _stack(g, outs[0][1]), ["N", model.n_classes])] + [(n, t, ["N"]) for n, t in outs[1:]]
         what = f"{', '.join(sorted({lr.name for m in model.members for lr in m.learners}))} ({len(model.members)} member(s))"
     else:
@@ -319,14 +326,16 @@ def model_onnx(model) -> bytes:
             outputs += [(f"p_{w}", g.where(ok, _venn_abers_pair(g, cal, scores[0], i), nan), ["N"])
                         for i, w in enumerate(("low", "high"))]
         what = "score columns " + ", ".join(reader.columns)
-    for name, src, _ in outputs:
+    if sets:
+        outputs += sets_onnx(g, model, probs)
+    for name, src, *_ in outputs:
         g.nodes.append(helper.make_node("Identity", [src], [name]))
     classes = [str(c) for c in model.labels.classes]
     types = {"double": TensorProto.DOUBLE, "string": TensorProto.STRING}
     graph = helper.make_graph(
         g.nodes, "calengine",
         [helper.make_tensor_value_info(c, types[t], ["N"]) for c, t in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.DOUBLE, shape) for n, _, shape in outputs],
+        [helper.make_tensor_value_info(n, (rest or [TensorProto.DOUBLE])[0], shape) for n, _, shape, *rest in outputs],
         initializer=g.inits,
         doc_string=f"calengine {model.info.get('method') or 'calibration'} of {what}"
                    f" -> probabilities of classes {', '.join(classes)}",

@@ -71,7 +71,7 @@ EPS = 1e-12
 PROBA_TOLERANCE = 1e-9
 
 
-class _Dialect:
+class Dialect:
     def __init__(self, name: str):
         if name not in DIALECTS:
             raise ParameterError(f"--dialect must be one of {', '.join(DIALECTS)}, got {name!r}")
@@ -92,21 +92,21 @@ class _Dialect:
         return '"' + name.replace('"', '""') + '"'
 
 
-def _clip(d: _Dialect, x: str, lo: float, hi: float) -> str:
+def _clip(d: Dialect, x: str, lo: float, hi: float) -> str:
     return f"LEAST(GREATEST({x}, {d.num(lo)}), {d.num(hi)})"
 
 
-def _logit(d: _Dialect, p: str) -> str:
+def _logit(d: Dialect, p: str) -> str:
     """The calibrators' ``_logit``: ``log(p) - log1p(-p)`` with ``p`` clipped to [EPS, 1 - EPS]."""
     c = _clip(d, p, EPS, 1.0 - EPS)
     return f"(LN({c}) - LN(1.0 - {c}))"
 
 
-def _log_odds(d: _Dialect, s: str, kind: str) -> str:
+def _log_odds(d: Dialect, s: str, kind: str) -> str:
     return _logit(d, s) if kind == "proba" else s
 
 
-def _tree(d: _Dialect, s: str, lo: np.ndarray, leaf, a: int, b: int, op: str = "<") -> str:
+def _tree(d: Dialect, s: str, lo: np.ndarray, leaf, a: int, b: int, op: str = "<") -> str:
     """A balanced ``CASE`` over blocks ``a..b-1``: block ``j`` holds where ``lo[j] <= s < lo[j+1]``
     (``op="<="``: where ``lo[j] < s <= lo[j+1]``; a list gives each boundary its own).  ``lo[a]`` itself
     is never compared."""
@@ -117,13 +117,13 @@ def _tree(d: _Dialect, s: str, lo: np.ndarray, leaf, a: int, b: int, op: str = "
             f" ELSE {_tree(d, s, lo, leaf, m, b, op)} END")
 
 
-def _step(d: _Dialect, s: str, lo, values) -> str:
+def _step(d: Dialect, s: str, lo, values) -> str:
     """:func:`calengine.reductions.pav.predict_step`: the value of the last block with ``lo <= s``."""
     values = np.asarray(values, dtype=np.float64)
     return _tree(d, s, np.asarray(lo, dtype=np.float64), lambda j: d.num(values[j]), 0, values.size)
 
 
-def _binning(d: _Dialect, cal, s: str) -> str:
+def _binning(d: Dialect, cal, s: str) -> str:
     lo, hi, values = (np.asarray(getattr(cal, k), dtype=np.float64) for k in ("lo_", "hi_", "values_"))
     if cal.boundary_ == "lower":
         return _step(d, s, lo, values)
@@ -164,7 +164,7 @@ def venn_abers_steps(cal, which: int = 2) -> tuple[np.ndarray, np.ndarray, list[
     return bounds, v[starts], ["<"] + ["<" if i % 2 == 0 else "<=" for i in keep]
 
 
-def _venn_abers(d: _Dialect, cal, s: str, which: int = 2) -> str:
+def _venn_abers(d: Dialect, cal, s: str, which: int = 2) -> str:
     """The value of ``s``'s piece of the Venn–ABERS map (:func:`venn_abers_steps`)."""
     bounds, v, ops = venn_abers_steps(cal, which)
     return _tree(d, s, bounds, lambda j: d.num(v[j]), 0, v.size, op=ops)
@@ -180,7 +180,7 @@ def interp_pieces(cal) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, y, (y[1:] - y[:-1]) / (x[1:] - x[:-1])
 
 
-def _isotonic(d: _Dialect, cal, s: str) -> str:
+def _isotonic(d: Dialect, cal, s: str) -> str:
     lo, hi, values = (np.asarray(getattr(cal, k), dtype=np.float64) for k in ("lo_", "hi_", "values_"))
     if cal.interpolation_ == "step":
         return _tree(d, s, lo, lambda j: d.num(values[j]), 0, lo.size)
@@ -202,7 +202,7 @@ def _isotonic(d: _Dialect, cal, s: str) -> str:
     return _tree(d, s, bounds, piece, 0, bounds.size)
 
 
-def calibrator_sql(d: _Dialect, cal, s: str) -> str:
+def calibrator_sql(d: Dialect, cal, s: str) -> str:
     """The calibrated probability of score expression ``s`` (``s`` read as the calibrator reads it)."""
     name = getattr(cal, "name", type(cal).__name__)
     kind = getattr(cal, "score_kind_", None)
@@ -333,7 +333,7 @@ def _check_learner_model(model, fmt: str = "SQL") -> None:
                              f" this model with {OTHER_FORMATS}")
 
 
-def _reads(d: _Dialect, reader, learner) -> tuple[list[str], str]:
+def _reads(d: Dialect, reader, learner) -> tuple[list[str], str]:
     """The score expressions calibrators receive (one per column) and the condition of a valid row."""
     cols = [f"t.{d.ident(c)}" for c in reader.columns]
     valid = [f"({c} - {c}) = 0" for c in cols]  # false for NULL, NaN and infinities in every dialect
@@ -350,7 +350,7 @@ def _reads(d: _Dialect, reader, learner) -> tuple[list[str], str]:
     return cols, " AND ".join(f"({v})" for v in valid)
 
 
-def _one_vs_rest_log_odds(d: _Dialect, z: list[str]) -> list[str]:
+def _one_vs_rest_log_odds(d: Dialect, z: list[str]) -> list[str]:
     out = []
     for j, zj in enumerate(z):
         others = [c for i, c in enumerate(z) if i != j]
@@ -359,7 +359,7 @@ def _one_vs_rest_log_odds(d: _Dialect, z: list[str]) -> list[str]:
     return out
 
 
-def _combined(d: _Dialect, k: int, rs: list[str]) -> list[str]:
+def _combined(d: Dialect, k: int, rs: list[str]) -> list[str]:
     """Class probabilities from calibrated columns: ``[1 - r, r]`` for two classes, else ``normalize``."""
     if k == 2:
         return [f"1.0 - {rs[0]}", rs[0]]
@@ -377,7 +377,7 @@ def scales_vector(member, cal) -> bool:
         member.scales_matrix or (cal.name in LINEAR_SCALINGS and bool(getattr(cal, "binary_", False))))
 
 
-def _matrix_layers(d: _Dialect, member, cal, zs: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+def _matrix_layers(d: Dialect, member, cal, zs: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
     """``softmax(W u + b)`` (``softmax(u / T)`` for temperature) as lateral layers ending in ``s.r<j>``,
     following :mod:`calengine_builtins.calibrators.multiclass_scaling` step by step: the inputs ``u``
     (:func:`calengine.model.calibrated.matrix_scores`, then ``log_scores``, then Dirichlet's
@@ -428,7 +428,7 @@ def _matrix_layers(d: _Dialect, member, cal, zs: list[str]) -> list[tuple[str, l
 
 def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
     """One ``SELECT`` over ``table`` returning its columns plus ``p_<class>`` (module docstring)."""
-    d = _Dialect(dialect)
+    d = Dialect(dialect)
     member, learner, reader = check_exportable(model)
     if reader is None:
         return _learner_model_sql(d, model, table)
@@ -457,28 +457,28 @@ def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
         layers[-1][1].extend((f"r_{w}", f"CASE WHEN z.{d.ident('ok')} THEN {_venn_abers(d, cal, zs[0], i)} END")
                              for i, w in enumerate(("low", "high")))
         extra = [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
-    header = (f"calengine {_plain(model.info.get('method') or 'calibration')} of score columns {_names(reader.columns)}"
-              f" -> p_<class> for classes {_names(classes)} ({d.name})")
+    header = (f"calengine {_plain(model.info.get('method') or 'calibration')} of score columns {data_names(reader.columns)}"
+              f" -> p_<class> for classes {data_names(classes)} ({d.name})")
     return _select(d, header, table, read, layers, [(p, f"p_{c}") for p, c in zip(probs, classes)] + extra)
 
 
 def _plain(text) -> str:
-    """``text`` from a model file for the header comment, escaped as :func:`_names` escapes names."""
+    """``text`` from a model file for the header comment, escaped as :func:`data_names` escapes names."""
     return ascii(str(text))[1:-1]
 
 
-def _names(names) -> str:
+def data_names(names) -> str:
     """Names from the data (columns, class labels) as the header comment shows them: each as Python's
     ``ascii`` writes it, so only printable ASCII remains (line breaks, every other control character
     and everything outside ASCII become ``\\n``, ``\\x..``, ``\\u....`` escapes)."""
     return ", ".join(ascii(str(n)) for n in names)
 
 
-def _comment(text: str) -> str:
+def comment_line(text: str) -> str:
     """``text`` as one ``--`` comment line.  A comment runs to the end of its line, and SQL engines end
     lines at more characters than ``\\n`` (``\\r``; some lexers Unicode's separators too): a name from the
     data that held one would end the comment, and what followed would run as SQL (a second statement
-    before the ``SELECT``).  So the line must be printable ASCII, which :func:`_names` guarantees for
+    before the ``SELECT``).  So the line must be printable ASCII, which :func:`data_names` guarantees for
     what comes from the data; anything else here is a defect of this module, refused before it is
     written."""
     if not all(" " <= ch <= "~" for ch in text):
@@ -486,17 +486,17 @@ def _comment(text: str) -> str:
     return f"-- {text}\n"
 
 
-def _select(d: _Dialect, header: str, table: str, read: str, layers, outputs) -> str:
+def _select(d: Dialect, header: str, table: str, read: str, layers, outputs) -> str:
     """The query: the comment line ``header``, then ``t.*`` and ``outputs`` over ``table``, the read layer
     ``z`` and the lateral ``layers``."""
     out = ",\n  ".join(f"{p} AS {d.ident(name)}" for p, name in outputs)
     chain = "".join(f"CROSS JOIN LATERAL (SELECT\n    " + ",\n    ".join(f"{e} AS {d.ident(n)}" for n, e in cols)
                     + f"\n) AS {alias}\n" for alias, cols in layers)
-    return (f"{_comment(header)}SELECT\n  t.*,\n  {out}\nFROM {d.ident(table)} AS t\n"
+    return (f"{comment_line(header)}SELECT\n  t.*,\n  {out}\nFROM {d.ident(table)} AS t\n"
             f"CROSS JOIN LATERAL (SELECT\n    {read}\n) AS z\n{chain}")
 
 
-def _learner_model_sql(d: _Dialect, model, table: str) -> str:
+def _learner_model_sql(d: Dialect, model, table: str) -> str:
     """A model of a fitted learner (:mod:`.sql_learners`): encoded features (layer ``z``), what a
     learner's score reads more than once (``j``: naive Bayes' log-likelihoods, a softmax's logits),
     each member's learner score columns (``l``), their calibrated probabilities (``s``), on several
@@ -535,5 +535,5 @@ def _learner_model_sql(d: _Dialect, model, table: str) -> str:
         outputs += [(f"s.{d.ident(f'r_{w}')}", f"p_{w}") for w in ("low", "high")]
     names = ", ".join(sorted({lr.name for m in model.members for lr in m.learners}))
     header = (f"calengine {_plain(model.info.get('method') or 'calibration')} of {_plain(names)} ({len(rs)} member(s)) over"
-              f" {_names(model.encoder.input_columns)} -> p_<class> for classes {_names(classes)} ({d.name})")
+              f" {data_names(model.encoder.input_columns)} -> p_<class> for classes {data_names(classes)} ({d.name})")
     return _select(d, header, table, read, layers, outputs)

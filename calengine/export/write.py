@@ -22,8 +22,9 @@ MANIFEST_SUFFIX = ".manifest.json"
 
 
 def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table: str = "input",
-                 trust=(), overwrite: bool = False) -> Path:
+                 trust=(), overwrite: bool = False, sets: bool = False) -> Path:
     """Export the model saved at ``model_dir`` as ``fmt`` to ``output``; returns the manifest's path.
+    ``sets``: also the conformal layer's prediction sets (sql and onnx; :mod:`.conformal`).
 
     ``sql`` and ``onnx`` write one file; ``mlflow`` writes an MLflow model directory (:mod:`.mlflow`), staged under a
     temporary name beside ``output`` and renamed.  The model is loaded with :func:`calengine.load_model`
@@ -45,6 +46,13 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
         raise DataError(f"'{out}' exists and is not an MLflow model, so --overwrite will not replace it;"
                         " choose another --output")
     model = load_model(model_dir, trust=tuple(trust))
+    if sets:
+        if fmt == "mlflow":
+            raise ParameterError("--sets applies to --format sql and onnx; an MLflow model scores probabilities (score"
+                                 " the sets with calengine score --sets)")
+        from .conformal import check_sets_exportable
+
+        check_sets_exportable(model, fmt.upper())
     source_hash = read_manifest(model_dir)["content_hash"]
     manifest = {
         "format": fmt,
@@ -53,9 +61,14 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
         "model_content_hash": source_hash,
         "calengine_version": __version__,
     }
+    if sets:
+        manifest["sets"] = {"score": model.conformal.score, "alpha": model.conformal.alpha,
+                            "mondrian": model.conformal.mondrian,
+                            "columns": [f"in_{c}" for c in model.labels.classes] + ["set_size"] if fmt == "sql"
+                            else ["in_set", "set_size"]}
     existed = out.exists()
     try:
-        _write_export(model_dir, model, fmt, out, side, manifest, dialect, table, trust)
+        _write_export(model_dir, model, fmt, out, side, manifest, dialect, table, trust, sets)
     except OSError as exc:
         if not existed:  # this run's file without its manifest is not an export: take it back
             _remove(out)
@@ -65,12 +78,17 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
 
 
 def _write_export(model_dir, model, fmt: str, out: Path, side: Path, manifest: dict, dialect: str, table: str,
-                  trust) -> None:
+                  trust, sets: bool = False) -> None:
     """:func:`export_model`'s writes: the export, then its manifest."""
     if fmt == "sql":
-        from .sql import model_sql
+        from .sql import Dialect, model_sql
 
-        body = model_sql(model, dialect=dialect, table=table).encode()
+        text = model_sql(model, dialect=dialect, table=table)
+        if sets:
+            from .conformal import sets_sql
+
+            text = sets_sql(Dialect(dialect), model, text)
+        body = text.encode()
         manifest.update(dialect=dialect, table=table, sha256=hashlib.sha256(body).hexdigest())
         _write_atomic(out, body)
     elif fmt == "onnx":
@@ -78,7 +96,7 @@ def _write_export(model_dir, model, fmt: str, out: Path, side: Path, manifest: d
 
         from .onnx import IR_VERSION, OPSET, model_onnx
 
-        body = model_onnx(model)
+        body = model_onnx(model, sets=sets)
         graph = onnx.load_from_string(body).graph
         manifest.update(inputs=[i.name for i in graph.input], opset=OPSET, ir_version=IR_VERSION,
                         outputs=[o.name for o in graph.output], sha256=hashlib.sha256(body).hexdigest())

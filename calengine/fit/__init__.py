@@ -8,6 +8,7 @@ Modules:
 * :mod:`.calibrators`: Calibrators fitted as reductions over the held-out score blocks of a table fit (step 6
   of :mod:`calengine.fit.table`), and of ``calengine recalibrate`` (:mod:`calengine.fit.recalibrate`).
 * :mod:`.cluster_learners`: Learners that train on the cluster itself (``Learner.trains_on_cluster``).
+* :mod:`.conformal`: ``calengine conformal``: attach a split-conformal layer to a fitted model, without refitting it.
 * :mod:`.cross_validation`: Cross-validated evaluation of a configuration on one table (``calengine cv``).
 * :mod:`.label_shift`: ``calengine adapt``.
 * :mod:`.probing`: Probing and bagging as Dask tasks.

@@ -106,6 +106,9 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
     new_model = copy.copy(model)
     new_model.class_rates = ls.adapted_rates(model.class_rates, train, priors)
     new_model.info = {k: v for k, v in model.info.items() if k != "negative_sampling"}
+    from .recalibrate import drop_conformal
+
+    drop_conformal(new_model, "adapted")
     info = {
         "rows": n_rows, "training_priors": train, "training_priors_from": source, "em": em, "bbse": bbse,
         "method": method, "priors": priors, "labelled_rows": None if joint is None else int(joint.sum()),
@@ -127,7 +130,7 @@ def lineage_record(parent: dict[str, Any], files: list[str], info: dict[str, Any
     return {
         "mode": "adapt",
         "parent": parent,
-        "data": {"paths": _paths(files), "rows": int(info["rows"]), "fingerprint": data_fingerprint(files)},
+        "data": {"paths": data_paths(files), "rows": int(info["rows"]), "fingerprint": data_fingerprint(files)},
         "method": info["method"],
         "priors": {
             "training": [float(p) for p in info["training_priors"]],
@@ -141,14 +144,14 @@ def lineage_record(parent: dict[str, Any], files: list[str], info: dict[str, Any
             # the table's own labels, when it has the target column: a check, never used by the estimates
             "observed": None if info["observed"] is None else [float(p) for p in info["observed"]],
         },
-        "labelled": None if not labelled else {"paths": _paths(labelled), "rows": info["labelled_rows"],
+        "labelled": None if not labelled else {"paths": data_paths(labelled), "rows": info["labelled_rows"],
                                                "fingerprint": data_fingerprint(labelled)},
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": list(command) if command else None,
     }
 
 
-def _paths(files: list[str]) -> list[str]:
+def data_paths(files: list[str]) -> list[str]:
     import os
 
     from ..parquet.storage import is_url

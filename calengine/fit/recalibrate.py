@@ -455,7 +455,20 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     new_model = copy.copy(model)
     new_model.members = members
     new_model.info = dict(model.info)
+    drop_conformal(new_model, "recalibrated")
     return new_model, {"rows": int(class_counts.sum()), "missing": missing, "exact": exact}
+
+
+def drop_conformal(model, how: str) -> None:
+    """Drop ``model``'s conformal layer, with a warning: its thresholds were computed on the probabilities
+    this change replaces, so its sets would no longer carry the coverage guarantee."""
+    if getattr(model, "conformal", None) is None:
+        return
+    import warnings
+
+    warnings.warn(f"the model's conformal layer was computed on its old probabilities, so the {how} model does not"
+                  " keep it; attach a new one with 'calengine conformal' on fresh calibration rows", stacklevel=3)
+    model.conformal = None
 
 
 def parent_record(path) -> dict[str, Any]:

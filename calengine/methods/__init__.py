@@ -6,6 +6,8 @@ Modules:
 * :mod:`.codematrix`: Code matrices.
 * :mod:`.combining`: Fixed rules for combining the calibrated posteriors of several classifiers (Duin & Tax,
   §4).
+* :mod:`.conformal`: Split conformal classification on plain arrays: nonconformity scores, thresholds, sets,
+  p-values.
 * :mod:`.label_shift`: Label shift.
 * :mod:`.mcgrad`: MCGrad multicalibration (Tax et al., "MCGrad.
 * :mod:`.mcgrad_boosters`: The libraries that train MCGrad's rounds (``--method-param

@@ -11,6 +11,8 @@ Python face, and :mod:`.report` draws and prints the results.
 Modules:
 
 * :mod:`.bootstrap`: Bootstrap bands for a calibration map (``evaluate --bootstrap``).
+* :mod:`.conformal`: What ``evaluate`` reports of a model with a conformal layer: do its prediction sets keep
+  their promise?
 * :mod:`.corp`: CORP decomposition of the Brier score and log loss (Dimitriadis, Gneiting & Jordan 2021,
   PNAS).
 * :mod:`.drift`: Drift check: are these probabilities still calibrated on these (new, labelled) rows?

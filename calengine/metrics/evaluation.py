@@ -53,6 +53,9 @@ class Evaluation:
     weight: str | None = None
     #: with ``prior_shift``: per model, :func:`calengine.metrics.prior_shift.prior_shift_table`
     prior_shifts: list[dict] | None = None
+    #: per model, the coverage of its prediction sets (:mod:`calengine.metrics.conformal`; None for a model
+    #: without a conformal layer), or None when no model has one
+    conformal: list | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The object ``evaluate --json`` prints (that line is ``json.dumps`` of it): one model's
@@ -76,6 +79,8 @@ class Evaluation:
                 payload["segments"] = self.segments[i]
             if self.prior_shifts is not None:
                 payload["prior_shift"] = self.prior_shifts[i]
+            if self.conformal is not None and self.conformal[i] is not None:
+                payload["conformal"] = self.conformal[i]
             if self.bands is not None:
                 from .bootstrap import band_json
 
@@ -124,6 +129,11 @@ class Evaluation:
 
             for lb, seg in zip(self.labels, self.segments):
                 lines += ["", format_segments(lb, seg, width)]
+        if self.conformal is not None:
+            from .conformal import format_conformal
+
+            lines += [s for lb, c in zip(self.labels, self.conformal) if c is not None
+                      for s in ("", format_conformal(lb, c))]
         if self.prior_shifts is not None:
             from .prior_shift import prior_shift_text
 
@@ -158,7 +168,9 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     ``prior_shift`` B >= 2: also the class priors of the table estimated from each model's
     probabilities alone (``adapt``'s EM), with a 90 % interval from B bootstrap resamples drawn with
     ``seed``, beside the training priors and the observed label rates
-    (:func:`calengine.metrics.prior_shift.prior_shift_table`).  Every bad input is a
+    (:func:`calengine.metrics.prior_shift.prior_shift_table`).  A model with a conformal layer
+    (:func:`calengine.conformalize`) also gets the coverage of its prediction sets, overall, per class
+    and per ``by`` segment, and their sizes (:mod:`calengine.metrics.conformal`).  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
     """
     import tempfile
@@ -232,6 +244,10 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                                 for m, cm in zip(loaded, costs))
                     # --by: the segment sums came with the metrics' pass (each row scored once for both)
                     segments = None if by is None else [a.pop("segments").result() for a in accs]
+                    # a conformal model's sets, from the same pass
+                    sets = [a.pop("conformal").result(m.conformal, [str(c) for c in m.labels.classes], weight is not None)
+                            if "conformal" in a else None for a, m in zip(accs, loaded)]
+                    conformal = sets if any(x is not None for x in sets) else None
                     if bootstrap:
                         from .bootstrap import table_calibration_map_band
 
@@ -251,6 +267,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                         models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
                         labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts,
                         bands=bands, report=report, segments=segments, prior_shifts=shifts, weight=weight,
+                        conformal=conformal,
                     )
                     if report is not None:
                         _write_report(result, files)
@@ -493,6 +510,7 @@ def _write_report(ev: Evaluation, files: list[str]) -> None:
                 prior_shift=None if ev.prior_shifts is None else ev.prior_shifts[i],
                 weight=ev.weight,
                 payload=payloads[i],
+                conformal=None if ev.conformal is None else ev.conformal[i],
             )
         )
     write_report(ev.report, entries)

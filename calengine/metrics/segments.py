@@ -128,7 +128,7 @@ class SegmentAccumulator:
         cell = np.minimum((p * GRID).astype(np.intp), GRID - 1)
         groups = [(ALL, np.zeros(n, dtype=np.intp), [ALL])]
         for col in self.by:
-            codes, uniques = _factorize(segments[col])
+            codes, uniques = factorize(segments[col])
             groups.append((col, codes, [(col, u) for u in uniques]))
         for _, codes, keys in groups:
             ids = self._ids(keys)
@@ -192,7 +192,7 @@ class SegmentAccumulator:
         }
 
 
-def _factorize(values) -> tuple[np.ndarray, list]:
+def factorize(values) -> tuple[np.ndarray, list]:
     """Codes and values of a column's cells as segment names: strings (missing values are ``null``),
     so a value reads the same whichever file or chunk it came from."""
     import pandas as pd

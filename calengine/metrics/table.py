@@ -45,8 +45,13 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
 
         by = tuple(segments[0])
         seg = SegmentAccumulator(by, k, segments[1])
+    layer, conf = getattr(model, "conformal", None), None
+    if layer is not None:  # a conformal model: its sets' coverage, from the same pass (calengine.metrics.conformal)
+        from .conformal import ConformalAccumulator
+
+        conf = ConformalAccumulator(k, by, segments[1] if segments is not None else 1000)
     columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns | ({weight} if weight else set())
-                     | set(by))
+                     | set(by) | set(layer.input_columns if layer is not None else ()))
     for df in batches(chunk, columns, batch_rows):
         y = model.labels.encode(df[target])
         w = weight_column(df, weight)
@@ -61,6 +66,8 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
             decisions.add(y, P, Q if with_raw else None, df, sample_weight=w)
         if seg is not None:
             seg.add({c: df[c] for c in by}, y, P, w)  # Series: Arrow strings are factorised as they are
+        if conf is not None:
+            conf.add(y, layer.sets(P, X, df), w, {c: df[c] for c in by})
     if accumulators:
         out = {"calibrated": cal, "raw": raw}
     else:
@@ -69,6 +76,8 @@ def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, c
         out["decisions"] = decisions
     if seg is not None:
         out["segments"] = seg
+    if conf is not None:
+        out["conformal"] = conf
     return out
 
 
@@ -108,7 +117,8 @@ def evaluate_table(
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns
                                  + ([weight] if weight else [])))
     by = list(segments[0]) if segments is not None else []
-    check_columns(files, list(dict.fromkeys(columns + by)))
+    layer = getattr(model, "conformal", None)
+    check_columns(files, list(dict.fromkeys(columns + by + list(layer.input_columns if layer is not None else []))))
     batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
@@ -144,8 +154,10 @@ def evaluate_table(
         for p in parts[1:]:
             merged.merge(p["decisions"])
         out["decisions"] = merged
-    if segments is not None:
-        from ..tasks.partitions import merge_all
+    from ..tasks.partitions import merge_all
 
+    if segments is not None:
         out["segments"] = merge_all(*[p["segments"] for p in parts])  # in chunk order
+    if parts[0].get("conformal") is not None:
+        out["conformal"] = merge_all(*[p["conformal"] for p in parts])  # in chunk order
     return out

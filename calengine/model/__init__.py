@@ -8,6 +8,7 @@ Modules:
 * :mod:`.artifact`: Saving and loading models.
 * :mod:`.calibrated`: The fitted model.
 * :mod:`.checks`: What a loaded model must satisfy before calengine scores with it.
+* :mod:`.conformal`: A fitted model's conformal layer: thresholds that turn its probabilities into prediction sets.
 * :mod:`.files`: The bytes of a model directory.
 * :mod:`.mcgrad_member`: Scoring a model multicalibrated by MCGrad (``calengine fit --method mcgrad --by
   COL[,COL...]``, issue 25 §3.

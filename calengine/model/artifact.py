@@ -300,6 +300,13 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             from ..methods.sampling import sampling_json
 
             manifest["sampling"] = sampling_json(model.class_rates, info.get("negative_sampling"))
+        if getattr(model, "conformal", None) is not None:
+            # only conformalized models carry it (calengine.model.conformal): its arrays are hashed like every file
+            from .conformal import ARRAYS_FILE
+
+            writer.write(ARRAYS_FILE, npz_bytes(model.conformal.arrays()))
+            manifest["files"] = dict(sorted(writer.files.items()))
+            manifest["conformal"] = model.conformal.to_json()
         manifest["content_hash"] = content_hash(manifest)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=False))
     return Path(path)
@@ -518,7 +525,15 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
 
         class_rates = check_sampling_json(manifest["sampling"], len(manifest["labels"]["classes"]))
         info["negative_sampling"] = manifest["sampling"].get("negative_sampling")
+    conformal = None
+    if manifest.get("conformal") is not None:
+        from .conformal import ARRAYS_FILE, ConformalLayer
+
+        blob = read_member_file(folder, ARRAYS_FILE, manifest["files"])
+        conformal = ConformalLayer.from_parts(manifest["conformal"], load_npz(blob, str(folder / ARRAYS_FILE)),
+                                              len(manifest["labels"]["classes"]))
     return CalibratedModel(
+        conformal=conformal,
         encoder=encoder,
         labels=LabelSpace.from_json(manifest["labels"]),
         members=members,

@@ -224,6 +224,9 @@ class CalibratedModel:
     #: the rate at which each class was kept in the data the model was calibrated on (class order), or
     #: None: probabilities are corrected to the population by :mod:`calengine.methods.sampling`
     class_rates: np.ndarray | None = None
+    #: the conformal layer attached by ``calengine conformal`` (:class:`calengine.model.conformal.ConformalLayer`),
+    #: turning these probabilities into prediction sets; None: the model has none
+    conformal: Any | None = None
 
     @property
     def n_classes(self) -> int:
@@ -391,18 +394,19 @@ class CalibratedModel:
         return P, typed[np.argmax(P, axis=1)], interval
 
     def predict_frame(
-        self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None
+        self, df, keep: list[str] = (), extra_outputs: bool = False, reject_below: float | None = None, X=None
     ):
         """A scored pandas DataFrame: kept columns, ``p_<class>`` per class, ``prediction``.
 
         With ``reject_below``, rows whose chosen class has a probability below it get a missing
         prediction (the reject option of Duin & Tax); their probabilities are still written.
+        ``X``: ``df`` already encoded (``self.encoder.transform(df, order="F")``), when the caller needs it too.
         """
         import pandas as pd
 
         # Fortran order: the encoder's own buffer, without a transposing copy (a third of the encoding
         # time), and the order in which the fit scored held-out rows (see tasks.partitions.load_part)
-        X = self.encoder.transform(df, order="F")
+        X = self.encoder.transform(df, order="F") if X is None else X
         P, prediction, interval = self.scored_features(X)
         out = {col: df[col].to_numpy() for col in keep}
         for i, c in enumerate(self.labels.classes):

@@ -115,6 +115,10 @@ def check_manifest(manifest: Any) -> None:
             check_sampling_json(manifest["sampling"], k)
         except DataError as exc:
             raise _damaged(str(exc)) from None
+    if manifest.get("conformal") is not None:  # calengine conformal: thresholds, checked whole at load
+        conformal = _need(manifest, "conformal", dict, "the manifest")
+        if conformal.get("arrays") != "conformal.npz":
+            raise _damaged("the conformal layer does not name its array file conformal.npz")
     members = _need(manifest, "members", list, "the manifest")
     if not members:
         raise _damaged("the manifest lists no members")
@@ -148,8 +152,8 @@ def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:
     if not isinstance(lineage, dict):
         raise _damaged(f"'{where}' in the manifest is not an object")
     mode = _need(lineage, "mode", str, where)
-    if mode not in ("refit", "update", "adapt"):
-        raise _damaged(f"'mode' of {where} is {json_preview(mode)}, not 'refit', 'update' or 'adapt'")
+    if mode not in ("refit", "update", "adapt", "conformal"):
+        raise _damaged(f"'mode' of {where} is {json_preview(mode)}, not 'refit', 'update', 'adapt' or 'conformal'")
     parent = _need(lineage, "parent", dict, where)
     if parent.get("path") is not None and not isinstance(parent["path"], str):
         raise _damaged(f"'path' of the parent in {where} is not a string")
@@ -170,6 +174,9 @@ def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:
         raise _damaged(f"'command' of {where} is not a list of strings")
     if mode == "adapt":
         _check_adapt_priors(lineage, where)
+    elif mode == "conformal":
+        _need(lineage, "conformal", dict, where)
+        _need(lineage, "target", str, where)
     else:
         forget = _need(lineage, "forget", (int, float), where)
         if not 0.0 <= forget <= 1.0:

@@ -11,5 +11,6 @@ Modules:
 * :mod:`.exact`: Sums that do not depend on how a table was cut.
 * :mod:`.pav`: Weighted pool-adjacent-violators (PAV) with tied scores pooled first, and its two prediction
   rules.
+* :mod:`.selection`: Exact order statistics of grouped scores spread over fragments: a partition reduction.
 * :mod:`.tables`: Grouped tables.
 """

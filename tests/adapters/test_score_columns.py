@@ -463,3 +463,25 @@ def test_score_ranges_of_many_alike_blocks_are_cut_evenly():
     assert even.sum() == n and len(even) == 50
     assert even.max() <= 1.1 * n / 50 and even.min() >= 0.9 * n / 50, (even.min(), even.max())
     assert coarse.max() > 1.2 * n / len(coarse), coarse.max()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(2, 20), st.integers(0, 2**31), st.sampled_from([1e-3, 1.0, 30.0, 800.0]),
+       st.booleans())
+def test_one_vs_rest_log_odds_is_scipys_logsumexp_bit_for_bit(n, k, seed, spread, ties):
+    """The NumPy log-sum-exp of ``one_vs_rest_log_odds`` is SciPy's, the same bits (its oracle:
+    ``z_j - scipy.special.logsumexp(z_i, i != j)``, what the function computed before)."""
+    from scipy.special import logsumexp
+
+    from calengine.adapters.score_columns import one_vs_rest_log_odds
+
+    Z = np.random.default_rng(seed).normal(size=(n, k)) * spread
+    if ties:
+        Z = np.round(Z, 0)
+        Z[:, -1] = Z[:, 0]
+    want = np.empty_like(Z)
+    for j in range(k):
+        others = Z.copy()
+        others[:, j] = -np.inf
+        want[:, j] = Z[:, j] - logsumexp(others, axis=1)
+    assert np.array_equal(one_vs_rest_log_odds(Z), want)

@@ -518,3 +518,21 @@ def test_bench_segments_scale_tiny(tmp_path):
     page = bench.page(old + fake + mc, SimpleNamespace(**vars(args), baseline_name="main"), bench.environment(bench.REPO, []))
     assert f"| 3,000 | fit | --by seg (20 segments) | {by['wall_s']:.2f} |" in page and "CPU this / main" in page
     assert f"| 3,000 | fit | --by seg (20 segments) | {2 * by['cpu_s']:.2f} | {by['cpu_s']:.2f} |" in page
+
+
+@pytest.mark.slow
+def test_bench_conformal_runs_small_and_matches_mapies_threshold(tmp_path):
+    """benchmarks/bench_conformal.py at a test size (20,000 rows, embedded, MAPIE beside it): every
+    command runs, and MAPIE's quantile on the model's own probabilities is the layer's threshold."""
+    r = subprocess.run([sys.executable, str(BENCH / "bench_conformal.py"), "--rows-list", "20000", "--repeats", "1",
+                        "--no-cluster", "--work-dir", str(tmp_path / "work"), "--results-dir", str(tmp_path / "res")],
+                       capture_output=True, text=True, timeout=900, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads((tmp_path / "res" / "conformal.json").read_text())
+    row = data["results"][0]
+    assert row["rows"] == 20000 and row["threshold"]["same"] is True
+    for key in ("conformal", "score", "sets", "mapie"):
+        assert row[key]["wall_s"] > 0 and row[key]["client_mib"] > 0
+    page = (tmp_path / "res" / "conformal.md").read_text()
+    assert "same threshold as MAPIE on the model's probabilities: yes" in page and "Machine: a " in page
+    assert "/tmp" not in page.split("Machine: a ")[0]

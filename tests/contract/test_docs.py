@@ -205,7 +205,7 @@ def test_cli_reference_names_every_subcommand_flag_default_and_choice():
     parser = build_parser()
     page = ref.cli_markdown(parser)
     subs = ref._subparsers(parser)
-    assert set(subs) == {"fit", "score", "decide", "evaluate", "cv", "recalibrate", "adapt", "export", "plugins"}
+    assert set(subs) == {"fit", "score", "decide", "evaluate", "cv", "recalibrate", "adapt", "conformal", "export", "plugins"}
     missing = []
     for name, sub in subs.items():
         section = page[page.index(f"## calengine {name}\n"):]

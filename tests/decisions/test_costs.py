@@ -191,7 +191,7 @@ def test_segments_are_factorised_from_the_series_as_from_its_values(values):
     from calengine.metrics import segments as metric
     from calengine.model import segmented
 
-    for factorize in (segmented._factorize, metric._factorize):
+    for factorize in (segmented._factorize, metric.factorize):
         codes, names = factorize(values)
         want_codes, want_names = factorize(values.to_numpy())
         assert names == want_names and codes.tolist() == want_codes.tolist()

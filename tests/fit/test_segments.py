@@ -194,7 +194,7 @@ def test_segments_are_named_as_evaluate_by_names_them():
 
     assert segmented.MAX_SEGMENTS == metric.MAX_SEGMENTS_LIMIT
     values = np.array(["x", None, 3, "x", np.nan, "null"], dtype=object)
-    assert [list(v) for v in segmented._factorize(values)] == [list(v) for v in metric._factorize(values)]
+    assert [list(v) for v in segmented._factorize(values)] == [list(v) for v in metric.factorize(values)]
     keys, codes = segmented.segment_codes(pd.DataFrame({"a": values, "b": [1, 1, 2, 2, 1, 1]}), ("a", "b"))
     assert [keys[c] if c >= 0 else None for c in codes] == [("x", "1"), None, ("3", "2"), ("x", "2"), None,
                                                              ("null", "1")]

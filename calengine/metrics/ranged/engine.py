@@ -196,7 +196,8 @@ def chunk_tables(evaluate_chunk, model, chunk, target: str, batch_rows: int, wit
     ``evaluate_chunk``: :func:`calengine.metrics.table.evaluate_chunk` (passed in: the scores side calls
     this module, not the other way round)."""
     part = evaluate_chunk(model, chunk, target, batch_rows, with_raw, cost_matrix, weight, accumulators=True)
-    out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions"), "segments": part.get("segments")}
+    out = {"tables": {}, "sketch": {}, "n": {}, "decisions": part.get("decisions"), "segments": part.get("segments"),
+           "conformal": part.get("conformal")}
     for kind in ("calibrated", "raw"):
         acc = part[kind]
         if acc is None:
@@ -238,7 +239,7 @@ def _same_table(a, b) -> bool:
 def small_part(part: dict) -> dict:
     """What the client needs of a chunk task's result (task): everything but in-memory tables."""
     return {"sketch": part["sketch"], "n": part["n"], "decisions": part["decisions"],
-            "mirrored": part.get("mirrored", {}), "segments": part.get("segments")}
+            "mirrored": part.get("mirrored", {}), "segments": part.get("segments"), "conformal": part.get("conformal")}
 
 
 def range_boundaries(sketches: list[dict], values_per_range: int | None = None) -> list[float]:
@@ -793,6 +794,10 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
         from ...tasks.partitions import merge_all
 
         out["segments"] = merge_all(*[s["segments"] for s in small])
+    if small[0].get("conformal") is not None:  # a conformal model: its sets' sums, in chunk order
+        from ...tasks.partitions import merge_all
+
+        out["conformal"] = merge_all(*[s["conformal"] for s in small])
     return out
 
 

@@ -38,6 +38,7 @@ GROUPS = (
     ("segments", "Segments", "evaluate --by: calibration of every segment"),
     ("prior_shift", "Prior shift", "evaluate --prior-shift: the class priors the probabilities imply"),
     ("band", "Calibration-map band", "evaluate --bootstrap: the bootstrap band of the calibration map"),
+    ("conformal", "Prediction sets", "a model with a conformal layer: coverage of its sets and their sizes"),
     ("model", "Model", "what was evaluated"),
     ("other", "Other", "keys this report does not explain yet"),
 )
@@ -116,6 +117,9 @@ CATALOGUE: dict[str, tuple[str, str]] = {
                       " the 'Prior shift' block below"),
     "calibration_band.*": ("band", "the calibration map's pointwise bootstrap band (grid, low, median, high):"
                            " shaded on the calibration map below"),
+    "conformal.*": ("conformal", "the conformal layer's prediction sets: marginal coverage with its binomial"
+                    " interval against the target 1 - alpha, coverage per class and per segment, and the set"
+                    " sizes; higher coverage with smaller sets is better (docs/guide/conformal.md)"),
     "model.learner": ("model", "the learner"),
     "model.method": ("model", "the calibration method"),
     "model.lineage.*": ("model", "what this model was recalibrated or adapted from: the line in its section"),

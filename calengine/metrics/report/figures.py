@@ -282,6 +282,60 @@ def _error_reject_figure(prep: PreparedEntry):
     return fig
 
 
+def _coverage_figure(prep: PreparedEntry):
+    """Coverage of the prediction sets per class (bars, with their 95 % intervals) against 1 - alpha."""
+    r = prep.entry.conformal
+    classes = sorted(r["classes"], key=lambda c: c["class"])
+    fig = _new_figure(6.0, 4.4)
+    fig.subplots_adjust(**_margins(fig, top=0.45, bottom=0.8))
+    ax = fig.add_subplot()
+    x = np.arange(len(classes))
+    cov = np.array([c["coverage"] for c in classes])
+    lo = np.array([c["coverage_ci"][0] for c in classes])
+    hi = np.array([c["coverage_ci"][1] for c in classes])
+    ax.bar(x, cov, color=_CAL, alpha=0.8, label="coverage")
+    ax.errorbar(x, cov, yerr=[np.maximum(cov - lo, 0), np.maximum(hi - cov, 0)], fmt="none", ecolor="black",
+                capsize=2, linewidth=0.8, label="95% interval")
+    ax.axhline(r["target_coverage"], color=_RAW, linestyle="--", linewidth=1.0, label="1 - alpha")
+    ax.set_xticks(x)
+    ax.set_xticklabels([_short(c["class"]) for c in classes], rotation=45 if len(classes) > 6 else 0,
+                       ha="right" if len(classes) > 6 else "center", fontsize=8)
+    ax.set_ylim(max(0.0, min(float(lo.min(initial=1.0)), r["target_coverage"]) - 0.05), 1.0)
+    ax.set_ylabel("coverage (true class in the set)")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("Coverage by class", fontsize=11)
+    return fig
+
+
+def _set_size_figure(prep: PreparedEntry):
+    """The distribution of set sizes (bars) and the coverage within each size (points)."""
+    r = prep.entry.conformal
+    sizes = r["set_sizes"]
+    fig = _new_figure(6.0, 4.4)
+    fig.subplots_adjust(**_margins(fig, top=0.45, right=0.7))
+    ax = fig.add_subplot()
+    x = np.array([s["size"] for s in sizes])
+    ax.bar(x, [s["share"] for s in sizes], color=_CAL, alpha=0.8, label="share of rows")
+    ax.set_xlabel("set size (classes in the set)")
+    ax.set_ylabel("share of rows")
+    ax2 = ax.twinx()
+    ax2.plot(x, [s["coverage"] for s in sizes], "o-", color=_RAW, markersize=4, label="coverage at this size")
+    ax2.axhline(r["target_coverage"], color=_RAW, linestyle="--", linewidth=0.8)
+    ax2.set_ylim(0.0, 1.02)
+    ax2.set_ylabel("coverage")
+    ax2.grid(False)
+    ax.set_xticks(x)
+    handles = ax.get_legend_handles_labels()
+    more = ax2.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], loc="upper right", fontsize=8)
+    ax.set_title("Set sizes", fontsize=11)
+    return fig
+
+
+def _short(name: str, limit: int = 14) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
 def roc_data(acc, cls: int) -> dict | None:
     """What the ROC panel of class ``cls`` draws: the curve thinned to about :data:`CURVE_MAX_POINTS`
     evenly spread points plus its hull vertices (``fpr``, ``tpr``), the upper convex hull
@@ -495,6 +549,14 @@ def entry_figures(prep: PreparedEntry) -> dict[str, list[ReportFigure]]:
                 f"Error-reject curve of {label}", "Error among accepted examples against reject rate.")
     ]
     out = {"reliability": reliability, "map": maps, "roc": roc, "error_reject": er}
+    if prep.entry.conformal is not None:
+        out["conformal"] = [
+            ReportFigure(f"{stem}-conformal-coverage.png", render_figure(_coverage_figure, prep),
+                    f"Coverage by class of the prediction sets of {label}",
+                    "Coverage of the prediction sets per class, with 95% intervals, against 1 - alpha."),
+            ReportFigure(f"{stem}-conformal-sizes.png", render_figure(_set_size_figure, prep),
+                    f"Set-size histogram of {label}", "Share of rows per set size, and the coverage at each size."),
+        ]
     if prep.entry.decisions is not None and prep.entry.decisions.cost_matrix.n_classes == 2:
         out["decisions"] = [
             ReportFigure(f"{stem}-decisions-threshold.png", render_figure(_decisions_figure, prep),

@@ -187,6 +187,10 @@ def lineage_text(lineage: dict) -> str:
     digest = str(parent.get("content_hash") or "")[:12]
     source = (f"from {parent.get('path') or 'a model in memory'}" + (f" (content hash {digest})" if digest else "")
               + f" on {data.get('rows', '?')}")
+    if lineage.get("mode") == "conformal":
+        c = lineage.get("conformal") or {}
+        return (f"Conformalized ({c.get('score', '?')}, alpha {c.get('alpha', '?')}) {source} labelled rows of"
+                f" {where}, {lineage.get('time', '')}.")
     if lineage.get("mode") == "adapt":
         applied = ", ".join(f"{p:.4f}" for p in (lineage.get("priors") or {}).get("applied") or [])
         return (f"Adapted to new class priors ({lineage.get('method', '?')}: {applied}) {source} unlabelled rows"
@@ -294,12 +298,48 @@ def _entry_section(prep: PreparedEntry, figs: dict[str, list[ReportFigure]]) -> 
         parts.append(_segments_html(e.segments))
     if e.prior_shift is not None:
         parts.append(_prior_shift_html(e.prior_shift))
+    if e.conformal is not None:
+        parts.append(_conformal_html(e.conformal, figs.get("conformal") or []))
     parts.append("</section>")
     return "\n".join(parts)
 
 
 #: the most segments the report lists (``--json`` carries them all)
 REPORT_SEGMENT_ROWS = 100
+
+
+def _conformal_html(r: dict, figs: list) -> str:
+    """A conformal model's block: coverage with its interval, sizes, the two figures, classes and
+    segments worst first (:meth:`calengine.metrics.conformal.ConformalAccumulator.result`)."""
+    lo, hi = r["coverage_ci"]
+    head = (
+        "<h3>Prediction sets</h3>"
+        f'<p class="note">{_esc(r["layer"])}. Coverage {_esc(format_metric(r["coverage"]))} (95% interval'
+        f" {_esc(format_metric(lo))} to {_esc(format_metric(hi))}, {_esc(r['ci_method'])}) on {r['rows']:,} rows;"
+        f" target at least {_esc(format_metric(r['target_coverage']))}. Mean set size"
+        f" {_esc(format_metric(r['mean_set_size']))}; empty sets {r['empty_share']:.2%}; size-stratified coverage"
+        f" violation {_esc(format_metric(r['sscv']))}.</p>"
+    )
+    imgs = '<div class="figs">' + "".join(_img(f) for f in figs) + "</div>" if figs else ""
+
+    def table(title: str, rows: list, name) -> str:
+        body = "".join(
+            "<tr><td>" + _esc(name(x)) + f'</td><td class="num">{x["rows"]:,}</td>'
+            f'<td class="num">{_esc(format_metric(x["coverage"]))}</td>'
+            f'<td class="num">{_esc(format_metric(x["coverage_ci"][0]))} – {_esc(format_metric(x["coverage_ci"][1]))}</td>'
+            f'<td class="num">{_esc(format_metric(x["mean_set_size"]))}</td></tr>'
+            for x in rows[:REPORT_SEGMENT_ROWS]
+        )
+        more = len(rows) - min(len(rows), REPORT_SEGMENT_ROWS)
+        return (f"<h4>{_esc(title)}</h4>" + '<div class="scroll"><table><tr><th></th><th>rows</th><th>coverage</th>'
+                f"<th>95% interval</th><th>mean set size</th></tr>{body}</table></div>"
+                + (f'<p class="note">{more} more are in <code>--json</code>.</p>' if more > 0 else ""))
+
+    out = head + imgs + table("Coverage by class, worst first", r["classes"], lambda x: x["class"])
+    if r.get("segments"):
+        out += table(f"Coverage by segment of {', '.join(r['by'])}, worst first", r["segments"],
+                     lambda x: f"{x['column']} = {x['value']}")
+    return out
 
 
 def _segments_html(seg: dict) -> str:

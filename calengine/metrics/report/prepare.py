@@ -70,6 +70,9 @@ class ReportEntry:
     #: :meth:`calengine.metrics.evaluation.Evaluation.to_json`, ``raw`` included): the metric table shows
     #: every key of it (:mod:`.catalogue`).  None: the accumulators' metrics and calibration suite.
     payload: dict | None = None
+    #: a model with a conformal layer: :meth:`calengine.metrics.conformal.ConformalAccumulator.result`,
+    #: shown as coverage by class and the set-size histogram
+    conformal: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
