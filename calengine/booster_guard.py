@@ -10,7 +10,8 @@ command.
   rows: through the plugin's declared ``native_probe`` (the shared library alone, via ctypes:
   :mod:`calengine.booster_native`), else with the plugin's own class.  The child serves the boosters of
   one model load in turn (a model with five folds pays for one interpreter start, not five) and exits
-  after ``PROBE_IDLE`` seconds without work or when the parent exits.  A crash there (SIGSEGV, an
+  after ``PROBE_IDLE`` seconds without work or when the parent exits; a thread of the parent waits for
+  it, so a child that left idle is reaped at once (not a zombie until the next probe).  A crash there (SIGSEGV, an
   abort), a hang (``PROBE_TIMEOUT`` seconds), or non-finite or out-of-range probabilities become one
   :class:`~calengine.errors.ModelFormatError` line; the verdict is cached per content hash for the life
   of the process, so a model is probed once however many times it is loaded.  Only the process that
@@ -112,9 +113,13 @@ class _ProbeServer:
         if self.proc is None or self.proc.poll() is not None:
             self.log = tempfile.TemporaryFile()
             self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "calengine.booster_guard"], stdin=subprocess.PIPE,
+                [sys.executable, "-P", "-m", "calengine.booster_guard", repr(float(PROBE_IDLE))], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.log, env={**os.environ, "PYTHONFAULTHANDLER": ""},
             )
+            # reap the child whenever it exits (idle, or killed): ``wait`` here and in ``probe`` share
+            # Popen's lock, and a ``poll`` while this waits reports it running, which ``probe`` handles
+            # as a child that left as the request arrived (it starts another)
+            threading.Thread(target=self.proc.wait, name="calengine-probe-reaper", daemon=True).start()
         return self.proc
 
     def stop(self) -> None:
@@ -192,8 +197,9 @@ def _child_main() -> int:
     import select
 
     stdin = sys.stdin.buffer
+    idle = float(sys.argv[1]) if len(sys.argv) > 1 else PROBE_IDLE
     while True:
-        if not select.select([stdin], [], [], PROBE_IDLE)[0]:
+        if not select.select([stdin], [], [], idle)[0]:
             return 0  # idle: the parent starts another child when it next needs one
         head = stdin.readline()
         if not head:

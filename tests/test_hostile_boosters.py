@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -369,3 +370,37 @@ def test_a_plugin_whose_shared_library_is_elsewhere_is_probed_through_its_class(
             "probe": "calengine.booster_native:probe_xgboost"}
     assert booster_guard._probe_one(spec, _blob(models, "xgboost")) is None
     assert "cannot be read" in booster_guard._probe_one(spec, b'{"learner": {}}')
+
+
+def test_an_idle_probing_child_is_reaped_when_it_leaves(models, monkeypatch):
+    """Issue 42: the probing child exits after PROBE_IDLE seconds without work, and stayed a zombie
+    until the next probe waited for it.  A thread of the parent waits for it now: once it has left,
+    its process entry is gone.  (The child takes the idle time from its parent, so the test sets it short.)"""
+    import calengine_xgboost
+
+    from calengine import booster_guard
+
+    def state(pid: int) -> str | None:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return None
+
+    monkeypatch.setattr(booster_guard, "PROBE_IDLE", 0.5)
+    monkeypatch.setattr(booster_guard, "_server", booster_guard._ProbeServer())
+    monkeypatch.setattr(booster_guard, "_verdicts", {})
+    blob = _blob(models, "xgboost")
+    assert booster_guard._run_child(calengine_xgboost.XGBoost, blob, N_FEATURES, 2) is None
+    pid = booster_guard._server.proc.pid
+    deadline = time.monotonic() + 45  # beyond the 20 s a child ignoring its parent's idle time would wait
+    zombie_since = None
+    while state(pid) is not None and time.monotonic() < deadline:
+        if state(pid) == "Z":
+            zombie_since = zombie_since or time.monotonic()
+            assert time.monotonic() - zombie_since < 3, "the idle probing child is a zombie"
+        time.sleep(0.1)
+    assert state(pid) is None
+    # the next probe starts a fresh child and gets the same verdict
+    assert booster_guard._run_child(calengine_xgboost.XGBoost, blob, N_FEATURES, 2) is None
+    assert booster_guard._server.proc.pid != pid
+    booster_guard._server.stop()
