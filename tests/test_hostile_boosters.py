@@ -404,3 +404,34 @@ def test_an_idle_probing_child_is_reaped_when_it_leaves(models, monkeypatch):
     assert booster_guard._run_child(calengine_xgboost.XGBoost, blob, N_FEATURES, 2) is None
     assert booster_guard._server.proc.pid != pid
     booster_guard._server.stop()
+
+
+def test_library_chatter_is_dropped_from_stderr_and_nothing_else_even_in_a_crash():
+    """The CLI's filter of fd 2 while boosters train (XGBoost's "got rank" lines, printed by C++ from
+    the in-process workers' threads, where no verbosity reaches): those lines go, every other byte
+    comes through -- a progress line without its newline as it is written, and what a process writes
+    just before it dies by SIGABRT (the filter is a process of its own)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys, time\n"
+        "from calengine import booster_guard\n"
+        "booster_guard.FILTER_CHATTER = True\n"
+        "with booster_guard.library_chatter_dropped():\n"
+        "    os.write(2, b'[13:46:14] Task [xgboost.dask-0]:inproc://192.0.2.2/1/4 got rank 0\\n')\n"
+        "    os.write(2, b'\\rprogress 10%')\n"
+        "    time.sleep(0.5)\n"
+        "    os.write(2, b'\\rprogress 20%\\n[13:46:15] Task [xgboost.dask-1]:tcp://127.0.0.1:5 got rank 12\\n')\n"
+        "    sys.stderr.write('a real warning [xgboost.dask-0] got rank 0\\n')\n"
+        "os.write(2, b'after\\n')\n"
+        "with booster_guard.library_chatter_dropped():\n"
+        "    os.write(2, b'[13:46:16] Task [xgboost.dask-0]:a got rank 3\\nlast words\\n')\n"
+        "    os.abort()\n"
+    )
+    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr == (b"\rprogress 10%\rprogress 20%\na real warning [xgboost.dask-0] got rank 0\nafter\nlast words\n")
+    off = subprocess.run([sys.executable, "-P", "-c", code.replace("= True", "= False").replace("os.abort()", "pass")],
+                         capture_output=True, timeout=120)
+    assert off.stderr.count(b"got rank") == 4  # the Python API leaves stderr alone
