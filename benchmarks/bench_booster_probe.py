@@ -2,8 +2,8 @@
 """What checking booster files costs (issue 24 §1): ``calengine score`` on an XGBoost and a LightGBM
 model as shipped (*validated*: the Python checks of every booster file, then one probing child that
 loads and scores them with the native library) against two named baselines in the same run:
-*unvalidated* (``calengine.booster_checks.validate_xgboost``/``validate_lightgbm`` replaced by a no-op
-and ``calengine.booster_guard.probe_in_child`` too: what ``score`` cost before issue 24) and *checked*
+*unvalidated* (``calengine.boosters.checks.validate_xgboost``/``validate_lightgbm`` replaced by a no-op
+and ``calengine.boosters.guard.probe_in_child`` too: what ``score`` cost before issue 24) and *checked*
 (the Python checks, no child).  Each ``score`` is a fresh process; the modes take turns within each
 repeat, so the machine's load drifts over all three alike.
 
@@ -36,14 +36,14 @@ MODES = ("unvalidated", "checked", "validated")
 _SCORE = """
 import sys, resource
 if sys.argv[1] in ("unvalidated", "checked"):
-    import calengine.booster_guard as g
+    import calengine.boosters.guard as g
     g.probe_in_child = lambda *a, **k: None
 if sys.argv[1] == "unvalidated":
-    import calengine.booster_checks as c
+    import calengine.boosters.checks as c
     c.validate_xgboost = c.validate_lightgbm = lambda *a, **k: c.BoosterSummary(0, 2, 0)
 from calengine.cli import main
 rc = main(["score", *sys.argv[2:]])
-import calengine.booster_guard as g
+import calengine.boosters.guard as g
 g._server.stop()  # reap the probing child, so that RUSAGE_CHILDREN holds its peak
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 print(me.ru_maxrss, kids.ru_maxrss, me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime)
@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
 
-    from calengine.booster_checks import validate_lightgbm, validate_xgboost
+    from calengine.boosters.checks import validate_lightgbm, validate_xgboost
     from calengine.cli import main as cli
 
     rows, results = [], {}

@@ -44,7 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 _CHILD = """
 import json, sys, time
 import numpy as np
-from calengine.tasks.arrays import pin_native_threads
+from calengine.runtime.threads import pin_native_threads
 from calengine_builtins.combiners import Coupling
 pin_native_threads()  # as a worker process does: one BLAS thread
 d = np.load(sys.argv[1])

@@ -143,7 +143,7 @@ def check_same_learners(learners) -> dict[str, str]:
     """Compare calengine's registered learners with :func:`sklearn_learner`, parameter by parameter."""
     from sklearn import config_context
 
-    from calengine import registry
+    from calengine.plugins import registry
 
     out = {}
     for name in learners:

@@ -568,7 +568,8 @@ def scaling_check(datasets, n: int, repeats: int, test_per_class: int, seed: int
 
 def api_checks(client, seed: int) -> dict[str, Any]:
     """The benchmark's shortcuts equal calengine's public API and the paper's definition."""
-    from calengine import CalibratedClassifier, registry
+    from calengine import CalibratedClassifier
+    from calengine.plugins import registry
     from calengine.methods.combining import combine_posteriors
 
     rng = np.random.default_rng(np.random.SeedSequence([seed, 999]))
@@ -1140,7 +1141,7 @@ def main(argv=None) -> int:
     env = _common.environment(REPO_ROOT, ["matplotlib"])
     from sklearn.exceptions import ConvergenceWarning
 
-    from calengine.cluster import dask_client
+    from calengine.runtime.client import dask_client
 
     ignored = ["sklearn ConvergenceWarning (networks stopped at max_iter)",
                "'Variables are collinear' (LDA/QDA with fewer objects than dimensions)"]

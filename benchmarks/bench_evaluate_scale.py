@@ -8,7 +8,7 @@ distinct value) fitted on the generated table, it times at each ``--rows-list`` 
 * **score**: ``calengine score MODEL TABLE --output OUT`` (the reference the issue sets: evaluate
   within 3x of it);
 * **evaluate (ranges)**: ``calengine evaluate MODEL TABLE --target y --json`` with tables cut into
-  score ranges spilled to the scratch directory (:mod:`calengine.metrics.range_eval`; the command does
+  score ranges spilled to the scratch directory (:mod:`calengine.metrics.ranged.engine`; the command does
   that from ``RANGED_MIN_ROWS`` = 1M rows on, the benchmark forces it at every size);
 * **evaluate (accumulator)**: the same command with the range cut disabled
   (``range_eval.RANGED_MIN_ROWS`` set past the table), i.e. every chunk's tables merged in this
@@ -32,7 +32,7 @@ score ranges.
 ``--cluster``: instead, ``evaluate --json --cluster ADDRESS`` on a real cluster started afresh for every
 run: a ``dask scheduler`` and ``--workers`` ``dask worker`` processes (one thread each, under a nanny,
 ``--worker-memory`` each: Dask's spilling and its 95 % termination act at that budget; started with
-``MALLOC_MMAP_THRESHOLD_`` set as :data:`calengine.cluster.WORKER_MMAP_THRESHOLD` tells remote workers
+``MALLOC_MMAP_THRESHOLD_`` set as :data:`calengine.runtime.client.WORKER_MMAP_THRESHOLD` tells remote workers
 to, ``--worker-mmap-threshold 0`` to leave it unset) on 127.0.0.1, a free port.  Per process it reports
 the peak RSS (the larger of sampled RSS and ``VmHWM``, read before the processes stop), the CPU
 seconds (the workers' user and system time apart: system time is where an allocator that maps and
@@ -87,7 +87,7 @@ REPO_ROOT = HERE.parent
 #: accumulator path, the baseline); from 1M rows on the plain command cuts ranges as the first does
 EVALUATE = r"""
 import sys
-from calengine.metrics import range_eval
+from calengine.metrics.ranged import engine as range_eval
 range_eval.RANGED_MIN_ROWS = {min_rows}
 from calengine.cli import entry
 sys.argv = ["calengine", *sys.argv[1:]]
@@ -135,11 +135,11 @@ def _tree_cpu(root_pid: int) -> dict:
 def _cluster_run(model: Path, table: Path, work: Path, workers: int, memory: str, mmap_threshold: int = 0) -> dict:
     """One ``evaluate --cluster`` on a fresh scheduler and workers: wall, CPU (client, scheduler, each
     worker: user and system), per-process peaks, spill.  ``mmap_threshold``: the workers'
-    ``MALLOC_MMAP_THRESHOLD_`` (what :data:`calengine.cluster.WORKER_MMAP_THRESHOLD` tells remote
+    ``MALLOC_MMAP_THRESHOLD_`` (what :data:`calengine.runtime.client.WORKER_MMAP_THRESHOLD` tells remote
     workers to set; 0: left unset, glibc's 128 KiB frozen by the nanny's trim setting)."""
     import threading
 
-    from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
+    from calengine.testing.cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
 
     spill_dir = work / "cluster-spill"
     shutil.rmtree(spill_dir, ignore_errors=True)
@@ -249,7 +249,7 @@ def _publish_cluster(args, results: list) -> None:
 # computed by scikit-learn, scipy and the reference packages, in one process, on the arrays `score` wrote
 
 #: what each reference value is compared with (key of ``evaluate --json``), the relative tolerance and why
-#: it is not 1e-9 where it is not (the oracles of tests/test_metric_suite.py agree to the same bounds)
+#: it is not 1e-9 where it is not (the oracles of tests/metrics/ranged/test_suite.py agree to the same bounds)
 REFERENCE_TOLERANCE = {
     "brier": (1e-9, "sklearn brier_score_loss"),
     "log_loss": (1e-9, "sklearn log_loss (clips at float64 eps, calengine at 1e-15: equal while no p < 1e-15)"),
@@ -591,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="--cluster: worker processes (one thread each)")
     ap.add_argument("--worker-memory", default="4GiB", help="--cluster: each worker's --memory-limit")
     ap.add_argument("--worker-mmap-threshold", type=int, default=4 * 2**20,
-                    help="--cluster: the workers' MALLOC_MMAP_THRESHOLD_ (calengine.cluster.WORKER_MMAP_THRESHOLD, what"
+                    help="--cluster: the workers' MALLOC_MMAP_THRESHOLD_ (calengine.runtime.client.WORKER_MMAP_THRESHOLD, what"
                          " remote workers are told to set); 0 leaves it unset")
     ap.add_argument("--compare-max-rows", type=int, default=10_000_000,
                     help="--cluster: compare the JSON with embedded evaluate up to this size (it runs once more)")

@@ -3,7 +3,7 @@
 machine made them flaky and a fast one made them meaningless): PAV on 1,000,000 scores, the metrics of
 1,000,000 binary predictions, and the least-squares combiner on 10,000 rows of a 10-class all-pairs
 matrix.  Prints the median of ``--repeats`` runs of each; the correctness of the same calls is
-asserted by tests/test_pav.py, tests/test_metrics.py and tests/test_combiners.py on smaller inputs.
+asserted by tests/reductions/test_pav.py, tests/metrics/test_measures.py and plugins/builtins/tests/test_combiners.py on smaller inputs.
 
     python benchmarks/bench_hot_paths.py [--repeats 3]
 """

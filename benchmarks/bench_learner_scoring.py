@@ -88,7 +88,7 @@ def main(argv=None) -> None:
 
     from threadpoolctl import threadpool_limits
 
-    from calengine.registry import make_learner
+    from calengine.plugins.registry import make_learner
 
     threadpool_limits(1)
     spec = G.TableSpec(rows=args.train_rows + args.score_rows)

@@ -13,7 +13,7 @@ What runs, in one process:
   (30 values, Zipf sizes) it does not, whose true log-odds carry an offset per region; the default
   learner + isotonic, fitted ``--by region``; ``--rows`` training and as many test rows.
 
-MCGrad (:func:`calengine.fit.mcgrad.fit_mcgrad`, the in-process core with its default parameters:
+MCGrad (:func:`calengine.methods.mcgrad.fit_mcgrad`, the in-process core with its default parameters:
 up to ``--rounds`` rounds of 94 depth-2 XGBoost trees, early stopping on a 20 % holdout) calibrates the
 global isotonic model's probabilities of the training rows.  Those are in-sample for the learner (4
 of each 5 fold learners saw the row) but out-of-fold for nothing else; with the low-capacity learners
@@ -67,7 +67,7 @@ class _Probabilities:
 def _one_booster_cpu(params, X, f, y) -> float:
     import xgboost as xgb
 
-    from calengine.fit.mcgrad_boosters import library
+    from calengine.methods.mcgrad_boosters import library
 
     t0 = time.process_time()
     data = library("xgboost").matrix(X, f, label=y.astype(np.float32), base_margin=f)
@@ -78,7 +78,7 @@ def _one_booster_cpu(params, X, f, y) -> float:
 def run_case(name, train_path, train, test, target, positive, by, exclude, min_rows, rounds) -> list[dict]:
     import calengine
     from bench_segment_fits import measure
-    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, logit, segment_codes
+    from calengine.methods.mcgrad import MCGradParams, fit_mcgrad, logit, segment_codes
 
     rows = []
 
@@ -158,7 +158,7 @@ def run_ablation(rows: int, rounds: int, min_rows: int) -> list[dict]:
     from sklearn.isotonic import IsotonicRegression
     from sklearn.naive_bayes import GaussianNB
 
-    from calengine.fit.mcgrad import MCGradParams, fit_mcgrad, segment_codes
+    from calengine.methods.mcgrad import MCGradParams, fit_mcgrad, segment_codes
     from calengine.metrics.segments import SegmentAccumulator
 
     train, test = generate(rows, 1), generate(rows, 2)

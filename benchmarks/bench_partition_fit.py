@@ -221,11 +221,11 @@ def child_phases(spec: dict) -> int:
         timer.found.append(f"{module_name}.{attr}")
 
     wrap_function("calengine.parquet.data", "read_table", "read_s")
-    wrap_function("calengine.plugins", "get_plugins", "plugins_s")
+    wrap_function("calengine.plugins.loading", "get_plugins", "plugins_s")
     wrap_function("calengine.fit.training", "fit_model", "fit_compute_s")  # the old path (whole table in the client)
     wrap_function("calengine.fit.table", "fit_table", "fit_compute_s")  # the partition-native path
     wrap_function("calengine.model.artifact", "save_model", "save_s")
-    wrap_cluster("calengine.cluster", "dask_client")
+    wrap_cluster("calengine.runtime.client", "dask_client")
     for cls_path, methods, key in (("calengine.plan.features.FeatureEncoder", ("fit", "transform"), "encode_s"),
                                    ("calengine.parquet.data.LabelSpace", ("from_series", "encode"), "labels_s")):
         module_name, _, cls_name = cls_path.rpartition(".")
@@ -608,7 +608,7 @@ def run(args) -> int:
     if not args.skip_overhead:
         imports["cli"] = importtime("calengine.cli")
         imports["fit_path"] = importtime("calengine.cli, calengine.fit.training, calengine.parquet.data, calengine.plan.features,"
-                                         " calengine.model.artifact, calengine.cluster, distributed")
+                                         " calengine.model.artifact, calengine.runtime.client, distributed")
 
     checks = evaluate_checks(results, sizes, args)
     data = {

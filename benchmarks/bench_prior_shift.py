@@ -50,19 +50,21 @@ from _common import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the last commit before the replicates were vectorised (main when issue 42 was worked on)
-OLD_REV = "c0fc87e"
-OLD_PATH = "calengine/fit/label_shift.py"
+#: the last commit before the replicates were vectorised: main's house step (issue 39), where the
+#: per-replicate loop of issue 42's report had moved to calengine/metrics/prior_shift.py (the results
+#: page of 6bddbd3 loaded the same loop from calengine/fit/label_shift.py at c0fc87e)
+OLD_REV = "64ce422"
+OLD_PATH = "calengine/metrics/prior_shift.py"
 
 
 def load_old_module(rev: str) -> types.ModuleType:
-    """``calengine/fit/label_shift.py`` as of ``rev``, imported beside the installed package (its
+    """``calengine/metrics/prior_shift.py`` as of ``rev``, imported beside the installed package (its
     relative imports resolve to the installed modules, which that change did not touch)."""
     src = subprocess.run(["git", "show", f"{rev}:{OLD_PATH}"], cwd=ROOT, check=True, capture_output=True,
                          text=True).stdout
-    name = "calengine.fit._label_shift_old"
+    name = "calengine.metrics._prior_shift_old"
     mod = types.ModuleType(name)
-    mod.__package__ = "calengine.fit"
+    mod.__package__ = "calengine.metrics"
     mod.__file__ = f"<git {rev}:{OLD_PATH}>"
     sys.modules[name] = mod  # dataclasses look their module up
     exec(compile(src, mod.__file__, "exec"), mod.__dict__)
@@ -81,7 +83,7 @@ def posteriors(n: int, seed: int, steps: bool) -> np.ndarray:
 
 
 def kernel(old, args) -> list[dict]:
-    from calengine.fit import label_shift as new
+    from calengine.metrics import prior_shift as new
     from calengine.methods import label_shift as ls
 
     train = np.array([0.5, 0.5])
@@ -148,8 +150,8 @@ def make_table(folder: Path, rows: int, seed: int) -> tuple[Path, Path]:
 
 def end_to_end(old, args) -> list[dict]:
     import calengine
-    from calengine.fit import label_shift as new
-    from calengine.thread_client import ThreadClient
+    from calengine.metrics import prior_shift as new
+    from calengine.runtime.thread_client import ThreadClient
 
     data, model_dir = make_table(Path(args.work_dir), args.rows, args.seed)
     model = calengine.load_model(model_dir)

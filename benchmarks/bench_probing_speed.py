@@ -93,7 +93,7 @@ def fit_dask(X, y, workers: int, learner_params: dict, method_params: dict, seed
 def fit_loop(X, y, learner_params: dict, method_params: dict, seed: int):
     """The same Probing fits without Dask: ``run_probing`` + ``fit_probe`` in a for-loop."""
     from calengine.methods import probing
-    from calengine import registry
+    from calengine.plugins import registry
     from calengine.tasks.probing import fit_probe
     from calengine.tasks.arrays import TrainingData, task_seed
 
@@ -186,7 +186,7 @@ def fit_capacity(X, y, learner_params: dict, weighting: str, seed: int, kind: st
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-    from calengine import registry
+    from calengine.plugins import registry
     from calengine.tasks.arrays import TrainingData
 
     _FITS.update(data=TrainingData(X=X, y=np.asarray(y, dtype=np.int64)), seed=seed, weighting=weighting,
@@ -221,7 +221,7 @@ def wait_for_capacity(minimum: float, max_wait: float) -> tuple[float, float]:
 
 
 def cluster_overhead(workers: int) -> float:
-    from calengine.cluster import dask_client
+    from calengine.runtime.client import dask_client
 
     start = time.perf_counter()
     with dask_client(None, workers=workers):

@@ -168,13 +168,6 @@ def tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds so far of a live process and its live descendants (a started cluster's
     processes, which the client does not reap)."""
     return sum(t["user_s"] + t["sys_s"] for t in _tree_cpu(pid).values())
-    for p in procs:
-        try:
-            t = p.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system
-    return total
 
 
 def measure(cmd: list[str], args, label: str) -> dict:
@@ -203,7 +196,7 @@ def measure_on_cluster(argv_of, args, label: str, work: Path, python: str | None
     over the same span added to the client's.  The cluster's start (until every worker has joined) is
     timed apart: a user's cluster is up before the job.  ``python``: the interpreter whose environment's
     ``dask`` runs the scheduler and workers (the *before* build's; default: this one's)."""
-    from calengine.testing_cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
+    from calengine.testing.cluster import start_dask_scheduler, start_dask_worker, stop_processes, wait_for_workers
 
     local_dir = work / "cluster-local"
     shutil.rmtree(local_dir, ignore_errors=True)

@@ -23,7 +23,7 @@ XGBoost's learner has no ``gamma``) on the features ``--booster-features`` (defa
 one-hot through ``--max-categories`` covering every segment, the learner's encoding, dense; ``s``: the
 score alone, the baseline that fits in memory at 10^6 rows and more), trained once on every row
 (``--calibration-data`` the same table, ``--method none``).  MCGrad's rounds see ``seg`` as one
-categorical feature (``calengine.fit.mcgrad``).  Both train through ``xgboost_dask`` across the embedded cluster's
+categorical feature (``calengine.methods.mcgrad``).  Both train through ``xgboost_dask`` across the embedded cluster's
 workers.  The ratio to quote is MCGrad's CPU over (rounds x the one booster's).
 
     python benchmarks/bench_segments_scale.py --rows-list 1e6,3e6,1e7   # results/segments_scale.{md,json}

@@ -227,7 +227,7 @@ class Runner:
     ``CalibratedClassifier.fit`` and ``calengine fit`` call)."""
 
     def __init__(self, seed: int, cv: int, workers: int | None):
-        from calengine.cluster import dask_client
+        from calengine.runtime.client import dask_client
 
         self.seed, self.cv = seed, cv
         self._ctx = dask_client(None, workers=workers)

@@ -32,6 +32,82 @@ __all__ = [
 ]
 
 
+#: modules that moved into the wings (issue 39), old path -> new path: importing an old path still
+#: works for one release, with a DeprecationWarning naming the new one (``calengine.cluster`` was split in
+#: three: its names are looked up in each)
+_MOVED = {
+    "calengine.booster_checks": "calengine.boosters.checks",
+    "calengine.booster_guard": "calengine.boosters.guard",
+    "calengine.booster_native": "calengine.boosters.native",
+    "calengine.library_models": "calengine.boosters.model_files",
+    "calengine.registry": "calengine.plugins.registry",
+    "calengine.plugin_calls": "calengine.plugins.calls",
+    "calengine.score_columns": "calengine.adapters.score_columns",
+    "calengine.prefit": "calengine.adapters.prefit",
+    "calengine.wrapped_estimator": "calengine.adapters.wrapped_estimator",
+    "calengine.thread_client": "calengine.runtime.thread_client",
+    "calengine.progress": "calengine.runtime.progress",
+    "calengine.run_log": "calengine.runtime.run_log",
+    "calengine.testing_cluster": "calengine.testing.cluster",
+    "calengine.estimator_declared": "calengine.testing.declared",
+    "calengine.cluster": ("calengine.runtime.client", "calengine.runtime.connection", "calengine.runtime.versions"),
+}
+
+
+class _MovedModules:
+    """The import system's finder and loader of :data:`_MOVED`'s old paths."""
+
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname not in _MOVED:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(fullname, cls)
+
+    @staticmethod
+    def create_module(spec):
+        import importlib
+        import types
+        import warnings
+
+        new = _MOVED[spec.name]
+        names = new if isinstance(new, tuple) else (new,)
+        warnings.warn(f"{spec.name} moved and this path goes in the next minor release; import {' or '.join(names)} instead",
+                      DeprecationWarning, stacklevel=2)
+        modules = [importlib.import_module(n) for n in names]
+        if len(modules) == 1:
+            # the module itself, so state set through either name is one; the import system sets the
+            # module's __spec__ to the old name's, which exec_module puts back
+            _SPECS[spec.name] = modules[0].__spec__
+            return modules[0]
+        alias = types.ModuleType(spec.name, f"Deprecated: the names of {', '.join(names)}.")
+
+        def __getattr__(attr):
+            for m in modules:
+                if hasattr(m, attr):
+                    return getattr(m, attr)
+            raise AttributeError(f"module {spec.name!r} has no attribute {attr!r}")
+
+        alias.__getattr__ = __getattr__
+        return alias
+
+    @staticmethod
+    def exec_module(module):
+        if module.__spec__ is not None and module.__spec__.name in _SPECS:
+            module.__spec__ = _SPECS.pop(module.__spec__.name)
+
+
+_SPECS: dict = {}
+
+
+import sys as _sys  # noqa: E402
+
+if not any(f is _MovedModules for f in _sys.meta_path):
+    _sys.meta_path.append(_MovedModules)
+del _sys
+
+
 def __getattr__(name: str):
     if name == "CalibratedClassifier":
         from .estimator import CalibratedClassifier

@@ -60,7 +60,7 @@ class Learner(Params, metaclass=ABCMeta):
     score_kind: ClassVar[str] = "proba"
     accepts_sparse: ClassVar[bool] = False
     #: a learner that arrives fitted -- the score columns of a model computed elsewhere
-    #: (:class:`calengine.score_columns.ScoreColumns`), or a model loaded from a file: the engine never
+    #: (:class:`calengine.adapters.score_columns.ScoreColumns`), or a model loaded from a file: the engine never
     #: clones or fits it, reads its input through the model's reader of named columns
     #: (:class:`calengine.plan.columns.ColumnReader`) and calibrates it on every row of the table (or of
     #: ``--calibration-data``), without folds.  Methods that fit learners (Probing, bagging) refuse it.
@@ -242,7 +242,7 @@ class BoosterLearner(Learner):
       probabilities the contract's shape, ``(n,)`` for two classes and ``(n, k)`` for more.
     * :meth:`to_state` / :meth:`from_state`: the booster's bytes under :attr:`booster_key` (the model
       directory holds them as the file ``learner_<j>.<booster_key>``, never pickled) beside the class
-      count and the version of the library that wrote them (:mod:`calengine.library_models`).  Loading
+      count and the version of the library that wrote them (:mod:`calengine.boosters.model_files`).  Loading
       refuses, in one :class:`~calengine.errors.ModelFormatError` line, a state without such a booster,
       a booster written by a newer release or another major version of the library (naming the release
       to install), and bytes the library cannot read (one of :meth:`read_errors`).
@@ -264,13 +264,13 @@ class BoosterLearner(Learner):
     1. :meth:`validate_booster` (each plugin implements it, the plugin kit checks that it does) parses
        the file in Python and refuses, in one ModelFormatError line, anything the library's predictor
        would trust blindly -- indices out of range, trees that are not trees, non-finite values, counts
-       that disagree (:mod:`calengine.booster_checks` holds the XGBoost and LightGBM parsers);
+       that disagree (:mod:`calengine.boosters.checks` holds the XGBoost and LightGBM parsers);
     2. the first load of those bytes in this process happens in a short-lived child process that loads
-       and probe-scores them (:func:`calengine.booster_guard.probe_in_child`; through
+       and probe-scores them (:func:`calengine.boosters.guard.probe_in_child`; through
        :attr:`native_probe` when the plugin declares one), so a crash or hang the checks did not foresee
        is one line too; the verdict is cached per content hash;
     3. the library then reads them here with its own output kept off the user's terminal
-       (:func:`calengine.booster_guard.quiet_native`).
+       (:func:`calengine.boosters.guard.quiet_native`).
     """
 
     accepts_sample_weight: ClassVar[bool] = True
@@ -291,7 +291,7 @@ class BoosterLearner(Learner):
     native_library: ClassVar[bool] = True
     #: ``"module:function"`` the probing child calls as ``function(blob, n_features, n_classes)`` to load
     #: and probe-score a booster with the native library alone (returns ``None`` or a one-line refusal),
-    #: e.g. ``"calengine.booster_native:probe_xgboost"``; it must import nothing heavy (that is its
+    #: e.g. ``"calengine.boosters.native:probe_xgboost"``; it must import nothing heavy (that is its
     #: point: the child then starts in a fraction of a second instead of seconds).  ``None``: the child
     #: probes with this class (:meth:`booster_from_bytes` and :meth:`score`, importing the library).
     native_probe: ClassVar[str | None] = None
@@ -325,7 +325,7 @@ class BoosterLearner(Learner):
     @abstractmethod
     def validate_booster(self, data: bytes, n_features: int | None, n_classes: int | None):
         """Check ``data`` (this library's model file) in Python, before the library sees it: return a
-        :class:`calengine.booster_checks.BoosterSummary` of a sound file, raise one
+        :class:`calengine.boosters.checks.BoosterSummary` of a sound file, raise one
         :class:`~calengine.errors.ModelFormatError` line otherwise.  ``n_features``/``n_classes``: the
         counts the caller will use, ``None`` when unknown (then the file's own are used, and must be
         consistent).  Never import or call the library here: this is what stands between a hostile
@@ -352,7 +352,7 @@ class BoosterLearner(Learner):
     @classmethod
     def check_library_version(cls, recorded: str, installed: str) -> None:
         """Refuse a booster written by a newer release or another major version of the library."""
-        from .library_models import check_library_version
+        from .boosters.model_files import check_library_version
 
         check_library_version(recorded, installed, cls.library, cls.package)
 
@@ -393,13 +393,13 @@ class BoosterLearner(Learner):
         return out.reshape(-1, self.n_classes_) if self.n_classes_ > 2 else out.reshape(-1)
 
     def to_state(self) -> dict[str, Any]:
-        from .library_models import library_state
+        from .boosters.model_files import library_state
 
         return library_state(self.booster_key, self.booster_bytes(), self.n_classes_, self.library,
                              self.library_version())
 
     def from_state(self, state: dict[str, Any]) -> "BoosterLearner":
-        from .library_models import read_library_state
+        from .boosters.model_files import read_library_state
 
         blob, n_classes = read_library_state(state, self.name, self.booster_key, self.library,
                                              self.library_version(), self.package)
@@ -411,7 +411,7 @@ class BoosterLearner(Learner):
         """The booster in ``blob``, after :meth:`validate_booster` and (once per content hash per
         process) a load and probe in a child process; the library's own output is kept off the
         terminal and :meth:`read_errors` become one ModelFormatError line."""
-        from .booster_guard import native_reason, probe_in_child, quiet_native
+        from .boosters.guard import native_reason, probe_in_child, quiet_native
 
         summary = self.validate_booster(blob, n_features, n_classes)
         if self.native_library:
@@ -433,8 +433,8 @@ class BoosterLearner(Learner):
         anything else (a worker lost, the library's own failure) becomes one LearnerError line.  The
         libraries' collectives cannot lose a member, so no model is written: the user runs the fit
         again.  From the CLI, the libraries' chatter is dropped from stderr meanwhile
-        (:func:`calengine.booster_guard.library_chatter_dropped`)."""
-        from .booster_guard import library_chatter_dropped
+        (:func:`calengine.boosters.guard.library_chatter_dropped`)."""
+        from .boosters.guard import library_chatter_dropped
 
         try:
             with library_chatter_dropped():

@@ -14,9 +14,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import metadata_routing
 
-from .wrapped_estimator import EstimatorLearner
+from .adapters.wrapped_estimator import EstimatorLearner
 from .errors import DataError, ParameterError
-from .estimator_declared import expected_failed_checks  # noqa: F401 - its documented home is here
+from .testing.declared import expected_failed_checks  # noqa: F401 - its documented home is here
 
 
 class CalibratedClassifier(ClassifierMixin, BaseEstimator):
@@ -105,7 +105,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         from .fit.training import FitConfig, resolve_learner, split_learners
 
         try:
-            from .plugins import get_plugins
+            from .plugins.loading import get_plugins
 
             plugins = get_plugins()
             return [resolve_learner(FitConfig(learner=lr), plugins) for lr in split_learners(self.learner)]
@@ -329,10 +329,11 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
     def _fit(self, X, y, sample_weight, X_cal, y_cal, split_params):
         import pandas as pd
 
-        from .cluster import dask_client
+        from .runtime.client import dask_client
         from .parquet.data import LabelSpace
         from .tasks.arrays import TrainingData
-        from .fit.training import ENGINE_METHODS, FitConfig, check_seed, explicit_splits, fit_model, folds_of_splits
+        from .fit.training import ENGINE_METHODS, FitConfig, explicit_splits, fit_model, folds_of_splits
+        from .plan.options import check_seed
 
         check_seed(self.seed)
         if _is_frozen(self.learner):
@@ -390,7 +391,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         import pandas as pd
         from sklearn.utils.validation import column_or_1d, validate_data
 
-        from .cluster import dask_client
+        from .runtime.client import dask_client
         from .fit.training import ENGINE_METHODS, FitConfig, fit_model
         from .parquet.data import LabelSpace
         from .tasks.arrays import TrainingData
@@ -441,7 +442,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
         """Save the fitted model as a calengine model directory (``calengine score`` can use it).
 
         A model of a ``FrozenEstimator`` is stored as ``calengine fit --prefit`` stores a model trained
-        elsewhere (:func:`calengine.prefit.frozen_prefit`): a scikit-learn estimator with skops, its
+        elsewhere (:func:`calengine.adapters.prefit.frozen_prefit`): a scikit-learn estimator with skops, its
         types checked against the allowlist now (``trust``: type names you trust beyond it, which
         ``calengine score`` then needs as ``--trust-type``), an XGBoost/LightGBM classifier as its
         booster's bytes; it reads the columns the estimator (or this classifier's ``fit``) was given
@@ -450,7 +451,7 @@ class CalibratedClassifier(ClassifierMixin, BaseEstimator):
 
         model = self.model_
         if _is_frozen(self.learner) and model.encoder is None:
-            from .prefit import frozen_model
+            from .adapters.prefit import frozen_model
 
             model = frozen_model(model, self.learner, getattr(self, "feature_names_in_", None), trust)
         if model.encoder is None:
@@ -498,7 +499,7 @@ class FrozenLearner(EstimatorLearner):
 
 def _storable(model):
     """The model with wrapped scikit-learn instances turned into the ``sklearn`` import-path learner."""
-    from . import registry
+    from .plugins import registry
     from .errors import ModelFormatError
 
     for m in model.members:

@@ -3,7 +3,7 @@
 Hooks only register.  Each is called once, in the client process, and hands over *classes*; all work
 happens in methods of those classes, which are plain picklable objects that Dask tasks can carry.  A
 task never calls ``pm.hook.*``.  Whatever those methods raise reaches the user as one line naming
-the plugin and its distribution (:mod:`calengine.plugin_calls`); a class registered under a name
+the plugin and its distribution (:mod:`calengine.plugins.calls`); a class registered under a name
 another plugin already took is a clash that ``calengine plugins`` shows and every other command refuses.
 
 A plugin module implements any of the hooks::

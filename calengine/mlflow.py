@@ -10,6 +10,7 @@ contract (no pickles, pinned requirements, what MLflow stamps).
 
 from __future__ import annotations
 
-from .export.mlflow import FLAVOR_NAME, _load_pyfunc, load_model, log_model, save_model
+from .export.mlflow import FLAVOR_NAME, load_model, log_model, save_model
+from .export.mlflow import load_pyfunc as _load_pyfunc  # the name MLflow calls on a loader_module
 
 __all__ = ["FLAVOR_NAME", "save_model", "log_model", "load_model", "_load_pyfunc"]

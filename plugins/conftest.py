@@ -1,5 +1,5 @@
 """Fixtures of the plugins' test suites (calengine-xgboost and calengine-lightgbm use them): a partitioned
-Adult table, a LocalCluster, real dask processes.  The helpers are :mod:`calengine.testing_cluster`'s,
+Adult table, a LocalCluster, real dask processes.  The helpers are :mod:`calengine.testing.cluster`'s,
 public for any plugin; a plugin kept in its own repository would hold these few fixtures in its own
 conftest.py, with its own data."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from calengine.testing_cluster import local_client as _local_client
-from calengine.testing_cluster import split_parquet, start_dask_processes, stop_processes
+from calengine.testing.cluster import local_client as _local_client
+from calengine.testing.cluster import split_parquet, start_dask_processes, stop_processes
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+#: the Pima Indians diabetes table (768 rows, 8 numeric columns, ``class`` 0/1): the suite's small table
+PIMA = REPO / "data" / "pima.parquet"
 
 
 class CLIResult:
@@ -46,9 +48,9 @@ def assert_one_line_error(result: CLIResult, *fragments: str) -> None:
         assert frag in lines[0], (frag, lines[0])
 
 
-# one copy of the process helpers, the one plugin authors get (calengine.testing_cluster)
-from calengine.testing_cluster import free_port  # noqa: E402,F401 - re-exported for the tests
-from calengine.testing_cluster import stop_processes as stop_process_groups  # noqa: E402,F401
+# one copy of the process helpers, the one plugin authors get (calengine.testing.cluster)
+from calengine.testing.cluster import free_port  # noqa: E402,F401 - re-exported for the tests
+from calengine.testing.cluster import stop_processes as stop_process_groups  # noqa: E402,F401
 
 
 def default_sigint() -> None:

@@ -53,9 +53,9 @@ def _child(request: dict, out_path: str, err_path: str) -> None:
 def main() -> None:
     import calengine.model.artifact  # noqa: F401
     import calengine.cli  # noqa: F401
-    import calengine.cluster  # noqa: F401
+    import calengine.runtime.client  # noqa: F401
     import calengine.fit.table  # noqa: F401
-    import calengine.registry  # noqa: F401
+    import calengine.plugins.registry  # noqa: F401
     import calengine.scores.table  # noqa: F401
     import distributed  # noqa: F401
     import pyarrow.parquet  # noqa: F401

@@ -24,7 +24,7 @@ if os.environ.get("CALENGINE_TEST_CHECKOUT") != "1":
     except ImportError as exc:
         pytest.exit(f"error: {exc}", returncode=2)
 
-from cli_helpers import REPO, free_port, run_cli, stop_process_groups  # noqa: E402
+from cli_helpers import PIMA, REPO, free_port, run_cli, stop_process_groups  # noqa: E402
 
 DATA = REPO / "data"
 
@@ -37,6 +37,27 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def pima_xy():
+    """Pima's feature columns as a DataFrame and its ``class`` labels as an array (read once per process)."""
+    import pandas as pd
+
+    df = pd.read_parquet(PIMA)
+    y = df.pop("class").to_numpy()
+    return df, y
+
+
+@pytest.fixture(scope="session")
+def pima_sigmoid_model(tmp_path_factory):
+    """A model of Pima fitted once per process as ``calengine fit PIMA --target class --cv 3 --method
+    sigmoid --workers 1`` (gaussian_nb, three sigmoid members): the evaluation tests' model."""
+    out = tmp_path_factory.mktemp("pima") / "sigmoid-cv3"
+    r = run_cli("--quiet", "fit", PIMA, "--target", "class", "--cv", "3", "--workers", "1", "--method", "sigmoid",
+                "--output", out)
+    assert r.returncode == 0, r
+    return out
 
 
 @pytest.fixture(scope="session")

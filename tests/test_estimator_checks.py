@@ -130,8 +130,8 @@ def _tier_checks() -> list:
 
 def _machine_dependent(mark):
     """A strict xfail whose declared reason says the failure depends on the machine's floating point
-    (:data:`calengine.estimator_declared.MACHINE_DEPENDENT`) becomes a non-strict one."""
-    from calengine.estimator_declared import MACHINE_DEPENDENT
+    (:data:`calengine.testing.declared.MACHINE_DEPENDENT`) becomes a non-strict one."""
+    from calengine.testing.declared import MACHINE_DEPENDENT
 
     reason = mark.kwargs.get("reason", "") if mark.name == "xfail" else ""
     return pytest.mark.xfail(reason=reason, strict=False) if reason.startswith(MACHINE_DEPENDENT) else mark
@@ -158,13 +158,8 @@ def test_the_default_declares_exactly_the_one_expected_failure():
 
 
 @pytest.fixture(scope="module")
-def pima():
-    import pandas as pd
-
-    from pathlib import Path
-
-    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "data" / "pima.parquet")
-    y = df.pop("class").to_numpy()
+def pima(pima_xy):
+    df, y = pima_xy
     return df.to_numpy(dtype=float), y
 
 

@@ -4,19 +4,16 @@ input for the tree, feature names of a DataFrame fit, and typed one-line errors.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from calengine import CalibratedClassifier
 
 
 @pytest.fixture(scope="module")
-def pima():
-    df = pd.read_parquet(Path(__file__).resolve().parents[1] / "data" / "pima.parquet")
-    y = df.pop("class").to_numpy()
+def pima(pima_xy):
+    df, y = pima_xy
     return df.iloc[:300].reset_index(drop=True), y[:300]
 
 

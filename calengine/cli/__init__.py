@@ -5,7 +5,7 @@ Each command is a module of this package (``fit``, ``score`` for score and decid
 ``run(args)``, which validates what only the command line can get wrong, calls the function the
 Python API also calls (``calengine.fit.table.fit_table``, :func:`calengine.score_table`,
 :func:`calengine.evaluate_models`, ...) and prints.  Options shared by several commands are in
-:mod:`calengine.cli.options`; what the tables look like is in :mod:`calengine.metrics.text`.
+:mod:`calengine.cli.options`; what the tables look like is in :mod:`calengine.metrics.report.text`.
 
 Only the standard library is imported at module level so ``calengine --help`` answers at once; each
 command imports what it needs.  Any :class:`calengine.errors.CalengineError` (and argument errors)
@@ -13,6 +13,21 @@ becomes one ``error: ...`` line on stderr and exit code 2, with no traceback and
 
 The names this module exported when it was one file (``format_metrics_table``, ``METRIC_ORDER``,
 ``parse_params``, ...) are still importable from here.
+
+Modules:
+
+* :mod:`.__main__`: ``python -m calengine.cli``, as before the CLI became a package (``python -m calengine``
+  is the same).
+* :mod:`.adapt`: ``calengine adapt``.
+* :mod:`.cv`: ``calengine cv``.
+* :mod:`.evaluate`: ``calengine evaluate``.
+* :mod:`.export`: ``calengine export``.
+* :mod:`.fit`: ``calengine fit``.
+* :mod:`.limits`: The bounds of every size a user gives on the command line, checked before any work.
+* :mod:`.options`: Options several commands share, and what they turn into.
+* :mod:`.plugins`: ``calengine plugins [NAME]``.
+* :mod:`.recalibrate`: ``calengine recalibrate``.
+* :mod:`.score`: ``calengine score`` and ``calengine decide``.
 """
 
 from __future__ import annotations
@@ -80,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        from .. import __version__
+        from ..version import __version__
 
         print(__version__)
         return 0
@@ -90,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.strict_plugins:
         os.environ["CALENGINE_STRICT_PLUGINS"] = "1"
     _warnings_as_lines()
-    from .. import run_log
+    from ..runtime import run_log
     from ..errors import CalengineError
 
     try:
@@ -111,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _broken_pipe()
     except Exception as exc:  # noqa: BLE001 - only failures of the cluster itself are turned into one line
-        from ..cluster import cluster_failure
+        from ..runtime.client import cluster_failure
 
         message = cluster_failure(exc) or _disk_full(exc) or _out_of_memory(exc)
         if message is None:
@@ -250,18 +265,18 @@ def entry() -> None:
 #: on first use, so that ``calengine --help`` imports none of them)
 _MOVED = {
     **dict.fromkeys(("format_metrics_table", "format_error_reject", "format_drift", "format_decisions",
-                     "METRIC_ORDER", "SHORT_METRIC"), ("calengine.metrics.text", None)),
-    "_terminal_width": ("calengine.metrics.text", "terminal_width"),
-    "_metric_cell": ("calengine.metrics.text", None),
-    "_metrics_by_model": ("calengine.metrics.text", None),
+                     "METRIC_ORDER", "SHORT_METRIC"), ("calengine.metrics.report.text", None)),
+    "_terminal_width": ("calengine.metrics.report.text", "terminal_width"),
+    "_metric_cell": ("calengine.metrics.report.text", None),
+    "_metrics_by_model": ("calengine.metrics.report.text", None),
     "_curve_points": ("calengine.metrics.evaluation", None),
-    "_finite": ("calengine.metrics.text", "finite"),
+    "_finite": ("calengine.metrics.report.text", "finite"),
     "_model_labels": ("calengine.metrics.evaluation", "model_labels"),
     "_calibration_map": ("calengine.metrics.evaluation", "calibration_map_sample"),
     "_check_report_dir": ("calengine.metrics.evaluation", "check_report_dir"),
     "_band_json": ("calengine.metrics.bootstrap", "band_json"),
-    "_plugin_requirements": ("calengine.plugins", "plugin_requirements"),
-    "_installed_requirements": ("calengine.plugins", "installed_requirements"),
+    "_plugin_requirements": ("calengine.plugins.loading", "plugin_requirements"),
+    "_installed_requirements": ("calengine.plugins.loading", "installed_requirements"),
     "_client": ("calengine.cli.options", "client"),
     "_tls": ("calengine.cli.options", "tls"),
     "_progress": ("calengine.cli.options", "progress"),

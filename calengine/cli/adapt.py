@@ -46,7 +46,7 @@ def run(args) -> int:
     from ..methods.label_shift import check_em_options
     from ..model.artifact import load_model, save_model
     from ..parquet.data import check_columns, resolve_parquet_files
-    from ..plugins import model_requirements
+    from ..plugins.loading import model_requirements
 
     check_method(args.method)
     check_em_options(args.tol, args.max_iter)

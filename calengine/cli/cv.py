@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..errors import ParameterError
     from ..fit.cross_validation import cross_validate, format_cv
-    from ..metrics.text import finite
+    from ..metrics.report.text import finite
 
     if args.folds < 2:
         raise ParameterError(f"--folds must be at least 2, got {args.folds}")

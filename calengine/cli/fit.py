@@ -12,7 +12,7 @@ from . import options
 
 
 def add_parser(sub) -> None:
-    from .. import run_log
+    from ..runtime import run_log
 
     p = sub.add_parser("fit", help="fit a calibrated model on a Parquet table")
     p.add_argument("data", metavar="DATA", help="Parquet file, directory of Parquet files, or glob")

@@ -221,13 +221,13 @@ def prepare_fit(args):
 
 
 def progress(args):
-    from ..progress import Progress
+    from ..runtime.progress import Progress
 
     return Progress(enabled=args.progress)
 
 
 def tls(args):
-    from ..cluster import TLSConfig
+    from ..runtime.connection import TLSConfig
     from ..errors import ClusterError
 
     given = [args.tls_ca_file, args.tls_cert, args.tls_key]
@@ -239,13 +239,13 @@ def tls(args):
 
 
 def client(args, distributions=(), modules=(), map_only: bool = False, keep_heap: bool = False):
-    """The job's Dask client (:func:`calengine.cluster.dask_client`); ``distributions`` may be a callable
+    """The job's Dask client (:func:`calengine.runtime.client.dask_client`); ``distributions`` may be a callable
     returning ``(distributions, modules)``, called once the cluster is up.  ``map_only``: the command
     only maps tasks over chunks and reduces their results (score, decide, evaluate), so without
-    ``--cluster`` it runs on a :class:`~calengine.thread_client.ThreadClient` and never imports
+    ``--cluster`` it runs on a :class:`~calengine.runtime.thread_client.ThreadClient` and never imports
     ``distributed``; ``keep_heap``: such a job keeps freed memory for reuse
-    (:func:`calengine.tasks.heap.kept_heap`; this process is the command's own)."""
-    from ..cluster import dask_client, runs_on_threads
+    (:func:`calengine.runtime.heap.kept_heap`; this process is the command's own)."""
+    from ..runtime.client import dask_client, runs_on_threads
     from ..errors import ParameterError
 
     if args.workers is not None and args.workers < 1:
@@ -261,7 +261,7 @@ def client(args, distributions=(), modules=(), map_only: bool = False, keep_heap
             raise ParameterError(f"--worker-memory must be a size such as 6GiB, got {memory!r}") from None
         if args.cluster not in (None, "local"):
             raise ParameterError("--worker-memory applies to local clusters; start remote workers with 'dask worker --memory-limit'")
-    from ..run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
+    from ..runtime.run_log import observed  # dashboard link on a terminal; cluster and tasks for --json-log
 
     if runs_on_threads(args.cluster, memory, map_only):  # no distributed: none of its logging to set up
         return observed(dask_client(None, workers=args.workers, map_only=True, keep_heap=keep_heap), None)
@@ -277,17 +277,17 @@ def client(args, distributions=(), modules=(), map_only: bool = False, keep_heap
     # a cluster start cut short (Ctrl-C while the plugins load beside it) leaves asyncio tasks whose
     # exceptions nobody retrieves; asyncio would log each with a traceback
     logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
-    import calengine.booster_guard
-    import calengine.cluster
+    import calengine.boosters.guard
+    import calengine.runtime.client
 
-    calengine.cluster.QUIET_WORKER_STDERR = True
-    calengine.booster_guard.FILTER_CHATTER = True  # XGBoost's in-process workers print "got rank" lines
+    calengine.runtime.client.QUIET_WORKER_STDERR = True
+    calengine.boosters.guard.FILTER_CHATTER = True  # XGBoost's in-process workers print "got rank" lines
     return observed(dask_client(args.cluster, workers=args.workers, tls=tls(args), distributions=distributions,
                                 modules=modules, memory_limit=memory), args.cluster)
 
 
 def connect(args, map_only: bool = False):
-    """The ``client`` a Python API function takes from the CLI (see :func:`calengine.cluster.job_client`):
+    """The ``client`` a Python API function takes from the CLI (see :func:`calengine.runtime.client.job_client`):
     called with the workers' requirements once the job has checked its inputs, it opens :func:`client`
     for this command's options."""
     return lambda distributions, modules: client(args, distributions, modules, map_only=map_only)

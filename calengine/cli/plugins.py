@@ -1,7 +1,7 @@
 """``calengine plugins [NAME]``: every plugin with its failures and name clashes, or one learner,
 calibrator or combiner's parameters.
 
-A shell over :func:`calengine.plugins.get_plugins` and :func:`calengine.registry.describe_name`.
+A shell over :func:`calengine.plugins.loading.get_plugins` and :func:`calengine.plugins.registry.describe_name`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def run(args) -> int:
     is the command that diagnoses plugins, so it always lists them (loaded leniently) and then, if any
     failed, says so in one ``error:`` line and exits 2, as every other command would in strict mode.
     """
-    from ..plugins import get_plugins, is_strict
+    from ..plugins.loading import get_plugins, is_strict
 
     plugins = get_plugins(strict=False, allow_clashes=True)
     if args.name:
@@ -63,7 +63,7 @@ def _print_records(records: list[dict]) -> None:
 
 
 def _describe(plugins, name: str, as_json: bool) -> int:
-    from ..registry import describe_name
+    from ..plugins.registry import describe_name
 
     found = describe_name(name, plugins)
     if as_json:

@@ -48,7 +48,7 @@ def run(args) -> int:
     from ..fit.recalibrate import check_recalibratable, parent_record, recalibrate_with_lineage
     from ..model.artifact import load_model, save_model
     from ..parquet.data import check_columns, resolve_parquet_files
-    from ..plugins import model_requirements
+    from ..plugins.loading import model_requirements
 
     out = args.output
     if not args.overwrite and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):

@@ -13,7 +13,7 @@ from . import options
 
 
 def add_parser(sub) -> None:
-    from .. import run_log
+    from ..runtime import run_log
 
     score = sub.add_parser("score", help="write calibrated probabilities for a Parquet table")
     _add_model_and_output(score)

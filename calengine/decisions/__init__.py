@@ -10,6 +10,13 @@ Python API (the CLI's ``decide``, ``score --cost-matrix`` and ``evaluate --cost-
 See :mod:`calengine.decisions.costs` for the matrix convention (``C[decided, true]``) and file format,
 :mod:`calengine.decisions.decide` for the rule and its tie-break, and
 :mod:`calengine.decisions.accumulate` for the mergeable evaluation totals.
+
+Modules:
+
+* :mod:`.accumulate`: Mergeable totals that evaluate decision policies on a labelled table, chunk by chunk.
+* :mod:`.costs`: The cost (or benefit) matrix of a decision problem, constant or taken from columns of the
+  table.
+* :mod:`.decide`: Minimum-expected-cost decisions from class probabilities.
 """
 
 from .accumulate import DecisionAccumulator

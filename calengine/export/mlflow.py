@@ -67,7 +67,7 @@ def pip_requirements(manifest: dict) -> list[str]:
     model's manifest names, sorted: what a fresh environment installs to load and score the model."""
     from importlib import metadata
 
-    from .. import __version__
+    from ..version import __version__
 
     reqs = {"calengine": __version__}
     for origin in (manifest.get("plugins") or {}).values():
@@ -89,7 +89,7 @@ def save_model(model_dir, path, *, trust=(), mlflow_model=None) -> dict:
     mlflow = _mlflow()
     from mlflow.models import Model
 
-    from .. import __version__
+    from ..version import __version__
     from ..model.artifact import load_model, read_manifest
 
     model = load_model(model_dir, trust=tuple(trust))  # refuses a damaged model before anything is written
@@ -179,7 +179,7 @@ class PyfuncModel:
         return self.model
 
 
-def _load_pyfunc(data_path, model_config=None):
+def load_pyfunc(data_path, model_config=None):
     """MLflow's loader-module entry point: ``data_path`` is the stored calengine model directory."""
     from ..model.artifact import load_model as load_calengine_model
 

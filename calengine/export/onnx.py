@@ -42,7 +42,7 @@ import json
 import numpy as np
 
 from ..errors import CalengineError, ParameterError
-from .sql import (EPS, EXP_CAP, OTHER_FORMATS, PROBA_TOLERANCE, _check_exportable, _scales_vector,
+from .sql import (EPS, EXP_CAP, OTHER_FORMATS, PROBA_TOLERANCE, check_exportable, scales_vector,
                   interp_pieces, venn_abers_steps)
 
 OPSET = 17
@@ -330,7 +330,7 @@ def model_onnx(model) -> bytes:
         raise CalengineError("exporting to ONNX needs the onnx package; install it with: pip install 'calengine[onnx]'"
                              ) from None
 
-    member, learner, reader = _check_exportable(model, "ONNX")
+    member, learner, reader = check_exportable(model, "ONNX")
     names = list(reader.columns) if reader is not None else [c.name for c in model.encoder.columns_]
     check_input_names(names)
     g = _Graph(internal_prefix(names))
@@ -346,7 +346,7 @@ def model_onnx(model) -> bytes:
         scores, ok = _reads(g, reader, learner)
         nan = g.num(np.nan)
         cal = member.calibrators[0]
-        if _scales_vector(member, cal):
+        if scales_vector(member, cal):
             rs = _softmax_scaling(g, member, cal, scores, ok)
         else:
             rs = [g.clip(calibrator_onnx(g, c, z), 0.0, 1.0) for c, z in zip(member.calibrators, scores)]

@@ -14,7 +14,7 @@ What is expressed, and how exactly:
 * reading the score columns as :class:`calengine.plan.columns.ColumnReader` does: probability scores
   clipped to [0, 1]; a row that ``calengine score`` refuses (NULL, NaN, infinite, a probability outside
   [0, 1] by more than the reader's tolerance) gets NULL probabilities instead of failing the query;
-* two score columns of a two-class model reduced as :class:`calengine.score_columns.ScoreColumns`
+* two score columns of a two-class model reduced as :class:`calengine.adapters.score_columns.ScoreColumns`
   reduces them; ``k`` logit columns turned into each class's one-vs-rest log-odds (max-shifted
   log-sum-exp);
 * the calibrators ``sigmoid`` (on the score or, ``on="logit"``, on its logit), ``sigmoid_nobias``, ``temperature``, ``beta`` (the logistic function
@@ -54,7 +54,7 @@ import math
 import numpy as np
 
 from ..errors import ParameterError
-from .sql_learners import EXP_CAP, expit as _expit  # noqa: F401  (EXP_CAP: the ONNX export's too)
+from .sql_learners import EXP_CAP, expit as _expit, no_nul  # noqa: F401  (EXP_CAP: the ONNX export's too)
 
 DIALECTS = ("duckdb", "spark", "postgres")
 #: what the SQL export expresses (module docstring)
@@ -90,17 +90,6 @@ class _Dialect:
         if self.name == "spark":
             return "`" + name.replace("`", "``") + "`"
         return '"' + name.replace('"', '""') + '"'
-
-
-def no_nul(text, what: str) -> str:
-    """``text`` as a string for an identifier or literal: refused in one line if it holds a NUL character,
-    which no dialect's quoting can hold (PostgreSQL refuses it anywhere in a query; DuckDB and Spark
-    silently end the name there, so two names could become one)."""
-    text = str(text)
-    if "\x00" in text:
-        raise ParameterError(f"{what} holds a NUL character, which SQL cannot hold: {text!r}; rename it in the data"
-                             " before fitting, or score this model with " + OTHER_FORMATS)
-    return text
 
 
 def _clip(d: _Dialect, x: str, lo: float, hi: float) -> str:
@@ -260,12 +249,12 @@ def _numpy_sum(terms: list[str]) -> str:
     return out
 
 
-def _check_exportable(model, fmt: str = "SQL") -> tuple:
+def check_exportable(model, fmt: str = "SQL") -> tuple:
     """``(member, learner, reader)`` of a model the SQL export (``fmt="ONNX"``: the ONNX one, which
     checks for a learner first) expresses, or one ParameterError line (``reader`` is None for a
     learner calengine fitted: see :mod:`.sql_learners`)."""
     from ..plan.columns import ColumnReader
-    from ..score_columns import ScoreColumns
+    from ..adapters.score_columns import ScoreColumns
 
     _check_not_wrapped(model, fmt)
     member = model.members[0]
@@ -287,7 +276,7 @@ def _check_exportable(model, fmt: str = "SQL") -> tuple:
                                  f" 'normalize'); score this model with {OTHER_FORMATS}")
     for m in model.members:
         for cal in m.calibrators:
-            if _scales_vector(m, cal) and cal.name not in MATRIX_SCALINGS:
+            if scales_vector(m, cal) and cal.name not in MATRIX_SCALINGS:
                 raise ParameterError(
                     f"calibrator '{cal.name}' scales the whole {model.n_classes}-class score vector, which has no {fmt}"
                     f" form ({fmt} expresses {', '.join(MATRIX_SCALINGS)}); score this model with {OTHER_FORMATS}"
@@ -381,7 +370,7 @@ def _combined(d: _Dialect, k: int, rs: list[str]) -> list[str]:
     return [f"CASE WHEN {total} > 0 THEN {r} / {total} WHEN {total} = 0 THEN {d.num(1.0 / k)} END" for r in rs]
 
 
-def _scales_vector(member, cal) -> bool:
+def scales_vector(member, cal) -> bool:
     """Whether ``cal`` maps the whole score vector (a multiclass scaling on k > 2 classes, or a linear
     scaling fitted on one column as the k = 2 case)."""
     return bool(getattr(cal, "multiclass", False)) and (
@@ -440,7 +429,7 @@ def _matrix_layers(d: _Dialect, member, cal, zs: list[str]) -> list[tuple[str, l
 def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
     """One ``SELECT`` over ``table`` returning its columns plus ``p_<class>`` (module docstring)."""
     d = _Dialect(dialect)
-    member, learner, reader = _check_exportable(model)
+    member, learner, reader = check_exportable(model)
     if reader is None:
         return _learner_model_sql(d, model, table)
     scores, valid = _reads(d, reader, learner)
@@ -457,7 +446,7 @@ def model_sql(model, dialect: str = "duckdb", table: str = "input") -> str:
     k = model.n_classes
     probs = _combined(d, k, rs)
     read = ",\n    ".join([f"{valid} AS {d.ident('ok')}"] + [f"{s} AS {d.ident(f'c{b}')}" for b, s in enumerate(scores)])
-    if _scales_vector(member, member.calibrators[0]):
+    if scales_vector(member, member.calibrators[0]):
         layers = _matrix_layers(d, member, member.calibrators[0], zs)
     else:
         layers = [("s", [(f"r{b}", f"CASE WHEN z.{d.ident('ok')} THEN {_clip(d, calibrator_sql(d, cal, z), 0.0, 1.0)} END")

@@ -47,11 +47,21 @@ def expit(d, x: str) -> str:
 SQL_LEARNERS = ("logistic_regression", "linear_svm", "gaussian_nb", "bernoulli_nb", "multinomial_nb")
 
 
+def no_nul(text, what: str) -> str:
+    """``text`` as a string for an identifier or literal: refused in one line if it holds a NUL character,
+    which no dialect's quoting can hold (PostgreSQL refuses it anywhere in a query; DuckDB and Spark
+    silently end the name there, so two names could become one)."""
+    text = str(text)
+    if "\x00" in text:
+        raise ParameterError(f"{what} holds a NUL character, which SQL cannot hold: {text!r}; rename it in the data"
+                             " before fitting, or score this model with calengine score, --format mlflow or"
+                             " calengine.arrow_udf(MODEL)")
+    return text
+
+
 def _text(d, value: str) -> str:
     """A string literal: quotes doubled (DuckDB, Postgres); Spark reads backslash escapes instead.  A
-    value with a NUL character is refused (:func:`calengine.export.sql.no_nul`)."""
-    from .sql import no_nul
-
+    value with a NUL character is refused (:func:`no_nul`)."""
     value = no_nul(value, "a category")
     if d.name == "spark":
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

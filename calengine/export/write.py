@@ -35,7 +35,7 @@ def export_model(model_dir, fmt: str, output, *, dialect: str = "duckdb", table:
     ``sql`` and ``onnx`` write one file; ``mlflow`` writes an MLflow model directory (:mod:`.mlflow`), staged under a
     temporary name beside ``output`` and renamed.  The model is loaded with :func:`calengine.load_model`
     only (model files are untrusted)."""
-    from .. import __version__
+    from ..version import __version__
     from ..model.artifact import load_model, read_manifest
 
     if fmt not in FORMATS:

@@ -15,7 +15,7 @@ import numpy as np
 from ..tasks import arrays as tasks
 from ..errors import ParameterError
 from ..model.calibrated import Member, RawMap, raw_kind_of
-from ..progress import Progress, gather_in_order
+from ..runtime.progress import Progress, gather_in_order
 
 MODES = ("ensemble", "refit")
 
@@ -120,7 +120,7 @@ def fit_code_members(
         for fold in range(plan.cv):
             chunk = results[fold * n_cols : (fold + 1) * n_cols]
             members.append(
-                _column_member([r[0] for r in chunk], [r[1] for r in chunk], [(r[2], r[3]) for r in chunk])
+                column_member([r[0] for r in chunk], [r[1] for r in chunk], [(r[2], r[3]) for r in chunk])
             )
         return members
     score_futures = [
@@ -148,10 +148,10 @@ def fit_code_members(
                           plan.calibrator, learners[b].score_kind, pure=False)
         )
     calibrators = client.gather(calibrator_futures)
-    return [_column_member(learners, calibrators, ranges)]
+    return [column_member(learners, calibrators, ranges)]
 
 
-def _column_member(learners, calibrators, ranges: list[tuple[float, float]]) -> Member:
+def column_member(learners, calibrators, ranges: list[tuple[float, float]]) -> Member:
     """A member whose learner ``b`` scores column ``b``; raw baseline from held-out score ranges."""
     kind = learners[0].score_kind
     n = len(learners)

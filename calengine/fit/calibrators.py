@@ -18,13 +18,13 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 from ..plan.memory import check_fits_memory, range_rows_for
-from ..progress import gather_in_order
+from ..runtime.progress import gather_in_order
 from ..tasks import partitions as pt
 
 __all__ = ["fit_calibrators", "calibration_problems", "refuse_code_matrix", "summary_points"]
 
 
-def _merge_summaries(parts: list[dict]) -> dict:
+def merge_summaries(parts: list[dict]) -> dict:
     live = [p for p in parts if p["n"]]
     if not live:
         return {"n": 0}
@@ -122,7 +122,7 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
     from ..base import fresh_copy
 
     cals = [fresh_copy(calibrator) for _ in problems]
-    from ..plugin_calls import plugin_errors
+    from ..plugins.calls import plugin_errors
 
     requests = []
     for cal, (cs, col) in zip(cals, problems):
@@ -245,7 +245,7 @@ def _merge_blocks(client, futures: list, cals: list, progress) -> list:
     histogram), so at 10^8 rows (100 fragments) the held results were ~70-100 MiB of an embedded
     process's ~370 MiB peak, which is how that peak still grew 25 % from 10^7 rows.  Tasks run in about
     submission order, so only a few results wait at a time whatever the number of blocks."""
-    from ..plugin_calls import plugin_errors
+    from ..plugins.calls import plugin_errors
 
     if progress is not None:
         progress.start("calibrators", len(futures))
@@ -266,7 +266,7 @@ def _merge_blocks(client, futures: list, cals: list, progress) -> list:
 
 
 def _calibrator_stats(cal, parts: list):
-    from ..plugin_calls import plugin_errors
+    from ..plugins.calls import plugin_errors
 
     with plugin_errors(cal, "fit"):
         merged = pt.merge_in_order(parts, cal.merge_stats)

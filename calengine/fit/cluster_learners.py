@@ -123,7 +123,7 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows
     Returns one future per unit holding the fitted learner, as the other routes do (the fitted object
     is embedded in its task, so a lost worker's copy is recomputed rather than lost).
     """
-    from ..cluster import plain_client
+    from ..runtime.versions import plain_client
     from ..tasks.arrays import learner_errors, seeded
 
     plain = plain_client(client)  # the libraries type-check for a distributed.Client

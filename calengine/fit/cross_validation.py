@@ -85,10 +85,11 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     from ..parquet.data import LabelSpace, read_table, resolve_parquet_files, stratified_folds
     from ..parquet.dataset import dataset_root
     from ..plan.features import FeatureEncoder, select_feature_columns
-    from ..plugins import get_plugins
+    from ..plugins.loading import get_plugins
     from ..parquet.storage import absolute
     from ..tasks.arrays import TrainingData
-    from .training import check_seed, fit_model
+    from ..plan.options import check_seed
+    from .training import fit_model
 
     import numbers
 
@@ -234,7 +235,7 @@ def cross_validate_parquet(data, target: str, *, folds: int = 5, cluster=None, w
     :func:`calengine.fit_table`."""
     from dataclasses import fields
 
-    from ..cluster import dask_client
+    from ..runtime.client import dask_client
     from .table import TableSpec
     from .training import FitConfig
 

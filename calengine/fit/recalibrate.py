@@ -38,7 +38,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 from ..reductions.pav import pav_sums
-from ..tasks.heap import trims_heap
+from ..runtime.heap import trims_heap
 from ..tasks.partitions import ScoreBlock
 
 #: calibrators whose ``--update`` is implemented, and what the merge is
@@ -73,7 +73,7 @@ def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], 
     """
     from ..plan.columns import check_fit_scores
     from ..reductions.column_stats import row_weights
-    from ..scores.table import _batches
+    from ..scores.table import batches
 
     M = model.code_matrix
     k = model.n_classes
@@ -83,7 +83,7 @@ def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], 
     class_weights = np.zeros(k) if weight else None
     missing = 0
     members = sorted({m for m, _ in problems})
-    for df in _batches(chunk, columns, batch_rows):
+    for df in batches(chunk, columns, batch_rows):
         present = df[target].notna().to_numpy()
         missing += int((~present).sum())
         if not present.all():
@@ -342,11 +342,11 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     from ..model.calibrated import RawMap, calibrator_kind
     from ..parquet.data import check_columns
     from ..plan.memory import worker_memory_limit
-    from ..plugin_calls import plugin_errors
-    from ..progress import gather_in_order
+    from ..plugins.calls import plugin_errors
+    from ..runtime.progress import gather_in_order
     from ..scores.table import plan_chunks, share_model
     from ..tasks import partitions as pt
-    from .calibrators import _merge_summaries, fit_calibrators
+    from .calibrators import merge_summaries, fit_calibrators
 
     check_recalibratable(model, update, forget)
     if weight is not None and (weight == target or weight in model.encoder.input_columns):
@@ -388,7 +388,7 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
             f"the new data has no rows of class {', '.join(absent)} (the model's classes are"
             f" {', '.join(map(str, model.labels.classes))}); recalibration needs labelled rows of every class"
         )
-    merged = [_merge_summaries([s[i] for s in summaries]) for i in range(len(problems))]
+    merged = [merge_summaries([s[i] for s in summaries]) for i in range(len(problems))]
     budget = _Budget(int(class_counts.sum()), worker_memory_limit(client))
     holder = [blocks]
     del blocks
@@ -495,7 +495,7 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
     (parent path and hash then unknown: ``None``).  ``data``: a Parquet path (file, directory or
     glob), a list of them, or a pandas DataFrame (written to a temporary Parquet file first).
     ``update``/``forget``: see the module docstring.  ``weight``: a column of frequency weights.  ``client``: as for
-    :func:`calengine.cluster.job_client` (e.g. an existing Dask client); otherwise
+    :func:`calengine.runtime.client.job_client` (e.g. an existing Dask client); otherwise
     ``cluster``/``workers``/``worker_memory`` as for :func:`calengine.fit_table`, the workers checked
     for the model's plugins.  With ``output`` the
     new model is saved there (``overwrite`` to replace one).  Returns the new
@@ -505,11 +505,11 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
     import tempfile
     from pathlib import Path
 
-    from ..cluster import job_client
+    from ..runtime.client import job_client
     from ..model.artifact import load_model, save_model
-    from ..plugins import model_requirements
+    from ..plugins.loading import model_requirements
     from ..parquet.data import table_files
-    from ..progress import as_progress
+    from ..runtime.progress import as_progress
 
     if output is not None and not overwrite and os.path.exists(output) and (not os.path.isdir(output) or os.listdir(output)):
         raise ParameterError(f"output '{output}' already exists; choose a new path or pass overwrite=True")

@@ -1,6 +1,6 @@
 """Fitting on the score columns of a table (``calengine fit --scores``): options, reader, API.
 
-A learner with :attr:`calengine.base.Learner.prefit` -- today :class:`calengine.score_columns.ScoreColumns`,
+A learner with :attr:`calengine.base.Learner.prefit` -- today :class:`calengine.adapters.score_columns.ScoreColumns`,
 the scores of a model computed elsewhere -- goes through the ordinary partition-native fit of
 :mod:`calengine.fit.table` with three differences, all made there: no folds (nothing is fitted, so
 every row of DATA, or of ``--calibration-data``, feeds the calibrators through the same reductions),
@@ -10,7 +10,7 @@ rest: which options apply (one line for each that cannot), how the score columns
 and learner, the class-sampling correction every fit can record (``--negative-sampling``,
 ``--class-sampling``); the Python API, :func:`calengine.fit.scores_api.calibrate_scores`, is apart.
 
-``--prefit PATH`` (:mod:`calengine.prefit`) takes the same route with a saved model as the learner:
+``--prefit PATH`` (:mod:`calengine.adapters.prefit`) takes the same route with a saved model as the learner:
 :func:`prefit_spec` opens and checks the file before any data is read and makes its feature columns
 the ones the model's :class:`~calengine.plan.columns.ColumnReader` reads; the options it refuses are
 refused in :func:`check_score_options` beside those of ``--scores``.
@@ -33,7 +33,7 @@ from ..errors import DataError, ParameterError
 def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
     """The target, ``--weight`` and ``--scores`` columns exist and play one part each (one line each)."""
     from ..parquet.data import check_columns
-    from ..score_columns import SCORE_COLUMN_KINDS
+    from ..adapters.score_columns import SCORE_COLUMN_KINDS
 
     if spec.target not in names:
         check_columns(files, [spec.target], root)
@@ -129,8 +129,8 @@ def runs_as_map(scores, prefit, by, method: str) -> bool:
     """Whether a fit is a map over fragments whose statistics are merged in fixed trees or in the client,
     and nothing else: a fit of score columns or of a ``--prefit`` model (no learner is trained), not
     segment-wise (``--by``) and not MCGrad (whose rounds compute Dask collections).  Without
-    ``--cluster`` such a fit runs on a :class:`~calengine.thread_client.ThreadClient`
-    (:func:`calengine.cluster.dask_client`'s ``map_only``), as ``score`` does: importing ``distributed``
+    ``--cluster`` such a fit runs on a :class:`~calengine.runtime.thread_client.ThreadClient`
+    (:func:`calengine.runtime.client.dask_client`'s ``map_only``), as ``score`` does: importing ``distributed``
     and starting the embedded scheduler took ~1 s of CPU of a 10M-row sigmoid fit's ~8 s, and Dask's
     task handling another ~13 % of its busy samples (``benchmarks/results/score_columns_speed_s8.md``).
     The tasks are the same functions on the same kind of threads, so the model is the same bits."""
@@ -138,11 +138,11 @@ def runs_as_map(scores, prefit, by, method: str) -> bool:
 
 
 def prefit_spec(spec):
-    """(the checked :class:`~calengine.prefit.Prefit` learner of ``spec.prefit``, ``spec`` with its
+    """(the checked :class:`~calengine.adapters.prefit.Prefit` learner of ``spec.prefit``, ``spec`` with its
     feature columns): the file is opened, validated and loaded here, before any data is read."""
     from dataclasses import replace
 
-    from ..prefit import open_prefit
+    from ..adapters.prefit import open_prefit
 
     learner = open_prefit(spec.prefit, spec.features, spec.trust)
     return learner, replace(spec, features=list(learner.columns))
@@ -152,17 +152,17 @@ def prefit_spec(spec):
 
 
 def score_reader(spec, labels):
-    """The model's reader of ``spec.scores``, in class order (:func:`calengine.score_columns.order_score_columns`)."""
+    """The model's reader of ``spec.scores``, in class order (:func:`calengine.adapters.score_columns.order_score_columns`)."""
     from ..plan.columns import ColumnReader
-    from ..score_columns import order_score_columns
+    from ..adapters.score_columns import order_score_columns
 
     return ColumnReader(order_score_columns(list(spec.scores), labels, list(spec.classes or ()) or None),
                         role="score", score_kind=spec.score_kind)
 
 
 def score_learner(ctx):
-    """The :class:`~calengine.score_columns.ScoreColumns` learner of a planned ``--scores`` fit."""
-    from ..score_columns import ScoreColumns
+    """The :class:`~calengine.adapters.score_columns.ScoreColumns` learner of a planned ``--scores`` fit."""
+    from ..adapters.score_columns import ScoreColumns
 
     return ScoreColumns(columns=list(ctx.enc.encoder.columns), kind=ctx.spec.score_kind,
                         n_classes=ctx.enc.labels.n_classes)

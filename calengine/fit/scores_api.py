@@ -21,12 +21,12 @@ def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic"
                      trust=()):
     """Calibrate the score column(s) of a table against ``target``: ``calengine fit DATA --scores``;
     or, with ``prefit=PATH`` instead of ``scores``, the scores of a model trained elsewhere:
-    ``calengine fit DATA --prefit PATH`` (:mod:`calengine.prefit`; ``features``: its feature columns
+    ``calengine fit DATA --prefit PATH`` (:mod:`calengine.adapters.prefit`; ``features``: its feature columns
     when the file names none, ``trust``: extra types a skops file may hold).
 
     ``data`` (and ``calibration_data``): a Parquet path (file, directory, glob or URL) or a pandas
     DataFrame.  ``scores``: a column name, a comma-separated string or a list (one column for two
-    classes, or one per class: see :mod:`calengine.score_columns` for how columns meet classes, and
+    classes, or one per class: see :mod:`calengine.adapters.score_columns` for how columns meet classes, and
     ``classes`` to name them in order).  ``score_kind``: ``"proba"``, ``"decision"`` or ``"logit"``.
     ``weight``: a column of frequency weights.  ``negative_sampling`` / ``class_sampling``: the
     rates at which classes were kept (:mod:`calengine.methods.sampling`).  ``output``: save the model
@@ -35,9 +35,9 @@ def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic"
     """
     import tempfile
 
-    from ..cluster import dask_client
+    from ..runtime.client import dask_client
     from ..parquet.data import table_files
-    from ..progress import Progress
+    from ..runtime.progress import Progress
     from .score_columns import runs_as_map
     from .table import TableSpec, fit_table
     from .training import FitConfig

@@ -86,7 +86,7 @@ def blend_weight(n_eff: np.ndarray, k: float) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- in tasks
 
 
-def _fragment_frame(fragment, enc, by: tuple[str, ...]):
+def fragment_frame(fragment, enc, by: tuple[str, ...]):
     """The fragment's target, weight and ``--by`` columns, and the mask of rows with a label (the rows
     :func:`calengine.tasks.partitions.load_part` keeps, in the same order)."""
     from ..parquet.dataset import read_fragment
@@ -106,7 +106,7 @@ def segment_counts(fragment, enc, plan, by: tuple[str, ...], n_sets: int, max_se
     from ..model.segmented import segment_codes
     from ..plan.folds import fragment_folds
 
-    df, present = _fragment_frame(fragment, enc, by)
+    df, present = fragment_frame(fragment, enc, by)
     k = enc.labels.n_classes
     y_all = np.full(len(df), -1, dtype=np.int64)
     if present.any():
@@ -117,7 +117,7 @@ def segment_counts(fragment, enc, plan, by: tuple[str, ...], n_sets: int, max_se
     w = kept[enc.weight].to_numpy(dtype=np.float64, na_value=np.nan) if enc.weight else np.ones(y.size)
     keys, codes = segment_codes(kept, by)
     if len(keys) > max_segments:
-        raise _too_many(by, max_segments)
+        raise too_many(by, max_segments)
     live = w > 0
     keyed = live & (codes >= 0)
     flat = (codes[keyed] * n_sets + sets[keyed]) * k + y[keyed]
@@ -133,7 +133,7 @@ def counts_only(counted: dict) -> dict:
     return {k: v for k, v in counted.items() if k != "codes"}
 
 
-def _too_many(by, max_segments: int) -> DataError:
+def too_many(by, max_segments: int) -> DataError:
     from ..metrics.segments import MAX_SEGMENTS_LIMIT
 
     return DataError(
@@ -147,7 +147,7 @@ def segment_score_fragment(fragment, enc, plan, members: list, counted: dict, ke
     whose set ``m * S + j`` holds member ``m``'s held-out scores of segment ``j`` (``S`` segments).
     ``counted``: the fragment's :func:`segment_counts` with ``keep_codes`` (its rows' segments)."""
     from ..tasks import partitions as pt
-    from ..tasks.arrays import pin_native_threads
+    from ..runtime.threads import pin_native_threads
 
     pin_native_threads()
     part = pt.load_part(fragment, enc, plan, order="F")
@@ -169,7 +169,7 @@ def segment_score_fragment(fragment, enc, plan, members: list, counted: dict, ke
             mask &= part.w > 0
         idx = np.flatnonzero(mask)
         S = member.scores(part.X[idx]) if idx.size else np.empty((0, member.n_columns))
-        T = pt._targets(part.y[idx], S.shape[1], None, plan)
+        T = pt.column_targets_of(part.y[idx], S.shape[1], None, plan)
         W = None if part.w is None else part.w[idx]
         order = np.argsort(seg[idx].astype(small), kind="stable")
         bounds = np.searchsorted(seg[idx][order], np.arange(n_seg + 1))
@@ -208,7 +208,7 @@ def _refuse(spec, config) -> None:
                              " another column")
 
 
-def _check_columns(spec, by) -> None:
+def check_segment_columns(spec, by) -> None:
     from ..parquet.data import parquet_columns, resolve_parquet_files
     from ..parquet.dataset import dataset_root
     from ..parquet.storage import absolute
@@ -227,14 +227,14 @@ def count_segments(client, spec, config, ctx, by: tuple[str, ...], progress):
     """``(plan, fragments, n_sets, counts)``: the calibration rows' fold plan (folds of a learner's fit;
     none for ``--calibration-data``, ``--scores``, ``--prefit``), their fragments, the number of
     calibration sets and each fragment's :func:`segment_counts`, in fragment order (also the first
-    pass of ``--method mcgrad``, :mod:`calengine.fit.mcgrad_table`)."""
+    pass of ``--method mcgrad``, :mod:`calengine.fit.mcgrad.table`)."""
     return _count_segments(client, spec, config, ctx, by, progress)[:4]
 
 
 def _count_segments(client, spec, config, ctx, by: tuple[str, ...], progress, keep_codes: bool = False):
     """:func:`count_segments` plus the count tasks' futures (with ``keep_codes``, holding each
     fragment's per-row segment codes on the workers; the client gathers the counts only)."""
-    from ..progress import gather_in_order
+    from ..runtime.progress import gather_in_order
     from ..tasks import partitions as pt
 
     cal_mode = spec.calibration_data is not None
@@ -254,21 +254,21 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
 
     ``plan_table`` / ``fit_table``: those of :mod:`calengine.fit.table`, which calls this function for a
     spec with ``by`` (passed in rather than imported: that module imports this one)."""
-    from .. import registry
+    from ..plugins import registry
     from ..metrics.segments import check_segment_options
     from ..model.calibrated import raw_kind_of
     from ..model.segmented import SegmentEncoder, SegmentedMember
-    from ..plugins import get_plugins
-    from ..progress import gather_in_order
+    from ..plugins.loading import get_plugins
+    from ..runtime.progress import gather_in_order
     from ..tasks import partitions as pt
-    from .calibrators import _merge_summaries, calibration_problems, fit_calibrators
+    from .calibrators import merge_summaries, calibration_problems, fit_calibrators
     plugins = plugins or get_plugins()
     by = check_segment_options(spec.by, spec.max_segments)
     k_shrink = check_shrinkage(spec.shrinkage)
     spec = replace(spec, by=by)
     _refuse(spec, config)
     registry.make("calibrators", config.method, config.method_params, plugins)  # a misspelt name: before work
-    _check_columns(spec, by)
+    check_segment_columns(spec, by)
     base_spec = replace(spec, by=None)
     ctx = plan_table(client, base_spec, progress)
     # 1. counts: which segments get their own map
@@ -280,7 +280,7 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
         for key, arr in zip(p["keys"], p["weights"]):
             totals[key] = totals[key] + arr if key in totals else arr.copy()
     if len(totals) > spec.max_segments:
-        raise _too_many(by, spec.max_segments)
+        raise too_many(by, spec.max_segments)
     keys = sorted(totals)
     fitted = [key for key in keys if np.all(totals[key] > 0)]
     key_index = {key: j for j, key in enumerate(fitted)}
@@ -306,7 +306,7 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
         summaries = gather_in_order(
             client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "segment scores"
         )
-        merged = [_merge_summaries([s[i] for s in summaries]) for i in range(n_sets * len(fitted))]
+        merged = [merge_summaries([s[i] for s in summaries]) for i in range(n_sets * len(fitted))]
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
         problems = calibration_problems(merged, calibrator)
         learner = members[0].learners[0]

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from ..tasks import partitions as pt
-from .. import registry
+from ..plugins import registry
 from ..errors import DataError, ParameterError
 from ..plan.memory import check_fits_memory, fragment_rows_for, held_out_scratch, worker_memory_limit
-from ..progress import Progress, gather_in_order
-from .calibrators import _merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix, summary_points
+from ..runtime.progress import Progress, gather_in_order
+from .calibrators import merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix, summary_points
 
 ROUTES = ("auto", "stats", "in-memory", "sample")
 
@@ -65,11 +65,11 @@ class TableSpec:
     #: learners without weights; every calibrator's sums); never a feature
     weight: str | None = None
     #: ``--scores``: score columns of a model computed elsewhere; no learner is fitted (see
-    #: :mod:`calengine.score_columns`), ``score_kind`` says what they hold, ``classes`` their classes
+    #: :mod:`calengine.adapters.score_columns`), ``score_kind`` says what they hold, ``classes`` their classes
     scores: tuple[str, ...] | None = None
     score_kind: str = "proba"
     classes: tuple | None = None
-    #: ``--prefit``: a model file trained elsewhere (:mod:`calengine.prefit`), applied as it is to its
+    #: ``--prefit``: a model file trained elsewhere (:mod:`calengine.adapters.prefit`), applied as it is to its
     #: feature columns (``features``, once opened); ``trust``: ``--trust-type`` names for a skops file
     prefit: str | None = None
     trust: tuple[str, ...] = ()
@@ -200,7 +200,7 @@ def tree_merge(client, submit_leaf, items: list, progress: Progress | None, labe
     cost a 512 MiB worker 90 MiB of statistics on a 70-fragment table and pushed it to Dask's pause
     threshold, where a worker stops running tasks.
     """
-    from ..thread_client import as_completed
+    from ..runtime.thread_client import as_completed
 
     level = []
     sizes = []
@@ -227,7 +227,7 @@ def tree_merge(client, submit_leaf, items: list, progress: Progress | None, labe
 
 
 def _failed(future) -> bool:
-    """Whether a finished ``future`` (Dask's, or a :class:`~calengine.thread_client.ThreadClient`'s
+    """Whether a finished ``future`` (Dask's, or a :class:`~calengine.runtime.thread_client.ThreadClient`'s
     :class:`concurrent.futures.Future`) was cancelled or raised."""
     status = getattr(future, "status", None)  # a Dask future's
     if status is not None:
@@ -242,9 +242,9 @@ def _result_unless_lost(client, future):
     forever in CI (py-spy), and the interleaving was not reproduced (distributed cancels the futures it
     holds, and those submitted while it reconnects, when it gives up).  Polling bounds the wait by the
     client's own connect timeout whatever the cause: once the client is closing or closed, nothing
-    will answer this future.  (A :class:`~calengine.thread_client.ThreadClient`'s threads cannot be
+    will answer this future.  (A :class:`~calengine.runtime.thread_client.ThreadClient`'s threads cannot be
     lost: its result is waited for.)"""
-    from ..thread_client import ThreadClient
+    from ..runtime.thread_client import ThreadClient
 
     if isinstance(client, ThreadClient):
         return future.result()
@@ -278,19 +278,19 @@ def _class_counts_per_group(target_stat, labels) -> dict:
 
 def fit_table(client, spec: TableSpec, config, progress: Progress | None = None, plugins=None, ctx=None):
     """Fit ``config`` on the table ``spec`` describes, on the cluster behind ``client``."""
-    from ..plugins import get_plugins
+    from ..plugins.loading import get_plugins
     from .training import ENGINE_METHODS, split_learners
 
     plugins = plugins or get_plugins()
     if config.method == "mcgrad":  # the global fit uncalibrated, then MCGrad's rounds (issue 25 §3)
-        from .mcgrad_table import fit_mcgrad_table
+        from .mcgrad.table import fit_mcgrad_table
 
         return fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_table)
     if spec.by:  # the global fit, then one calibrator per segment
         from .segments import fit_segmented
 
         return fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table)
-    from .training import check_seed
+    from ..plan.options import check_seed
 
     check_seed(config.seed)
     from .score_columns import check_score_options, check_sampling, check_weighted_method, score_learner, with_sampling
@@ -460,7 +460,7 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
             client, [client.submit(pt.block_summary, b, points, pure=False) for b in blocks], progress,
             "held-out scores",
         )
-        merged = [_merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
+        merged = [merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
         for i, m in enumerate(merged):
             if m["n"] == 0:
                 raise DataError("a calibration set is empty; lower --cv or add data")
@@ -578,7 +578,7 @@ def _quotas(counts: np.ndarray, n: int) -> np.ndarray:
 
 
 def _members(learners, uidx, calsets, merged, by_set, score_kind, M, folds, refit) -> list:
-    from .arrays import _column_member
+    from .arrays import column_member
     from ..model.calibrated import Member, RawMap
 
     def raw(i):
@@ -604,7 +604,7 @@ def _members(learners, uidx, calsets, merged, by_set, score_kind, M, folds, refi
         cals = [by_set[i][0] for i in sets]
         ranges = [(float(merged[i]["min"][0]), float(merged[i]["max"][0])) for i in sets]
         assert len(lrs) == n_cols
-        members.append(_column_member(lrs, cals, ranges))
+        members.append(column_member(lrs, cals, ranges))
     return members
 
 
@@ -672,7 +672,7 @@ def fit_parquet(data, target: str, *, cluster=None, workers=None, worker_memory=
     """
     from dataclasses import fields
 
-    from ..cluster import dask_client
+    from ..runtime.client import dask_client
     from .training import FitConfig
 
     spec_fields = {f.name for f in fields(TableSpec)}

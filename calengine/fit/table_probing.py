@@ -23,7 +23,7 @@ the table:
   cut into fragments, on the scheduler or on the number of workers.  One sampling task per fragment
   reads the fragment once and returns the sampled rows of every probe of the round; one fit task per
   probe concatenates its pieces in fragment order and fits the learner unweighted
-  (:func:`calengine.tasks.probing._fit_or_constant`); the costing rounds of a classifier vote by
+  (:func:`calengine.tasks.probing.fit_or_constant`); the costing rounds of a classifier vote by
   majority, as in the in-memory driver.  The expected size of every sample (the sum of acceptance
   probabilities, from the class counts) is checked against a worker's memory before anything runs,
   and the probes of a round go in waves whose samples fit the cluster's memory together.  Costing at
@@ -44,7 +44,7 @@ the table:
 * The **raw-learner map** (:class:`calengine.model.calibrated.RawMap`, for evaluation's baseline) is a reduction
   of ``max |score|`` of every column's first classifier over the fragments.
 
-The result is the same :class:`calengine.fit.probing.VoteMember` the in-memory driver makes, so saving,
+The result is the same :class:`calengine.model.vote.VoteMember` the in-memory driver makes, so saving,
 scoring and evaluation do not change.  Routes recorded in the model's ``x_training.route``:
 ``costing-sample`` (Probing with costing), ``in-memory`` (Probing with weights), ``bootstrap-sample``
 (bagging).  ``--route in-memory`` forces the old driver on the table assembled on one worker.
@@ -61,7 +61,7 @@ from ..methods import probing
 from ..parquet.dataset import file_key_hash
 from ..errors import DataError
 from ..tasks.partitions import load_part
-from ..progress import gather_in_order
+from ..runtime.progress import gather_in_order
 
 _PROBE_STREAM = 0x50524F42  # "PROB"
 _BOOT_STREAM = 0x424F4F54  # "BOOT"
@@ -160,20 +160,20 @@ def _stack(pieces):
 def fit_sample(learner, seed: int, *pieces):
     """Fit one classifier on a sample's pieces, concatenated in fragment order (a constant classifier
     when the sample holds a single class)."""
-    from ..tasks.probing import _fit_or_constant
+    from ..tasks.probing import fit_or_constant
 
     y = np.concatenate([p[1] for p in pieces]) if pieces else np.empty(0, dtype=np.int64)
     if y.size == 0:
         raise DataError("a Probing or bagging sample is empty; check the data (every row lacks a label?)")
     X = _stack(pieces)
     del pieces
-    return _fit_or_constant(X, y, None, learner, seed)
+    return fit_or_constant(X, y, None, learner, seed)
 
 
 def fit_weighted(fragments, enc, column_class: int | None, p: float, bounded: bool, learner, seed: int):
     """One weighted Probing classifier: every row, read fragment by fragment on this worker, weighted
     with :func:`calengine.methods.probing.importance_weights`, fitted once (as the in-memory driver does)."""
-    from ..tasks.probing import _fit_or_constant
+    from ..tasks.probing import fit_or_constant
 
     pieces = []
     for fragment in fragments:
@@ -182,13 +182,13 @@ def fit_weighted(fragments, enc, column_class: int | None, p: float, bounded: bo
     X = _stack(pieces)
     y01 = np.concatenate([q[1] for q in pieces])
     del pieces
-    return _fit_or_constant(X, y01, probing.importance_weights(y01, p, bounded=bounded), learner, seed)
+    return fit_or_constant(X, y01, probing.importance_weights(y01, p, bounded=bounded), learner, seed)
 
 
 def update_votes(fragment, enc, votes, n_columns: int, dtype: str, new: list):
     """The fragment's vote counts after the round's classifiers ``new`` = ``[(column, [voters of its
     costing rounds]), ...]`` (``votes`` None before the first round).  Returns a new array."""
-    from ..tasks.arrays import pin_native_threads
+    from ..runtime.threads import pin_native_threads
 
     pin_native_threads()
     part = load_part(fragment, enc, None)
@@ -208,7 +208,7 @@ def vote_histograms(votes, lengths: tuple[int, ...]) -> list[np.ndarray]:
 def first_score_extent(fragment, enc, voters: list) -> np.ndarray:
     """Per column, ``max |score|`` of its first classifier over the fragment's rows (0 without rows)."""
     from ..model.calibrated import as_columns
-    from ..tasks.arrays import pin_native_threads
+    from ..runtime.threads import pin_native_threads
 
     pin_native_threads()
     part = load_part(fragment, enc, None)
@@ -362,10 +362,10 @@ def _vote_dtype(t: int) -> str:
 def fit_probing(client, ctx, learner, s: dict, columns: list, seed: int, progress) -> tuple[list, list, str]:
     """Probing's classifiers per column and the schedules' boundaries; votes stay on the workers."""
     from ..plan.memory import check_fits_memory as _check_fits_memory
-    from .probing import _weighting
+    from .probing import probing_weighting
     from ..tasks.arrays import task_seed
 
-    weighting = _weighting(learner, s["weighting"])
+    weighting = probing_weighting(learner, s["weighting"])
     rounds = s["costing_rounds"] if weighting == "costing" else 1
     bounded = bool(s["bounded_weights"])
     if weighting == "weights":
@@ -477,12 +477,13 @@ def raw_map(client, ctx, learner, voters: list):
 def fit_reduction_partitioned(client, ctx, learner, config, plugins, progress):
     """Probing or bagging on the fragments of ``ctx``: ``(members, code matrix, combiner, column
     counts, route)``, the first four as :func:`calengine.fit.probing.fit_reduction_members` returns them."""
-    from .probing import VoteMember, _column_classes, method_settings, vote_code_matrix
+    from ..model.vote import VoteMember
+    from .probing import column_classes, method_settings, vote_code_matrix
 
     s = method_settings(config.method, config.method_params)
     labels = ctx.enc.labels
     k = labels.n_classes
-    columns = _column_classes(k, s["multiclass"])
+    columns = column_classes(k, s["multiclass"])
     if ctx.n_rows == 0:
         raise DataError("the training table has no rows")
     if config.method == "probing":

@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry
+from ..plugins import registry
 from ..parquet.data import LabelSpace, stratified_folds
+from ..plan.options import check_seed
 from .arrays import CalibrationPlan, fit_code_members, fit_members
 from ..errors import ParameterError
 from ..model.calibrated import CalibratedModel, one_vs_all_matrix
-from ..plugins import PluginSet, get_plugins
-from ..progress import Progress
+from ..plugins.loading import PluginSet, get_plugins
+from ..runtime.progress import Progress
 from ..tasks.arrays import TrainingData
 
 #: methods implemented by the engine itself rather than by a calibrator plugin
@@ -53,23 +54,6 @@ class FitConfig:
     #: ``method="none"`` fitted on held-out rows (folds) like any calibrator, not on every row: the
     #: base of ``--method mcgrad``, whose rounds then read each fold's held-out probabilities
     held_out: bool = False
-
-
-#: seeds are 32-bit (numpy's and scikit-learn's ``random_state`` limit); larger values would alias
-MAX_SEED = 2**32 - 1
-
-
-def check_seed(seed) -> int:
-    """``seed`` as an int in [0, 2**32 - 1], or a one-line :class:`ParameterError`."""
-    import numbers
-
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ParameterError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
-    if not 0 <= seed <= MAX_SEED:
-        raise ParameterError(
-            f"seed must be from 0 to {MAX_SEED} (32 bits), got {seed}; larger seeds would silently repeat smaller ones"
-        )
-    return int(seed)
 
 
 def check_cv(cv) -> int:
@@ -205,7 +189,7 @@ def resolve_learner(config: FitConfig, plugins: PluginSet):
                 "learner must be a registered name, a scikit-learn import path, a calengine Learner or a"
                 f" scikit-learn classifier; got {type(learner).__name__}"
             )
-        from ..wrapped_estimator import EstimatorLearner
+        from ..adapters.wrapped_estimator import EstimatorLearner
 
         learner = EstimatorLearner(estimator=learner)
     return learner.set_params(**config.learner_params) if config.learner_params else learner
@@ -335,10 +319,10 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
     :class:`~calengine.fit.table.TableSpec`): the seed and ``max_categories`` checked and every
     learner, calibrator and parameter name resolved, so a typo fails before any data is read or a
     cluster starts; the requirements are what every worker must have
-    (:func:`calengine.plugins.plugin_requirements`)."""
+    (:func:`calengine.plugins.loading.plugin_requirements`)."""
     from dataclasses import replace
 
-    from ..plugins import plugin_requirements
+    from ..plugins.loading import plugin_requirements
 
     check_seed(config.seed)
     if spec.max_categories < 1:
@@ -351,11 +335,11 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
             f"--multiclass does not apply to --method {config.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
         )
     if getattr(spec, "scores", None):
-        from ..score_columns import ScoreColumns
+        from ..adapters.score_columns import ScoreColumns
 
         learners = [ScoreColumns()]  # its module must import on the workers
     elif getattr(spec, "prefit", None):
-        from ..prefit import requirement_learners
+        from ..adapters.prefit import requirement_learners
 
         learners = requirement_learners(spec.prefit)  # the file itself is read by fit_table
     else:
@@ -372,7 +356,7 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
                        config.class_sampling)
     calibrator = None
     if config.method == "mcgrad":  # MCGrad's refusals and parameters, before any data is read
-        from .mcgrad_checks import booster_learner, check_mcgrad
+        from .mcgrad.checks import booster_learner, check_mcgrad
 
         _, mc_params = check_mcgrad(spec, config, plugins)
         calibrator = registry.make("calibrators", "none", {}, plugins)
@@ -456,7 +440,7 @@ def resolve_multiclass(spec: str, k: int, seed: int, plugins: PluginSet, params:
 
         comb = "normalize" if is_one_vs_all(M) else "coupling"
     combiner = registry.make("combiners", comb, params or {}, plugins)
-    from ..plugin_calls import plugin_errors
+    from ..plugins.calls import plugin_errors
 
     with plugin_errors(combiner, "combine"):  # a CodeMatrixError (its refusal) passes unchanged
         combiner.check_matrix(M)
@@ -473,7 +457,7 @@ def probe_combiner(combiner, M: np.ndarray, params: dict[str, Any]) -> None:
     failure is one line naming the combiner and the parameters given, before any data is read.
     """
     from ..errors import CalengineError
-    from ..plugin_calls import describe, plugin_errors
+    from ..plugins.calls import describe, plugin_errors
 
     k = M.shape[0]
     P = np.vstack([np.full(k, 1.0 / k), np.arange(1, k + 1) / (k * (k + 1) / 2)])
@@ -490,7 +474,7 @@ def probe_combiner(combiner, M: np.ndarray, params: dict[str, Any]) -> None:
         ) from None
     if out.shape != P.shape or not np.all(np.isfinite(out)):
         from ..errors import PluginError
-        from ..plugin_calls import distribution_of
+        from ..plugins.calls import distribution_of
 
         raise PluginError(
             f"{describe(combiner)} (plugin code from {distribution_of(type(combiner))}) returned"

@@ -17,7 +17,7 @@ Two estimators of π' from rows without labels:
   over the rows.  It is the maximum-likelihood estimate of the priors when the model is calibrated
   for the old population.  Each step is one sum over rows (:func:`em_sums`), so on a partitioned
   table it is one reduction over fragments; the sums are fixed-point
-  (:func:`calengine.metrics.exact.fixed_sum` with scale 1: every term is a probability), so the
+  (:func:`calengine.reductions.exact.fixed_sum` with scale 1: every term is a probability), so the
   estimate is the same bit for bit however the rows are cut into fragments, and the same as the
   in-memory :func:`em_priors`.
 * **BBSE** (Lipton, Wang & Smola 2018, "Detecting and correcting for label shift with black box
@@ -37,8 +37,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import DataError, ParameterError
-from ..metrics.exact import fixed_sum, fixed_sum_counts, fixed_to_float
-from ..metrics.tables import is_integral
+from ..reductions.exact import fixed_sum, fixed_sum_counts, fixed_to_float
+from ..reductions.tables import is_integral
 from .sampling import correct
 
 #: estimated priors below this are kept at it: a class the EM drives towards 0 keeps a (tiny) prior,
@@ -61,7 +61,7 @@ def em_sums(P: np.ndarray, train: np.ndarray, new: np.ndarray, weights=None, sca
     posteriors (units of 2**-62 of ``scale``; integers, so blocks merge by addition, in any order).
 
     ``weights``: the rows' weights (counts).  With ``scale`` None they must be integers: each row's
-    units are added ``weight`` times (:func:`calengine.metrics.exact.fixed_sum_counts`), so a row of
+    units are added ``weight`` times (:func:`calengine.reductions.exact.fixed_sum_counts`), so a row of
     weight 2 adds what the row twice adds.  Fractional weights need ``scale``, a bound on every
     weight known to every block before the step (the table's largest weight): the terms are the
     weighted posteriors, summed against that scale.  Without weights ``scale`` is 1."""

@@ -60,14 +60,14 @@ _MAX_REDRAWS = 100
 GRID_POINTS = 101
 
 
-def _check(B, level) -> None:
+def check_bootstrap_options(B, level) -> None:
     if isinstance(B, bool) or not isinstance(B, (int, np.integer)) or B < 2:
         raise ParameterError(f"the number of bootstrap replicates must be an integer of at least 2, got {B!r}")
     if not (isinstance(level, (int, float)) and 0.0 < level < 1.0):
         raise ParameterError(f"the band level must be a probability in (0, 1), got {level!r}; e.g. 0.9")
 
 
-class _Resampler:
+class Resampler:
     """Draws one bootstrap resample's row indices: ``n`` uniform rows, or with ``weights``, ``size``
     draws with probability proportional to the weight (positions along the cumulative weight, integer
     positions when every weight is an integer, so the repeated-rows table gives the same indices)."""
@@ -98,7 +98,7 @@ def _replicates(template, scores, y, grid, seeds, score_kind, weights=None) -> n
     proportion to ``weights`` when given); maps on ``grid``."""
     from sklearn.base import clone
 
-    sampler = _Resampler(y.size, weights)
+    sampler = Resampler(y.size, weights)
     out = np.empty((len(seeds), grid.size))
     for i, ss in enumerate(seeds):
         rng = np.random.default_rng(ss)
@@ -143,7 +143,7 @@ def bootstrap_band(
     """
     from ..reductions.pav import check_binary_data
 
-    _check(B, level)
+    check_bootstrap_options(B, level)
     s, yi, w = check_binary_data(scores, y, sample_weight)
     w = None if sample_weight is None else w
     if grid is None:
@@ -151,7 +151,7 @@ def bootstrap_band(
     grid = np.asarray(grid, dtype=np.float64)
     children = np.random.SeedSequence(int(seed)).spawn(int(B))
     chunks = [children[i : i + REPLICATES_PER_TASK] for i in range(0, int(B), REPLICATES_PER_TASK)]
-    sampler = _Resampler(yi.size, w)  # a total weight below 2 is refused here, before any task
+    sampler = Resampler(yi.size, w)  # a total weight below 2 is refused here, before any task
     if client is None:
         parts = [_replicates(calibrator, s, yi, grid, c, score_kind, w) for c in chunks]
     else:
@@ -240,7 +240,7 @@ def chunk_score_sample(model, chunk, target: str, k: int, seed: int, batch_rows:
     not on workers or the order tasks finish.  Scores are the first member's calibrator inputs.
     """
     from ..parquet.dataset import file_key_hash
-    from ..scores.table import _batches, _weight_column
+    from ..scores.table import batches, weight_column
 
     member, _, _ = _band_calibrator(model)
     lo, hi = file_key_hash(chunk.file_key)
@@ -248,10 +248,10 @@ def chunk_score_sample(model, chunk, target: str, k: int, seed: int, batch_rows:
     keys, S, Y = np.empty(0), np.empty(0), np.empty(0, dtype=np.int8)
     W = None if not weight else np.empty(0)
     columns = list(dict.fromkeys([*model.encoder.input_columns, target] + ([weight] if weight else [])))
-    for b, df in enumerate(_batches(chunk, columns, batch_rows)):
+    for b, df in enumerate(batches(chunk, columns, batch_rows)):
         ss = np.random.SeedSequence([int(seed) & 0xFFFFFFFF, _SAMPLE_STREAM, lo, hi, first, b])
         u = np.random.default_rng(ss).random(len(df))
-        w = _weight_column(df, weight)
+        w = weight_column(df, weight)
         present = df[target].notna().to_numpy()
         if w is not None:
             present = present & (w > 0)
@@ -273,7 +273,7 @@ def sample_table_scores(client, model, files: list[str], target: str, k: int = B
     keys, and the client merges the pieces as they arrive, holding at most ``2k`` rows.  With a
     ``weight`` column, ``(scores, labels, weights)`` of a uniform sample of the rows of positive weight
     (the bootstrap then draws from it in proportion to the weights)."""
-    from ..thread_client import as_completed
+    from ..runtime.thread_client import as_completed
     from ..parquet.data import check_columns
     from ..scores.table import plan_chunks, share_model
 

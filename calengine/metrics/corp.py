@@ -81,7 +81,7 @@ def isotonic_recalibration(v: np.ndarray, pos: np.ndarray, neg: np.ndarray):
     return starts, np.add.reduceat(a, starts), np.add.reduceat(b, starts)
 
 
-def _brier_sum(pos, neg, p) -> float:
+def brier_sum(pos, neg, p) -> float:
     return float(np.sum(pos * (1.0 - p) ** 2 + neg * p**2))
 
 
@@ -91,7 +91,7 @@ def _xlogy(x, p):
     return np.where(x == 0, 0.0, x * np.log(np.where(x == 0, 1.0, p)))
 
 
-def _log_sum(pos, neg, p) -> float:
+def log_sum(pos, neg, p) -> float:
     """Σ -[pos log p + neg log(1-p)], with 0 log 0 = 0."""
     return float(-np.sum(_xlogy(pos, p) + _xlogy(neg, 1.0 - p)))
 
@@ -115,8 +115,8 @@ def corp_column(v, pos, neg, clip: float = 1e-15) -> dict:
     log_p, log_q = np.log(np.clip(v, clip, 1.0)), np.log(np.clip(1.0 - v, clip, 1.0))
     out = {}
     for name, s_x, s_sum in (
-        ("brier", _brier_sum(a, b, v), _brier_sum),
-        ("log_loss", float(-np.sum(a * log_p + b * log_q)), _log_sum),
+        ("brier", brier_sum(a, b, v), brier_sum),
+        ("log_loss", float(-np.sum(a * log_p + b * log_q)), log_sum),
     ):
         s_r = s_sum(ba, bb, r)
         s_c = s_sum(tot_a, tot_b, base)

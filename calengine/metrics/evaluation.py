@@ -1,7 +1,7 @@
 """Evaluating fitted models on a labelled table: ``calengine evaluate``, and the same from Python.
 
 :func:`evaluate_models` runs what the command runs: per model one exact reduction of metric
-accumulators over the table's chunks (:func:`calengine.scores.table.evaluate_table`, calibrated and
+accumulators over the table's chunks (:func:`calengine.metrics.table.evaluate_table`, calibrated and
 raw learner side by side), the drift check of the calibrated probabilities, and on request the
 cost-matrix decisions, bootstrap bands of the calibration map and the HTML report.  It returns an
 :class:`Evaluation`, whose :meth:`~Evaluation.to_json` is the object ``evaluate --json`` prints and
@@ -9,7 +9,7 @@ whose :meth:`~Evaluation.to_text` is the text ``evaluate`` prints: the command i
 function, so a Python user gets the same numbers and the same tables without argv.
 
 The table is never loaded into this process: chunks are evaluated where they are read and only their
-accumulators come back (from :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows on, score ranges
+accumulators come back (from :data:`~calengine.metrics.ranged.engine.RANGED_MIN_ROWS` rows on, score ranges
 that stay where they were built, the report's figures included).  The report's calibration maps read at most
 :data:`~calengine.metrics.report.MAP_MAX_POINTS` rows of the table's first file.
 """
@@ -51,7 +51,7 @@ class Evaluation:
     segments: list[dict] | None = None
     #: the weight column every number was weighted by (``weight``), else None
     weight: str | None = None
-    #: with ``prior_shift``: per model, :func:`calengine.fit.label_shift.prior_shift_table`
+    #: with ``prior_shift``: per model, :func:`calengine.metrics.prior_shift.prior_shift_table`
     prior_shifts: list[dict] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -59,7 +59,7 @@ class Evaluation:
         metrics with ``raw``, ``drift``, ``error_reject``, ``model`` (and ``decisions``,
         ``calibration_band`` when asked for), or ``{"models": [{"label": ..., ...}, ...]}`` for
         several; NaN and infinities are None, as JSON has neither."""
-        from .text import finite
+        from .report.text import finite
 
         payloads = []
         for i, (m, acc, res, drift) in enumerate(zip(self.models, self.accumulators, self.results, self.drifts)):
@@ -90,7 +90,13 @@ class Evaluation:
         table, the decisions under a cost matrix and the report's path, each fitted to ``width``
         columns (default: the terminal's, ``$COLUMNS``)."""
         from .corp import with_brier_rows
-        from .text import format_decisions, format_drift, format_error_reject, format_metrics_table, with_suite_rows
+        from .report.text import (
+            format_decisions,
+            format_drift,
+            format_error_reject,
+            format_metrics_table,
+            with_suite_rows,
+        )
 
         several = len(self.models) > 1
         rows = []
@@ -119,7 +125,7 @@ class Evaluation:
             for lb, seg in zip(self.labels, self.segments):
                 lines += ["", format_segments(lb, seg, width)]
         if self.prior_shifts is not None:
-            from ..fit.label_shift import prior_shift_text
+            from .prior_shift import prior_shift_text
 
             lines += [s for lb, shift in zip(self.labels, self.prior_shifts) for s in ("", prior_shift_text(lb, shift))]
         if self.report is not None:
@@ -145,25 +151,25 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     pointwise band on each two-class model's calibration map from B refits on resamples drawn with
     ``seed``.  ``alpha``: the drift check's significance level.  ``report``: a new (or empty)
     directory for the figures and the HTML page.  ``client``: as for
-    :func:`calengine.cluster.job_client`, else ``cluster``/``workers``; without a cluster the chunks
+    :func:`calengine.runtime.client.job_client`, else ``cluster``/``workers``; without a cluster the chunks
     run on a thread pool of this process.  ``by``: segment columns (a name, ``"a,b"`` or a list): the
     calibration of every segment (:mod:`calengine.metrics.segments`, at most ``max_segments``, default
     1,000, counted over all the columns), summed in the metrics' pass (each row scored once).
     ``prior_shift`` B >= 2: also the class priors of the table estimated from each model's
     probabilities alone (``adapt``'s EM), with a 90 % interval from B bootstrap resamples drawn with
     ``seed``, beside the training priors and the observed label rates
-    (:func:`calengine.fit.label_shift.prior_shift_table`).  Every bad input is a
+    (:func:`calengine.metrics.prior_shift.prior_shift_table`).  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
     """
     import tempfile
 
-    from ..cluster import job_client
+    from ..runtime.client import job_client
     from ..decisions.costs import cost_matrix_for_table, load_cost_matrix
     from ..model.artifact import load_model
     from ..parquet.data import table_files
-    from ..plugins import model_requirements
-    from ..progress import as_progress
-    from ..scores.table import evaluate_table
+    from ..plugins.loading import model_requirements
+    from ..runtime.progress import as_progress
+    from .table import evaluate_table
     from .drift import check_alpha
 
     alpha = check_alpha(alpha)
@@ -180,11 +186,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     named = [isinstance(m, (str, os.PathLike)) for m in given]
     loaded = [load_model(m, trust=tuple(trust or ())) if n else m for m, n in zip(given, named)]
     if prior_shift:
-        from ..fit.label_shift import check_prior_shift
-        from ..fit.training import check_seed
-        from .bootstrap import _check
+        from .prior_shift import check_prior_shift
+        from ..plan.options import check_seed
+        from .bootstrap import check_bootstrap_options
 
-        _check(prior_shift, 0.9)
+        check_bootstrap_options(prior_shift, 0.9)
         seed = check_seed(seed)
         for m in loaded:
             check_prior_shift(m)
@@ -199,15 +205,15 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
             check_report_dir(report)
         costs = [cost_matrix_for_table(parsed_costs, m, files) for m in loaded]
         if bootstrap:
-            from ..fit.training import check_seed
+            from ..plan.options import check_seed
 
             check_bootstrap(bootstrap, loaded)
             seed = check_seed(seed)
         with _forgetting(scratch), job_client(client, cluster=cluster, workers=workers,
                                               requirements=model_requirements(loaded), map_only=True) as c:
             # large tables are cut into score ranges spilled to the scratch directory (on a cluster: kept on
-            # the workers); the report's figures are drawn from the ranges too (calengine.metrics.ranged_curves)
-            from ..thread_client import ThreadClient
+            # the workers); the report's figures are drawn from the ranges too (calengine.metrics.ranged.curves)
+            from ..runtime.thread_client import ThreadClient
 
             spill = scratch if isinstance(c, ThreadClient) else None
             if by is not None:
@@ -233,7 +239,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                         bands = [table_calibration_map_band(c, m, files, target, bootstrap, seed=seed,
                                                             weight=weight) for m in loaded]
                     if prior_shift:
-                        from ..fit.label_shift import prior_shift_table
+                        from .prior_shift import prior_shift_table
 
                         shifts = [prior_shift_table(c, m, files, target, replicates=prior_shift, seed=seed,
                                                     progress=prog, weight=weight) for m in loaded]
@@ -267,11 +273,11 @@ def _restarting(client, attempt):
     time) when a worker that held its score ranges leaves the cluster while workers remain.
 
     Why: the ranges of ``evaluate --cluster`` are files on the workers' own disks
-    (:mod:`calengine.metrics.range_workers`), so Dask cannot recompute a lost worker's share the way it
+    (:mod:`calengine.metrics.ranged.workers`), so Dask cannot recompute a lost worker's share the way it
     recomputes lost task results, and the evaluation as planned cannot finish (before, it stopped with
     the error).  Starting again re-scores the table on the workers left (and on any the cluster adds,
     e.g. a nanny's restart of the lost one); the first attempt's files on the survivors are removed
-    when it fails (:func:`_releasing`, :func:`~calengine.metrics.range_workers.gather_pinned`), and
+    when it fails (:func:`_releasing`, :func:`~calengine.metrics.ranged.workers.gather_pinned`), and
     the results are the same bits as an uninterrupted run (every sum is exact, every seed fixed)."""
     import warnings
 
@@ -307,11 +313,11 @@ def _warn_scratch(client, files, models, scratch: str | None) -> None:
     table with few distinct scores needs a fraction of it; an evaluation that does run out stops with
     one ``error:`` line anyway (:func:`calengine.tasks.spill.save_npy`), but only after its chunks were
     scored, which at 10^8 rows is minutes of work.  Tables below
-    :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows write no ranges and are not checked."""
+    :data:`~calengine.metrics.ranged.engine.RANGED_MIN_ROWS` rows write no ranges and are not checked."""
     import warnings
 
     from ..parquet.dataset import describe_files
-    from . import range_eval
+    from .ranged import engine as range_eval
 
     rows = sum(f.n_rows for f in describe_files(files, None, []).fragments)  # footers only; columns are checked later
     if rows < range_eval.RANGED_MIN_ROWS:
@@ -364,9 +370,9 @@ def _check_segment_columns(files, by, target, weight) -> None:
 
 @contextlib.contextmanager
 def _forgetting(scratch: str):
-    """Drop this process's cached ranges of ``scratch`` (:mod:`calengine.metrics.range_cache`) when the
+    """Drop this process's cached ranges of ``scratch`` (:mod:`calengine.metrics.ranged.cache`) when the
     evaluation ends, however it ends: the directory goes next, and the cache's memory with it."""
-    from .range_cache import forget
+    from .ranged.cache import forget
 
     try:
         yield
@@ -378,7 +384,7 @@ def _forgetting(scratch: str):
 def _releasing(accs: list):
     """Release the ranges of the accumulators in ``accs`` (a list filled inside) if the evaluation
     fails: on a cluster they are files in the workers' local directories, which outlive this call
-    (:meth:`~calengine.metrics.range_eval.RangedTables.release`); on success :meth:`freeze` released them."""
+    (:meth:`~calengine.metrics.ranged.engine.RangedTables.release`); on success :meth:`freeze` released them."""
     try:
         yield
     except BaseException:
@@ -392,10 +398,10 @@ def _releasing(accs: list):
 
 def _metrics(acc, seed: int) -> dict:
     """An accumulator's result; a :class:`~calengine.metrics.measures.MetricAccumulator`'s (or its range-partitioned
-    :class:`~calengine.metrics.range_eval.RangedTables`') with the
-    calibration metric suite (:mod:`calengine.metrics.suite`) added, its bootstrap drawn with ``seed``."""
+    :class:`~calengine.metrics.ranged.engine.RangedTables`') with the
+    calibration metric suite (:mod:`calengine.metrics.ranged.suite`) added, its bootstrap drawn with ``seed``."""
     from .measures import MetricAccumulator
-    from .range_eval import RangedTables
+    from .ranged.engine import RangedTables
 
     if isinstance(acc, (MetricAccumulator, RangedTables)):
         return {**acc.result(), **acc.calibration_suite(seed=seed)}

@@ -42,14 +42,14 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 from .corp import isotonic_recalibration
-from .ranged import core_result, error_reject_at, error_reject_points, ranged_drift
-from .tables import as_counts, binary_top, complementary, mirror_table
-from .tables import empty_table as _empty_table
-from .tables import group_keys as _group_keys
-from .tables import group_rows as _group_rows
-from .tables import merge_all as _merge_all
-from .tables import merge_tables as _merge_tables
-from .tables import row_keys as _row_keys
+from .ranged.core import core_result, error_reject_at, error_reject_points, ranged_drift
+from ..reductions.tables import as_counts, binary_top, complementary, mirror_table
+from ..reductions.tables import empty_table as _empty_table
+from ..reductions.tables import group_keys as _group_keys
+from ..reductions.tables import group_rows as _group_rows
+from ..reductions.tables import merge_all as _merge_all
+from ..reductions.tables import merge_tables as _merge_tables
+from ..reductions.tables import row_keys as _row_keys
 
 __all__ = [
     "LOG_LOSS_CLIP",
@@ -85,7 +85,7 @@ _ARRAY_KEYS = (
 
 
 # --------------------------------------------------------------------------------------------------
-# grouped tables: (sorted distinct values, positive counts, negative counts), see calengine.metrics.tables
+# grouped tables: (sorted distinct values, positive counts, negative counts), see calengine.reductions.tables
 
 
 # --------------------------------------------------------------------------------------------------
@@ -270,10 +270,10 @@ class MetricAccumulator:
 
     def complementary_table(self):
         """The class-1 table, when every row so far came in unweighted binary batches with ``P[:, 0] ==
-        1 - P[:, 1]`` on every row (:func:`~calengine.metrics.tables.complementary`); else None.  Then
-        the class-0 and top-label tables are :func:`~calengine.metrics.tables.mirror_table` and
-        :func:`~calengine.metrics.tables.binary_top` of it, bit for bit, and a caller that derives them
-        later (:func:`calengine.metrics.range_eval.chunk_tables`) need not build or check them.  The
+        1 - P[:, 1]`` on every row (:func:`~calengine.reductions.tables.complementary`); else None.  Then
+        the class-0 and top-label tables are :func:`~calengine.reductions.tables.mirror_table` and
+        :func:`~calengine.reductions.tables.binary_top` of it, bit for bit, and a caller that derives them
+        later (:func:`calengine.metrics.ranged.engine.chunk_tables`) need not build or check them.  The
         accumulator is left as it was."""
         mirrored = self.__dict__.get("_mirrored")
         if not mirrored or self.__dict__.get("_pending") or any(t[0].size for t in self._cls_tables) \
@@ -454,27 +454,37 @@ class MetricAccumulator:
         ``calibration_loss`` is not: ``corp_brier`` and ``corp_log_loss``, each
         ``{"score", "mcb", "dsc", "unc"}`` with ``score = mcb - dsc + unc``; binary: column 1;
         multiclass: sums over the one-vs-rest columns plus ``per_class``.
-        """
+                Exact, in memory: this method.  Bounded memory, from score ranges:
+                :func:`calengine.metrics.ranged.core.core_result`.
+"""
         self._require_rows()
         return core_result([[t] for t in self._cls], [self._top], n=self.n, unit=self._unit(), clip=LOG_LOSS_CLIP)
 
     def _unit(self):
         """Fractional weights: the kernels count them in integer units of ``total / 2**52``
-        (:func:`calengine.metrics.kernels.counts`); None for integer counts."""
+        (:func:`calengine.metrics.ranged.kernels.counts`); None for integer counts."""
         return float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
 
     def calibration_suite(self, seed: int = 0) -> dict:
         """The calibration metric suite of issue 22 (equal-mass and class-wise ECE, the debiased L2
         error with its bootstrap interval drawn with ``seed``, smooth ECE, KS, Kuiper, ECCE and
         Hosmer-Lemeshow tests, the Cox calibration slope and intercept, ICI) from this accumulator's
-        tables, each table one score range; see :mod:`calengine.metrics.suite`."""
-        from .suite import calibration_suite
+        tables, each table one score range; see :mod:`calengine.metrics.ranged.suite`.
+
+        Exact, in memory: this method.  Bounded memory, from score ranges:
+        :func:`calengine.metrics.ranged.suite.calibration_suite`.
+        """
+        from .ranged.suite import calibration_suite
 
         self._require_rows()
         return calibration_suite([[t] for t in self._cls], [self._top], unit=self._unit(), seed=seed)
 
     def drift_check(self, alpha: float = 0.01) -> dict:
-        """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`."""
+        """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`.
+
+        Exact, in memory: this method.  Bounded memory, from score ranges:
+        :func:`calengine.metrics.ranged.core.ranged_drift` (this method runs it on one range).
+        """
         self._require_rows()
         return ranged_drift([[t] for t in self._cls], alpha, unit=self._unit())
 
@@ -520,7 +530,9 @@ class MetricAccumulator:
 
         Returns arrays: ``bin_edges`` (bins+1), and per bin ``mean_predicted``, ``observed_frequency``
         (both NaN for empty bins) and ``count`` (int64).
-        """
+                Exact, in memory: this method.  Bounded memory, from score ranges:
+                :func:`calengine.metrics.ranged.curves.reliability_bins`.
+"""
         if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
             raise ParameterError(f"bins must be a positive integer, got {bins!r}")
         if strategy not in ("uniform", "quantile"):
@@ -559,7 +571,9 @@ class MetricAccumulator:
 
         Returns arrays of equal length: ``threshold``, ``reject_rate`` in [0, 1], ``error_rate`` (among
         accepted rows) and ``n_accepted`` (int64).
-        """
+                Exact, in memory: this method.  Bounded memory, from score ranges:
+                :func:`calengine.metrics.ranged.core.error_reject_points` (thinned).
+"""
         self._require_rows()
         v, correct, wrong = self._top
         rejected = np.concatenate(([0], np.cumsum(correct + wrong)))
@@ -578,14 +592,22 @@ class MetricAccumulator:
         """:meth:`error_reject_curve` thinned to at most ``max_points`` evenly spread points (the
         first rejects nothing, the last everything): ``threshold``, ``reject_rate``, ``error_rate``
         and ``n_accepted``, as a range-partitioned evaluation computes them
-        (:func:`calengine.metrics.ranged.error_reject_points`)."""
+        (:func:`calengine.metrics.ranged.core.error_reject_points`).
+
+        Exact, in memory: this method.  Bounded memory, from score ranges:
+        :func:`calengine.metrics.ranged.core.error_reject_points`.
+        """
         self._require_rows()
         return error_reject_points([self._top], max_points=max_points, unit=self._unit())
 
     def error_reject_at(self, rates) -> list:
         """The error rate among accepted rows at the last point of :meth:`error_reject_curve` whose
         reject rate is at most each of ``rates`` (the text table of ``evaluate``); see
-        :func:`calengine.metrics.ranged.error_reject_at`."""
+        :func:`calengine.metrics.ranged.core.error_reject_at`.
+
+        Exact, in memory: this method.  Bounded memory, from score ranges:
+        :func:`calengine.metrics.ranged.core.error_reject_at`.
+        """
         self._require_rows()
         return error_reject_at([self._top], rates, unit=self._unit())
 
@@ -597,7 +619,9 @@ class MetricAccumulator:
         move together (a diagonal step).  Returns arrays ``fpr``, ``tpr``, ``threshold``; the rates are
         NaN when the class has no positives or no negatives.  The trapezoidal area under this curve
         equals the tie-aware ``auc``.
-        """
+                Exact, in memory: this method.  Bounded memory, from score ranges:
+                :func:`calengine.metrics.ranged.curves.roc_thinned` (thinned).
+"""
         self._require_rows()
         v, pos, neg = self._cls[self._class_arg(cls, default_binary=True)]
         tp = np.concatenate(([0], np.cumsum(pos[::-1])))
@@ -612,7 +636,11 @@ class MetricAccumulator:
         recalibration of ``P[:, cls]`` as blocks, arrays ``lo``/``hi`` (lowest and highest forecast in the
         block), ``value`` (the block's observed frequency) and ``count`` (rows).  Dimitriadis, Gneiting &
         Jordan draw this step function instead of binned points: no bin choice, and the score the
-        forecasts lose against it is ``corp_brier["mcb"]`` (``corp_log_loss["mcb"]``)."""
+        forecasts lose against it is ``corp_brier["mcb"]`` (``corp_log_loss["mcb"]``).
+
+        Exact, in memory: this method.  Bounded memory, from score ranges:
+        :func:`calengine.metrics.ranged.curves.corp_curve`.
+        """
         self._require_rows()
         v, pos, neg = self._cls[self._class_arg(cls, default_binary=True)]
         starts, bpos, bneg = isotonic_recalibration(v, pos, neg)

@@ -14,7 +14,7 @@ Which probability: for two classes, the positive class's; for more, the top labe
 probability against "the predicted class is right"), as calengine's ``ece`` does.  Log loss and Brier
 score use the whole probability vector.
 
-How it scales: the sums ride on ``evaluate``'s own pass (:func:`calengine.scores.table.evaluate_chunk`
+How it scales: the sums ride on ``evaluate``'s own pass (:func:`calengine.metrics.table.evaluate_chunk`
 adds each batch's rows to a chunk's accumulator with the probabilities it scored for the metrics), so
 a row is read and scored once for both.  Every statistic is a sum over rows, kept per segment and per cell of a
 :data:`GRID`-cell grid of the probability, so a chunk's accumulator is a few arrays and merging adds
@@ -247,7 +247,7 @@ def format_segments(label: str, seg: dict, width: int | None = None) -> str:
     """The ``--by`` block of ``evaluate``'s text: the multicalibration error, then the whole table and
     the worst :data:`TEXT_ROWS` segments (by ECCE on the sigma scale), one line each; the p-values
     shown are Holm-adjusted over the segments."""
-    from .text import terminal_width
+    from .report.text import terminal_width
 
     width = terminal_width(width)
 

@@ -3,7 +3,7 @@ kernel smoother and bandwidth search, Hosmer-Lemeshow, Kumar et al.'s debiased L
 bootstrap, and the Newton step of the logistic calibration fits.
 
 Everything here runs in the client on arrays of a few thousand numbers at most (bins, grid points,
-parameters): the per-range work that produced them is in :mod:`calengine.metrics.kernels`.  Each
+parameters): the per-range work that produced them is in :mod:`calengine.metrics.ranged.kernels`.  Each
 definition is the one of its reference implementation, which the tests compare against on the same
 arrays: MAPIE (``mapie.metrics.calibration``) for KS/Kuiper and their p-values, MCGrad's ``ecce_pvalue``,
 relplot's ``smECE``, the ``uncertainty-calibration`` package's ``get_calibration_error``, statsmodels'

@@ -8,7 +8,7 @@ by-path classifiers need, and nothing that can run code when loaded or called: n
 no functions (``builtins.eval``, ``operator.*`` and the like), no ``FunctionTransformer``.  Anything
 else must be trusted explicitly by the user (``--trust-type``), type by type.
 
-Covered (scikit-learn 1.9, verified by ``tests/test_learners.py`` for binary and multiclass fits):
+Covered (scikit-learn 1.9, verified by ``plugins/builtins/tests/test_learners.py`` for binary and multiclass fits):
 
 * the built-in learners of ``calengine_builtins.learners`` (decision trees keep a ``Tree``; MLPs
   trained with ``adam`` or ``sgd`` keep their optimizer; Pipelines, scalers, naive Bayes, AdaBoost,

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import registry
+from ..plugins import registry
 from ..version import MODEL_FORMAT_VERSION, __version__
 from ..parquet.data import LabelSpace, staged_directory
 from .checks import check_estimator, check_manifest, probe_model
@@ -48,7 +48,7 @@ from .files import FileWriter, canonical_skops, check_zip_size, digest, load_npz
 from .files import check_plain_name, read_manifest_bytes, read_member_file
 from ..errors import CalengineError, DataError, ModelFormatError, PluginError, UnknownPluginError
 from ..plan.columns import encoder_from_json
-from ..plugins import PluginSet, get_plugins
+from ..plugins.loading import PluginSet, get_plugins
 
 MANIFEST = "manifest.json"
 
@@ -76,11 +76,11 @@ def _jsonable(value: Any, where: str) -> Any:
 # ---------------------------------------------------------------------------------------------- state
 
 
-def _is_estimator(value: Any) -> bool:
+def is_estimator(value: Any) -> bool:
     return hasattr(value, "get_params") and hasattr(value, "fit")
 
 
-def _save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: str) -> dict[str, Any]:
+def save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: str) -> dict[str, Any]:
     """Split a plugin state into JSON scalars, one .npz of arrays and one .skops per estimator, written
     under ``folder`` (relative to the model directory) through ``writer``."""
     from .files import check_plain_name
@@ -95,7 +95,7 @@ def _save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: st
             if value.dtype == object:
                 raise ModelFormatError(f"state '{key}' of {stem} is an object array; store numbers or strings")
             arrays[key] = value
-        elif _is_estimator(value):
+        elif is_estimator(value):
             import skops.io as sio
 
             fname = f"{stem}.{key}.skops"
@@ -113,7 +113,7 @@ def _save_state(state: dict[str, Any], writer: FileWriter, folder: str, stem: st
     return desc
 
 
-class _Reader:
+class MemberReader:
     """Reads the files a manifest names, relative to one member folder, with every check applied."""
 
     def __init__(self, root: Path, files: dict[str, Any]):
@@ -129,8 +129,8 @@ class _Reader:
         return load_npz(blob, where)
 
 
-def _load_state(desc: dict[str, Any], reader: _Reader, folder: str, trusted: frozenset[str],
-                trust_written: bool = False) -> dict[str, Any]:
+def load_state(desc: dict[str, Any], reader: MemberReader, folder: str, trusted: frozenset[str],
+               trust_written: bool = False) -> dict[str, Any]:
     state: dict[str, Any] = dict(desc.get("scalars", {}))
     if "arrays" in desc:
         state.update(reader.arrays(folder, desc["arrays"]))
@@ -250,7 +250,7 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
                 {
                     "name": lr.name,
                     "params": _jsonable(lr.get_params(deep=False), f"parameters of learner '{lr.name}'"),
-                    "state": _save_state(lr.to_state(), writer, folder, f"learner_{j}"),
+                    "state": save_state(lr.to_state(), writer, folder, f"learner_{j}"),
                 }
                 for j, lr in enumerate(parts["learners"])
             ]
@@ -258,7 +258,7 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
                 {
                     "name": cal.name,
                     "params": _jsonable(cal.get_params(deep=False), f"parameters of calibrator '{cal.name}'"),
-                    "state": _save_state(cal.to_state(), writer, folder, f"calibrator_{b}"),
+                    "state": save_state(cal.to_state(), writer, folder, f"calibrator_{b}"),
                 }
                 for b, cal in enumerate(parts["calibrators"])
             ]
@@ -446,7 +446,7 @@ def member_class(kind: str) -> type:
         from .segmented import SegmentedMember
 
         return SegmentedMember
-    from ..fit.probing import REDUCTION_MEMBERS  # only for vote members: it imports scipy.special
+    from .vote import REDUCTION_MEMBERS
 
     if kind in REDUCTION_MEMBERS:
         return REDUCTION_MEMBERS[kind]
@@ -485,7 +485,7 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
     from .allowlist import CORE_TRUSTED_TYPES
     from .calibrated import CalibratedModel
 
-    reader = _Reader(folder, manifest["files"])
+    reader = MemberReader(folder, manifest["files"])
     members = []
     for i, desc in enumerate(manifest["members"]):
         mfolder = f"members/{i}"
@@ -493,14 +493,14 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         for ld in desc["learners"]:
             cls = _plugin_class("learners", ld["name"], manifest, plugins)
             trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types) | frozenset(trust)
-            state = _load_state(ld["state"], reader, mfolder, trusted, trust_written)
+            state = load_state(ld["state"], reader, mfolder, trusted, trust_written)
             with _restoring("learners", ld["name"], manifest, plugins):
                 learner = registry.make("learners", ld["name"], ld["params"], plugins)
                 learners.append(learner.from_state(state))
         calibrators = []
         for cd in desc["calibrators"]:
             _plugin_class("calibrators", cd["name"], manifest, plugins)
-            state = _load_state(cd["state"], reader, mfolder, frozenset())
+            state = load_state(cd["state"], reader, mfolder, frozenset())
             _check_finite_arrays(state, f"calibrator '{cd['name']}' of member {i}")
             with _restoring("calibrators", cd["name"], manifest, plugins):
                 cal = registry.make("calibrators", cd["name"], cd["params"], plugins)

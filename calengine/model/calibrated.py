@@ -19,7 +19,7 @@ import numpy as np
 
 from ..parquet.data import LabelSpace
 from ..plan.features import FeatureEncoder
-from ..plugin_calls import plugin_errors
+from ..plugins.calls import plugin_errors
 
 
 def one_vs_all_matrix(k: int) -> np.ndarray:
@@ -69,7 +69,7 @@ class RawMap:
     def apply(self, S: np.ndarray) -> np.ndarray:
         if self.score_kind == "logit":
             # log-odds per column (a score-column model hands k logits on as each class's one-vs-rest
-            # log-odds, see calengine.score_columns): the logistic function of each, which for the
+            # log-odds, see calengine.adapters.score_columns): the logistic function of each, which for the
             # log-odds of a softmax is that softmax exactly
             return 0.5 + 0.5 * np.tanh(0.5 * S)
         span = np.where(self.hi > self.lo, self.hi - self.lo, 1.0)
@@ -89,7 +89,7 @@ def checked_raw_map(score_kind: str, arrays: dict[str, np.ndarray], n_cols: int)
 def matrix_scores(S: np.ndarray, raw_kind: str) -> np.ndarray:
     """The score matrix a multiclass scaling (``Calibrator.multiclass``) reads.  Log-odds columns
     (``raw_kind="logit"``: a score-column model's k logits arrive as each class's one-vs-rest log-odds
-    ``o_j``, see :func:`calengine.score_columns.one_vs_rest_log_odds`) become ``log σ(o_j)``, the log
+    ``o_j``, see :func:`calengine.adapters.score_columns.one_vs_rest_log_odds`) become ``log σ(o_j)``, the log
     of the model's softmax, which differs from its logits by a per-row constant only -- softmax-based
     scalings see the logits themselves.  Other kinds pass unchanged."""
     if raw_kind != "logit":
@@ -346,7 +346,7 @@ class CalibratedModel:
 
     def plugin_objects(self) -> list:
         """The plugin objects whose classes this model's tasks run (the combiner, and each member's
-        first learner and calibrator): what :func:`calengine.plugins.model_requirements` turns into
+        first learner and calibrator): what :func:`calengine.plugins.loading.model_requirements` turns into
         the distributions and modules every worker must have."""
         objs = [self.combiner]
         for m in self.members:
@@ -371,7 +371,7 @@ class CalibratedModel:
         else:
             P = self.predict_proba_features(X)
         # index the k typed labels, rather than building an object array of n labels and converting it
-        typed = _typed_labels(np.asarray(self.labels.classes, dtype=object), self.labels.classes)
+        typed = typed_labels(np.asarray(self.labels.classes, dtype=object), self.labels.classes)
         return P, typed[np.argmax(P, axis=1)], interval
 
     def predict_frame(
@@ -414,7 +414,7 @@ def _nullable(values: np.ndarray) -> str:
     return {"i": "Int64", "b": "boolean", "f": "Float64"}.get(values.dtype.kind, "string")
 
 
-def _typed_labels(values: np.ndarray, classes: list[Any]) -> np.ndarray:
+def typed_labels(values: np.ndarray, classes: list[Any]) -> np.ndarray:
     """Predicted labels in the class column's own type (ints stay ints, strings stay strings)."""
     if all(isinstance(c, bool) for c in classes):
         return values.astype(bool)

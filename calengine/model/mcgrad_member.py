@@ -1,5 +1,5 @@
 """Scoring a model multicalibrated by MCGrad (``calengine fit --method mcgrad --by COL[,COL...]``,
-issue 25 §3; the algorithm is :mod:`calengine.fit.mcgrad`).
+issue 25 §3; the algorithm is :mod:`calengine.methods.mcgrad`).
 
 An MCGrad member is a base member (the fold's learner, or the score column, with the ``none``
 calibrator: its own probability) plus the rounds fitted on that member's held-out probabilities:
@@ -8,7 +8,7 @@ per round one booster (XGBoost, or LightGBM with ``booster=lightgbm``) and its u
     f ← logit(p_base);  for each round r:  f ← α_r · (f + Δ_r([x, f]));  p = sigmoid(f)
 
 with ``x`` the row's segment codes (one categorical feature per ``--by`` column,
-:func:`calengine.fit.mcgrad.segment_codes`).  How the segment reaches the member: the model's encoder
+:func:`calengine.methods.mcgrad.segment_codes`).  How the segment reaches the member: the model's encoder
 is a :class:`calengine.model.segmented.SegmentEncoder` whose keys are *every* segment seen at fit
 time, so the appended column is the row's segment index; the member maps it to that segment's codes
 over ``levels`` (a row with a missing ``--by`` value, or a combination of values not seen together at
@@ -17,12 +17,12 @@ with a missing value).  Each row's probability depends on that row alone.
 
 Storage, no pickles: each round's booster is a native XGBoost **JSON** file (``mcgrad_round_<r>.json``)
 or LightGBM text model (``mcgrad_round_<r>.txt``) in the member's folder, listed and hashed in the
-manifest like every model file, and checked by :func:`calengine.booster_checks.validate_xgboost` /
+manifest like every model file, and checked by :func:`calengine.boosters.checks.validate_xgboost` /
 ``validate_lightgbm`` (tree structure, one feature per ``--by`` column plus the logit, two classes,
 categorical splits only on the ``--by`` features and only over the codes of their ``levels``) before
 the library parses it; the unshrink factors, ``levels`` and ``keys`` are
 the member's JSON metadata (``booster``: the library; absent means XGBoost).  The member applies the boosters loaded from those JSON bytes, in memory
-as after loading, so a saved model scores exactly as the fitted one (tests/test_mcgrad_command.py).
+as after loading, so a saved model scores exactly as the fitted one (tests/fit/mcgrad/test_table.py).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MEMBER_KIND = "mcgrad"
 
 
 def categories_of(levels: list[list[str]]) -> list[int | None]:
-    """:func:`calengine.booster_checks.validate_xgboost`'s ``categories`` of a round: each ``--by``
+    """:func:`calengine.boosters.checks.validate_xgboost`'s ``categories`` of a round: each ``--by``
     column's number of values, then the numeric logit."""
     return [len(lv) for lv in levels] + [None]
 
@@ -56,7 +56,7 @@ class MCGradMember(WrappedMember):
     """A base member (``base``) plus MCGrad's rounds: ``boosters`` (native JSON bytes), ``alphas`` (the
     unshrink factors), ``levels`` (the values of each ``--by`` column, in code order) and ``keys`` (the
     segments of the model's :class:`~calengine.model.segmented.SegmentEncoder`, in its order) and
-    ``library`` (``xgboost`` or ``lightgbm``: :mod:`calengine.fit.mcgrad_boosters`)."""
+    ``library`` (``xgboost`` or ``lightgbm``: :mod:`calengine.methods.mcgrad_boosters`)."""
 
     base: Any
     boosters: list[bytes]
@@ -69,7 +69,7 @@ class MCGradMember(WrappedMember):
     kind = MEMBER_KIND
 
     def __post_init__(self) -> None:
-        from ..fit.mcgrad import segment_codes
+        from ..methods.mcgrad import segment_codes
 
         self.alphas = [float(a) for a in self.alphas]
         self.levels = [[str(v) for v in lv] for lv in self.levels]
@@ -98,7 +98,7 @@ class MCGradMember(WrappedMember):
     # ------------------------------------------------------------------ storage
     def parts(self) -> dict[str, Any]:
         base = self.base.parts()
-        from ..fit.mcgrad_boosters import library
+        from ..methods.mcgrad_boosters import library
 
         meta = {**base["meta"], "mcgrad": {"alphas": list(self.alphas), "levels": self.levels,
                                            "keys": [list(k) for k in self.keys], "rounds": len(self.boosters),
@@ -109,7 +109,7 @@ class MCGradMember(WrappedMember):
 
     @classmethod
     def from_parts(cls, learners, calibrators, arrays, meta, files=None) -> "MCGradMember":
-        from ..fit.mcgrad_boosters import LIBRARIES
+        from ..methods.mcgrad_boosters import LIBRARIES
         from .calibrated import Member
 
         m = meta["mcgrad"]
@@ -136,15 +136,15 @@ class MCGradMember(WrappedMember):
     # ------------------------------------------------------------------ the member interface
     def _boosters(self) -> list:
         if self._loaded is None:
-            from ..fit.mcgrad_boosters import library
+            from ..methods.mcgrad_boosters import library
 
             lib = library(self.library)
             self._loaded = [lib.load(blob) for blob in self.boosters]
         return self._loaded
 
     def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
-        from ..fit.mcgrad import _sigmoid, logit
-        from ..fit.mcgrad_boosters import library
+        from ..methods.mcgrad import sigmoid, logit
+        from ..methods.mcgrad_boosters import library
         from .segmented import split_features
 
         Xf, seg = split_features(X)
@@ -156,20 +156,20 @@ class MCGradMember(WrappedMember):
         if f.size:
             for booster, alpha in zip(self._boosters(), self.alphas):
                 f = alpha * (f + library(self.library).delta(booster, codes, f))
-        return _sigmoid(f)[:, None]
+        return sigmoid(f)[:, None]
 
 
 def _probe_in_child(boosters: list[bytes], n_features: int, name: str) -> None:
     """The process that loads a model file loads and scores each round's booster in a child first, as
-    every booster learner's file is (:func:`calengine.booster_guard.probe_in_child`, once per content
+    every booster learner's file is (:func:`calengine.boosters.guard.probe_in_child`, once per content
     hash): what the Python checks cannot foresee ends in one ModelFormatError line, not in this process's
     death.  The probe runs with the learner class of the rounds' library ``name`` (the xgboost or
     lightgbm plugin's)."""
     if not boosters:
         return
-    from ..booster_guard import probe_in_child
+    from ..boosters.guard import probe_in_child
     from ..errors import ModelFormatError, UnknownPluginError
-    from ..registry import lookup
+    from ..plugins.registry import lookup
 
     try:
         cls = lookup("learners", name)

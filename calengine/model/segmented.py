@@ -125,9 +125,9 @@ class SegmentEncoder:
 
     @property
     def columns_(self) -> list:
-        from ..plan.columns import _Column
+        from ..plan.columns import EncodedColumn
 
-        return list(self.base.columns_) + [_Column("(segment)")]
+        return list(self.base.columns_) + [EncodedColumn("(segment)")]
 
     def reads_arrow(self, schema) -> bool:
         """Arrow batches go through pandas (the ``--by`` columns are read as strings there)."""
@@ -298,7 +298,7 @@ class SegmentedMember(WrappedMember):
         one :meth:`~calengine.base.Calibrator.predict_grouped` call per score column: what
         :meth:`Member.column_probabilities` of each segment gives, bit for bit.  None where that hook
         does not apply (a multiclass scaling, calibrators of different classes): the caller loops."""
-        from ..plugin_calls import plugin_errors
+        from ..plugins.calls import plugin_errors
 
         if self.base.scales_matrix:
             return None

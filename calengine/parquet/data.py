@@ -146,7 +146,7 @@ def check_columns(files: list[str], columns: list[str], root: str | None = None)
 # ---------------------------------------------------------------------------------------------- labels
 
 
-def _plain(value: Any) -> Any:
+def plain_scalar(value: Any) -> Any:
     """A JSON-friendly Python scalar for a label value (numpy ints become int, etc.)."""
     if isinstance(value, np.generic):
         return value.item()
@@ -166,12 +166,12 @@ class LabelSpace:
 
     @classmethod
     def from_series(cls, y, target: str, positive: str | None = None) -> "LabelSpace":
-        return cls.from_values({_plain(v) for v in y.dropna().unique()}, target, positive)
+        return cls.from_values({plain_scalar(v) for v in y.dropna().unique()}, target, positive)
 
     @classmethod
     def from_values(cls, distinct, target: str, positive: str | None = None) -> "LabelSpace":
         """The label space of a target with these distinct non-missing values (any order)."""
-        values = sorted({_plain(v) for v in distinct}, key=lambda v: (str(type(v)), v))
+        values = sorted({plain_scalar(v) for v in distinct}, key=lambda v: (str(type(v)), v))
         check_not_continuous(values, target)
         if len(values) < 2:
             shown = f"only one class (the value {values[0]!r})" if values else "no non-missing values"
@@ -217,7 +217,7 @@ class LabelSpace:
         bad = (idx < 0) & ~missing
         if bad.any():
             raise DataError(
-                f"target '{self.target}' holds {str(_plain(series.iloc[int(np.argmax(bad))]))!r}, a class the model"
+                f"target '{self.target}' holds {str(plain_scalar(series.iloc[int(np.argmax(bad))]))!r}, a class the model"
                 " was not trained on "
                 f"(classes: {', '.join(map(str, self.classes))}); evaluate on data with the same labels"
             )
@@ -239,7 +239,7 @@ class LabelSpace:
         found = classes[order][pos] == values
         if not found.all():
             raise DataError(
-                f"target '{self.target}' holds {str(_plain(y[int(np.argmin(found))]))!r}, a class the model"
+                f"target '{self.target}' holds {str(plain_scalar(y[int(np.argmin(found))]))!r}, a class the model"
                 " was not trained on "
                 f"(classes: {', '.join(map(str, self.classes))}); evaluate on data with the same labels"
             )
@@ -254,7 +254,7 @@ class LabelSpace:
         return int(self.encode(pd.Series([value]))[0])
 
     def to_json(self) -> dict:
-        return {"target": self.target, "classes": [_plain(c) for c in self.classes]}
+        return {"target": self.target, "classes": [plain_scalar(c) for c in self.classes]}
 
     @classmethod
     def from_json(cls, d: dict) -> "LabelSpace":
@@ -288,7 +288,7 @@ def check_many_rare_classes(counts, k: int, classes=None, target: str | None = N
     ``counts``: rows per class; ``classes``: their values (None: treated as numeric)."""
     counts = np.asarray(counts)
     numeric = classes is None or all(
-        isinstance(_plain(c), (int, float)) and not isinstance(_plain(c), bool) for c in classes
+        isinstance(plain_scalar(c), (int, float)) and not isinstance(plain_scalar(c), bool) for c in classes
     )
     if numeric and len(counts) > 20 and counts.min() < k:
         rare = int((counts < k).sum())

@@ -11,7 +11,7 @@ import os
 
 #: the real paths of the outputs this process has published (a staging directory renamed onto its
 #: target by :func:`calengine.parquet.data.staged_directory`); the CLI reads it through
-#: :func:`calengine.run_log.output_published`
+#: :func:`calengine.runtime.run_log.output_published`
 PUBLISHED: list[str] = []
 
 

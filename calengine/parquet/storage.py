@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import uuid
 
 from ..errors import DataError
 
@@ -303,3 +304,24 @@ def partition_frame(df, partition: tuple, columns, n_rows: int):
             extra[key] = pd.Series(np.full(n_rows, value), index=df.index)
     out = pd.concat([df, pd.DataFrame(extra, index=df.index)], axis=1) if len(df.columns) else pd.DataFrame(extra, index=df.index)
     return out[[c for c in columns if c in out.columns]]
+
+
+#: the file :func:`calengine.plan.memory.workers_share` writes its token to in a scratch directory
+PROBE_NAME = "probe"
+
+
+def sees_directory(directory: str, token: str) -> bool:
+    """On a worker: whether ``directory`` is the driver's (its probe file holds ``token``) and this
+    process can create a file in it, as every spilling task does; a missing, foreign or read-only
+    directory answers False, never raises, so the fit keeps its scores in memory instead."""
+    try:
+        with open(os.path.join(directory, PROBE_NAME)) as fh:
+            if fh.read() != token:
+                return False
+        path = os.path.join(directory, f"probe-{uuid.uuid4().hex}")
+        with open(path, "x"):
+            pass
+        os.remove(path)
+    except OSError:
+        return False
+    return True

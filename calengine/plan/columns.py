@@ -42,7 +42,7 @@ READ_KINDS = ("proba", "decision", "logit")
 
 
 @dataclass(frozen=True)
-class _Column:
+class EncodedColumn:
     """What :mod:`calengine.plan.memory` and the model probe read of an encoded column."""
 
     name: str
@@ -95,9 +95,9 @@ class ColumnReader:
         return False
 
     @property
-    def columns_(self) -> list[_Column]:
+    def columns_(self) -> list[EncodedColumn]:
         """One numeric column each (what the memory estimates and the model probe count)."""
-        return [_Column(c) for c in self.columns]
+        return [EncodedColumn(c) for c in self.columns]
 
     def transform(self, df, order: str = "C") -> np.ndarray:
         """The columns of the pandas DataFrame ``df`` as float64 ``(n, m)``, checked (module doc)."""

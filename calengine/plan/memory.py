@@ -37,12 +37,12 @@ def range_rows_for(memory_limit: float, default: int = 2_000_000) -> int:
 def worker_memory_limit(client) -> float:
     """The smallest memory limit of the cluster's workers (inf when they have none).
 
-    A :class:`~calengine.thread_client.ThreadClient` (an embedded fit of score columns) has no Dask
+    A :class:`~calengine.runtime.thread_client.ThreadClient` (an embedded fit of score columns) has no Dask
     worker: its limit is the one Dask gives the embedded scheduler's single worker by default (the
     machine's memory, or the process's cgroup or RSS limit if lower, times the share of the cores its
     threads use), so a fit plans its fragments and ranges, and refuses what would not fit, the same on
     either client."""
-    from ..thread_client import ThreadClient
+    from ..runtime.thread_client import ThreadClient
 
     if isinstance(client, ThreadClient):
         return float(int(_machine_memory() * min(1.0, client.threads / (os.cpu_count() or 1))))
@@ -115,7 +115,7 @@ def spills_held_out(client, n_rows: int) -> bool:
     (:func:`held_out_scratch`)."""
     if n_rows < SPILL_MIN_ROWS:
         return False
-    from ..thread_client import ThreadClient
+    from ..runtime.thread_client import ThreadClient
 
     if isinstance(client, ThreadClient):  # tasks are threads of this process
         return True
@@ -151,11 +151,11 @@ def held_out_scratch(client, n_rows: int):
 
 def workers_share(client, directory: str) -> bool:
     """Whether every worker of ``client``'s cluster reads the random token this process writes to a file
-    of ``directory`` and can create a file there (:func:`calengine.tasks.spill.sees_directory`, run once
+    of ``directory`` and can create a file there (:func:`calengine.parquet.storage.sees_directory`, run once
     on each worker by ``Client.run``): the same path on another host's disk has another file, or none."""
     import uuid
 
-    from ..tasks.spill import PROBE_NAME, sees_directory
+    from ..parquet.storage import PROBE_NAME, sees_directory
 
     token = uuid.uuid4().hex
     with open(os.path.join(directory, PROBE_NAME), "w") as fh:

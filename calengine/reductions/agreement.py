@@ -137,7 +137,7 @@ def check_reduction_once(calibrator, kind: str) -> None:
     rows; a difference over :data:`REDUCTION_ATOL` is refused in one line naming the plugin, before
     any table is read into the fit.  It costs two small fits.
     """
-    from ..plugin_calls import describe, distribution_of, plugin_errors
+    from ..plugins.calls import describe, distribution_of, plugin_errors
 
     cls = type(calibrator)
     key = (cls.__module__, cls.__qualname__, repr(sorted(calibrator.get_params(deep=False).items(), key=str)), kind)

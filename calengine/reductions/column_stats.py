@@ -383,7 +383,7 @@ def partition_stats(
     """
     import pandas as pd
 
-    from ..parquet.data import _plain
+    from ..parquet.data import plain_scalar
 
     columns: dict[str, ColumnStat] = {}
     for name in feature_columns:
@@ -406,12 +406,12 @@ def partition_stats(
         for key, n in zip(keys, rows):
             part = y.iloc[start : start + n][~missing[start : start + n]]
             counts = part.value_counts(sort=False)
-            per_group[tuple(key)] = {_plain(v): int(c) for v, c in counts.items()}
+            per_group[tuple(key)] = {plain_scalar(v): int(c) for v, c in counts.items()}
             start += n
         stats.target = TargetStat(target, per_group, int(missing.sum()))
         if weight is not None:
             w = row_weights(df[weight], weight, where)
             sums = pd.Series(w[~missing]).groupby(y[~missing].to_numpy()).sum()
-            stats.weights = WeightStat(weight, {_plain(v): float(t) for v, t in sums.items()},
+            stats.weights = WeightStat(weight, {plain_scalar(v): float(t) for v, t in sums.items()},
                                        float(w.max()) if w.size else 0.0)
     return stats

@@ -1,4 +1,4 @@
-"""Mapping a fitted model over the partitions of any size of table: scoring and evaluation.
+"""Mapping a fitted model over the partitions of any size of table: scoring.
 
 The unit of work is a *chunk*: a run of row groups of one Parquet file holding at most ``chunk_rows``
 rows.  Each chunk is a Dask task that streams its rows in batches, so memory is bounded by the batch,
@@ -7,7 +7,7 @@ losing every worker loses nothing the scheduler cannot recompute.
 
 Scoring writes one Parquet part per chunk into a staging directory beside the target, checks that the
 row count matches the input, and only then renames the staging directory onto the target.
-Evaluation reduces per-chunk metric accumulators (exact, mergeable) into one.
+Evaluation reads the same chunks (:mod:`calengine.metrics.table`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..parquet.data import staged_directory
 from ..errors import DataError
-from ..progress import Progress, gather_in_order
-from ..tasks.heap import trims_heap
+from ..runtime.progress import Progress, gather_in_order
+from ..runtime.heap import trims_heap
 
 
 #: float64 bytes of one batch's input columns that :func:`default_batch_rows` aims at
@@ -47,7 +47,7 @@ def plan_chunks(files: list[str], columns: list[str], chunk_rows: int = 1_000_00
     return describe_files(files, None, columns, chunk_rows).fragments
 
 
-def _batches(chunk, columns: list[str] | None, batch_rows: int):
+def batches(chunk, columns: list[str] | None, batch_rows: int):
     """The chunk's rows as pandas DataFrames of at most ``batch_rows`` rows (runs in tasks)."""
     for _, df in _arrow_batches(chunk, columns, batch_rows, frames=True):
         yield df
@@ -196,12 +196,12 @@ def _add_decisions(frame, df, model, cost_matrix) -> None:
     import numpy as np
 
     from ..decisions.decide import decide_indices
-    from ..model.calibrated import _typed_labels
+    from ..model.calibrated import typed_labels
 
     P = np.column_stack([frame[f"p_{c}"].to_numpy(dtype=np.float64) for c in model.labels.classes])
     index, cost = decide_indices(P, cost_matrix, df)
     classes = model.labels.classes
-    frame["decision"] = _typed_labels(np.asarray(classes, dtype=object)[index], classes)
+    frame["decision"] = typed_labels(np.asarray(classes, dtype=object)[index], classes)
     frame["expected_cost"] = cost
 
 
@@ -264,7 +264,7 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
     probability is below it.  ``cost_matrix``: a :class:`~calengine.decisions.costs.CostMatrix`, a
     dict, a JSON/YAML file or inline JSON (see :func:`~calengine.decisions.costs.load_cost_matrix`);
     adds ``decision`` and ``expected_cost``.  ``batch_rows``: rows per batch (default: sized from the
-    columns read).  ``client``: as for :func:`calengine.cluster.job_client`, else
+    columns read).  ``client``: as for :func:`calengine.runtime.client.job_client`, else
     ``cluster``/``workers``; without a cluster the chunks run on a thread pool of this process.  The
     output appears only when complete; every bad input is a :class:`~calengine.errors.CalengineError`
     raised before any work starts.
@@ -272,13 +272,13 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
     import os
     import tempfile
 
-    from ..cluster import job_client
+    from ..runtime.client import job_client
     from ..decisions.costs import cost_matrix_for_table, load_cost_matrix
     from ..errors import ParameterError
     from ..model.artifact import load_model
     from ..parquet.data import table_files
-    from ..plugins import model_requirements
-    from ..progress import as_progress
+    from ..plugins.loading import model_requirements
+    from ..runtime.progress import as_progress
 
     if batch_rows is not None and batch_rows < 1:
         raise ParameterError(f"--batch-rows must be at least 1, got {batch_rows}")
@@ -315,7 +315,7 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
 # ---------------------------------------------------------------------------------------------- evaluate
 
 
-def _weight_column(df, weight: str | None):
+def weight_column(df, weight: str | None):
     """The batch's weights as float64, or None; a weight column that is not numeric or has missing
     values is one line naming it."""
     if not weight:
@@ -337,139 +337,3 @@ def _weight_column(df, weight: str | None):
         raise DataError(f"--weight column '{weight}' holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}:"
                         " divide the column by a constant")
     return w
-
-
-@trims_heap
-def evaluate_chunk(model, chunk, target: str, batch_rows: int, with_raw: bool, cost_matrix=None,
-                   weight: str | None = None, segments: tuple | None = None, accumulators: bool = False) -> dict:
-    """Metric accumulators (as arrays; with ``accumulators``, as the
-    :class:`~calengine.metrics.measures.MetricAccumulator` objects, for a caller in the same process
-    that reads only some of their tables: :func:`calengine.metrics.range_eval.chunk_tables`) for the
-    calibrated and, optionally, raw probabilities, rows
-    weighted by the column ``weight`` when given; with ``cost_matrix``, also a
-    :class:`~calengine.decisions.DecisionAccumulator` of both's decisions; with ``segments``
-    (``(by columns, max_segments)``, ``evaluate --by``), also ``"segments"``: the
-    :class:`~calengine.metrics.segments.SegmentAccumulator` of the same probabilities, so a row is
-    scored once for both."""
-    from ..metrics.measures import MetricAccumulator
-
-    k = model.n_classes
-    cal = MetricAccumulator(k)
-    raw = MetricAccumulator(k) if with_raw else None
-    decisions = None
-    cost_columns = set()
-    if cost_matrix is not None:
-        from ..decisions.accumulate import DecisionAccumulator
-
-        decisions = DecisionAccumulator(cost_matrix)
-        cost_columns = set(cost_matrix.columns)
-    by, seg = (), None
-    if segments is not None:
-        from ..metrics.segments import SegmentAccumulator
-
-        by = tuple(segments[0])
-        seg = SegmentAccumulator(by, k, segments[1])
-    columns = sorted(set(model.encoder.input_columns) | {target} | cost_columns | ({weight} if weight else set())
-                     | set(by))
-    for df in _batches(chunk, columns, batch_rows):
-        y = model.labels.encode(df[target])
-        w = _weight_column(df, weight)
-        X = model.encoder.transform(df)
-        if with_raw:
-            P, Q = model.both_proba_features(X)
-            raw.add(y, Q, sample_weight=w)
-        else:
-            P = model.predict_proba_features(X)
-        cal.add(y, P, sample_weight=w)
-        if decisions is not None:
-            decisions.add(y, P, Q if with_raw else None, df, sample_weight=w)
-        if seg is not None:
-            seg.add({c: df[c] for c in by}, y, P, w)  # Series: Arrow strings are factorised as they are
-    if accumulators:
-        out = {"calibrated": cal, "raw": raw}
-    else:
-        out = {"calibrated": cal.to_arrays(), "raw": raw.to_arrays() if raw is not None else None}
-    if decisions is not None:
-        out["decisions"] = decisions
-    if seg is not None:
-        out["segments"] = seg
-    return out
-
-
-def evaluate_table(
-    client,
-    model,
-    files: list[str],
-    target: str,
-    with_raw: bool = True,
-    batch_rows: int | None = None,
-    chunk_rows: int = 1_000_000,
-    progress: Progress | None = None,
-    cost_matrix=None,
-    weight: str | None = None,
-    ranged: bool = False,
-    spill_dir: str | None = None,
-    segments: tuple | None = None,
-) -> dict[str, dict]:
-    """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks.
-
-    With ``cost_matrix`` also ``"decisions"``: the merged :class:`~calengine.decisions.DecisionAccumulator`.
-    ``weight``: a column of non-negative row weights every metric uses (a weight counts as rows).
-    ``ranged``: from :data:`~calengine.metrics.range_eval.RANGED_MIN_ROWS` rows on, the tables are cut
-    into score ranges that no process holds whole (:func:`calengine.metrics.range_eval.evaluate_ranged`,
-    written to ``spill_dir`` when given) and the values are :class:`~calengine.metrics.range_eval.RangedTables`.
-    ``segments``: ``(by columns, max_segments)`` of ``evaluate --by``: also ``"segments"``, the
-    chunks' :class:`~calengine.metrics.segments.SegmentAccumulator` merged in chunk order, from the
-    same pass (the batches and chunks are those of the metrics, which read the ``--by`` columns too)."""
-    import functools
-
-    from ..parquet.data import check_columns
-    from ..metrics.measures import MetricAccumulator
-
-    if cost_matrix is not None:
-        cost_matrix = cost_matrix.for_classes(list(model.labels.classes))
-    cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
-    columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + cost_columns
-                                 + ([weight] if weight else [])))
-    by = list(segments[0]) if segments is not None else []
-    check_columns(files, list(dict.fromkeys(columns + by)))
-    batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
-    chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
-    if not chunks:
-        raise DataError("the evaluation table has no rows")
-    from ..metrics import range_eval
-
-    model_f = share_model(client, model)
-    chunk_fn = evaluate_chunk if segments is None else functools.partial(evaluate_chunk, segments=segments)
-    if ranged and sum(c.n_rows for c in chunks) >= range_eval.RANGED_MIN_ROWS:
-        from ..metrics.range_workers import OnWorkers
-
-        # embedded: files in spill_dir; on a Dask cluster: in the workers' local directories
-        return range_eval.evaluate_ranged(client, chunk_fn, model_f, model.n_classes, chunks, target, batch_rows,
-                                          with_raw, cost_matrix, weight, spill_dir, progress,
-                                          workers=None if spill_dir is not None else OnWorkers())
-    futures = [
-        client.submit(chunk_fn, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
-        for chunk in chunks
-    ]
-    parts = gather_in_order(client, futures, progress, "evaluate")
-    out = {}
-    for key in ("calibrated", "raw"):
-        if parts[0][key] is None:
-            continue
-        acc = MetricAccumulator.from_arrays(parts[0][key])
-        for p in parts[1:]:
-            acc.merge(MetricAccumulator.from_arrays(p[key]))
-        if weight and acc.n == 0:
-            raise DataError(f"--weight column '{weight}' is 0 on every row; give the rows to evaluate a positive weight")
-        out[key] = acc
-    if cost_matrix is not None:
-        merged = parts[0]["decisions"]
-        for p in parts[1:]:
-            merged.merge(p["decisions"])
-        out["decisions"] = merged
-    if segments is not None:
-        from ..tasks.partitions import merge_all
-
-        out["segments"] = merge_all(*[p["segments"] for p in parts])  # in chunk order
-    return out

@@ -3,21 +3,21 @@
 They receive plain objects (unfitted learner/calibrator instances, index arrays, the scattered
 :class:`TrainingData`) and return plain fitted objects.  They never touch the plugin manager and never
 draw randomness from anything but the seed they are given, so a task gives the same bits on any
-worker.  BLAS/OpenMP pools are pinned to one thread per process (:func:`pin_native_threads`): Dask
-already runs tasks in parallel, and a fixed thread count keeps floating-point reductions identical on
-any cluster layout.
+worker.  BLAS/OpenMP pools are pinned to one thread per process
+(:func:`calengine.runtime.threads.pin_native_threads`): Dask already runs tasks in parallel, and a
+fixed thread count keeps floating-point reductions identical on any cluster layout.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..model.calibrated import Member, RawMap, as_columns, matrix_scores, raw_kind_of
-from ..plugin_calls import plugin_errors
+from ..plugins.calls import plugin_errors
+from ..runtime.threads import pin_native_threads
 
 
 @dataclass
@@ -68,8 +68,8 @@ class TrainingData:
 def learner_errors(learner):
     """Turn any failure of a learner's own code (scikit-learn raises ValueError, LinAlgError, ...) into
     a :class:`LearnerError` naming the learner and its distribution, so the CLI prints one line instead
-    of a traceback (see :mod:`calengine.plugin_calls`)."""
-    from ..plugin_calls import plugin_errors
+    of a traceback (see :mod:`calengine.plugins.calls`)."""
+    from ..plugins.calls import plugin_errors
 
     return plugin_errors(learner, "fit")
 
@@ -89,57 +89,6 @@ def seeded(estimator, seed: int):
     if "random_state" in params and params["random_state"] is None:
         est.set_params(random_state=seed)
     return est
-
-
-_pinned = False
-#: per-thread: whether this thread's OpenMP pool is pinned (:func:`pin_native_threads`)
-_thread_pins = threading.local()
-
-
-def pin_native_threads() -> None:
-    """Pin this process's BLAS/OpenMP pools to one thread, once, and leave them so.
-
-    A scoped limit would be wrong here: the limit is process-wide, so when one of two concurrent
-    tasks left its scope it would hand two BLAS threads back to the other task mid-fit, and
-    floating-point reductions (hence model bits) would depend on timing.  Worker processes keep the
-    pin for life; the embedded scheduler pins the client process only while it runs
-    (:func:`calengine.cluster.dask_client`).
-    """
-    global _pinned
-    if not _pinned:
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=1)
-        _pinned = True
-    if not getattr(_thread_pins, "openmp", False):
-        # OpenMP's thread count is a per-thread setting (omp_set_num_threads sets the calling thread's
-        # value): the process-wide pin above reaches BLAS but not OpenMP in the other threads, so each
-        # task thread pins its own once.  Unpinned, scikit-learn's HistGradientBoosting started a
-        # joblib thread pool per fit in every Dask thread, and two of them starting and ending at once
-        # deadlocked in multiprocessing.pool (found by the full estimator matrix, issue 23).
-        from threadpoolctl import threadpool_limits
-
-        threadpool_limits(limits=1, user_api="openmp")
-        _thread_pins.openmp = True
-
-
-class pinned_native_threads:
-    """Context: one native thread per pool in this process for the block, restored afterwards."""
-
-    def __enter__(self):
-        global _pinned
-        from threadpoolctl import threadpool_limits
-
-        self._previous = _pinned, getattr(_thread_pins, "openmp", False)
-        self._limits = threadpool_limits(limits=1)  # OpenMP too, for this thread
-        _pinned = _thread_pins.openmp = True
-        return self
-
-    def __exit__(self, *exc):
-        global _pinned
-        self._limits.restore_original_limits()
-        _pinned, _thread_pins.openmp = self._previous
-        return False
 
 
 def column_targets(y: np.ndarray, n_columns: int) -> list[np.ndarray]:

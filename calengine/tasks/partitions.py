@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
-from ..plugin_calls import plugin_errors
+from ..plugins.calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
-from .heap import trims_heap, trims_heap_even_when_kept
+from ..runtime.heap import trims_heap, trims_heap_even_when_kept
 from .numeric_read import load_numeric_part as _load_numeric_part
 from .numeric_read import target_counts as _target_counts
 from .spill import SpilledBlock, SpilledPiece, load_sets, piece_parts, spill_block, spill_pieces
@@ -181,7 +181,7 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
 
     ``columns``: code-matrix columns to compute (``(None,)`` for the classes themselves).
     """
-    from .arrays import pin_native_threads
+    from ..runtime.threads import pin_native_threads
 
     pin_native_threads()
     part = load_part(fragment, enc, plan, order="F")
@@ -205,7 +205,8 @@ def fragment_learner_stats(fragment, enc: Encoding, plan: FoldPlan, learner, col
 
 def fit_learner_from_stats(learner, stats, n_classes: int, seed: int):
     """A fresh copy of ``learner`` fitted from merged statistics."""
-    from .arrays import learner_errors, pin_native_threads, seeded
+    from .arrays import learner_errors, seeded
+    from ..runtime.threads import pin_native_threads
 
     pin_native_threads()
     est = seeded(learner, seed)
@@ -343,7 +344,7 @@ def loaded(block) -> ScoreBlock:
     return ScoreBlock(load_sets(block)) if isinstance(block, SpilledBlock) else block
 
 
-def _targets(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarray:
+def column_targets_of(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> np.ndarray:
     if column is not None:
         return (plan.code_matrix[y, column] == 1).astype(np.int8)[:, None]
     if n_columns == 1:
@@ -357,7 +358,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
     """The held-out scores of this fragment's rows for every calibration set: a :class:`ScoreBlock`,
     or with ``spill_dir`` the same block written there (:mod:`calengine.tasks.spill`)."""
     from ..model.calibrated import as_columns
-    from .arrays import pin_native_threads
+    from ..runtime.threads import pin_native_threads
 
     pin_native_threads()
     part = load_part(fragment, enc, plan, order="F")
@@ -392,7 +393,7 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 S = as_columns(learners[cs.learners[0]].score(part.X[idx])) if idx.size else np.empty((0, 1))
             if cs.column is not None:
                 S = S[:, :1]
-        out.append((S, _targets(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))
+        out.append((S, column_targets_of(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))
     return spill_block(ScoreBlock(out), spill_dir)
 
 

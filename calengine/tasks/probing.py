@@ -6,36 +6,16 @@ from the seed passed in.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from ..methods import probing
 from ..model.calibrated import as_columns
-from .arrays import TrainingData, learner_errors, pin_native_threads, seeded
+from ..model.vote import Voter
+from .arrays import TrainingData, learner_errors, seeded
+from ..runtime.threads import pin_native_threads
 
 log_name = "calengine.fit.probing"
-
-
-@dataclass
-class Voter:
-    """A fitted binary classifier, or a constant one when its sample held a single class."""
-
-    learner: Any | None = None
-    constant: int | None = None
-
-    def votes(self, X) -> np.ndarray:
-        if self.learner is None:
-            return np.full(X.shape[0], self.constant, dtype=np.int8)
-        return classifier_votes(self.learner, X)
-
-
-def classifier_votes(learner, X) -> np.ndarray:
-    """1 where the binary learner predicts the positive class (ties go to the negative class)."""
-    s = as_columns(learner.score(X))[:, 0]
-    threshold = 0.5 if learner.score_kind == "proba" else 0.0
-    return (s > threshold).astype(np.int8)
 
 
 def binary_target(data: TrainingData, column_class: int | None) -> np.ndarray:
@@ -45,7 +25,7 @@ def binary_target(data: TrainingData, column_class: int | None) -> np.ndarray:
     return (data.y == column_class).astype(np.int64)
 
 
-def _fit_or_constant(X, y01, w, learner, seed: int) -> Voter:
+def fit_or_constant(X, y01, w, learner, seed: int) -> Voter:
     only = probing.single_class_label(y01)
     if only is not None:
         import logging
@@ -81,14 +61,14 @@ def fit_probe(
     if data.w is not None:
         c = c * data.w
     if weighting == "weights":
-        voter = _fit_or_constant(data.X, y01, c, learner, seed)
+        voter = fit_or_constant(data.X, y01, c, learner, seed)
     else:
         rng = np.random.default_rng(seed)
         keep = rng.random(len(y01)) < probing.acceptance_from_costs(c)
         if not keep.any():
             keep[np.argmax(c)] = True
         idx = np.flatnonzero(keep)
-        voter = _fit_or_constant(data.X[idx], y01[idx], None, learner, seed)
+        voter = fit_or_constant(data.X[idx], y01[idx], None, learner, seed)
     pin_native_threads()
     return voter, voter.votes(data.X)
 
@@ -123,7 +103,7 @@ def fit_bootstrap(data: TrainingData, column_class: int | None, learner, seed: i
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.integers(0, len(y01), size=len(y01)))
     w = None if data.w is None else data.w[idx]
-    voter = _fit_or_constant(data.X[idx], y01[idx], w, learner, seed)
+    voter = fit_or_constant(data.X[idx], y01[idx], w, learner, seed)
     pin_native_threads()
     return voter, voter.votes(data.X)
 

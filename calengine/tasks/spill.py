@@ -40,27 +40,6 @@ def load_npy(path: str, mmap_mode: str | None = None) -> np.ndarray:
         return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
 
 
-#: the file :func:`calengine.plan.memory.workers_share` writes its token to in a scratch directory
-PROBE_NAME = "probe"
-
-
-def sees_directory(directory: str, token: str) -> bool:
-    """On a worker: whether ``directory`` is the driver's (its probe file holds ``token``) and this
-    process can create a file in it, as every spilling task does; a missing, foreign or read-only
-    directory answers False, never raises, so the fit keeps its scores in memory instead."""
-    try:
-        with open(os.path.join(directory, PROBE_NAME)) as fh:
-            if fh.read() != token:
-                return False
-        path = os.path.join(directory, f"probe-{uuid.uuid4().hex}")
-        with open(path, "x"):
-            pass
-        os.remove(path)
-    except OSError:
-        return False
-    return True
-
-
 #: what the scratch-write error tells the user to do (the directory is named before it)
 SCRATCH_FIX = ("free space there, or point TMPDIR (where calengine keeps its scratch files) or, on a"
                " cluster, the workers' --local-directory at a disk with more room")

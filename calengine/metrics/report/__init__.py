@@ -14,8 +14,8 @@ the ROC view of Flach & Matsubara:
 
 Everything is computed from the exact, merged :class:`~calengine.metrics.measures.MetricAccumulator` of each
 model, or, for a large evaluation, from its tables cut into score ranges
-(:class:`~calengine.metrics.range_eval.RangedTables`, read while the evaluation runs: the curves of
-:mod:`calengine.metrics.ranged_curves`), so the report costs nothing extra on the cluster and no whole
+(:class:`~calengine.metrics.ranged.engine.RangedTables`, read while the evaluation runs: the curves of
+:mod:`calengine.metrics.ranged.curves`), so the report costs nothing extra on the cluster and no whole
 table in this process.
 
 Output contract: ``DIR`` holds one PNG file per figure and ``index.html``.  The page is
@@ -28,15 +28,22 @@ atomically (written beside ``DIR`` and renamed), and an existing non-empty ``DIR
 The package reads in the order a report is made: :mod:`.prepare` validates the entries and derives
 their numbers, :mod:`.figures` draws them, :mod:`.page` lays out the HTML, and :func:`write_report`
 here runs the three and publishes the directory.
+
+Modules:
+
+* :mod:`.figures`: The report's figures.
+* :mod:`.page`: The report's HTML page.
+* :mod:`.prepare`: Validation and the per-entry numbers a report draws, computed once before any figure.
+* :mod:`.text`: The metrics as a terminal shows them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .figures import _entry_figures, _Figure, _import_matplotlib, _overview_figure, _render
-from .page import _page, lineage_text
-from .prepare import MAP_MAX_POINTS, MAX_CLASSES, ReportEntry, _check_out_dir, _prepare, format_metric
+from .figures import entry_figures, ReportFigure, import_matplotlib, overview_figure, render_figure
+from .page import render_page, lineage_text
+from .prepare import MAP_MAX_POINTS, MAX_CLASSES, ReportEntry, check_out_dir, prepare_entries, format_metric
 
 __all__ = ["ReportEntry", "write_report", "format_metric", "lineage_text", "MAX_CLASSES", "MAP_MAX_POINTS"]
 
@@ -53,9 +60,9 @@ def write_report(out_dir: str | Path, entries: list[ReportEntry], title: str = "
     from ...parquet.data import staged_directory
 
     target = Path(out_dir)
-    _check_out_dir(target)
-    preps = _prepare(entries)
-    matplotlib = _import_matplotlib()
+    check_out_dir(target)
+    preps = prepare_entries(entries)
+    matplotlib = import_matplotlib()
 
     rc = {
         "font.family": "DejaVu Sans",
@@ -67,13 +74,13 @@ def write_report(out_dir: str | Path, entries: list[ReportEntry], title: str = "
         "agg.path.chunksize": 20000,
     }
     with matplotlib.style.context("default"), matplotlib.rc_context(rc):
-        figs = {prep.index: _entry_figures(prep) for prep in preps}
+        figs = {prep.index: entry_figures(prep) for prep in preps}
         overview = None
         if len(preps) > 1:
-            overview = _Figure("overview.png", _render(_overview_figure, preps),
+            overview = ReportFigure("overview.png", render_figure(overview_figure, preps),
                                "Top-label reliability and error-reject curves of all models",
                                "All models: top-label reliability and error-reject curves (calibrated).")
-    page = _page(str(title), preps, overview, figs)
+    page = render_page(str(title), preps, overview, figs)
 
     with staged_directory(target) as staging:
         all_figs = [overview] if overview is not None else []

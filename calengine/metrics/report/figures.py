@@ -17,7 +17,7 @@ import numpy as np
 
 from ...errors import CalengineError
 from ..measures import MetricAccumulator
-from .prepare import _Prepared
+from .prepare import PreparedEntry
 
 
 #: bins of every reliability diagram (15, like the ``ece`` metric, so the picture matches the number).
@@ -47,7 +47,7 @@ _MIN_BAR = 0.008
 
 
 @dataclass
-class _Figure:
+class ReportFigure:
     filename: str
     png: bytes
     alt: str
@@ -137,7 +137,7 @@ def _diagram_title(cls: int | None, names: list[str]) -> str:
     return f"class {_plot_text(names[cls], 40)} (one-vs-rest)"
 
 
-def _reliability_figure(prep: _Prepared, cls: int | None):
+def _reliability_figure(prep: PreparedEntry, cls: int | None):
     """Calibrated vs raw vs diagonal; equal-width bins left, equal-frequency right; counts below."""
     cal, raw = prep.entry.calibrated, prep.entry.raw
     fig = _new_figure(10.0, 6.2)
@@ -193,7 +193,7 @@ def _reliability_figure(prep: _Prepared, cls: int | None):
     return fig
 
 
-def _roc_figure(prep: _Prepared):
+def _roc_figure(prep: PreparedEntry):
     """One panel per shown class: ROC curve (solid) and its upper convex hull (dashed), both models."""
     cal, raw = prep.entry.calibrated, prep.entry.raw
     classes = prep.classes
@@ -226,7 +226,7 @@ def _roc_figure(prep: _Prepared):
     return fig
 
 
-def _error_reject_figure(prep: _Prepared):
+def _error_reject_figure(prep: PreparedEntry):
     """Error among accepted rows as the least confident are rejected, calibrated vs raw."""
     fig = _new_figure(6.0, 4.4)
     fig.subplots_adjust(**_margins(fig, top=0.45))
@@ -291,7 +291,7 @@ def _plot_error_reject(ax, acc: MetricAccumulator, label: str, colour: str, lw: 
     ax.plot(x, y, color=colour, lw=lw, label=f"{label} (error {y[0]:.4g} at no reject)")
 
 
-def _decisions_figure(prep: _Prepared):
+def _decisions_figure(prep: PreparedEntry):
     """Two classes: total cost (or profit) of "decide class 1 when p > t" against t, calibrated and raw,
     with the Bayes threshold p* (constant costs) and each curve's best threshold marked."""
     d = prep.entry.decisions
@@ -325,7 +325,7 @@ def _decisions_figure(prep: _Prepared):
     return fig
 
 
-def _map_figure(prep: _Prepared):
+def _map_figure(prep: PreparedEntry):
     """Learned score-to-probability map per calibrator column, with the held-out score histogram."""
     scores, probs, names = prep.map_scores, prep.map_probs, prep.map_names
     l = scores.shape[1]
@@ -367,7 +367,7 @@ def _map_figure(prep: _Prepared):
     return fig
 
 
-def _overview_figure(preps: list[_Prepared]):
+def overview_figure(preps: list[PreparedEntry]):
     """All models together: top-label reliability (equal-width bins) and error-reject curves."""
     fig = _new_figure(11.0, 4.6)
     ax_rel, ax_er = fig.subplots(1, 2, gridspec_kw=_margins(fig, top=0.6, wspace=0.2))
@@ -396,7 +396,7 @@ def _overview_figure(preps: list[_Prepared]):
     return fig
 
 
-def _render(make, *args) -> bytes:
+def render_figure(make, *args) -> bytes:
     fig = make(*args)
     try:
         return _png(fig)
@@ -404,7 +404,7 @@ def _render(make, *args) -> bytes:
         fig.clear()
 
 
-def _import_matplotlib():
+def import_matplotlib():
     try:
         import matplotlib
         import matplotlib.backends.backend_agg  # noqa: F401  (the only backend used)
@@ -416,7 +416,7 @@ def _import_matplotlib():
     return matplotlib
 
 
-def _entry_figures(prep: _Prepared) -> dict[str, list[_Figure]]:
+def entry_figures(prep: PreparedEntry) -> dict[str, list[ReportFigure]]:
     stem = f"model{prep.index:02d}"
     label = prep.entry.label
     targets: list[int | None] = list(prep.classes) + [None]
@@ -425,9 +425,9 @@ def _entry_figures(prep: _Prepared) -> dict[str, list[_Figure]]:
         suffix = "top-label" if cls is None else f"class{cls:03d}"
         what = "top-label confidence" if cls is None else f"class {prep.names[cls]} (one-vs-rest)"
         reliability.append(
-            _Figure(
+            ReportFigure(
                 f"{stem}-reliability-{suffix}.png",
-                _render(_reliability_figure, prep, cls),
+                render_figure(_reliability_figure, prep, cls),
                 f"Reliability diagram of {label}, {what}",
                 f"Reliability, {what}.",
             )
@@ -435,21 +435,21 @@ def _entry_figures(prep: _Prepared) -> dict[str, list[_Figure]]:
     maps = []
     if prep.map_scores is not None:
         maps.append(
-            _Figure(f"{stem}-calibration-map.png", _render(_map_figure, prep),
+            ReportFigure(f"{stem}-calibration-map.png", render_figure(_map_figure, prep),
                     f"Calibration map of {label}", "Learned calibration map over held-out points.")
         )
     roc = [
-        _Figure(f"{stem}-roc.png", _render(_roc_figure, prep), f"ROC curves and convex hulls of {label}",
+        ReportFigure(f"{stem}-roc.png", render_figure(_roc_figure, prep), f"ROC curves and convex hulls of {label}",
                 "ROC curve (solid) and convex hull (dashed), calibrated and raw.")
     ]
     er = [
-        _Figure(f"{stem}-error-reject.png", _render(_error_reject_figure, prep),
+        ReportFigure(f"{stem}-error-reject.png", render_figure(_error_reject_figure, prep),
                 f"Error-reject curve of {label}", "Error among accepted examples against reject rate.")
     ]
     out = {"reliability": reliability, "map": maps, "roc": roc, "error_reject": er}
     if prep.entry.decisions is not None and prep.entry.decisions.cost_matrix.n_classes == 2:
         out["decisions"] = [
-            _Figure(f"{stem}-decisions-threshold.png", _render(_decisions_figure, prep),
+            ReportFigure(f"{stem}-decisions-threshold.png", render_figure(_decisions_figure, prep),
                     f"Decision threshold curve of {label}",
                     "Total cost or profit of deciding the positive class above each threshold, calibrated and raw.")
         ]

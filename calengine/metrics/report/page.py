@@ -12,8 +12,8 @@ import html
 from typing import Any
 
 from ..measures import MetricAccumulator
-from .figures import RELIABILITY_BINS, _Figure
-from .prepare import _Prepared, format_metric
+from .figures import RELIABILITY_BINS, ReportFigure
+from .prepare import PreparedEntry, format_metric
 
 _METRIC_HELP = (
     ("n", "number of evaluated examples"),
@@ -81,7 +81,7 @@ def _esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _decisions_table(prep: _Prepared) -> str:
+def _decisions_table(prep: PreparedEntry) -> str:
     res = prep.entry.decisions.result()
     what = res["objective"]
     per = "unit of weight" if res.get("weighted") else "row"
@@ -97,7 +97,7 @@ def _decisions_table(prep: _Prepared) -> str:
             f"{body}</table></div>")
 
 
-def _img(fig: _Figure) -> str:
+def _img(fig: ReportFigure) -> str:
     width, height = fig.size
     data = base64.b64encode(fig.png).decode("ascii")
     return (
@@ -120,7 +120,7 @@ def _flat_result(r: dict | None) -> dict | None:
     return out
 
 
-def _metrics_table(preps: list[_Prepared]) -> str:
+def _metrics_table(preps: list[PreparedEntry]) -> str:
     keys: list[str] = []
     for prep in preps:
         for r in (_flat_result(prep.result), _flat_result(prep.raw_result)):
@@ -213,7 +213,7 @@ def lineage_text(lineage: dict) -> str:
     return f"Recalibrated ({how}) {source} rows of {where}, {lineage.get('time', '')}."
 
 
-def _entry_section(prep: _Prepared, figs: dict[str, list[_Figure]]) -> str:
+def _entry_section(prep: PreparedEntry, figs: dict[str, list[ReportFigure]]) -> str:
     e = prep.entry
     k = e.calibrated.n_classes
     parts = [
@@ -338,7 +338,7 @@ def _segments_html(seg: dict) -> str:
 
 
 def _prior_shift_html(shift: dict) -> str:
-    """The ``evaluate --prior-shift`` block (:func:`calengine.fit.label_shift.prior_shift_table`): per
+    """The ``evaluate --prior-shift`` block (:func:`calengine.metrics.prior_shift.prior_shift_table`): per
     class, the prior the model was calibrated to, the EM estimate from its probabilities, the bootstrap
     interval and the table's label rate, as ``--json`` carries them."""
     pct = f"{shift['level']:.0%}"
@@ -352,7 +352,7 @@ def _prior_shift_html(shift: dict) -> str:
         + "</tr>"
         for i, c in enumerate(shift["classes"])
     )
-    from ...fit.label_shift import shift_amount
+    from ..prior_shift import shift_amount
 
     drawn = "bootstrap resamples drawn by weight" if shift.get("weighted") else "bootstrap resamples"
     em = shift["em"]
@@ -368,7 +368,7 @@ def _prior_shift_html(shift: dict) -> str:
     )
 
 
-def _page(title: str, preps: list[_Prepared], overview: _Figure | None, figs: dict[int, dict]) -> str:
+def render_page(title: str, preps: list[PreparedEntry], overview: ReportFigure | None, figs: dict[int, dict]) -> str:
     from ...version import __version__
 
     nav = "".join(

@@ -1,6 +1,6 @@
 """Validation and the per-entry numbers a report draws, computed once before any figure.
 
-:func:`_prepare` checks every :class:`ReportEntry` (accumulators with rows, class names, the calibration
+:func:`prepare_entries` checks every :class:`ReportEntry` (accumulators with rows, class names, the calibration
 map's shapes, the bootstrap band) and derives what both the figures (:mod:`.figures`) and the page
 (:mod:`.page`) read: the metric results, the classes that get their own panels (at most
 :data:`MAX_CLASSES`) and the subsampled map arrays (at most :data:`MAP_MAX_POINTS` rows).  Nothing here
@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import DataError, ParameterError
 from ..measures import MetricAccumulator
-from ..range_eval import RangedTables
+from ..ranged.engine import RangedTables
 
 #: what an entry's ``calibrated``/``raw`` may be: an in-memory accumulator, or the score ranges of a
 #: large evaluation (``evaluate --report`` from RANGED_MIN_ROWS rows on), read while they live
@@ -61,7 +61,7 @@ class ReportEntry:
     lineage: dict | None = None
     #: ``evaluate --by``: :meth:`calengine.metrics.segments.SegmentAccumulator.result`, shown as a table
     segments: dict | None = None
-    #: ``evaluate --prior-shift``: :func:`calengine.fit.label_shift.prior_shift_table`, shown as a table
+    #: ``evaluate --prior-shift``: :func:`calengine.metrics.prior_shift.prior_shift_table`, shown as a table
     prior_shift: dict | None = None
     #: ``evaluate --weight COL``: the weight column the accumulators were weighted by; the page and the
     #: figures then say "weight" where they say "examples" (bars and bin tables sum the weights)
@@ -73,7 +73,7 @@ class ReportEntry:
 
 
 @dataclass
-class _Prepared:
+class PreparedEntry:
     """A validated entry plus everything derived once (results, classes to draw, map arrays)."""
 
     index: int
@@ -104,7 +104,7 @@ def format_metric(value: Any) -> str:
     return f"{v:.6g}"
 
 
-def _check_out_dir(out_dir: Path) -> None:
+def check_out_dir(out_dir: Path) -> None:
     if out_dir.exists():
         if not out_dir.is_dir():
             raise DataError(f"report path '{out_dir}' is a file; choose a new directory for the report")
@@ -140,7 +140,7 @@ def _choose_classes(acc: MetricAccumulator, names: list[str]) -> tuple[list[int]
     )
 
 
-def _prepare_map(prep: _Prepared, cmap: Any) -> None:
+def _prepare_map(prep: PreparedEntry, cmap: Any) -> None:
     if not isinstance(cmap, dict) or not {"scores", "probabilities", "column_names"} <= set(cmap):
         raise ParameterError(
             f"entry {prep.index} ('{prep.entry.label}'): calibration_map must be a dict with keys "
@@ -184,7 +184,7 @@ def _prepare_map(prep: _Prepared, cmap: Any) -> None:
             " it, the evaluated data disagree with the map.")]))
 
 
-def _checked_band(prep: _Prepared, band: Any) -> dict:
+def _checked_band(prep: PreparedEntry, band: Any) -> dict:
     """A calibration-map band (``grid``, ``low``, ``high`` arrays of one length; ``B``, ``level``, ``n``)."""
     where = f"entry {prep.index} ('{prep.entry.label}')"
     try:
@@ -201,7 +201,7 @@ def _checked_band(prep: _Prepared, band: Any) -> dict:
     return {**arrays, **meta}
 
 
-def _prepare(entries: Any) -> list[_Prepared]:
+def prepare_entries(entries: Any) -> list[PreparedEntry]:
     if not isinstance(entries, (list, tuple)) or not entries:
         raise ParameterError("write_report needs a non-empty list of ReportEntry; evaluate at least one model")
     out = []
@@ -227,7 +227,7 @@ def _prepare(entries: Any) -> list[_Prepared]:
                 f"{where}: {len(names)} class names for {cal.n_classes} classes; pass one name per class"
             )
         classes, note = _choose_classes(cal, names)
-        prep = _Prepared(
+        prep = PreparedEntry(
             index=i,
             entry=entry,
             names=names,

@@ -20,6 +20,7 @@ import pytest
 calengine_lexrank = pytest.importorskip("calengine_lexrank")
 
 import calengine.plugins  # noqa: E402
+import calengine.plugins.loading  # noqa: E402
 from calengine.metrics.measures import evaluate_predictions  # noqa: E402
 from calengine.metrics.roc import auc, brier_decomposition, roc_segments  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module, make_data  # noqa: E402
@@ -47,7 +48,7 @@ def test_plugin_module_conforms(monkeypatch):
     # installed copy of this very plugin would clash with it by name; check the module on its own.
     # (Coexistence with the other installed plugins is covered by test_entry_point_is_discoverable.)
     monkeypatch.setattr(
-        calengine.plugins, "metadata", types.SimpleNamespace(entry_points=lambda group=None: [])
+        calengine.plugins.loading, "metadata", types.SimpleNamespace(entry_points=lambda group=None: [])
     )
     check_plugin_module(calengine_lexrank)
 

@@ -55,7 +55,7 @@ class LightGBM(BoosterLearner):
     library_title = "LightGBM"
     booster_key = BOOSTER_KEY
     #: the probing child loads and scores a booster with the shared library alone (no Python package)
-    native_probe = "calengine.booster_native:probe_lightgbm"
+    native_probe = "calengine.boosters.native:probe_lightgbm"
 
     def __init__(
         self,
@@ -123,8 +123,8 @@ class LightGBM(BoosterLearner):
         return self.library_module().Booster(model_str=blob.decode("utf-8"))
 
     def validate_booster(self, data, n_features, n_classes):
-        """:func:`calengine.booster_checks.validate_lightgbm`: the file checked in Python before the library reads it."""
-        from calengine.booster_checks import validate_lightgbm
+        """:func:`calengine.boosters.checks.validate_lightgbm`: the file checked in Python before the library reads it."""
+        from calengine.boosters.checks import validate_lightgbm
 
         return validate_lightgbm(data, n_features, n_classes)
 
@@ -178,7 +178,7 @@ class LightGBMDask(LightGBM):
 
     def fit_margin_on_cluster(self, client, X, y, base_margin, weight=None, params=None, feature_types=None):
         """A two-class booster trained by the data-parallel learner across every worker, each row starting
-        from its ``base_margin`` (LightGBM's init score; MCGrad's rounds, :mod:`calengine.fit.mcgrad_cluster`):
+        from its ``base_margin`` (LightGBM's init score; MCGrad's rounds, :mod:`calengine.fit.mcgrad.cluster`):
         ``X`` a dask DataFrame of features, ``y`` 0/1 labels, ``weight`` row weights (None: 1), ``params``
         LightGBM parameters overriding :meth:`booster_params`, ``feature_types`` per column (``"c"``:
         categorical codes, passed as ``categorical_feature``; ``"q"``: numeric).  Returns the

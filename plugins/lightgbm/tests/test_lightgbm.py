@@ -21,12 +21,18 @@ calengine_lightgbm = pytest.importorskip("calengine_lightgbm")
 lightgbm = pytest.importorskip("lightgbm")
 
 import calengine.plugins  # noqa: E402
+import calengine.plugins.loading  # noqa: E402
 from calengine.model.artifact import load_model, save_model  # noqa: E402
 from calengine.errors import ModelFormatError  # noqa: E402
 from calengine.fit.table import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module  # noqa: E402
 from calengine.fit.training import FitConfig  # noqa: E402
-from calengine.testing_cluster import assert_one_line_error, run_cli, run_cli_killing_a_worker, split_parquet  # noqa: E402
+from calengine.testing.cluster import (
+    assert_one_line_error,
+    run_cli,
+    run_cli_killing_a_worker,
+    split_parquet,
+)  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -47,7 +53,7 @@ def test_learners_conform():
 
 
 def test_plugin_module_conforms(monkeypatch):
-    monkeypatch.setattr(calengine.plugins, "metadata", types.SimpleNamespace(entry_points=lambda group=None: []))
+    monkeypatch.setattr(calengine.plugins.loading, "metadata", types.SimpleNamespace(entry_points=lambda group=None: []))
     check_plugin_module(calengine_lightgbm)
 
 

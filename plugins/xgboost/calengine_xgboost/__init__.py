@@ -58,7 +58,7 @@ class XGBoost(BoosterLearner):
     library_title = "XGBoost"
     booster_key = BOOSTER_KEY
     #: the probing child loads and scores a booster with the shared library alone (no Python package)
-    native_probe = "calengine.booster_native:probe_xgboost"
+    native_probe = "calengine.boosters.native:probe_xgboost"
 
     def __init__(
         self,
@@ -127,8 +127,8 @@ class XGBoost(BoosterLearner):
         return booster
 
     def validate_booster(self, data, n_features, n_classes):
-        """:func:`calengine.booster_checks.validate_xgboost`: the file checked in Python before the library reads it."""
-        from calengine.booster_checks import validate_xgboost
+        """:func:`calengine.boosters.checks.validate_xgboost`: the file checked in Python before the library reads it."""
+        from calengine.boosters.checks import validate_xgboost
 
         return validate_xgboost(data, n_features, n_classes)
 
@@ -173,7 +173,7 @@ class XGBoostDask(XGBoost):
 
     def fit_margin_on_cluster(self, client, X, y, base_margin, weight=None, params=None, feature_types=None):
         """A two-class booster trained across every worker on dask collections with a per-row base
-        margin (MCGrad's rounds, :mod:`calengine.fit.mcgrad`): ``X`` a dask DataFrame of features,
+        margin (MCGrad's rounds, :mod:`calengine.methods.mcgrad`): ``X`` a dask DataFrame of features,
         ``y`` 0/1 labels, ``base_margin`` each row's starting logit, ``weight`` row weights (None: 1);
         ``params`` overrides of :meth:`booster_params` (e.g. ``base_score``, ``gamma``);
         ``feature_types`` XGBoost's per-column types (``"c"``: categorical, codes 0, 1, ... and NaN for

@@ -21,13 +21,19 @@ calengine_xgboost = pytest.importorskip("calengine_xgboost")
 xgboost = pytest.importorskip("xgboost")
 
 import calengine.plugins  # noqa: E402
+import calengine.plugins.loading  # noqa: E402
 from calengine.model.artifact import load_model, save_model  # noqa: E402
 from calengine.errors import ModelFormatError, ParameterError  # noqa: E402
 from calengine.metrics.measures import evaluate_predictions  # noqa: E402
 from calengine.fit.table import TableSpec, fit_table  # noqa: E402
 from calengine.testing import check_learner, check_plugin_module, rewrite_manifest  # noqa: E402
 from calengine.fit.training import FitConfig  # noqa: E402
-from calengine.testing_cluster import assert_one_line_error, run_cli, run_cli_killing_a_worker, split_parquet  # noqa: E402
+from calengine.testing.cluster import (
+    assert_one_line_error,
+    run_cli,
+    run_cli_killing_a_worker,
+    split_parquet,
+)  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -64,7 +70,7 @@ def test_learners_conform():
 
 def test_plugin_module_conforms(monkeypatch):
     # alone, without the installed entry points (the installed copy of this plugin would clash by name)
-    monkeypatch.setattr(calengine.plugins, "metadata", types.SimpleNamespace(entry_points=lambda group=None: []))
+    monkeypatch.setattr(calengine.plugins.loading, "metadata", types.SimpleNamespace(entry_points=lambda group=None: []))
     check_plugin_module(calengine_xgboost)
 
 
@@ -285,7 +291,7 @@ def test_a_worker_killed_mid_training_fails_in_one_line_without_a_model(adult_pa
 def test_workers_are_checked_for_the_xgboost_library_as_well_as_the_plugin():
     """The per-worker version check covers the plugin's own dependencies: a worker with another
     xgboost would otherwise train with it unnoticed."""
-    from calengine import registry
+    from calengine.plugins import registry
     from calengine.cli import _plugin_requirements
     from calengine.plugins import get_plugins
 

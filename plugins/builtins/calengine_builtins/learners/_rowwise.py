@@ -15,7 +15,7 @@ scipy, whose kernel walks each row's stored entries in order, one row at a time:
 
 The cost is one numpy call per summed index (features, hidden units, classes), each over all rows of
 the batch: small next to reading the rows for the narrow tables calibration sees (benchmarked in
-``benchmarks/bench_scoring.py``).  tests/test_batch_independence.py checks every built-in learner.
+``benchmarks/bench_scoring.py``).  tests/scores/test_batch_independence.py checks every built-in learner.
 """
 
 from __future__ import annotations
