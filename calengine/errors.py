@@ -62,3 +62,19 @@ class CombinerError(CalengineError, RuntimeError):
 
 class CodeMatrixError(ParameterError):
     """A multiclass code matrix is malformed or unusable by the chosen combiner."""
+
+
+def did_you_mean(name, names) -> str:
+    """``" did you mean 'x'?"`` for the registered name closest to a misspelt ``name`` (difflib's
+    close matches, case-insensitive), or ``""`` when none is close: error messages append it, so a
+    mistyped ``gausian_nb`` points at ``gaussian_nb`` instead of leaving the reader to scan a list."""
+    import difflib
+
+    if not isinstance(name, str) or not name:
+        return ""
+    by_lower = {}
+    for n in names:
+        if isinstance(n, str):
+            by_lower.setdefault(n.lower(), n)
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f" did you mean '{by_lower[close[0]]}'?" if close and by_lower[close[0]] != name else ""

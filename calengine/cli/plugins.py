@@ -70,6 +70,10 @@ def _describe(plugins, name: str, as_json: bool) -> int:
         print(json.dumps(found if len(found) > 1 else found[0], default=repr))
         return 0
     for d in found:
+        if d.get("plugin") is False:  # a method the engine implements (Probing, bagging, MCGrad): where it lives
+            print(f"{d['kind']} {d['name']}  (built into calengine, not a plugin)")
+            print(f"    {d['summary']}")
+            continue
         print(f"{d['kind']} {d['name']}  ({d['distribution']} {d['version']}; {d['class']})")
         if d["summary"]:
             print(f"    {d['summary']}")

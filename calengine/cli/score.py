@@ -51,6 +51,8 @@ def _add_model_and_output(p) -> None:
     p.add_argument("data", metavar="DATA")
     p.add_argument("--output", required=True, metavar="OUT", help="Parquet dataset directory to create")
     p.add_argument("--keep", action="append", metavar="COL", help="copy this input column (repeatable)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --output that calengine scored before (only once the new one is complete)")
 
 
 def _add_batch_rows(p) -> None:
@@ -60,11 +62,19 @@ def _add_batch_rows(p) -> None:
 
 
 def run(args) -> int:
-    from ..scores.table import score_parquet
+    from ..errors import DataError
+    from ..scores.table import SCORES_MARKER, check_scores_output, score_parquet
 
+    try:  # the Python message names overwrite=True; here it is the flag
+        check_scores_output(args.output, args.overwrite)
+    except DataError:
+        if not args.overwrite:
+            raise DataError(f"output '{args.output}' already exists; choose a new --output, or pass --overwrite") from None
+        raise DataError(f"--overwrite refuses to replace '{args.output}': it is not calengine's scored output"
+                        f" (no {SCORES_MARKER}); choose a new --output") from None
     n = score_parquet(args.model, args.data, args.output, keep=args.keep, intervals=args.intervals,
                       reject_below=args.reject_below, cost_matrix=args.cost_matrix, batch_rows=args.batch_rows,
                       trust=args.trust_type, client=options.connect(args, map_only=True),
-                      progress=options.progress(args))
+                      progress=options.progress(args), overwrite=args.overwrite)
     sys.stderr.write(f"{'decided' if args.cost_matrix is not None else 'scored'} {n} rows -> {args.output}\n")
     return 0

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CodeMatrixError, DataError
+from ..errors import CodeMatrixError, DataError, did_you_mean
 
 __all__ = [
     "MATRIX_NAMES",
@@ -469,7 +469,7 @@ def make_matrix(spec: str, k: int, seed=0) -> np.ndarray:
     name = MATRIX_NAMES.get(spec.lower().replace("-", "_"))
     if name is None:
         known = ", ".join(sorted(MATRIX_NAMES)) + ", file:PATH"
-        raise CodeMatrixError(f"unknown code matrix '{spec}'; choose one of: {known}")
+        raise CodeMatrixError(f"unknown code matrix '{spec}';{did_you_mean(spec, MATRIX_NAMES)} choose one of: {known}")
     if name == "one_vs_all":
         return one_vs_all(k)
     if name == "all_pairs":

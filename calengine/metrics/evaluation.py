@@ -473,6 +473,8 @@ def _write_report(ev: Evaluation, files: list[str]) -> None:
     from .report import ReportEntry, write_report
 
     entries = []
+    js = ev.to_json()
+    payloads = [js] if len(ev.models) == 1 else [{k: v for k, v in p.items() if k != "label"} for p in js["models"]]
     for i, (m, acc, lb) in enumerate(zip(ev.models, ev.accumulators, ev.labels)):
         cmap = calibration_map_sample(m, files)
         if ev.bands is not None:
@@ -490,6 +492,7 @@ def _write_report(ev: Evaluation, files: list[str]) -> None:
                 segments=None if ev.segments is None else ev.segments[i],
                 prior_shift=None if ev.prior_shifts is None else ev.prior_shifts[i],
                 weight=ev.weight,
+                payload=payloads[i],
             )
         )
     write_report(ev.report, entries)

@@ -479,6 +479,24 @@ class MetricAccumulator:
         self._require_rows()
         return calibration_suite([[t] for t in self._cls], [self._top], unit=self._unit(), seed=seed)
 
+    def smooth_reliability(self, sigma: float | None = None) -> dict:
+        """relplot's smooth reliability curve with its 95 % band, of the column the smooth ECE measures
+        (class 1 for two classes, else the top-label confidence), at bandwidth ``sigma`` (default: the
+        smooth ECE's ``smece_sigma``); see :func:`calengine.metrics.statistics.smooth_reliability`.
+
+        Exact, in memory: this method.  Bounded memory, from score ranges:
+        :meth:`calengine.metrics.ranged.engine.RangedTables.smooth_reliability` (the same function).
+        """
+        from .ranged.kernels import counts
+        from .ranged.suite import smooth_reliability_curve
+
+        self._require_rows()
+        if sigma is None:
+            sigma = self.calibration_suite()["smece_sigma"]
+        unit = self._unit()
+        scale = float(np.sum(counts(self._top, unit)[3]))
+        return smooth_reliability_curve([[t] for t in self._cls], [self._top], float(sigma), unit=unit, scale=scale)
+
     def drift_check(self, alpha: float = 0.01) -> dict:
         """Tests of "these probabilities are calibrated on these rows"; see :mod:`calengine.metrics.drift`.
 

@@ -134,6 +134,50 @@ def smece_search(ece_at, eps: float = 0.001, refine: int = 10):
     return ece_at(start), start
 
 
+#: relplot's mesh of its reliability diagram (``config.plot_mesh_pts``).
+SMOOTH_DIAGRAM_MESH = 200
+
+#: the two-sided normal quantile of the smooth curve's 95 % pointwise band (relplot's ``qwidth``)
+_Z95 = 1.959963984540054
+
+
+def smooth_reliability(hist: dict, sigma: float, mesh: int = SMOOTH_DIAGRAM_MESH) -> dict:
+    """relplot's smooth reliability curve (``prepare_rel_diagram``'s kernel regression, the
+    ``KernelSmoother(ReflectedGaussianKernel(sigma))`` fitted to ``(f, y)``) and a 95 % pointwise band,
+    from the grid histograms of :func:`smece_grid_size` ``(sigma)`` points (``hist``: ``"one"``, ``"f"``,
+    ``"y"`` sums per grid point, as :func:`smooth_ece` reads them), so it works on merged score ranges.
+
+    ``mu(t) = K*y (t) / (K*1 (t) + 1e-4)`` on ``mesh`` points of [0, 1]: relplot's estimator to the
+    last float (tests/metrics/test_statistics.py compares it with relplot itself).  ``sigma``
+    is the smooth ECE's bandwidth (``smece_sigma``), relplot's default.
+
+    The band: relplot draws the 2.5 and 97.5 % quantiles of 200 bootstrap refits (unseeded, of every
+    row); a reduction cannot resample rows, so this is the same estimator's delta-method band,
+    ``mu ± 1.96 sqrt(Σ K²(t - f_i) (y_i - mu(t))²) / Σ K(t - f_i)``.  For the Gaussian kernel
+    ``K_σ² = K_{σ/√2} / (2 √π σ)``, so the sums are two more reflected convolutions of the same grids
+    (a weight counts as that many rows, as everywhere in ``evaluate --weight``).  Deterministic; it
+    agrees with relplot's bootstrap band to within sampling noise where the forecasts are dense (the
+    test measures the ratio of their widths).  Returns ``mesh``, ``mu``, ``low``, ``high``,
+    ``density`` (the forecasts' kernel density on the mesh, integrating to 1) and ``sigma``.
+    """
+    t = np.linspace(0.0, 1.0, mesh)
+    one, ys = np.asarray(hist["one"], dtype=np.float64), np.asarray(hist["y"], dtype=np.float64)
+    dens = _interpolate(t, _reflected_smooth(one, sigma))
+    mu = _interpolate(t, _reflected_smooth(ys, sigma)) / (dens + 0.0001)
+    narrow = sigma / math.sqrt(2.0)
+    factor = 1.0 / (2.0 * math.sqrt(math.pi) * sigma)
+    k2_one = _interpolate(t, _reflected_smooth(one, narrow)) * factor
+    k2_y = _interpolate(t, _reflected_smooth(ys, narrow)) * factor
+    # Σ K² (y - mu)² with y in {0, 1}: Σ K² y (1 - 2 mu) + mu² Σ K²
+    num = np.maximum(k2_y * (1.0 - 2.0 * mu) + mu * mu * k2_one, 0.0)
+    half = _Z95 * np.sqrt(num) / np.maximum(dens, 1e-300)
+    total = float(one.sum())
+    # K*1 is Σ_i w_i K(t - f_i): over the total weight, the forecasts' density (relplot's kde)
+    density = dens / total if total > 0 else np.zeros_like(t)
+    return {"mesh": t, "mu": mu, "low": np.clip(mu - half, 0.0, 1.0), "high": np.clip(mu + half, 0.0, 1.0),
+            "density": density, "sigma": float(sigma)}
+
+
 # ------------------------------------------------------------------------------------------ binned tests
 
 

@@ -130,13 +130,17 @@ def read_table(files: list[str], columns: list[str] | None = None, root: str | N
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def check_columns(files: list[str], columns: list[str], root: str | None = None) -> None:
+def check_columns(files: list[str], columns: list[str], root: str | None = None, never_suggest=()) -> None:
+    """A one-line :class:`DataError` for the first of ``columns`` the table lacks, with the closest
+    present column as a suggestion -- never one of ``never_suggest`` (the model's target: a table
+    scored without a feature column must not be told to use its label in the feature's place)."""
     available = parquet_columns(files, root)
     for col in columns:
         if col not in available:
             import difflib
 
-            close = difflib.get_close_matches(col, available, n=1)
+            skip = {c for c in never_suggest if c is not None}
+            close = difflib.get_close_matches(col, [c for c in available if c not in skip], n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise DataError(
                 f"column '{col}' is not in {files[0]}; {hint}available columns: {', '.join(available)}"

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ParameterError, UnknownPluginError
+from ..errors import ParameterError, UnknownPluginError, did_you_mean
 from .loading import PluginSet, get_plugins
 
 #: the built-in learner that wraps any scikit-learn classifier given by import path
 SKLEARN_PATH_LEARNER = "sklearn"
 
 _KIND_FLAG = {"learners": "--learner", "calibrators": "--method", "combiners": "--multiclass ...:COMBINER"}
+
+#: ``--method`` values the engine implements itself, with no calibrator plugin behind them: where
+#: each lives, for ``calengine plugins NAME`` and for the "did you mean" of a misspelt ``--method``
+#: (calengine.fit.training.ENGINE_METHODS and ``mcgrad`` must stay listed here; a test checks it)
+ENGINE_METHOD_HOMES = {
+    "probing": "a method of 'calengine fit' (--method probing; parameters with --method-param, e.g."
+               " multiclass=k_minus_one|one_vs_rest), built into calengine itself, not a plugin",
+    "bagging": "a method of 'calengine fit' (--method bagging; parameters with --method-param), built into"
+               " calengine itself, not a plugin",
+    "mcgrad": "a method of 'calengine fit' (--method mcgrad --by COL[,COL...]; multicalibration by boosted"
+              " rounds), built into calengine itself, not a plugin",
+}
 
 
 def lookup(kind: str, name: str, plugins: PluginSet | None = None) -> type:
@@ -23,8 +35,9 @@ def lookup(kind: str, name: str, plugins: PluginSet | None = None) -> type:
     failed = [r.name for r in plugins.failures]
     if failed:
         hint = f"; plugins that failed to load: {', '.join(failed)} (see 'calengine plugins')"
+    known = list(table) + (list(ENGINE_METHOD_HOMES) if kind == "calibrators" else [])
     raise UnknownPluginError(
-        f"unknown {kind[:-1]} '{name}' for {_KIND_FLAG[kind]}; available: {available}{hint}"
+        f"unknown {kind[:-1]} '{name}' for {_KIND_FLAG[kind]};{did_you_mean(name, known)} available: {available}{hint}"
     )
 
 
@@ -137,9 +150,13 @@ def describe_name(name: str, plugins: PluginSet | None = None) -> list[dict[str,
     one), or :class:`UnknownPluginError` listing every installed name."""
     plugins = plugins or get_plugins()
     found = [describe(kind, name, plugins) for kind in plugins.classes if name in plugins.classes[kind]]
+    if not found and name in ENGINE_METHOD_HOMES:
+        return [{"kind": "method", "name": name, "distribution": "calengine", "version": None, "class": None,
+                 "summary": f"'{name}' is {ENGINE_METHOD_HOMES[name]}", "parameters": [], "plugin": False}]
     if not found:
         known = sorted({n for table in plugins.classes.values() for n in table})
         raise UnknownPluginError(
-            f"no learner, calibrator or combiner is named '{name}'; installed: {', '.join(known) or 'none'}"
+            f"no learner, calibrator or combiner is named '{name}';{did_you_mean(name, known + list(ENGINE_METHOD_HOMES))}"
+            f" installed: {', '.join(known) or 'none'}"
         )
     return found

@@ -217,23 +217,27 @@ def score_table(
     reject_below: float | None = None,
     progress: Progress | None = None,
     cost_matrix=None,
+    overwrite: bool = False,
 ) -> int:
     """Score every row of ``files`` into the Parquet dataset directory ``output``; returns rows written.
 
     ``batch_rows`` None: :func:`default_batch_rows` of the columns read.
     ``cost_matrix`` (a :class:`~calengine.decisions.CostMatrix`, its classes those of the model) adds
-    the minimum-expected-cost ``decision`` and its ``expected_cost``; None keeps the plain fast path."""
+    the minimum-expected-cost ``decision`` and its ``expected_cost``; None keeps the plain fast path.
+    ``overwrite`` replaces an existing ``output`` only if it is calengine's own scored output (its
+    :data:`SCORES_MARKER` proves it; :func:`check_scores_output`), and only once the new one is complete."""
     from ..parquet.data import check_columns
 
     if cost_matrix is not None:
         cost_matrix = cost_matrix.for_classes(list(model.labels.classes))
     cost_columns = list(cost_matrix.columns) if cost_matrix is not None else []
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + list(keep) + cost_columns))
-    check_columns(files, columns)
+    check_columns(files, columns, never_suggest=[getattr(model.labels, "target", None)])
     batch_rows = default_batch_rows(len(columns)) if batch_rows is None else batch_rows
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     expected = sum(c.n_rows for c in chunks)
-    with staged_directory(output) as staging:
+    check_scores_output(output, overwrite)
+    with staged_directory(output, replace=overwrite) as staging:
         model_f = share_model(client, model)
         futures = [
             client.submit(
@@ -247,12 +251,47 @@ def score_table(
             raise DataError(
                 f"wrote {written} rows but the input has {expected}; nothing was published, run score again"
             )
+        _write_scores_marker(Path(staging), model, cost_matrix is not None)
     return written
+
+
+#: the file that marks a directory as calengine's scored output (``score``/``decide``), so ``overwrite``
+#: replaces only what calengine wrote -- never a user's own dataset named by mistake.  Its name starts
+#: with ``_``, so Parquet readers (pyarrow, Spark, calengine itself) skip it when reading the dataset.
+SCORES_MARKER = "_calengine_scores.json"
+
+
+def _write_scores_marker(directory: Path, model, decided: bool) -> None:
+    import json
+
+    from ..version import __version__
+
+    marker = {"format": "calengine-scores", "calengine": __version__, "command": "decide" if decided else "score",
+              "classes": [c if isinstance(c, (str, int, float, bool)) else str(c) for c in model.labels.classes]}
+    (directory / SCORES_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+
+
+def check_scores_output(output, overwrite: bool) -> None:
+    """Refuse, in one line, an ``output`` that exists (and is not an empty directory) unless ``overwrite``,
+    and with ``overwrite`` anything that is not calengine's scored output (no :data:`SCORES_MARKER`).
+    Called before any work starts, so a refusal leaves nothing half-done."""
+    import os
+
+    from ..parquet.storage import is_url
+
+    text = os.fspath(output)
+    if is_url(text) or not os.path.lexists(text) or (os.path.isdir(text) and not os.listdir(text)):
+        return
+    if not overwrite:
+        raise DataError(f"output '{text}' already exists; choose a new path or pass overwrite=True")
+    if not (os.path.isdir(text) and not os.path.islink(text) and os.path.isfile(os.path.join(text, SCORES_MARKER))):
+        raise DataError(f"overwrite refuses to replace '{text}': it is not calengine's scored output"
+                        f" (no {SCORES_MARKER}); choose a new path")
 
 
 def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reject_below: float | None = None,
                   cost_matrix=None, batch_rows: int | None = None, trust=(), client=None, cluster=None,
-                  workers=None, progress=None) -> int:
+                  workers=None, progress=None, overwrite: bool = False) -> int:
     """Score a table with a fitted model into the Parquet dataset ``output``, exactly as ``calengine
     score`` does (with ``cost_matrix``, as ``calengine decide``); returns the rows written.
 
@@ -265,8 +304,9 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
     dict, a JSON/YAML file or inline JSON (see :func:`~calengine.decisions.costs.load_cost_matrix`);
     adds ``decision`` and ``expected_cost``.  ``batch_rows``: rows per batch (default: sized from the
     columns read).  ``client``: as for :func:`calengine.runtime.client.job_client`, else
-    ``cluster``/``workers``; without a cluster the chunks run on a thread pool of this process.  The
-    output appears only when complete; every bad input is a :class:`~calengine.errors.CalengineError`
+    ``cluster``/``workers``; without a cluster the chunks run on a thread pool of this process.
+    ``overwrite``: replace an existing ``output`` that is calengine's own scored output (anything else
+    is refused).  The output appears only when complete; every bad input is a :class:`~calengine.errors.CalengineError`
     raised before any work starts.
     """
     import os
@@ -284,6 +324,7 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
         raise ParameterError(f"--batch-rows must be at least 1, got {batch_rows}")
     if reject_below is not None and not 0.0 <= reject_below <= 1.0:
         raise ParameterError(f"--reject-below must be a probability in [0, 1], got {reject_below}")
+    check_scores_output(output, overwrite)  # before the model is read: an occupied output fails at once
     parsed_costs = None if cost_matrix is None else load_cost_matrix(cost_matrix)
     named = isinstance(model, (str, os.PathLike))
     loaded = load_model(model, trust=tuple(trust or ())) if named else model
@@ -309,7 +350,7 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
                         map_only=True) as c:
             return score_table(c, loaded, files, os.fspath(output), keep=keep, batch_rows=batch_rows,
                                extra_outputs=intervals, reject_below=reject_below, progress=as_progress(progress),
-                               cost_matrix=costs)
+                               cost_matrix=costs, overwrite=overwrite)
 
 
 # ---------------------------------------------------------------------------------------------- evaluate

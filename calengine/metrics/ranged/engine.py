@@ -537,6 +537,24 @@ class RangedTables:
 
         return self._cached(("calibration_suite", seed), compute)
 
+    def smooth_reliability(self, sigma: float | None = None) -> dict:
+        """:meth:`calengine.metrics.measures.MetricAccumulator.smooth_reliability` from the score ranges."""
+        from . import core_kernels as ck
+        from .suite import smooth_reliability_curve
+
+        self._require_rows()
+        unit = self._unit()
+        if sigma is None:
+            sigma = self.calibration_suite()["smece_sigma"]
+
+        def compute():
+            tallies = self.mapper(ck.tally, self.top_ranges, [{"unit": unit}] * len(self.top_ranges))
+            scale = float(sum(t["pos"] + t["neg"] for t in tallies))
+            return smooth_reliability_curve(self.class_ranges, self.top_ranges, float(sigma), unit=unit, scale=scale,
+                                            mapper=self.mapper)
+
+        return self._cached(("smooth_reliability", float(sigma)), compute)
+
     def drift_check(self, alpha: float = 0.01) -> dict:
         self._require_rows()
         return self._cached(("drift_check", alpha),

@@ -45,9 +45,11 @@ from ..statistics import (
     smece_grid_size,
     smece_search,
     smooth_ece,
+    smooth_reliability,
 )
 
-__all__ = ["SUITE_BINS", "HL_GROUPS", "L2_LEVEL", "L2_REPLICATES", "RCS_QUANTILES", "calibration_suite", "census_requests"]
+__all__ = ["SUITE_BINS", "HL_GROUPS", "L2_LEVEL", "L2_REPLICATES", "RCS_QUANTILES", "calibration_suite", "census_requests",
+           "smooth_reliability_curve"]
 
 #: bins of ``ece_equal_mass``, ``ece_classwise`` and ``l2_ce_debiased``.
 SUITE_BINS = 15
@@ -519,3 +521,22 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     low, high = l2_bootstrap(stats, value, replicates=L2_REPLICATES, seed=seed, level=L2_LEVEL)
     out["l2_ce_debiased"] = {"value": value, "low": float(low), "high": float(high)}
     return out
+
+
+def smooth_reliability_curve(class_ranges: list[list], top_ranges: list, sigma: float, *, unit: float | None = None,
+                             scale: float, mapper: Mapper | None = None) -> dict:
+    """relplot's smooth reliability curve and its band (:func:`calengine.metrics.statistics.smooth_reliability`)
+    of the suite's score column -- class 1's probability for two classes, the top-label confidence for
+    more, the column ``smece`` measures -- at bandwidth ``sigma`` (``smece_sigma``), from the grid
+    histograms of every range merged in order: one pass, bounded memory, the same on any partitioning.
+    ``unit``, ``scale`` and ``mapper`` as for :func:`calibration_suite` (the same ``scale`` gives the
+    same grid sums as the smooth ECE's)."""
+    mapper = mapper or _local_map
+    ranges = list(class_ranges[1] if len(class_ranges) == 2 else top_ranges)
+    size = smece_grid_size(sigma)
+    outs = mapper(kernels.grids, ranges, [{"unit": unit, "scale": float(scale), "sizes": [size]}] * len(ranges))
+    parts = [o.get(size) for o in outs if o.get(size) is not None]
+    w = 1.0 if unit is None else float(unit)
+    hist = {name: np.asarray([fixed_to_float(t, float(scale)) for t in add_lists(p[i] for p in parts)]) * w
+            for i, name in enumerate(("one", "f", "y"))}
+    return smooth_reliability(hist, sigma)

@@ -10,7 +10,10 @@ the ROC view of Flach & Matsubara:
 * the learned calibration map, score to probability, over held-out points;
 * the ROC curve of each class with its convex hull (whose slopes are the isotonic probabilities);
 * the error-reject curve (Duin & Tax), error among accepted rows against the fraction rejected;
-* one table of every metric of :meth:`MetricAccumulator.result` for all models and their raw learners.
+* the smooth reliability diagram of Błasiok & Nakkiran (relplot's kernel curve with its band), beside the
+  binned ones;
+* one table of every key of ``evaluate --json`` for all models and their raw learners, grouped and
+  explained (:mod:`.catalogue`).
 
 Everything is computed from the exact, merged :class:`~calengine.metrics.measures.MetricAccumulator` of each
 model, or, for a large evaluation, from its tables cut into score ranges
@@ -31,6 +34,7 @@ here runs the three and publishes the directory.
 
 Modules:
 
+* :mod:`.catalogue`: Every key of ``evaluate --json``, grouped and explained: what the report's metric table shows.
 * :mod:`.figures`: The report's figures.
 * :mod:`.page`: The report's HTML page.
 * :mod:`.prepare`: Validation and the per-entry numbers a report draws, computed once before any figure.

@@ -193,6 +193,44 @@ def _reliability_figure(prep: PreparedEntry, cls: int | None):
     return fig
 
 
+def _smooth_figure(prep: PreparedEntry):
+    """relplot's smooth reliability diagram: the kernel-smoothed curve of the calibrated probabilities with
+    its 95 % band, the raw learner's curve, the 15 equal-width bins for comparison, and the forecasts'
+    density underneath; of the column the smooth ECE measures (class 1 for two classes, else the
+    top-label confidence)."""
+    cal_curve, raw_curve = prep.smooth, prep.raw_smooth
+    k = prep.entry.calibrated.n_classes
+    cls = 1 if k == 2 else None
+    fig = _new_figure(5.6, 6.2)
+    grid = fig.add_gridspec(2, 1, height_ratios=(3.0, 1.0), **_margins(fig, top=0.6, hspace=0.06))
+    ax = fig.add_subplot(grid[0, 0])
+    axd = fig.add_subplot(grid[1, 0], sharex=ax)
+    ax.plot([0, 1], [0, 1], ls=":", color=_DIAG, lw=1.2, label="perfectly calibrated")
+    t = cal_curve["mesh"]
+    ax.fill_between(t, cal_curve["low"], cal_curve["high"], color=_CAL, alpha=0.2, lw=0,
+                    label="calibrated, 95 % band")
+    ax.plot(t, cal_curve["mu"], color=_CAL, lw=1.6, label=f"calibrated, smooth (σ = {cal_curve['sigma']:.3g})")
+    if raw_curve is not None:
+        ax.plot(raw_curve["mesh"], raw_curve["mu"], color=_RAW, lw=1.2, ls="--",
+                label=f"raw learner, smooth (σ = {raw_curve['sigma']:.3g})")
+    d = prep.entry.calibrated.reliability_diagram(bins=RELIABILITY_BINS, strategy="uniform", cls=cls)
+    ok = d["count"] > 0
+    ax.plot(d["mean_predicted"][ok], d["observed_frequency"][ok], ls="none", marker="o", ms=3.5, color="#444444",
+            label=f"calibrated, {RELIABILITY_BINS} equal-width bins")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("accuracy" if cls is None else "observed frequency")
+    ax.tick_params(labelbottom=False)
+    ax.legend(loc="upper left", fontsize=7.5, frameon=True)
+    axd.fill_between(t, 0, cal_curve["density"], color=_CAL, alpha=0.45, lw=0)
+    axd.set_ylim(0, float(np.max(cal_curve["density"])) * 1.15 or 1.0)
+    axd.set_xlabel("confidence" if cls is None else "predicted probability")
+    axd.set_ylabel("density", fontsize=8)
+    axd.tick_params(labelsize=7)
+    fig.suptitle(f"Smooth reliability: {_diagram_title(cls, prep.names)}", fontsize=11)
+    return fig
+
+
 def _roc_figure(prep: PreparedEntry):
     """One panel per shown class: ROC curve (solid) and its upper convex hull (dashed), both models."""
     cal, raw = prep.entry.calibrated, prep.entry.raw
@@ -430,6 +468,16 @@ def entry_figures(prep: PreparedEntry) -> dict[str, list[ReportFigure]]:
                 render_figure(_reliability_figure, prep, cls),
                 f"Reliability diagram of {label}, {what}",
                 f"Reliability, {what}.",
+            )
+        )
+    if prep.smooth is not None:
+        what = "top-label confidence" if prep.entry.calibrated.n_classes > 2 else f"class {prep.names[1]}"
+        reliability.append(
+            ReportFigure(
+                f"{stem}-reliability-smooth.png",
+                render_figure(_smooth_figure, prep),
+                f"Smooth reliability diagram of {label}, {what}",
+                f"Smooth reliability (relplot's kernel curve and 95 % band), {what}.",
             )
         )
     maps = []

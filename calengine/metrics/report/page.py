@@ -13,31 +13,8 @@ from typing import Any
 
 from ..measures import MetricAccumulator
 from .figures import RELIABILITY_BINS, ReportFigure
+from .catalogue import DOCS_PAGE, explain, flat_keys, grouped_keys
 from .prepare import PreparedEntry, format_metric
-
-_METRIC_HELP = (
-    ("n", "number of evaluated examples"),
-    ("n_classes", "number of classes"),
-    ("brier", "mean squared error of the probabilities (lower is better)"),
-    ("log_loss", "mean negative log-probability of the true class, in nats (lower is better)"),
-    ("log_loss_bits", "the same in bits"),
-    ("auc", "area under the ROC curve; multiclass: mean one-vs-rest AUC (higher is better)"),
-    ("error_rate", "fraction misclassified by the most probable class"),
-    ("ece", "expected calibration error of the top-label confidence, 15 equal-width bins"),
-    ("mce", "largest calibration gap over those bins"),
-    ("calibration_loss", "part of the Brier score due to miscalibration (exact, no binning)"),
-    ("refinement_loss", "part of the Brier score due to limited separation; the two add up to brier"),
-    ("confidence_q", "Duin & Tax: mean squared gap between confidence and correctness"),
-    ("confidence_rho", "confidence_q / error_rate - 1/2 (n/a without errors)"),
-    ("corp_brier.mcb", "CORP miscalibration: Brier score minus that of the isotonic (PAV) recalibration of the "
-     "forecasts; meaningful for continuous scores, unlike calibration_loss"),
-    ("corp_brier.dsc", "CORP discrimination: Brier score of the base rate minus that of the recalibration"),
-    ("corp_brier.unc", "CORP uncertainty: Brier score of the base rate; brier = mcb - dsc + unc"),
-    ("corp_log_loss.*", "the same for the log loss (binary: the reported log_loss; multiclass: sums of "
-     "one-vs-rest binary log losses, as corp_brier sums one-vs-rest Brier scores)"),
-)
-
-
 
 # --------------------------------------------------------------------------------------------------
 # page
@@ -62,14 +39,13 @@ figcaption{font-size:.85em;color:#57606a;margin-top:4px}
 table{border-collapse:collapse;background:#fff;font-size:.9em}
 th,td{border:1px solid #d0d7de;padding:3px 8px}
 th{background:#f0f3f6;text-align:left;vertical-align:bottom}
+tr.group th{background:#e4ebf2;font-size:1.02em}
+td.help{color:#57606a;font-size:.92em;max-width:46em}
 td.num{text-align:right;font-variant-numeric:tabular-nums;font-family:ui-monospace,"DejaVu Sans Mono",monospace}
 th.model{max-width:22em;overflow-wrap:anywhere}
 details{margin:.6em 0}
 summary{cursor:pointer;color:#0b5cad}
 .bins{display:flex;flex-wrap:wrap;gap:14px;margin-top:6px}
-dl.help{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:.88em}
-dl.help dt{font-family:ui-monospace,"DejaVu Sans Mono",monospace}
-dl.help dd{margin:0;color:#57606a}
 footer{color:#57606a;font-size:.85em;padding-bottom:24px;margin-top:2em}
 """
 
@@ -107,41 +83,50 @@ def _img(fig: ReportFigure) -> str:
     )
 
 
-def _flat_result(r: dict | None) -> dict | None:
-    """Nested metrics (the CORP terms) as ``corp_brier.mcb``-style rows; per-class lists left out."""
-    if r is None:
-        return None
-    out: dict = {}
-    for key, value in r.items():
-        if isinstance(value, dict):
-            out.update({f"{key}.{k}": v for k, v in value.items() if not isinstance(v, (list, dict))})
-        else:
-            out[key] = value
-    return out
+def _cell(value: Any) -> str:
+    """One value of the JSON in a table cell: numbers as :func:`format_metric`, text as itself, a list as
+    its values when short, else its length (the curve or table it holds is drawn in the model's section)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        if len(value) <= 4 and all(v is None or isinstance(v, (int, float)) for v in value):
+            return "[" + ", ".join(format_metric(v) for v in value) + "]"
+        return f"list of {len(value)}"
+    if isinstance(value, dict):
+        return f"{len(value)} keys"
+    return format_metric(value)
 
 
 def _metrics_table(preps: list[PreparedEntry]) -> str:
+    """Every key of each model's ``evaluate --json`` object (:mod:`.catalogue`), grouped, with the raw
+    learner's value beside the calibrated one and one line saying what the key means."""
     keys: list[str] = []
-    for prep in preps:
-        for r in (_flat_result(prep.result), _flat_result(prep.raw_result)):
-            for key in r or {}:
-                if key not in keys:
-                    keys.append(key)
+    columns: list[dict] = []
     top = ['<th rowspan="2">metric</th>']
     sub = []
-    columns: list[dict] = []
     for prep in preps:
-        span = 2 if prep.raw_result is not None else 1
+        flat = flat_keys(prep.payload)
+        raw = prep.payload.get("raw")
+        for key in flat:
+            if key != "raw" and key not in keys:
+                keys.append(key)
+        span = 2 if isinstance(raw, dict) else 1
         top.append(f'<th class="model" colspan="{span}">#{prep.index} {_esc(prep.entry.label)}</th>')
         sub.append("<th>calibrated</th>")
-        columns.append(_flat_result(prep.result))
-        if prep.raw_result is not None:
-            sub.append("<th>raw learner</th>")
-            columns.append(_flat_result(prep.raw_result))
+        columns.append(flat)
+        if isinstance(raw, dict):
+            sub.append('<th data-key="raw">raw learner</th>')
+            columns.append(flat_keys(raw))
+    top.append('<th rowspan="2">what it is (range; which way is better)</th>')
+    width = len(columns) + 2
     rows = []
-    for key in keys:
-        cells = "".join(f'<td class="num">{_esc(format_metric(col.get(key)))}</td>' for col in columns)
-        rows.append(f"<tr><th>{_esc(key)}</th>{cells}</tr>")
+    for gid, heading, note, group in grouped_keys(keys):
+        rows.append(f'<tr class="group" id="group-{gid}"><th colspan="{width}">{_esc(heading)}'
+                    f' <span class="note">({_esc(note)})</span></th></tr>')
+        for key in group:
+            cells = "".join(f'<td class="num">{_esc(_cell(col.get(key)))}</td>' for col in columns)
+            rows.append(f'<tr data-key="{_esc(key)}"><th><code>{_esc(key)}</code></th>{cells}'
+                        f'<td class="help">{_esc(explain(key)[1])}</td></tr>')
     return (
         '<div class="scroll"><table id="metrics-table"><thead>'
         f"<tr>{''.join(top)}</tr><tr>{''.join(sub)}</tr></thead>"
@@ -229,7 +214,11 @@ def _entry_section(prep: PreparedEntry, figs: dict[str, list[ReportFigure]]) -> 
            else f"The bars below sum the weights (column {_esc(e.weight)}) in each bin")
         + " (filled: calibrated, outlined: raw learner). "
         "Per class, the green steps are the CORP curve: the isotonic recalibration of the calibrated "
-        "probabilities, which needs no bins; the Brier score lost to its gap from the diagonal is corp_brier.mcb.</p>",
+        "probabilities, which needs no bins; the Brier score lost to its gap from the diagonal is corp_brier.mcb. "
+        "The smooth reliability diagram is relplot's: a reflected-Gaussian kernel regression of the outcome on "
+        "the probability at the smooth ECE's bandwidth σ (smece_sigma), with a 95 % pointwise band (delta "
+        "method), the raw learner's curve dashed, the equal-width bins as dots and the forecasts' density below; "
+        "the mean gap between its curve and the diagonal is smece.</p>",
     ]
     if e.drift is not None:
         parts[2:2] = [_drift_html(e.drift, prep.names)]
@@ -374,7 +363,6 @@ def render_page(title: str, preps: list[PreparedEntry], overview: ReportFigure |
     nav = "".join(
         f'<li><a href="#entry-{p.index}">#{p.index} {_esc(p.entry.label)}</a></li>' for p in preps
     )
-    help_rows = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in _METRIC_HELP)
     body = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -390,10 +378,10 @@ def render_page(title: str, preps: list[PreparedEntry], overview: ReportFigure |
         + ('<li><a href="#overview">All models together</a></li>' if overview else "")
         + f"{nav}</ol></nav></header><main>",
         '<section id="metrics"><h2>Metrics</h2>',
-        '<p class="note">Every metric of each model and of its raw (uncalibrated) learner; '
-        "6 significant digits, n/a where undefined.</p>",
+        '<p class="note">Every key of <code>calengine evaluate --json</code> for each model and its raw '
+        "(uncalibrated) learner, grouped; 6 significant digits, n/a where undefined. Definitions, formulas and "
+        f"references: the page {_esc(DOCS_PAGE)}.</p>",
         _metrics_table(preps),
-        f"<details><summary>What the metrics mean</summary><dl class=\"help\">{help_rows}</dl></details>",
         "</section>",
     ]
     if overview is not None:

@@ -66,6 +66,10 @@ class ReportEntry:
     #: ``evaluate --weight COL``: the weight column the accumulators were weighted by; the page and the
     #: figures then say "weight" where they say "examples" (bars and bin tables sum the weights)
     weight: str | None = None
+    #: this model's object of ``evaluate --json`` (one payload of
+    #: :meth:`calengine.metrics.evaluation.Evaluation.to_json`, ``raw`` included): the metric table shows
+    #: every key of it (:mod:`.catalogue`).  None: the accumulators' metrics and calibration suite.
+    payload: dict | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -88,6 +92,12 @@ class PreparedEntry:
     map_names: list[str] = field(default_factory=list)
     map_note: str = ""
     map_band: dict | None = None  # bootstrap band of column 0 (see calengine.metrics.bootstrap)
+    #: the JSON object the metric table lists (``entry.payload``, or derived from the accumulators)
+    payload: dict = field(default_factory=dict)
+    #: relplot's smooth reliability curve and band of the calibrated (and raw) probabilities
+    #: (:meth:`MetricAccumulator.smooth_reliability`), or None where it is undefined
+    smooth: dict | None = None
+    raw_smooth: dict | None = None
 
 
 def format_metric(value: Any) -> str:
@@ -238,5 +248,34 @@ def prepare_entries(entries: Any) -> list[PreparedEntry]:
         )
         if entry.calibration_map is not None:
             _prepare_map(prep, entry.calibration_map)
+        _prepare_payload(prep, where)
+        prep.smooth = _smooth(cal, prep.payload.get("smece_sigma"))
+        raw_payload = prep.payload.get("raw")
+        if raw is not None and isinstance(raw_payload, dict):
+            prep.raw_smooth = _smooth(raw, raw_payload.get("smece_sigma"))
         out.append(prep)
     return out
+
+
+def _prepare_payload(prep: PreparedEntry, where: str) -> None:
+    """The entry's ``evaluate --json`` object, or the same keys from its accumulators (the metrics and
+    the calibration suite; ``raw`` for the raw learner) when it was made without ``evaluate``."""
+    entry = prep.entry
+    if entry.payload is not None:
+        if not isinstance(entry.payload, dict):
+            raise ParameterError(f"{where}: payload must be the model's evaluate --json object (a dict), or None")
+        prep.payload = entry.payload
+        return
+    payload = {**prep.result, **entry.calibrated.calibration_suite()}
+    if entry.raw is not None:
+        payload["raw"] = {**prep.raw_result, **entry.raw.calibration_suite()}
+    if entry.drift is not None:
+        payload["drift"] = entry.drift
+    prep.payload = payload
+
+
+def _smooth(acc, sigma) -> dict | None:
+    """The smooth reliability curve at the smooth ECE's bandwidth; None where the ECE is undefined."""
+    if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or not math.isfinite(sigma) or sigma <= 0:
+        return None
+    return acc.smooth_reliability(float(sigma))

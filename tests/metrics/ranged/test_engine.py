@@ -611,6 +611,7 @@ def _figure_data(acc, classes) -> dict:
             out[f"corp {c}"] = acc.corp_curve(c)
             out[f"roc {c}"] = figures.roc_data(acc, c)
     out["error-reject"] = figures.error_reject_data(acc)
+    out["smooth"] = acc.smooth_reliability()  # relplot's kernel curve and band, from the ranges' grids
     return out
 
 
@@ -644,7 +645,8 @@ def test_evaluate_report_on_ranges_draws_what_the_in_memory_report_draws(pima_mo
     for kind in ("calibrated", "raw"):
         assert before[kind][0] == "MetricAccumulator" and after[kind][0] == "RangedTables"
         for name, d in before[kind][1].items():
-            report_equal(d, after[kind][1][name], close=("mean_predicted", "area", "hull_area"),
+            report_equal(d, after[kind][1][name], close=("mean_predicted", "area", "hull_area", "mu", "low", "high",
+                                                          "density"),
                          where=f"{kind} {name}")
 
     def page(d):

@@ -115,7 +115,8 @@ def test_writes_index_and_valid_pngs(report):
             "model01-reliability-top-label.png", "model01-reliability-class001.png",
             "model02-reliability-top-label.png"} <= names
     assert {f"model02-reliability-class{c:03d}.png" for c in range(3)} <= names
-    assert len(pngs) == 13
+    assert {"model01-reliability-smooth.png", "model02-reliability-smooth.png"} <= names
+    assert len(pngs) == 15
     for p in pngs:
         _check_png(p.read_bytes())
     assert not [p for p in index.parent.parent.iterdir() if p.name.startswith(".out.tmp-")], "staging left behind"
@@ -126,7 +127,7 @@ def test_images_are_embedded_copies_of_the_files(report):
     page = index.read_text(encoding="utf-8")
     imgs = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" width="(\d+)" height="(\d+)"', page)
     files = {p.read_bytes() for p in index.parent.glob("*.png")}
-    assert len(imgs) == page.count("<img") == len(files) == 13
+    assert len(imgs) == page.count("<img") == len(files) == 15
     for data, width, height in imgs:
         png = base64.b64decode(data, validate=True)
         assert png in files
@@ -159,7 +160,7 @@ def test_labels_are_escaped(report):
 def _metrics_rows(page: str) -> dict[str, list[str]]:
     table = re.search(r'<table id="metrics-table">.*?<tbody>(.*?)</tbody></table>', page, re.S).group(1)
     rows = {}
-    for key, cells in re.findall(r"<tr><th>([a-z_]+)</th>(.*?)</tr>", table, re.S):
+    for key, cells in re.findall(r'<tr data-key="([^"]+)"><th><code>[^<]*</code></th>(.*?)<td class="help">', table, re.S):
         rows[key] = re.findall(r'<td class="num">([^<]*)</td>', cells)
     return rows
 
@@ -171,22 +172,39 @@ def _expected(value) -> str:
 
 
 def test_metrics_table_has_every_value_of_both_models_and_raw_learners(report):
+    """Every key of each model's metrics and calibration suite (what ``evaluate --json`` holds without
+    options), grouped, with the value of both models and both raw learners."""
+    from calengine.metrics.report.catalogue import flat_keys
+
     index, entries = report
     rows = _metrics_rows(index.read_text(encoding="utf-8"))
     results = []
     for e in entries:
-        results += [e.calibrated.result(), e.raw.result()]
-    scalar = [k for k, v in results[0].items() if not isinstance(v, dict)]
-    assert list(rows) == scalar  # every scalar result() key, in result() order
-    for key, cells in rows.items():
-        assert cells == [_expected(r[key]) for r in results], key
-    # the CORP terms (dicts in result()) get one row per term, named corp_brier.mcb and so on
-    corp = dict(re.findall(r"<tr><th>(corp_[a-z_]+\.[a-z]+)</th>(.*?)</tr>", index.read_text(encoding="utf-8"), re.S))
-    assert list(corp) == [f"corp_{s}.{t}" for s in ("brier", "log_loss") for t in ("score", "mcb", "dsc", "unc")]
-    for key, cells in corp.items():
-        name, term = key.split(".")
-        assert re.findall(r'<td class="num">([^<]*)</td>', cells) == [_expected(r[name][term]) for r in results], key
+        results += [{**e.calibrated.result(), **e.calibrated.calibration_suite()},
+                    {**e.raw.result(), **e.raw.calibration_suite()}]
+    flat = [flat_keys(r) for r in results]
+    assert set(rows) == set(flat[0]) | set(flat[2])  # the multiclass model adds corp_*.per_class
+    for key in ("brier", "auc", "ece", "smece", "smece_sigma", "ks_pvalue", "kuiper_pvalue", "ecce_pvalue",
+                "hosmer_lemeshow_pvalue", "calibration_slope", "calibration_intercept", "ici", "ece_equal_mass",
+                "ece_classwise", "l2_ce_debiased.value", "l2_ce_debiased.low", "l2_ce_debiased.high"):
+        assert rows[key] == [_expected(f[key]) for f in flat], key
+    for key in [f"corp_{s}.{t}" for s in ("brier", "log_loss") for t in ("score", "mcb", "dsc", "unc")]:
+        assert rows[key] == [_expected(f[key]) for f in flat], key
     assert rows["n_classes"] == ["2", "2", "3", "3"]
+
+
+def test_metrics_table_is_grouped_and_explained(report):
+    from calengine.metrics.report.catalogue import DOCS_PAGE, GROUPS, explain
+
+    index, _ = report
+    page = index.read_text(encoding="utf-8")
+    groups = re.findall(r'<tr class="group" id="group-([a-z_]+)">', page)
+    order = [g for g, _, _ in GROUPS]
+    assert groups == sorted(groups, key=order.index) and {"scores", "binned", "smooth", "tests", "slope"} <= set(groups)
+    assert "other" not in groups  # every key is explained
+    for key in _metrics_rows(page):
+        assert explain(key)[1], key
+    assert "measuring-calibration.md" in page and DOCS_PAGE.split(" (")[0].replace("'", "&#x27;") in page
 
 
 def test_nan_shows_as_na_without_raw_and_output_is_deterministic(tmp_path):
@@ -366,13 +384,17 @@ def test_renders_in_headless_chromium_without_console_errors(report, tmp_path):
         f"true:{w}x{h}"
         for w, h in re.findall(r'<img src="data:image/png;base64,[^"]+" width="(\d+)" height="(\d+)"', page)
     ]
-    assert len(expected_sizes) == 13
+    assert len(expected_sizes) == 15
 
     # 1. the report itself, as a user opens it: the DOM holds every image and nothing complains
     run = _chromium(binary, tmp_path, index.as_uri(), "--dump-dom")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count("<img") == len(expected_sizes)
     assert 'id="metrics-table"' in run.stdout
+    # the grouped table and the smooth reliability figures, as the browser parsed them
+    assert re.findall(r'<tr class="group" id="group-([a-z_]+)">', run.stdout)[:2] == ["size", "scores"]
+    assert '<tr data-key="smece">' in run.stdout and '<tr data-key="calibration_slope">' in run.stdout
+    assert len(re.findall(r'<img [^>]*alt="Smooth reliability diagram of ', run.stdout)) == 2
     assert _console_lines(run.stderr) == []
 
     # 2. a test-only wrapper (the report stays script-free) reads every image's decoded size
