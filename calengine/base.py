@@ -455,9 +455,13 @@ class BoosterLearner(Learner):
         """Around ``fit_on_cluster``'s distributed training: calengine's typed errors pass as they are,
         anything else (a worker lost, the library's own failure) becomes one LearnerError line.  The
         libraries' collectives cannot lose a member, so no model is written: the user runs the fit
-        again."""
+        again.  From the CLI, the libraries' chatter is dropped from stderr meanwhile
+        (:func:`calengine.boosters.guard.library_chatter_dropped`)."""
+        from .boosters.guard import library_chatter_dropped
+
         try:
-            yield
+            with library_chatter_dropped():
+                yield
         except CalengineError:
             raise
         except Exception as exc:  # noqa: BLE001 - the cluster's failure, told in one line

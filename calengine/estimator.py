@@ -725,6 +725,11 @@ def _check_weights(sample_weight, n_rows: int) -> np.ndarray:
         raise DataError(f"sample_weight has shape {w.shape} but X has {n_rows} rows; pass one weight per row")
     if not np.all(np.isfinite(w)) or np.any(w < 0):
         raise DataError("sample_weight holds negative, NaN or infinite values; pass finite weights >= 0")
+    from .reductions.column_stats import MAX_WEIGHT
+
+    if w.size and w.max() > MAX_WEIGHT:
+        raise DataError(f"sample_weight holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}: divide them by a"
+                        " constant")
     if n_rows and not np.any(w > 0):  # before any method's own sampling fails on it in its own words
         raise DataError("sample_weight is zero for every row; at least one row needs a positive weight")
     return w

@@ -270,12 +270,14 @@ def frozen_prefit(estimator, columns, response: str, trust=()) -> Prefit:
                                    " decision_function, which its stored booster cannot give; calibrate its predict_proba")
         learner = Prefit(library=module, columns=list(columns), n_classes=k, source=source,
                          sha256=hashlib.sha256(blob).hexdigest(), response=response)
-        learner._load_booster(_booster_learner(module), blob, k, key)  # checked as score will check it
-        objective = _booster_names_and_objective(module, learner.model_.booster_, blob)[1]
-        allowed = XGBOOST_OBJECTIVES if module == "xgboost" else LIGHTGBM_OBJECTIVES
-        if objective not in allowed:
-            raise ModelFormatError(f"the FrozenEstimator's booster has the objective {objective!r}, whose predictions"
-                                   f" are not class probabilities; save a classifier trained with {' or '.join(allowed)}")
+        inner = _booster_learner(module)
+        what = "the FrozenEstimator's booster has the objective"
+        # the objective the file declares, before any native call: the probe would call margins damage
+        _check_objective(_declared_objective(inner.validate_booster(blob, None, None)), module, what,
+                         ModelFormatError, "save a classifier")
+        learner._load_booster(inner, blob, k, key)  # checked as score will check it
+        _check_objective(_booster_names_and_objective(module, learner.model_.booster_, blob)[1], module, what,
+                         ModelFormatError, "save a classifier")
         return learner
     import skops.io as sio
 
@@ -345,18 +347,14 @@ def open_prefit(path: str, features=None, trust=()) -> Prefit:
         suffix = os.path.splitext(str(path))[1].lower()
         key = "booster" + (".txt" if library == "lightgbm" else suffix)
         summary = inner.validate_booster(blob, None, None)  # one line for a damaged file, before any native call
+        _check_objective(_declared_objective(summary), library, f"--prefit {path}: the {library} model's objective is")
         inner.booster_ = inner.load_booster(blob, summary.n_classes, summary.n_features)  # probed in a child first
         inner.n_classes_ = summary.n_classes
         learner.model_, learner.blob_, learner.state_key_ = inner, blob, key
         learner.n_classes = summary.n_classes
         n_features = summary.n_features
         names, objective = _booster_names_and_objective(library, inner.booster_, blob)
-        allowed = XGBOOST_OBJECTIVES if library == "xgboost" else LIGHTGBM_OBJECTIVES
-        if objective not in allowed:
-            raise ParameterError(
-                f"--prefit {path}: the {library} model's objective is {objective!r}, whose predictions are not class"
-                f" probabilities; calibrate a model trained with {' or '.join(allowed)}"
-            )
+        _check_objective(objective, library, f"--prefit {path}: the {library} model's objective is")
     learner.columns = _feature_columns(path, names, features, n_features)
     return learner
 
@@ -405,6 +403,24 @@ def _open_skops(blob: bytes, path: str, trust) -> Any:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _check_objective(objective: str | None, library: str, what: str, error: type = ParameterError,
+                     fix: str = "calibrate a model") -> None:
+    """One ``error`` line when a booster's ``objective`` does not give class probabilities (``what``
+    says whose; None: the file names none, nothing to check yet).  Called first on the objective the
+    file declares, before the booster is loaded and probed: a ``binary:logitraw`` booster's margins
+    are not probabilities, and the probe would call the file damaged instead of naming its objective."""
+    allowed = XGBOOST_OBJECTIVES if library == "xgboost" else LIGHTGBM_OBJECTIVES
+    if objective is not None and objective not in allowed:
+        raise error(f"{what} {objective!r}, whose predictions are not class probabilities; {fix} trained with"
+                    f" {' or '.join(allowed)}")
+
+
+def _declared_objective(summary) -> str | None:
+    """The objective a validated booster file declares (:class:`~calengine.boosters.checks.BoosterSummary`),
+    None when it names none (or a plugin's summary does not say)."""
+    return getattr(summary, "objective", "") or None
 
 
 def _booster_names_and_objective(library: str, booster, blob: bytes) -> tuple[list[str] | None, str]:

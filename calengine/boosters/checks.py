@@ -50,11 +50,13 @@ MAX_DEPTH = 32
 @dataclass(frozen=True)
 class BoosterSummary:
     """What a sound booster file declares: ``n_features`` columns, ``n_classes`` (2 for one output),
-    ``n_trees`` trees."""
+    ``n_trees`` trees, and the ``objective`` it was trained with ('' when the file names none), read
+    from the file so that a caller can name it before the library loads the booster."""
 
     n_features: int
     n_classes: int
     n_trees: int
+    objective: str = ""
 
 
 def _bad(library: str, what: str) -> ModelFormatError:
@@ -379,7 +381,11 @@ def validate_xgboost(source: bytes | str | os.PathLike, n_features: int | None =
     wrong = np.flatnonzero(~np.isfinite(cond))
     if wrong.size:
         raise _bad("XGBoost", f"has tree {int(tree_of[wrong[0]])} with a non-finite split condition or leaf value")
-    return _check_expected("XGBoost", BoosterSummary(nf, max(2, num_class), len(trees)), n_features, n_classes)
+    objective = learner.get("objective")
+    objective = objective.get("name") if isinstance(objective, dict) else None
+    objective = objective if isinstance(objective, str) else ""
+    return _check_expected("XGBoost", BoosterSummary(nf, max(2, num_class), len(trees), objective[:100]),
+                           n_features, n_classes)
 
 
 def _xgb_tree_arrays(tree: Any, t: int, categories: list[int | None] | None = None) -> tuple:
@@ -510,7 +516,9 @@ def validate_lightgbm(source: bytes | str | os.PathLike, n_features: int | None 
     sizes = header.get("tree_sizes")
     if sizes is not None and len(sizes.split()) != len(blocks):
         raise _bad("LightGBM", f"lists {len(sizes.split())} tree sizes for {len(blocks)} trees (truncated or edited)")
-    return _check_expected("LightGBM", BoosterSummary(max_idx + 1, max(2, num_class), len(blocks)), n_features, n_classes)
+    objective = (header.get("objective") or "").split()
+    return _check_expected("LightGBM", BoosterSummary(max_idx + 1, max(2, num_class), len(blocks),
+                                                      objective[0][:100] if objective else ""), n_features, n_classes)
 
 
 def _lgb_tree_nodes(block: str, t: int, nf: int, categories: list[int | None] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -10,13 +10,21 @@ command.
   rows: through the plugin's declared ``native_probe`` (the shared library alone, via ctypes:
   :mod:`calengine.boosters.native`), else with the plugin's own class.  The child serves the boosters of
   one model load in turn (a model with five folds pays for one interpreter start, not five) and exits
-  after ``PROBE_IDLE`` seconds without work or when the parent exits.  A crash there (SIGSEGV, an
+  after ``PROBE_IDLE`` seconds without work or when the parent exits; a thread of the parent waits for
+  it, so a child that left idle is reaped at once (not a zombie until the next probe).  A crash there (SIGSEGV, an
   abort), a hang (``PROBE_TIMEOUT`` seconds), or non-finite or out-of-range probabilities become one
   :class:`~calengine.errors.ModelFormatError` line; the verdict is cached per content hash for the life
   of the process, so a model is probed once however many times it is loaded.  Only the process that
   loads a model probes: Dask workers receive the loaded model, never a file.  Its cost with a native
   probe is one interpreter start without numpy plus opening the shared library
   (``benchmarks/bench_booster_probe.py`` measures it against ``score`` without checks).
+* :func:`library_chatter_dropped` -- while a booster trains on the cluster from the CLI, the lines the
+  libraries print that tell the user nothing (XGBoost's ``... got rank 0`` from each in-process worker,
+  written by C++ where no verbosity setting reaches) are dropped from file descriptor 2 by a small
+  filter process; every other byte passes through as it comes, and the filter outlives a crash of this
+  process, so nothing else written to stderr is lost.  LightGBM's Python-side info messages
+  (``lightgbm.dask`` prints "Finding random open ports for workers" to stdout on every training) are
+  dropped through its public ``register_logger``; its warnings stay warnings.
 """
 
 from __future__ import annotations
@@ -42,6 +50,57 @@ PROBE_TIMEOUT = 120.0
 #: seconds the probing child waits for the next booster before it exits
 PROBE_IDLE = 20.0
 _IDLE_EXIT = "\0idle"
+
+#: set by the CLI (whose stderr is the user's report): drop :data:`CHATTER` lines while boosters train
+FILTER_CHATTER = False
+
+#: a line of library chatter: XGBoost's collective prints "[hh:mm:ss] Task [xgboost.dask-<worker>]:<address>
+#: got rank <r>" when a worker thread joins a training.  It is written from the Dask worker's thread
+#: through XGBoost's C++ console logger, whose log callback is per thread (the Python package registers
+#: one in the importing thread only) and which ignores ``verbosity``.
+CHATTER = rb"\[\d\d:\d\d:\d\d\] Task \[xgboost\.dask-[^\]\n]*\]:\S* got rank \d+\r?"
+#: how a chatter line starts: a line is held back (not yet passed on) only while it can still be one
+_CHATTER_HEAD = rb"\[\d\d:\d\d:\d\d\] Task \[xgboost\.dask-"
+_CHATTER_HEAD_LEN = len(b"[00:00:00] Task [xgboost.dask-")
+#: the filter process: stdin (the pipe on fd 2) to stdout (the real stderr), line by line, dropping
+#: chatter lines; a line that cannot be chatter is passed on as its bytes arrive (progress bars)
+_FILTER_CODE = r"""
+import os, re, sys
+full, head = re.compile(sys.argv[1].encode('latin-1')), re.compile(sys.argv[2].encode('latin-1'))
+head_len, pending, passing = int(sys.argv[3]), b'', False
+def write(b):
+    while b:
+        b = b[os.write(1, b):]
+def suspect(line):
+    n = min(len(line), head_len)
+    probe = line[:n] + b'[00:00:00] Task [xgboost.dask-'[n:]
+    return head.match(probe) is not None and len(line) < 4096
+while True:
+    try:
+        chunk = os.read(0, 65536)
+    except InterruptedError:
+        continue
+    except OSError:
+        break
+    if not chunk:
+        break
+    data, pending = pending + chunk, b''
+    while data:
+        cut = data.find(b'\n')
+        line, data = (data, b'') if cut < 0 else (data[:cut + 1], data[cut + 1:])
+        if passing:
+            write(line)
+            passing = cut < 0
+        elif cut < 0:
+            if suspect(line):
+                pending = line
+            else:
+                write(line)
+                passing = True
+        elif not full.fullmatch(line[:-1]):
+            write(line)
+write(pending)
+"""
 
 _verdicts: dict[str, str | None] = {}
 _lock = threading.Lock()
@@ -75,6 +134,65 @@ def quiet_native():
                 os.close(saved)
             sink.seek(0)
             captured.append(buf.getvalue() + sink.read().decode("utf-8", "replace"))
+
+
+@contextlib.contextmanager
+def library_chatter_dropped():
+    """While the block runs, pass file descriptor 2 through a filter process that drops :data:`CHATTER`
+    lines and nothing else (module docstring); only where :data:`FILTER_CHATTER` is set (the CLI: the
+    Python API leaves stderr alone).  If the filter cannot start, stderr stays as it is."""
+    if not FILTER_CHATTER:
+        yield
+        return
+    if "lightgbm" in sys.modules:  # the CLI's own process: set once, never restored
+        sys.modules["lightgbm"].register_logger(_LightGBMWarningsOnly())
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2: nothing to filter
+        yield
+        return
+    read_end, write_end = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _FILTER_CODE, CHATTER.decode("latin-1"), _CHATTER_HEAD.decode("latin-1"),
+             str(_CHATTER_HEAD_LEN)], stdin=read_end, stdout=saved, stderr=subprocess.DEVNULL)
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        os.close(saved)
+        yield
+        return
+    os.close(read_end)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 2)  # the pipe's last write end closes: the filter passes what is left and exits
+        os.close(saved)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a process started meanwhile holds the pipe: leave the filter to it
+            pass
+
+
+class _LightGBMWarningsOnly:
+    """A logger for ``lightgbm.register_logger``: info messages dropped, warnings as LightGBM's own
+    default logger gives them (``warnings.warn``)."""
+
+    def info(self, msg: str) -> None:
+        pass
+
+    def warning(self, msg: str) -> None:
+        warnings.warn(msg, stacklevel=3)
 
 
 def native_reason(text: str) -> str:
@@ -112,9 +230,13 @@ class _ProbeServer:
         if self.proc is None or self.proc.poll() is not None:
             self.log = tempfile.TemporaryFile()
             self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", "calengine.boosters.guard"], stdin=subprocess.PIPE,
+                [sys.executable, "-P", "-m", "calengine.boosters.guard", repr(float(PROBE_IDLE))], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=self.log, env={**os.environ, "PYTHONFAULTHANDLER": ""},
             )
+            # reap the child whenever it exits (idle, or killed): ``wait`` here and in ``probe`` share
+            # Popen's lock, and a ``poll`` while this waits reports it running, which ``probe`` handles
+            # as a child that left as the request arrived (it starts another)
+            threading.Thread(target=self.proc.wait, name="calengine-probe-reaper", daemon=True).start()
         return self.proc
 
     def stop(self) -> None:
@@ -192,8 +314,9 @@ def _child_main() -> int:
     import select
 
     stdin = sys.stdin.buffer
+    idle = float(sys.argv[1]) if len(sys.argv) > 1 else PROBE_IDLE
     while True:
-        if not select.select([stdin], [], [], PROBE_IDLE)[0]:
+        if not select.select([stdin], [], [], idle)[0]:
             return 0  # idle: the parent starts another child when it next needs one
         head = stdin.readline()
         if not head:

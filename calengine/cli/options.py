@@ -293,9 +293,11 @@ def client(args, distributions=(), modules=(), map_only: bool = False, keep_heap
     # a cluster start cut short (Ctrl-C while the plugins load beside it) leaves asyncio tasks whose
     # exceptions nobody retrieves; asyncio would log each with a traceback
     logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+    import calengine.boosters.guard
     import calengine.runtime.client
 
     calengine.runtime.client.QUIET_WORKER_STDERR = True
+    calengine.boosters.guard.FILTER_CHATTER = True  # XGBoost's in-process workers print "got rank" lines
     return observed(dask_client(args.cluster, workers=args.workers, tls=tls(args), distributions=distributions,
                                 modules=modules, memory_limit=memory), args.cluster)
 

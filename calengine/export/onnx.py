@@ -52,10 +52,44 @@ FORMATS_HINT = ("export it with --format sql (linear and naive Bayes learners) o
                 f" {OTHER_FORMATS}")
 
 
-class _Graph:
-    """Nodes and initializers appended in order; every name is positional (``c<i>``, ``n<i>``)."""
+#: the graph's outputs besides :data:`OUTPUT` (a two-class Venn-ABERS model's interval)
+PAIR_OUTPUTS = ("p_low", "p_high")
 
-    def __init__(self):
+
+def internal_prefix(inputs) -> str:
+    """The prefix of the graph's own tensor names: none, unless an input (a column of the data, named as
+    it is) has the form of one (``c<i>``, ``n<i>``), then as many underscores as keep every internal
+    name apart from every input.  A column named ``c0`` was an initializer's name too (ONNX refused
+    the graph), and a column named like a node's output would have rewired the graph."""
+    import re
+
+    names = list(inputs)
+    prefix = ""
+    while any(re.fullmatch(re.escape(prefix) + r"[cn][0-9]+", n) for n in names):
+        prefix += "_"
+    return prefix
+
+
+def check_input_names(inputs) -> None:
+    """One line for a column the graph cannot name after itself: an empty name (ONNX's "no input") or
+    the name of one of the graph's outputs."""
+    from ..errors import DataError
+
+    for name in inputs:
+        if name == "" or name in (OUTPUT, *PAIR_OUTPUTS):
+            raise DataError(
+                f"the model reads a column named {json.dumps(name)}, and an ONNX graph names each input after its column"
+                f" and its outputs {', '.join((OUTPUT, *PAIR_OUTPUTS))}; rename the column and fit again, or export"
+                " with --format sql or --format mlflow"
+            )
+
+
+class _Graph:
+    """Nodes and initializers appended in order; every name is positional (``c<i>``, ``n<i>``, after a
+    ``prefix`` that keeps them apart from the inputs' names: :func:`internal_prefix`)."""
+
+    def __init__(self, prefix: str = ""):
+        self.prefix = prefix
         self.nodes, self.inits = [], []
         self._consts: dict = {}
         self.domains: set[str] = set()
@@ -69,7 +103,7 @@ class _Graph:
         if key not in self._consts:
             from onnx import numpy_helper
 
-            name = f"c{len(self._consts)}"
+            name = f"{self.prefix}c{len(self._consts)}"
             self.inits.append(numpy_helper.from_array(arr, name))
             self._consts[key] = name
         return self._consts[key]
@@ -77,7 +111,7 @@ class _Graph:
     def op(self, kind: str, *inputs: str, domain: str = "", **attrs) -> str:
         from onnx import helper
 
-        out = f"n{len(self.nodes)}"
+        out = f"{self.prefix}n{len(self.nodes)}"
         self.nodes.append(helper.make_node(kind, list(inputs), [out], domain=domain or None, **attrs))
         if domain:
             self.domains.add(domain)
@@ -301,7 +335,9 @@ def model_onnx(model, sets: bool = False) -> bytes:
         from .conformal import check_sets_exportable, sets_onnx
 
         check_sets_exportable(model, "ONNX")
-    g = _Graph()
+    names = list(reader.columns) if reader is not None else [c.name for c in model.encoder.columns_]
+    check_input_names(names)
+    g = _Graph(internal_prefix(names))
     from .onnx_learners import ML_OPSET
 
     if reader is None:
@@ -311,6 +347,7 @@ def model_onnx(model, sets: bool = False) -> bytes:
         probs = outs[0][1]
         outputs = [(OUTPUT, _stack(g, outs[0][1]), ["N", model.n_classes])] + [(n, t, ["N"]) for n, t in outs[1:]]
         what = f"{', '.join(sorted({lr.name for m in model.members for lr in m.learners}))} ({len(model.members)} member(s))"
+        what += " reading columns " + ", ".join(json.dumps(n) for n in names)
     else:
         inputs = [(c, "double") for c in reader.columns]
         scores, ok = _reads(g, reader, learner)
@@ -325,7 +362,7 @@ def model_onnx(model, sets: bool = False) -> bytes:
         if model.is_venn_abers and model.n_classes == 2:
             outputs += [(f"p_{w}", g.where(ok, _venn_abers_pair(g, cal, scores[0], i), nan), ["N"])
                         for i, w in enumerate(("low", "high"))]
-        what = "score columns " + ", ".join(reader.columns)
+        what = "score columns " + ", ".join(json.dumps(c) for c in reader.columns)
     if sets:
         outputs += sets_onnx(g, model, probs)
     for name, src, *_ in outputs:
@@ -337,8 +374,10 @@ def model_onnx(model, sets: bool = False) -> bytes:
         [helper.make_tensor_value_info(c, types[t], ["N"]) for c, t in inputs],
         [helper.make_tensor_value_info(n, (rest or [TensorProto.DOUBLE])[0], shape) for n, _, shape, *rest in outputs],
         initializer=g.inits,
-        doc_string=f"calengine {model.info.get('method') or 'calibration'} of {what}"
-                   f" -> probabilities of classes {', '.join(classes)}",
+        # names from the data are JSON strings here (quotes, control characters escaped): the doc string
+        # is one line that says unambiguously which columns and classes these are
+        doc_string=f"calengine {json.dumps(str(model.info.get('method') or 'calibration'))} of {what}"
+                   f" -> probabilities of classes {', '.join(json.dumps(c) for c in classes)}",
     )
     opsets = [helper.make_opsetid("", OPSET)] + ([helper.make_opsetid("ai.onnx.ml", ML_OPSET)] if g.domains else [])
     onnx_model = helper.make_model(graph, opset_imports=opsets, producer_name="calengine", ir_version=IR_VERSION)

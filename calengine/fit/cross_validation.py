@@ -117,6 +117,10 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     else:
         feature_cols = select_feature_columns(names, spec.target, spec.features, list(spec.exclude or []) + weight)
     df = read_table(files, list(dict.fromkeys(feature_cols + [spec.target] + weight)), root)
+    if weight:  # here, on the user's table: each fold's fit checks them again in its scratch file
+        from ..reductions.column_stats import row_weights
+
+        row_weights(df[spec.weight], spec.weight, f"the table '{spec.data}'")
     present = df[spec.target].notna().to_numpy()
     df = df.loc[present].reset_index(drop=True)
     labels = LabelSpace.from_series(df[spec.target], spec.target, spec.positive)
@@ -168,9 +172,18 @@ def _fit_fold_table(client, spec, config, train_rows, scratch: str, i: int, plug
 
     from .table import fit_table
 
+    from ..errors import CalengineError
+
     path = os.path.join(scratch, f"fold-{i}.parquet")
     train_rows.to_parquet(path, index=False)
-    return fit_table(client, replace(spec, data=path), config, plugins=plugins)
+    try:
+        return fit_table(client, replace(spec, data=path), config, plugins=plugins)
+    except CalengineError as exc:  # a message naming the scratch file names the user's table instead
+        text = str(exc)
+        if path in text and len(exc.args) >= 1 and exc.args[0] == text:
+            exc.args = (text.replace(f"'{path}'", f"the training rows of outer fold {i} of '{spec.data}'")
+                        .replace(path, f"the training rows of outer fold {i} of '{spec.data}'"),) + exc.args[1:]
+        raise
 
 
 def summarise(per_fold: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:

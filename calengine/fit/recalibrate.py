@@ -71,6 +71,7 @@ def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], 
     ``weight``: a column of frequency weights, checked (one line for a bad one) and carried with the
     rows into every calibrator's reduction.
     """
+    from ..plan.columns import check_fit_scores
     from ..reductions.column_stats import row_weights
     from ..scores.table import batches
 
@@ -95,6 +96,7 @@ def score_new_chunk(model, chunk, target: str, problems: list[tuple[int, int]], 
         if w is not None:
             class_weights += np.bincount(y, weights=w, minlength=k)
         X = model.encoder.transform(df, order="F")
+        check_fit_scores(model.encoder, X)
         S = {m: model.members[m].scores(X) for m in members}
         for p, (m, b) in enumerate(problems):
             if b is None:  # a multiclass scaling's whole score matrix, targets one-hot per class

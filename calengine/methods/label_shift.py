@@ -161,6 +161,11 @@ def weight_terms(sample_weight, n: int):
         raise DataError(f"sample_weight has {w.size} values but there are {n} rows; pass one weight per row")
     if not np.all(np.isfinite(w)) or (w.size and w.min() < 0):
         raise DataError("sample_weight must be finite and non-negative; give every row a weight >= 0")
+    from ..reductions.column_stats import MAX_WEIGHT
+
+    if w.size and w.max() > MAX_WEIGHT:
+        raise DataError(f"sample_weight holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}: divide them by a"
+                        " constant")
     if is_integral(w):
         c = w.astype(np.int64)
         return c, int(c.sum()), None

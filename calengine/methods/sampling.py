@@ -25,6 +25,13 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 
+#: the range of a sampling rate: the share of a table's rows kept (or, above 1, repeated) cannot be
+#: finer than one row in 10**18 (a table holds fewer than 2**63 rows), and within it the correction's
+#: ``p / r`` and its sums over classes stay finite (``1 / MIN_RATE`` times any class count is far from
+#: float64's 1.8e308).  A rate beyond it (``--negative-sampling 1e-320``) made every corrected
+#: probability infinite: the fit published a model that ``calengine score`` then refused.
+MIN_RATE, MAX_RATE = 1e-18, 1e18
+
 
 def correct(P: np.ndarray, rates: np.ndarray) -> np.ndarray:
     """``(n, k)`` class probabilities of the population from those of the sample (module docstring).
@@ -76,7 +83,11 @@ def sampling_rates(classes: list, negative_sampling: float | None = None,
         return np.array([r, 1.0])
     names = {str(c): i for i, c in enumerate(classes)}
     rates = np.ones(k)
+    seen: set[str] = set()
     for key, value in dict(class_sampling).items():
+        if str(key) in seen:  # {"1": 0.5, 1: 0.3}: two rates for one class, as --classes 1,1 is refused
+            raise ParameterError(f"--class-sampling names class {str(key)!r} twice; give each class one rate")
+        seen.add(str(key))
         if str(key) not in names:
             raise ParameterError(
                 f"--class-sampling names class {str(key)!r}, which is not a class of the target"
@@ -93,6 +104,9 @@ def _rate(value: Any, flag: str) -> float:
         raise ParameterError(f"{flag} must be a number (a sampling rate), got {value!r}") from None
     if isinstance(value, bool) or not np.isfinite(r) or r <= 0:
         raise ParameterError(f"{flag} must be a positive, finite sampling rate, got {value!r}")
+    if not MIN_RATE <= r <= MAX_RATE:
+        raise ParameterError(f"{flag} must be a sampling rate from {MIN_RATE:g} to {MAX_RATE:g} (a share of the rows"
+                             f" kept, e.g. 0.01 for one in a hundred), got {value!r}")
     return r
 
 
@@ -105,6 +119,8 @@ def parse_class_sampling(text: str | None) -> dict[str, float] | None:
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
             raise ParameterError(f"--class-sampling expects CLASS=RATE,..., got '{text}' (e.g. 0=0.1,1=1)")
+        if key.strip() in out:  # a=0.5,a=0.3: the last rate would silently win
+            raise ParameterError(f"--class-sampling names class '{key.strip()}' twice; give each class one rate")
         out[key.strip()] = _rate(value.strip(), f"--class-sampling {key.strip()}")
     return out
 

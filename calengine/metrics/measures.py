@@ -188,6 +188,11 @@ def _check_weight(sample_weight, n: int):
         raise DataError("sample_weight contains NaN or infinite values; give every row a finite weight >= 0")
     if w.size and w.min() < 0.0:
         raise DataError(f"sample_weight contains negative values (min {w.min():g}); weights must be >= 0")
+    from ..reductions.column_stats import MAX_WEIGHT
+
+    if w.size and w.max() > MAX_WEIGHT:  # totals and their products (the tests' statistics) stay finite
+        raise DataError(f"sample_weight holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}: divide them by a"
+                        " constant")
     return as_counts(w)
 
 

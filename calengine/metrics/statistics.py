@@ -25,12 +25,20 @@ _EPS = np.finfo(np.float64).eps
 ECCE_SIGMA_MIN, ECCE_SIGMA_MAX = 1e-20, 8.26732673
 
 
+#: beyond this statistic both tails are below float64's smallest number (``P(max |B| > 40) < 4 Φ̄(40)``,
+#: about 1e-349; Kuiper's tail about ``8 x² e^{-2 x²}``), and the series' term count grows with ``x``
+TAIL_ZERO = 40.0
+
+
 def ks_sf(x: float) -> float:
     """P(max |B_t| > x), B a standard Brownian motion on [0, 1] (Darling & Siegert 1953): the p-value
     of the KS statistic of cumulative calibration differences (Tygert 2022), summed to machine
-    precision."""
+    precision.  Beyond :data:`TAIL_ZERO` the tail is 0 in float64 (and the series would need a
+    number of terms growing with ``x``: an evaluation weighted by huge weights hung here)."""
     if not x > 0:
         return 1.0
+    if x > TAIL_ZERO:
+        return 0.0
     kmax = int(math.ceil(0.5 + x * math.sqrt(2.0) / math.pi * math.sqrt(math.log(4.0 / (math.pi * _EPS)))))
     cdf = 0.0
     for k in range(kmax):
@@ -50,9 +58,12 @@ def _kuiper_cdf(x: float) -> float:
 
 
 def kuiper_sf(x: float) -> float:
-    """P(range of B on [0, 1] > x) (Feller 1951): the p-value of Kuiper's statistic (ECCE-R)."""
+    """P(range of B on [0, 1] > x) (Feller 1951): the p-value of Kuiper's statistic (ECCE-R); 0 beyond
+    :data:`TAIL_ZERO` (see :func:`ks_sf`)."""
     if not x > 0:
         return 1.0
+    if x > TAIL_ZERO:
+        return 0.0
     return float(min(1.0, max(0.0, 1.0 - _kuiper_cdf(x))))
 
 

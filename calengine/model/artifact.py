@@ -46,7 +46,7 @@ from ..parquet.data import LabelSpace, staged_directory
 from .checks import check_estimator, check_manifest, probe_model
 from .files import FileWriter, canonical_skops, check_zip_size, digest, load_npz, npz_bytes
 from .files import check_plain_name, read_manifest_bytes, read_member_file
-from ..errors import CalengineError, ModelFormatError, PluginError, UnknownPluginError
+from ..errors import CalengineError, DataError, ModelFormatError, PluginError, UnknownPluginError
 from ..plan.columns import encoder_from_json
 from ..plugins.loading import PluginSet, get_plugins
 
@@ -129,20 +129,21 @@ class MemberReader:
         return load_npz(blob, where)
 
 
-def load_state(desc: dict[str, Any], reader: MemberReader, folder: str, trusted: frozenset[str]) -> dict[str, Any]:
+def load_state(desc: dict[str, Any], reader: MemberReader, folder: str, trusted: frozenset[str],
+               trust_written: bool = False) -> dict[str, Any]:
     state: dict[str, Any] = dict(desc.get("scalars", {}))
     if "arrays" in desc:
         state.update(reader.arrays(folder, desc["arrays"]))
     for key, fname in desc.get("estimators", {}).items():
         blob, where = reader.blob(folder, fname)
-        state[key] = _load_skops(blob, where, trusted)
+        state[key] = _load_skops(blob, where, trusted, trust_written)
         check_estimator(state[key], f"'{where}'")
     for key, fname in desc.get("files", {}).items():
         state[key], _ = reader.blob(folder, fname)  # checked against the files table like every file
     return state
 
 
-def _load_skops(blob: bytes, where: str, trusted: frozenset[str]):
+def _load_skops(blob: bytes, where: str, trusted: frozenset[str], trust_written: bool = False):
     import skops.io as sio
 
     check_zip_size(blob, where)
@@ -150,7 +151,7 @@ def _load_skops(blob: bytes, where: str, trusted: frozenset[str]):
         found = set(sio.get_untrusted_types(data=blob))
     except Exception as exc:  # noqa: BLE001 - damaged file
         raise ModelFormatError(f"cannot read '{where}' ({_first_line(exc)}); the model directory is damaged, fit it again") from None
-    refused = sorted(found - trusted)
+    refused = [] if trust_written else sorted(found - trusted)
     if refused:
         raise ModelFormatError(
             f"'{where}' contains types outside calengine's allowlist: {', '.join(refused)}; if you trust"
@@ -227,7 +228,12 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
     """Write ``model`` to the directory ``path`` atomically.
 
     ``path`` must not exist unless ``overwrite``: then an existing model directory there is replaced
-    only after the new one is complete.
+    only after the new one is complete.  Before the rename that publishes it, the written directory is
+    loaded as ``calengine score`` loads it (:func:`load_model`: every check of the manifest, the files,
+    the arrays and the probe rows), so a model calengine would refuse is never published: the save is
+    then one :class:`~calengine.errors.DataError` naming the loader's reason, and ``path`` is untouched.
+    Types the learners' skops files hold are trusted for that check (they are this model's own, and a
+    user who trusted them to fit trusts them to score with ``--trust-type``).
     """
     plugins = plugins or get_plugins()
     info = model.info
@@ -309,7 +315,21 @@ def save_model(model, path: str | os.PathLike, plugins: PluginSet | None = None,
             manifest["conformal"] = model.conformal.to_json()
         manifest["content_hash"] = content_hash(manifest)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=False))
+        _check_publishable(staging, path, plugins)
     return Path(path)
+
+
+def _check_publishable(staging: Path, path, plugins: PluginSet) -> None:
+    """Load the staged model directory as :func:`load_model` would (see :func:`save_model`); one
+    DataError with the loader's reason if it would be refused."""
+    try:
+        _load(staging, (), plugins, trust_written=True)
+    except ModelFormatError as exc:
+        reason = str(exc).split("; the model")[0].split("; fit the model")[0].replace(str(staging), str(path))
+        raise DataError(
+            f"the fitted model would not load ({reason}), so nothing was written to '{path}'; its inputs are too"
+            " extreme for a finite fit (rescale the scores or weights) or this is a calengine bug: please report it"
+        ) from exc
 
 
 def _used_plugins(model, plugins: PluginSet) -> dict[str, dict[str, str]]:
@@ -443,11 +463,15 @@ def member_class(kind: str) -> type:
 def load_model(path: str | os.PathLike, trust: tuple[str, ...] | list[str] = (), plugins: PluginSet | None = None):
     """Load a model saved by :func:`save_model`, executing no code from the files and refusing, with one
     :class:`ModelFormatError`, anything damaged, tampered with or reaching outside the directory."""
-    plugins = plugins or get_plugins()
-    folder = Path(path)
+    return _load(Path(path), tuple(trust), plugins or get_plugins())
+
+
+def _load(folder: Path, trust: tuple[str, ...], plugins: PluginSet, trust_written: bool = False):
+    """:func:`load_model`; ``trust_written``: trust every type the skops files hold (the check of a
+    directory :func:`save_model` has just written, see there)."""
     manifest = read_manifest(folder)
     try:
-        model = _build_model(folder, manifest, tuple(trust), plugins)
+        model = _build_model(folder, manifest, trust, plugins, trust_written)
     except CalengineError:
         raise
     except RecursionError:
@@ -463,7 +487,8 @@ def load_model(path: str | os.PathLike, trust: tuple[str, ...] | list[str] = (),
     return model
 
 
-def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...], plugins: PluginSet):
+def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...], plugins: PluginSet,
+                 trust_written: bool = False):
     from .allowlist import CORE_TRUSTED_TYPES
     from .calibrated import CalibratedModel
 
@@ -475,7 +500,7 @@ def _build_model(folder: Path, manifest: dict[str, Any], trust: tuple[str, ...],
         for ld in desc["learners"]:
             cls = _plugin_class("learners", ld["name"], manifest, plugins)
             trusted = frozenset(CORE_TRUSTED_TYPES) | frozenset(cls.trusted_types) | frozenset(trust)
-            state = load_state(ld["state"], reader, mfolder, trusted)
+            state = load_state(ld["state"], reader, mfolder, trusted, trust_written)
             with _restoring("learners", ld["name"], manifest, plugins):
                 learner = registry.make("learners", ld["name"], ld["params"], plugins)
                 learners.append(learner.from_state(state))

@@ -35,6 +35,14 @@ from ..errors import DataError
 #: probability scores may leave [0, 1] by this much (rounding in whatever wrote them); they are clipped
 PROBA_TOLERANCE = 1e-9
 
+#: the largest magnitude of a decision or logit score a fit calibrates (``fit --scores``,
+#: ``recalibrate``).  Calibrators sum weighted scores and their squares (Platt's start histogram and
+#: the summaries ``recalibrate --update`` merges, temperature scaling's Newton steps); within this bound
+#: and :data:`calengine.reductions.column_stats.MAX_WEIGHT` those sums stay finite.  Scores around 1e305
+#: made a sigmoid fit publish a model whose sums were infinite, which ``calengine score`` then refused;
+#: no model's log-odds or margins come near 1e50 (scoring is not bounded: only fitting sums scores).
+MAX_FIT_SCORE = 1e50
+
 READER_KIND = "columns"
 ROLES = ("score", "feature")
 READ_KINDS = ("proba", "decision", "logit")
@@ -191,6 +199,22 @@ class ColumnReader:
     def from_json(cls, d: dict[str, Any]) -> "ColumnReader":
         return cls(columns=list(d["columns"]), role=str(d.get("role", "score")), score_kind=d.get("score_kind"),
                    allow_missing=bool(d.get("allow_missing", False)), as_frame=bool(d.get("as_frame", False)))
+
+
+def check_fit_scores(encoder, X) -> None:
+    """Refuse, in one line naming the column and the bound, a decision or logit score column whose
+    magnitude exceeds :data:`MAX_FIT_SCORE` in the rows ``X`` a fit reads through ``encoder`` (nothing
+    to check for other encoders: features are encoded, probabilities lie in [0, 1])."""
+    if not isinstance(encoder, ColumnReader) or encoder.role != "score" or encoder.score_kind not in ("decision", "logit"):
+        return
+    X = np.asarray(X)
+    if not X.size or (X.max() <= MAX_FIT_SCORE and X.min() >= -MAX_FIT_SCORE):
+        return
+    i, j = np.argwhere(np.abs(X) > MAX_FIT_SCORE)[0]
+    raise DataError(
+        f"score column '{encoder.columns[j]}' holds {X[i, j]:g} (row {int(i)} of a batch); a fit calibrates"
+        f" scores of magnitude at most {MAX_FIT_SCORE:g}: divide the column by a constant (or drop those rows)"
+    )
 
 
 def _shown(value: float) -> str:

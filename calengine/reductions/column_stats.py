@@ -31,6 +31,31 @@ import numpy as np
 
 from ..errors import DataError
 
+#: the largest row weight (``--weight``, ``sample_weight``).  Weights are frequencies, and every fit and
+#: evaluation sums products of them with scores and their squares; at most this much per row (and a
+#: table of fewer than 2**63 rows) keeps those sums finite in float64: the total weight below 1e120,
+#: its square -- the evaluation's test statistics multiply two totals -- below 1e240, and the
+#: calibrators' ``w * s`` and ``w * s**2`` of scores within :data:`calengine.plan.columns.MAX_FIT_SCORE`
+#: below 1e220.  A weight of 1e308 made a fit publish a model with infinite sums (refused by
+#: ``calengine score``) and ``evaluate`` fail; any real weighting (inverse propensities, population
+#: expansion factors) is many orders of magnitude smaller.
+MAX_WEIGHT = 1e100
+
+
+def weight_problem(w: np.ndarray) -> int | None:
+    """The index of the first weight that is missing, infinite, negative or above :data:`MAX_WEIGHT`,
+    else None."""
+    bad = ~(w >= 0) | (w > MAX_WEIGHT)  # NaN fails ``>= 0``; infinity exceeds the bound
+    if not bad.any():
+        return None
+    return int(np.argmax(bad))
+
+
+def shown_weight(value: float) -> str:
+    """A bad weight as a message shows it."""
+    return "missing" if np.isnan(value) else f"{value:g}"
+
+
 #: numeric columns keep exact distinct values up to this many
 EXACT_VALUES = 8192
 #: points of the quantile summary kept beyond that
@@ -264,13 +289,11 @@ def row_weights(series, name: str, where: str = "the table") -> np.ndarray:
             " column (a frequency weight per row)"
         )
     w = series.to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(w) | (w < 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        value = "missing" if np.isnan(w[i]) else f"{w[i]:g}"
+    i = weight_problem(w)
+    if i is not None:
         raise DataError(
-            f"weight column '{name}' holds {value} (row {i} of {where}); weights must be finite and >= 0:"
-            " fix or drop those rows"
+            f"weight column '{name}' holds {shown_weight(w[i])} (row {i} of {where}); weights must be finite,"
+            f" >= 0 and at most {MAX_WEIGHT:g}: fix or drop those rows (or divide the column by a constant)"
         )
     return w
 

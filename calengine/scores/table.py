@@ -435,4 +435,9 @@ def weight_column(df, weight: str | None):
         raise DataError(f"--weight column '{weight}' has missing or infinite values; give every row a finite weight >= 0")
     if w.size and w.min() < 0:
         raise DataError(f"--weight column '{weight}' has negative weights (min {w.min():g}); weights must be >= 0")
+    from ..reductions.column_stats import MAX_WEIGHT
+
+    if w.size and w.max() > MAX_WEIGHT:  # the sums of weights and their products must stay finite
+        raise DataError(f"--weight column '{weight}' holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}:"
+                        " divide the column by a constant")
     return w

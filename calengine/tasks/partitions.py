@@ -91,11 +91,13 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
     (:meth:`Part.costing_mask`).  Weights were checked by the planning pass; they are read as they are.
     """
     from ..parquet.dataset import read_fragment
+    from ..plan.columns import check_fit_scores
     from ..plan.folds import fragment_costing_keys
 
     columns = list(dict.fromkeys(list(enc.encoder.input_columns) + [enc.target] + ([enc.weight] if enc.weight else [])))
     arrays = _load_numeric_part(fragment, enc, plan, columns, with_keys, order, costing)
     if arrays is not None:
+        check_fit_scores(enc.encoder, arrays[0])
         return Part(*arrays)
     df = read_fragment(fragment, columns)
     series = df[enc.target]
@@ -109,6 +111,7 @@ def load_part(fragment, enc: Encoding, plan: FoldPlan | None, with_keys: bool = 
     keys = fragment_sample_keys(fragment, plan.seed if plan else 0)[present] if with_keys else None
     kept = df.loc[present] if not present.all() else df
     X = enc.encoder.transform(kept, order=order)
+    check_fit_scores(enc.encoder, X)
     w = kept[enc.weight].to_numpy(dtype=np.float64, na_value=np.nan) if enc.weight else None
     cost_keys = fragment_costing_keys(fragment, plan.seed if plan else 0)[present] if costing else None
     return Part(X, y_all[present], folds, keys, w, cost_keys)

@@ -483,3 +483,30 @@ def test_cli_prefit_pipeline_missing_a_column_is_one_line(raw_adult, tmp_path):
                 "--output", tmp_path / "m"),
         "reads the feature column 'education'")
     assert not (tmp_path / "m").exists()
+
+
+def test_a_booster_whose_objective_gives_no_probabilities_is_named_by_its_objective(tmp_path, cli, adult):
+    """Issue 42: a ``binary:logitraw`` booster (margins, not probabilities) was called damaged: the probe
+    scored it before its objective was read, and margins fail the probe's [0, 1] check.  The objective
+    the file declares is now read (in Python, by the file's checks) before the booster is loaded."""
+    import lightgbm as lgb
+    import xgboost as xgb
+
+    df, data, folder, _ = adult
+    X, y = df[NUMERIC].to_numpy(), df["y"].to_numpy()
+    raw = xgb.train({"objective": "binary:logitraw", "max_depth": 2, "nthread": 1},
+                    xgb.DMatrix(X, label=y, feature_names=NUMERIC), num_boost_round=5)
+    raw.save_model(tmp_path / "logitraw.json")
+    raw.save_model(tmp_path / "logitraw.ubj")
+    gbm = lgb.train({"objective": "regression", "num_leaves": 4, "verbosity": -1, "num_threads": 1},
+                    lgb.Dataset(X, label=10.0 * y), num_boost_round=5)
+    gbm.save_model(tmp_path / "regression.txt")
+    for name, objective in (("logitraw.json", "'binary:logitraw'"), ("logitraw.ubj", "'binary:logitraw'"),
+                            ("regression.txt", "'regression'")):
+        r = cli("fit", data, "--target", "y", "--prefit", tmp_path / name, "--output", tmp_path / "m")
+        assert_one_line_error(r, f"objective is {objective}", "not class probabilities")
+        assert "damaged" not in r.stderr and not (tmp_path / "m").exists()
+    from calengine.boosters.checks import validate_lightgbm, validate_xgboost
+
+    assert validate_xgboost(folder / "named.json").objective == "binary:logistic"
+    assert validate_lightgbm(folder / "gbm.txt").objective == "binary"

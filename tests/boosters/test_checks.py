@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -369,3 +370,68 @@ def test_a_plugin_whose_shared_library_is_elsewhere_is_probed_through_its_class(
             "probe": "calengine.boosters.native:probe_xgboost"}
     assert booster_guard._probe_one(spec, _blob(models, "xgboost")) is None
     assert "cannot be read" in booster_guard._probe_one(spec, b'{"learner": {}}')
+
+
+def test_an_idle_probing_child_is_reaped_when_it_leaves(models, monkeypatch):
+    """Issue 42: the probing child exits after PROBE_IDLE seconds without work, and stayed a zombie
+    until the next probe waited for it.  A thread of the parent waits for it now: once it has left,
+    its process entry is gone.  (The child takes the idle time from its parent, so the test sets it short.)"""
+    import calengine_xgboost
+
+    from calengine.boosters import guard as booster_guard
+
+    def state(pid: int) -> str | None:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return None
+
+    monkeypatch.setattr(booster_guard, "PROBE_IDLE", 0.5)
+    monkeypatch.setattr(booster_guard, "_server", booster_guard._ProbeServer())
+    monkeypatch.setattr(booster_guard, "_verdicts", {})
+    blob = _blob(models, "xgboost")
+    assert booster_guard._run_child(calengine_xgboost.XGBoost, blob, N_FEATURES, 2) is None
+    pid = booster_guard._server.proc.pid
+    deadline = time.monotonic() + 45  # beyond the 20 s a child ignoring its parent's idle time would wait
+    zombie_since = None
+    while state(pid) is not None and time.monotonic() < deadline:
+        if state(pid) == "Z":
+            zombie_since = zombie_since or time.monotonic()
+            assert time.monotonic() - zombie_since < 3, "the idle probing child is a zombie"
+        time.sleep(0.1)
+    assert state(pid) is None
+    # the next probe starts a fresh child and gets the same verdict
+    assert booster_guard._run_child(calengine_xgboost.XGBoost, blob, N_FEATURES, 2) is None
+    assert booster_guard._server.proc.pid != pid
+    booster_guard._server.stop()
+
+
+def test_library_chatter_is_dropped_from_stderr_and_nothing_else_even_in_a_crash():
+    """The CLI's filter of fd 2 while boosters train (XGBoost's "got rank" lines, printed by C++ from
+    the in-process workers' threads, where no verbosity reaches): those lines go, every other byte
+    comes through -- a progress line without its newline as it is written, and what a process writes
+    just before it dies by SIGABRT (the filter is a process of its own)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys, time\n"
+        "from calengine.boosters import guard as booster_guard\n"
+        "booster_guard.FILTER_CHATTER = True\n"
+        "with booster_guard.library_chatter_dropped():\n"
+        "    os.write(2, b'[13:46:14] Task [xgboost.dask-0]:inproc://192.0.2.2/1/4 got rank 0\\n')\n"
+        "    os.write(2, b'\\rprogress 10%')\n"
+        "    time.sleep(0.5)\n"
+        "    os.write(2, b'\\rprogress 20%\\n[13:46:15] Task [xgboost.dask-1]:tcp://127.0.0.1:5 got rank 12\\n')\n"
+        "    sys.stderr.write('a real warning [xgboost.dask-0] got rank 0\\n')\n"
+        "os.write(2, b'after\\n')\n"
+        "with booster_guard.library_chatter_dropped():\n"
+        "    os.write(2, b'[13:46:16] Task [xgboost.dask-0]:a got rank 3\\nlast words\\n')\n"
+        "    os.abort()\n"
+    )
+    r = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr == (b"\rprogress 10%\rprogress 20%\na real warning [xgboost.dask-0] got rank 0\nafter\nlast words\n")
+    off = subprocess.run([sys.executable, "-P", "-c", code.replace("= True", "= False").replace("os.abort()", "pass")],
+                         capture_output=True, timeout=120)
+    assert off.stderr.count(b"got rank") == 4  # the Python API leaves stderr alone

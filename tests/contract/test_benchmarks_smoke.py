@@ -536,3 +536,26 @@ def test_bench_conformal_runs_small_and_matches_mapies_threshold(tmp_path):
     page = (tmp_path / "res" / "conformal.md").read_text()
     assert "same threshold as MAPIE on the model's probabilities: yes" in page and "Machine: a " in page
     assert "/tmp" not in page.split("Machine: a ")[0]
+
+
+def test_bench_prior_shift_tiny(tmp_path):
+    """bench_prior_shift.py on a tiny table: the old replicates (loaded from git) and the vectorised ones
+    give the same estimates from the same start, the end-to-end intervals of both agree to EM's
+    tolerance, and ``calengine evaluate --prior-shift`` gives the in-process interval."""
+    bench = _load("bench_prior_shift")
+    try:
+        bench.load_old_module(bench.OLD_REV)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip(f"git history with {bench.OLD_REV} not available")
+    assert bench.main(["--rows", "6000", "--sample-rows", "1500", "--replicates", "30", "--kernel-replicates", "30",
+                       "--old-replicates", "4", "--old-replicates-e2e", "8", "--repeats", "1", "--out", str(tmp_path),
+                       "--work-dir", str(tmp_path / "work")]) == 0
+    data = json.loads((tmp_path / "prior_shift.json").read_text())
+    assert [k["shape"] for k in data["kernel"]] == ["continuous", "steps"]
+    assert all(k["max_diff_cold"] < 1e-12 and k["max_diff_warm"] < 1e-5 for k in data["kernel"])
+    old, same = data["end_to_end"][0], data["end_to_end"][1]
+    assert old["code"] == "old" and same["code"] == "new" and old["replicates"] == same["replicates"] == 8
+    np.testing.assert_allclose(old["low"] + old["high"], same["low"] + same["high"], rtol=0, atol=1e-5)
+    cli = data["end_to_end"][-1]
+    assert cli["returncode"] == 0 and cli["same_as_in_process"] is True
+    assert "old / new" in (tmp_path / "prior_shift.md").read_text()

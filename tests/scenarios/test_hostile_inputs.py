@@ -183,6 +183,13 @@ CATALOGUE = [
          ("full/model.sql", "No space left on device", "ENOSPC"), needs="full"),
     Case("9 full disk export mlflow", ("export", "{model}", "--format", "mlflow", "--output", "{full}/mlflow"),
          ("full/mlflow", "No space left on device"), needs="full"),
+    # issue 42 §4: the clean-up after the refused write raised EROFS itself, out of the one-line handler
+    Case("9 read-only export sql", ("export", "{model}", "--format", "sql", "--output", "{readonly}/model.sql"),
+         ("readonly/model.sql", "Read-only file system"), needs="readonly"),
+    Case("9 read-only export onnx", ("export", "{model}", "--format", "onnx", "--output", "{readonly}/model.onnx"),
+         ("readonly/model.onnx",), needs="readonly"),
+    Case("9 read-only export mlflow", ("export", "{model}", "--format", "mlflow", "--output", "{readonly}/mlflow"),
+         ("readonly/mlflow",), needs="readonly"),
     Case("9 file too large score", ("score", "{model}", str(PIMA), "--output", "{out}"),
          ("File too large", "EFBIG"), limit_file_size=4096),
     Case("9 file too large fit", FIT, ("File too large", "EFBIG"), limit_file_size=2048),

@@ -266,3 +266,19 @@ def test_fit_summary_says_the_folds_share_one_set_of_rounds(tmp_path):
                 "--by", "A,B", "--method", "mcgrad", *params, "--workers", "1", "--output", tmp_path / "mc")
     assert r.returncode == 0, r
     assert "MCGrad rounds kept 1 (shared by the 2 members)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("booster", ["xgboost", "lightgbm"])
+def test_mcgrad_fit_prints_its_summary_and_no_library_chatter(tmp_path, booster):
+    """Issue 42: an MCGrad fit printed a stray "[hh:mm:ss] Task [xgboost.dask-0]:... got rank 0" line on
+    stderr per round (XGBoost's C++ logger in the in-process workers' threads), and LightGBM's rounds
+    "Finding random open ports for workers" on stdout.  Now stderr is the summary line alone and stdout
+    is empty."""
+    train = _write(_planted(2000, 3), tmp_path / "train.parquet")
+    r = run_cli("--quiet", "fit", train, "--target", "y", "--scores", "s", "--by", "A,B", "--method", "mcgrad",
+                "--method-param", "rounds=2", "--method-param", "early_stopping=false",
+                "--method-param", f"booster={booster}", "--output", tmp_path / "mc")
+    assert r.returncode == 0, r
+    assert r.stdout == ""
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "with mcgrad" in lines[0], r.stderr
