@@ -62,10 +62,9 @@ def library_of(path: str) -> str:
     suffix = os.path.splitext(str(path))[1].lower()
     if suffix not in SUFFIXES:
         raise ParameterError(
-            f"--prefit {path}: cannot tell the model's library from the suffix {suffix or '(none)'!r}; give an"
+            f"prefit {path}: cannot tell the model's library from the suffix {suffix or '(none)'!r}; give an"
             " XGBoost booster (.json or .ubj), a LightGBM text model (.txt) or a scikit-learn estimator saved"
-            " with skops (.skops)"
-        )
+            " with skops (.skops)", parameter="prefit")
     return SUFFIXES[suffix]
 
 
@@ -168,15 +167,13 @@ class Prefit(Learner):
             have = [str(c) for c in self.model_.classes_]
             if sorted(have) != sorted(names):
                 raise DataError(
-                    f"the --prefit estimator predicts the classes {', '.join(have)} but the target '{labels.target}'"
-                    f" holds {', '.join(names)}; calibrate it on a table of the classes it was trained on"
-                )
+                    f"the prefit estimator predicts the classes {', '.join(have)} but the target '{labels.target}'"
+                    f" holds {', '.join(names)}; calibrate it on a table of the classes it was trained on", parameter="prefit")
             self.class_order = [have.index(c) for c in names]
         elif int(self.n_classes) != k:
             raise DataError(
-                f"the --prefit {self.library} model predicts {self.n_classes} classes but the target"
-                f" '{labels.target}' holds {k} ({', '.join(names)}); calibrate it on a table of its own classes"
-            )
+                f"the prefit {self.library} model predicts {self.n_classes} classes but the target"
+                f" '{labels.target}' holds {k} ({', '.join(names)}); calibrate it on a table of its own classes", parameter="prefit")
         self.n_classes = k
 
 
@@ -189,9 +186,8 @@ def _booster_learner(library: str):
         return registry.make("learners", library, {})
     except UnknownPluginError:
         raise ParameterError(
-            f"--prefit needs the calengine-{library} plugin to read a {library} model; install it"
-            f" (pip install calengine-{library})"
-        ) from None
+            f"prefit needs the calengine-{library} plugin to read a {library} model; install it"
+            f" (pip install calengine-{library})", parameter="prefit") from None
 
 
 def requirement_learners(path: str) -> list:
@@ -340,9 +336,8 @@ def open_prefit(path: str, features=None, trust=()) -> Prefit:
         allowed = XGBOOST_OBJECTIVES if library == "xgboost" else LIGHTGBM_OBJECTIVES
         if objective not in allowed:
             raise ParameterError(
-                f"--prefit {path}: the {library} model's objective is {objective!r}, whose predictions are not class"
-                f" probabilities; calibrate a model trained with {' or '.join(allowed)}"
-            )
+                f"prefit {path}: the {library} model's objective is {objective!r}, whose predictions are not class"
+                f" probabilities; calibrate a model trained with {' or '.join(allowed)}", parameter="prefit")
     learner.columns = _feature_columns(path, names, features, n_features)
     return learner
 
@@ -351,11 +346,11 @@ def _read(path: str) -> bytes:
     try:
         size = os.path.getsize(path)
     except OSError as exc:
-        raise DataError(f"--prefit {path}: cannot read the model file ({exc.strerror or exc}); give an existing file") from None
+        raise DataError(f"prefit {path}: cannot read the model file ({exc.strerror or exc}); give an existing file", parameter="prefit") from None
     if not os.path.isfile(path):
-        raise DataError(f"--prefit {path} is not a file; give the saved model file")
+        raise DataError(f"prefit {path} is not a file; give the saved model file", parameter="prefit")
     if size > MAX_PREFIT_BYTES:
-        raise DataError(f"--prefit {path} has {size} bytes, more than the {MAX_PREFIT_BYTES} a model file may have")
+        raise DataError(f"prefit {path} has {size} bytes, more than the {MAX_PREFIT_BYTES} a model file may have", parameter="prefit")
     with open(path, "rb") as fh:
         return fh.read()
 
@@ -369,22 +364,20 @@ def _open_skops(blob: bytes, path: str, trust) -> Any:
     try:
         refused = untrusted_types(blob, trust)
     except Exception as exc:  # noqa: BLE001 - not a skops file
-        raise ModelFormatError(f"--prefit {path} is not a skops file ({_first_line(exc)}); save the estimator with skops.io.dump") from None
+        raise ModelFormatError(f"prefit {path} is not a skops file ({_first_line(exc)}); save the estimator with skops.io.dump", parameter="prefit") from None
     if refused:
         raise ModelFormatError(
-            f"--prefit {path} contains types outside calengine's allowlist: {', '.join(refused)}; if you trust this"
-            " file, pass --trust-type for each"
-        )
+            f"prefit {path} contains types outside calengine's allowlist: {', '.join(refused)}; to load it anyway,"
+            " pass each of those types in trust", parameter=("prefit", "trust"))
     try:
         est = sio.loads(blob, trusted=sorted(set(sio.get_untrusted_types(data=blob))))
     except Exception as exc:  # noqa: BLE001 - a type-correct but inconsistent dump
-        raise ModelFormatError(f"--prefit {path} cannot be loaded ({_first_line(exc)}); save the estimator again") from None
-    check_estimator(est, f"--prefit {path}")
+        raise ModelFormatError(f"prefit {path} cannot be loaded ({_first_line(exc)}); save the estimator again", parameter="prefit") from None
+    check_estimator(est, f"prefit {path}")
     if not hasattr(est, "predict_proba") or not hasattr(est, "classes_"):
         raise ParameterError(
-            f"--prefit {path} holds a {type(est).__name__}, not a fitted classifier with predict_proba; save a fitted"
-            " classifier (or calibrate its scores with --scores)"
-        )
+            f"prefit {path} holds a {type(est).__name__}, not a fitted classifier with predict_proba; save a fitted"
+            " classifier (or calibrate score columns it wrote with scores)", parameter=("prefit", "scores"))
     return est
 
 
@@ -417,22 +410,19 @@ def _feature_columns(path: str, names, features, n_features) -> list[str]:
     if names:
         if features and features != names:
             raise DataError(
-                f"--features {','.join(features)} differs from the feature names the --prefit model carries"
-                f" ({','.join(names)}); drop --features (the model's own names are used) or give them in that order"
-            )
+                f"features {','.join(features)} differs from the feature names the prefit model carries"
+                f" ({','.join(names)}); drop features (the model's own names are used) or give them in that order", parameter=("features", "prefit"))
         return names
     if not features:
         raise ParameterError(
-            f"--prefit {path} carries no feature names; name its {n_features} feature columns in the model's order"
-            " with --features A,B,..."
-        )
+            f"prefit {path} carries no feature names; name its {n_features} feature columns in the model's order"
+            " with features A,B,...", parameter=("prefit", "features"))
     if n_features is not None and len(features) != int(n_features):
         raise DataError(
-            f"--features names {len(features)} columns but the --prefit model reads {n_features}; name its"
-            f" {n_features} feature columns in the model's order"
-        )
+            f"features names {len(features)} columns but the prefit model reads {n_features}; name its"
+            f" {n_features} feature columns in the model's order", parameter=("features", "prefit"))
     if len(set(features)) != len(features):
-        raise ParameterError("--features names a column twice; name each feature column once")
+        raise ParameterError("features names a column twice; name each feature column once", parameter="features")
     return features
 
 

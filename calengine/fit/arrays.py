@@ -33,7 +33,7 @@ class CalibrationPlan:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ParameterError(f"unknown --mode '{self.mode}'; choose one of {', '.join(MODES)}")
+            raise ParameterError(f"unknown mode '{self.mode}'; choose one of {', '.join(MODES)}", parameter="mode")
 
 
 def scatter(client, obj):

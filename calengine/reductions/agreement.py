@@ -163,7 +163,6 @@ def check_reduction_once(calibrator, kind: str) -> None:
             f"{describe(calibrator)} (plugin code from {distribution_of(cls)}) is unusable on a partitioned"
             f" table: its reduction protocol (partial_stats/merge_stats/reduction_step) fits a map up to"
             f" {worst:.3g} away from its own fit on the same 120 rows; report it to the plugin's authors"
-            " (calengine.testing.check_calibrator shows it), or choose another --method"
-        )
+            " (calengine.testing.check_calibrator shows it), or choose another method", parameter="method")
     with _LOCK:
         _CHECKED[key] = None

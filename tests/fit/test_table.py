@@ -160,7 +160,7 @@ def test_folds_are_stratified_and_counted_from_label_counts_alone(tmp_path):
 
 def test_a_class_too_rare_for_the_folds_fails_in_one_line():
     counts = np.array([[5, 1], [5, 1], [5, 0], [5, 0], [5, 0]])
-    with pytest.raises(DataError, match="rarest class .'yes'. has 2 rows, fewer than --cv 5"):
+    with pytest.raises(DataError, match="rarest class .'yes'. has 2 rows, fewer than cv=5 folds"):
         check_folds(counts, ["no", "yes"], 5)
     counts = np.array([[5, 3], [5, 3], [5, 0]])
     with pytest.raises(DataError, match="fold 2 holds no row of class 'yes'"):
@@ -295,7 +295,7 @@ def test_route_stats_is_refused_for_probing_in_one_line(tmp_path):
     from calengine.errors import ParameterError
 
     folder = write_table(_frame(300), tmp_path / "t")
-    with pytest.raises(ParameterError, match="drop --route stats"):
+    with pytest.raises(ParameterError, match="drop route='stats'"):
         calengine.fit_table(folder, "class", learner="gaussian_nb", method="probing", route="stats")
 
 
