@@ -14,6 +14,7 @@ import json
 import numbers
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
@@ -28,6 +29,8 @@ from typing import Any, Callable, Iterable, Sequence
 MiB = 2**20
 GiB = 2**30
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: the repository (a result page records its commit)
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------------------- machine
@@ -546,11 +549,73 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+#: absolute paths of the machine a run happened on (a venv's python, scratch and work directories):
+#: result pages name none of them (``tests/contract/test_docs.py`` checks)
+_MACHINE_PYTHON = re.compile(r"(?:/[\w.+-]+)+/bin/python[\d.]*")
+_MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|work|root|home)(?:/[^\s'\"`,;)\]}|]*)?")
+
+
+def without_machine_paths(text: str) -> str:
+    """``text`` with the run machine's absolute paths replaced: a venv's python by ``python``, any other
+    path under /tmp, /work, /root or /home by ``$SCRATCH/<its last component>``."""
+    text = _MACHINE_PYTHON.sub("python", text)
+
+    def scratch(m: re.Match) -> str:
+        parts = [p for p in m.group(0).split("/") if p]
+        return "$SCRATCH/" + parts[-1] if len(parts) > 1 else "$SCRATCH"
+
+    return _MACHINE_PATH.sub(scratch, text)
+
+
+def machine_words(machine: dict, load: dict | None = None) -> str:
+    """The machine of a run in words, as the result pages say it."""
+    cores = machine.get("cpu_affinity") or machine.get("cpus_logical")
+    cpu = (machine.get("cpu_model") or "").strip()
+    words = f"a shared {cores}-core {cpu + ' ' if cpu else ''}machine with {machine.get('memory_total_gib', 0):.1f} GiB of memory"
+    if load:
+        words += f", load {load['load1']:.1f} when the run started"
+    return words
+
+
+def page_header(env: dict) -> list[str]:
+    """The three lines every result page starts with: its command, commit and machine (in words)."""
+    git = env.get("git") or {}
+    commit = str(git.get("commit") or "unknown")[:10] + (" (with uncommitted changes)" if git.get("dirty") else "")
+    return [f"**Command**: `python benchmarks/{env['command']}`", "", f"**Commit**: {commit}", "",
+            f"**Machine**: {machine_words(env['machine'], env.get('load'))}", ""]
+
+
+def as_result_page(markdown: str, env: dict | None = None) -> str:
+    """A results page in the shape the Benchmarks page includes: the command, commit and machine under
+    the title (from ``env``, else recorded now), the first table marked as the page's headline (the
+    section ``docs/benchmarks.md`` includes) unless the page marks one itself, and no machine paths.
+    One page per benchmark: a new run replaces the page; earlier runs stay in git's history."""
+    if env is None:
+        env = {"command": command_line(), "git": git_commit(REPO), "machine": machine_info(), "load": load_snapshot()}
+    lines = markdown.rstrip().splitlines()
+    if "**Command**" not in markdown:
+        at = 1 if lines and lines[0].startswith("# ") else 0
+        lines = lines[:at] + [""] + page_header(env) + lines[at:]
+    if "--8<-- [start:headline]" not in markdown:
+        for i, line in enumerate(lines):
+            if line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|[\s:|-]+\|?\s*$", lines[i + 1]):
+                j = i
+                while j < len(lines) and lines[j].startswith("|"):
+                    j += 1
+                lines = (lines[:i] + ["<!-- --8<-- [start:headline] -->"] + lines[i:j]
+                         + ["<!-- --8<-- [end:headline] -->"] + lines[j:])
+                break
+    return without_machine_paths("\n".join(lines)) + "\n"
+
+
 def write_results(results_dir: str | os.PathLike, name: str, data: dict, markdown: str) -> tuple[Path, Path]:
-    """Write ``name.json`` and ``name.md`` under ``results_dir`` (written whole, then renamed)."""
+    """Write ``name.json`` and ``name.md`` under ``results_dir`` (written whole, then renamed); the page
+    as :func:`as_result_page` shapes it, both without the machine's absolute paths."""
     d = Path(results_dir)
     paths = (d / f"{name}.json", d / f"{name}.md")
-    for path, text in zip(paths, (dumps(data) + "\n", markdown.rstrip() + "\n")):
+    env = data.get("environment") if isinstance(data, dict) and is_environment(data.get("environment")) else None
+    texts = (without_machine_paths(dumps(data)) + "\n", as_result_page(markdown, env))
+    for path, text in zip(paths, texts):
         write_text(path, text)
     return paths
 
