@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     except CalengineError as exc:
         from .parameters import cli_message
 
-        return _fail(cli_message(exc, args.command), EXIT_USAGE)
+        return _fail(cli_message(exc, parser, args.command), EXIT_USAGE)
     except KeyboardInterrupt:
         published = run_log.output_published(args)
         if published is not None:  # the work is done: exit 0 says the output is complete (README: exit codes)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import re
-from functools import lru_cache
 
 #: Python parameter -> the ``dest`` of the argparse action that fills it, where the two differ.  The
 #: CLI parses a repeatable ``--x-param K=V`` into the ``x_params`` dict, a comma list into a tuple, ...
@@ -33,12 +32,10 @@ PARAMETER_DEST = {
 }
 
 
-@lru_cache(maxsize=None)
-def _flags() -> dict[tuple[str, str], str]:
-    """(command, dest) -> long flag of every subcommand's parser, and ("", dest) -> the flag any
-    command spells that dest with (the first one met, in ``--help`` order)."""
-    from . import build_parser
-
+def _flags(parser: argparse.ArgumentParser) -> dict[tuple[str, str], str]:
+    """(command, dest) -> long flag of every subcommand of ``parser`` (the CLI's, from
+    :func:`calengine.cli.build_parser`), and ("", dest) -> the flag any command spells that dest with
+    (the first one met, in ``--help`` order)."""
     found: dict[tuple[str, str], str] = {}
 
     def walk(parser: argparse.ArgumentParser, command: str) -> None:
@@ -54,30 +51,31 @@ def _flags() -> dict[tuple[str, str], str]:
             found.setdefault((command, action.dest), flag)
             found.setdefault(("", action.dest), flag)
 
-    walk(build_parser(), "")
+    walk(parser, "")
     return found
 
 
-def flag_for(parameter: str, command: str = "") -> str | None:
-    """The flag of Python ``parameter`` in ``command`` (any command's when it has none), or None when
-    no flag fills that parameter."""
+def flag_for(parameter: str, parser: argparse.ArgumentParser, command: str = "") -> str | None:
+    """The flag of Python ``parameter`` in ``command`` of ``parser`` (any command's when it has none),
+    or None when no flag fills that parameter."""
     dest = PARAMETER_DEST.get(parameter, parameter)
-    flags = _flags()
+    flags = _flags(parser)
     return flags.get((command, dest)) or flags.get(("", dest))
 
 
-def cli_message(exc: BaseException, command: str = "") -> str:
+def cli_message(exc: BaseException, parser: argparse.ArgumentParser, command: str = "") -> str:
     """``exc``'s message as the command line says it: each Python parameter the error carries
     (``exc.parameters``) written as its flag wherever the message names it as a word, and
-    ``name='value'`` as ``--flag value``."""
+    ``name='value'`` or ``name=value`` as ``--flag value``.  A name followed by a quoted value
+    (``unknown learner 'knn2'``) is the noun, not the parameter, and stays."""
     message = str(exc)
     for parameter in getattr(exc, "parameters", ()) or ():
-        flag = flag_for(parameter, command)
+        flag = flag_for(parameter, parser, command)
         if flag is not None:
             message = re.sub(
                 # a whole word only, not part of a flag, a path or a longer name
-                rf"(?<![\w\-./]){re.escape(parameter)}(?:='([^']*)')?(?![\w=])",
-                lambda m: flag if m.group(1) is None else f"{flag} {m.group(1)}",
+                rf"(?<![\w\-./]){re.escape(parameter)}(?:='([^']*)'|=([^\s'=,;:)]+))?(?![\w=]| ')",
+                lambda m: flag if m.group(1) is None and m.group(2) is None else f"{flag} {m.group(1) or m.group(2)}",
                 message,
             )
     return message

@@ -413,7 +413,7 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     uncalibrated = config.method == "none" and not config.held_out  # held_out: MCGrad's base (fit/mcgrad_table.py)
     cal_mode = ctx.spec.calibration_data is not None
     if config.mode not in MODES:
-        raise ParameterError(f"unknown mode '{config.mode}'; choose one of {', '.join(MODES)}", parameter="mode")
+        raise ParameterError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}", parameter="mode")
     M = combiner = None
     refuse_code_matrix(calibrator, config.multiclass, k)
     if config.multiclass and k > 2:

@@ -186,7 +186,7 @@ class LabelSpace:
             match = [v for v in values if str(v) == str(positive)]
             if not match:
                 raise DataError(
-                    f"positive {positive!r} is not a value of '{target}'; its values are "
+                    f"positive={positive!r} is not a value of '{target}'; its values are "
                     + ", ".join(repr(str(v)) for v in values), parameter="positive")
             values = [v for v in values if v is not match[0]] + [match[0]]
         return cls(classes=values, target=target)
@@ -292,7 +292,7 @@ def check_many_rare_classes(counts, k: int, classes=None, target: str | None = N
         name = f"'{target}' " if target else ""
         raise DataError(
             f"target {name}looks continuous: {len(counts)} distinct numeric values, {rare} of them with fewer"
-            f" than cv {k} rows; calibration needs class labels: bin the values into classes, or choose"
+            f" than cv={k} rows; calibration needs class labels: bin the values into classes, or choose"
             " the class column", parameter="cv")
 
 
@@ -312,7 +312,7 @@ def stratified_folds(y: np.ndarray, n_folds: int, seed: int, classes=None,
     smallest = int(counts[counts > 0].min())
     if smallest < n_folds:
         raise DataError(
-            f"the rarest class has {smallest} rows, fewer than {parameter}={n_folds} folds; lower {parameter} or add"
+            f"the rarest class has {smallest} rows, fewer than {parameter}={n_folds}; lower {parameter} or add"
             " data", parameter=parameter
         )
     skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)

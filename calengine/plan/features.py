@@ -71,7 +71,7 @@ class FeatureEncoder:
     def _check_text_columns(self, columns: list[str]) -> None:
         unknown_text = [c for c in self.text_columns if c not in columns]
         if unknown_text:
-            raise DataError(f"text_columns '{unknown_text[0]}' is not a feature column of the table", parameter="text_columns")
+            raise DataError(f"text_columns names '{unknown_text[0]}', which is not a feature column of the table", parameter="text_columns")
 
     def fit_stats(self, stats) -> "FeatureEncoder":
         """Fit from merged :class:`calengine.reductions.column_stats.TableStats` of the training rows.

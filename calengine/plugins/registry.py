@@ -27,8 +27,8 @@ def lookup(kind: str, name: str, plugins: PluginSet | None = None) -> type:
     if failed:
         hint = f"; plugins that failed to load: {', '.join(failed)} (see 'calengine plugins')"
     parameter = KIND_PARAMETER[kind]
-    what = f"{parameter} '{name}'" if kind != "combiners" else f"combiner '{name}' in {parameter}"
-    raise UnknownPluginError(f"unknown {what}; available: {available}{hint}", parameter=parameter)
+    raise UnknownPluginError(f"unknown {kind[:-1]} '{name}' for {parameter}; available: {available}{hint}",
+                             parameter=parameter)
 
 
 def make(kind: str, name: str, params: dict[str, Any] | None = None, plugins: PluginSet | None = None):

@@ -292,7 +292,7 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
         name = f"'{model}'" if named else "the model"
         raise ParameterError(
             f"intervals applies to two-class Probing models and Venn-ABERS models; {name}"
-            f" ({loaded.info.get('learner')} + {loaded.info.get('method')}) has none; drop intervals"
+            f" ({loaded.info.get('learner')} + {loaded.info.get('method')}) has no intervals; drop intervals"
             " or refit with method='venn_abers'", parameter=("intervals", "method")
         )
     with tempfile.TemporaryDirectory(prefix="calengine-score-") as scratch:

@@ -181,18 +181,22 @@ def test_the_mapping_is_the_parsers():
             flags.setdefault(action.dest, []).extend(s for s in action.option_strings if s.startswith("--"))
         for dest, longs in flags.items():
             if longs and dest != "help":
-                assert flag_for(dest, command) in longs, (command, dest)
+                assert flag_for(dest, parser, command) in longs, (command, dest)
     for parameter, dest in PARAMETER_DEST.items():
-        assert flag_for(parameter) is not None, parameter
-    assert flag_for("learner_params", "fit") == "--learner-param"
-    assert flag_for("text_columns", "fit") == "--text-column"
-    assert flag_for("trust", "score") == "--trust-type"
+        assert flag_for(parameter, parser) is not None, parameter
+    assert flag_for("learner_params", parser, "fit") == "--learner-param"
+    assert flag_for("text_columns", parser, "fit") == "--text-column"
+    assert flag_for("trust", parser, "score") == "--trust-type"
     exc = ParameterError("method='mcgrad' needs by; segment over a column", parameter=("method", "by"))
-    assert cli_message(exc, "fit") == "--method mcgrad needs --by; segment over a column"
-    assert cli_message(ParameterError("max_categories must be at least 1"), "fit") == "max_categories must be at least 1"
-    # the parameter as a word only: not inside another name, a path or a keyword
+    assert cli_message(exc, parser, "fit") == "--method mcgrad needs --by; segment over a column"
+    plain = ParameterError("max_categories must be at least 1")  # no parameter carried: the text stays
+    assert cli_message(plain, parser, "fit") == "max_categories must be at least 1"
+    # the parameter as a word only: not inside another name or a path; name=value is --flag value
     exc = ParameterError("seed=3 in seeds/seed.txt: seed must be small", parameter="seed")
-    assert cli_message(exc, "fit") == "seed=3 in seeds/seed.txt: --seed must be small"
+    assert cli_message(exc, parser, "fit") == "--seed 3 in seeds/seed.txt: --seed must be small"
+    # a name followed by a quoted value is the noun
+    exc = ParameterError("unknown learner 'knn2' for learner", parameter="learner")
+    assert cli_message(exc, parser, "fit") == "unknown learner 'knn2' for --learner"
 
 
 @pytest.mark.parametrize("args, flag", [

@@ -251,7 +251,7 @@ def test_route_in_memory_refuses_rows_beyond_worker_memory_in_one_line(tmp_path)
     with dask.config.set(quiet), pytest.raises(DataError) as info:
         calengine.fit_table(folder, "class", learner="decision_tree", worker_memory="200kB")
     msg = str(info.value)
-    assert "\n" not in msg and "--max-train-rows" in msg and "statistics" in msg and "GiB" in msg
+    assert "\n" not in msg and "max_train_rows" in msg and "statistics" in msg and "GiB" in msg
     # the same plan with a sample that fits goes through
     with dask.config.set(quiet):
         model = calengine.fit_table(folder, "class", learner="decision_tree", worker_memory="3MB", max_train_rows=300)
