@@ -222,8 +222,7 @@ class SklearnLearner(Learner):
             if not self.accepts_sample_weight:
                 raise ParameterError(
                     f"learner '{self.name}' does not accept sample weights; use costing "
-                    "(--method-param weighting=costing) instead"
-                )
+                    "(method_params weighting=costing) instead", parameter="method_params")
             fit_params = weight_routing(est, check_weights(sample_weight, X.shape[0]))
         est.fit(X, y, **fit_params)
         self.estimator_ = est

@@ -9,7 +9,33 @@ from __future__ import annotations
 
 
 class CalengineError(Exception):
-    """Base class: a problem with the user's input or environment, never a bug in calengine."""
+    """Base class: a problem with the user's input or environment, never a bug in calengine.
+
+    ``parameter``: the Python parameter the message is about (``max_categories``), or None; a tuple
+    when the message names several (``("method", "mode")``): ``parameter`` is then the first and
+    ``parameters`` all of them.  Messages raised below :mod:`calengine.cli` name Python parameters,
+    never command-line flags, and write a value given to one as ``name='value'``; the CLI reads
+    ``parameters`` (never guesses from the text) to write the same message under its flags
+    (:mod:`calengine.cli.parameters`).  It is keyword-only so every ``raise X(message)`` keeps working,
+    and it survives pickling (an error raised in a Dask task reaches the client whole).
+    """
+
+    def __init__(self, *args, parameter: str | tuple[str, ...] | None = None) -> None:
+        super().__init__(*args)
+        names = (parameter,) if isinstance(parameter, str) else tuple(parameter or ())
+        self.parameters: tuple[str, ...] = names
+        self.parameter: str | None = names[0] if names else None
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls, args, state):
+    """Unpickle a :class:`CalengineError` with its attributes (``parameter``, ``worker``, ...)."""
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc
 
 
 class DataError(CalengineError, ValueError):
@@ -43,8 +69,8 @@ class WorkerLostError(ClusterError):
     """A worker left the cluster while it held a job's data on its own disk (``evaluate --cluster``'s score
     ranges), so the job cannot finish as planned; ``worker`` is its address."""
 
-    def __init__(self, message: str, worker: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, worker: str | None = None, *, parameter: str | None = None) -> None:
+        super().__init__(message, parameter=parameter)
         self.worker = worker
 
 

@@ -657,7 +657,12 @@ def _storable(model):
     return model
 
 
-#: CLI flags in shared messages -> this estimator's parameter names
+#: the Python parameters of the table API (which the shared checks name, ``exc.parameters``) that this
+#: estimator spells otherwise
+_ESTIMATOR_NAMES = {"calibration_data": "X_cal/y_cal", "target": "y"}
+
+#: CLI flags a message may still name (a plugin's, or one written before messages named parameters)
+#: -> this estimator's parameter names
 _FLAG_NAMES = {
     "--cv": "cv", "--learner-param": "learner_params", "--method-param": "method_params",
     "--combiner-param": "combiner_params", "--calibration-data": "X_cal/y_cal", "--learner": "learner",
@@ -667,9 +672,10 @@ _FLAG_NAMES = {
 
 
 class _python_names:
-    """Re-raise a :class:`CalengineError` whose message names CLI flags (the checks are shared with
-    ``calengine fit``) with this estimator's parameter names instead: ``--cv 5`` becomes ``cv=5``,
-    ``--learner-param`` becomes ``learner_params``.  Same type, original chained."""
+    """Re-raise a :class:`CalengineError` whose message names a parameter of the table API this
+    estimator spells otherwise (``exc.parameters``: ``calibration_data`` is ``X_cal/y_cal`` here), or
+    still names a CLI flag (``--cv 5`` becomes ``cv=5``), with this estimator's names.  Same type and
+    ``parameter``, original chained."""
 
     def __enter__(self):
         return self
@@ -682,12 +688,17 @@ class _python_names:
         if exc is None or not isinstance(exc, CalengineError) or not exc.args or not isinstance(exc.args[0], str):
             return False
         text = exc.args[0]
-        new = re.sub(r"--cv (\d+)", r"cv=\1", text)
+        new = text
+        for name in getattr(exc, "parameters", ()):
+            if name in _ESTIMATOR_NAMES:
+                new = re.sub(rf"(?<![\w\-./]){name}(?![\w=])", _ESTIMATOR_NAMES[name], new)
+        new = re.sub(r"--cv (\d+)", r"cv=\1", new)
         new = re.sub(r"--[a-z][a-z-]*", lambda m: _FLAG_NAMES.get(m.group(0), m.group(0)), new)
         if new == text:
             return False
         try:
             translated = type(exc)(new, *exc.args[1:])
+            translated.__dict__.update(exc.__dict__)
         except Exception:  # noqa: BLE001 - an exception type with another signature keeps its message
             return False
         raise translated from exc

@@ -62,10 +62,9 @@ def library_of(path: str) -> str:
     suffix = os.path.splitext(str(path))[1].lower()
     if suffix not in SUFFIXES:
         raise ParameterError(
-            f"--prefit {path}: cannot tell the model's library from the suffix {suffix or '(none)'!r}; give an"
+            f"prefit {path}: cannot tell the model's library from the suffix {suffix or '(none)'!r}; give an"
             " XGBoost booster (.json or .ubj), a LightGBM text model (.txt) or a scikit-learn estimator saved"
-            " with skops (.skops)"
-        )
+            " with skops (.skops)", parameter="prefit")
     return SUFFIXES[suffix]
 
 
@@ -182,15 +181,13 @@ class Prefit(Learner):
             have = [str(c) for c in self.model_.classes_]
             if sorted(have) != sorted(names):
                 raise DataError(
-                    f"the --prefit estimator predicts the classes {', '.join(have)} but the target '{labels.target}'"
-                    f" holds {', '.join(names)}; calibrate it on a table of the classes it was trained on"
-                )
+                    f"the prefit estimator predicts the classes {', '.join(have)} but the target '{labels.target}'"
+                    f" holds {', '.join(names)}; calibrate it on a table of the classes it was trained on", parameter="prefit")
             self.class_order = [have.index(c) for c in names]
         elif int(self.n_classes) != k:
             raise DataError(
-                f"the --prefit {self.library} model predicts {self.n_classes} classes but the target"
-                f" '{labels.target}' holds {k} ({', '.join(names)}); calibrate it on a table of its own classes"
-            )
+                f"the prefit {self.library} model predicts {self.n_classes} classes but the target"
+                f" '{labels.target}' holds {k} ({', '.join(names)}); calibrate it on a table of its own classes", parameter="prefit")
         self.n_classes = k
 
 
@@ -203,9 +200,8 @@ def _booster_learner(library: str):
         return registry.make("learners", library, {})
     except UnknownPluginError:
         raise ParameterError(
-            f"--prefit needs the calengine-{library} plugin to read a {library} model; install it"
-            f" (pip install calengine-{library})"
-        ) from None
+            f"prefit needs the calengine-{library} plugin to read a {library} model; install it"
+            f" (pip install calengine-{library})", parameter="prefit") from None
 
 
 def requirement_learners(path: str) -> list:
@@ -347,14 +343,16 @@ def open_prefit(path: str, features=None, trust=()) -> Prefit:
         suffix = os.path.splitext(str(path))[1].lower()
         key = "booster" + (".txt" if library == "lightgbm" else suffix)
         summary = inner.validate_booster(blob, None, None)  # one line for a damaged file, before any native call
-        _check_objective(_declared_objective(summary), library, f"--prefit {path}: the {library} model's objective is")
+        _check_objective(_declared_objective(summary), library, f"prefit {path}: the {library} model's objective is",
+                         parameter="prefit")
         inner.booster_ = inner.load_booster(blob, summary.n_classes, summary.n_features)  # probed in a child first
         inner.n_classes_ = summary.n_classes
         learner.model_, learner.blob_, learner.state_key_ = inner, blob, key
         learner.n_classes = summary.n_classes
         n_features = summary.n_features
         names, objective = _booster_names_and_objective(library, inner.booster_, blob)
-        _check_objective(objective, library, f"--prefit {path}: the {library} model's objective is")
+        _check_objective(objective, library, f"prefit {path}: the {library} model's objective is",
+                         parameter="prefit")
     learner.columns = _feature_columns(path, names, features, n_features)
     return learner
 
@@ -363,11 +361,11 @@ def _read(path: str) -> bytes:
     try:
         size = os.path.getsize(path)
     except OSError as exc:
-        raise DataError(f"--prefit {path}: cannot read the model file ({exc.strerror or exc}); give an existing file") from None
+        raise DataError(f"prefit {path}: cannot read the model file ({exc.strerror or exc}); give an existing file", parameter="prefit") from None
     if not os.path.isfile(path):
-        raise DataError(f"--prefit {path} is not a file; give the saved model file")
+        raise DataError(f"prefit {path} is not a file; give the saved model file", parameter="prefit")
     if size > MAX_PREFIT_BYTES:
-        raise DataError(f"--prefit {path} has {size} bytes, more than the {MAX_PREFIT_BYTES} a model file may have")
+        raise DataError(f"prefit {path} has {size} bytes, more than the {MAX_PREFIT_BYTES} a model file may have", parameter="prefit")
     with open(path, "rb") as fh:
         return fh.read()
 
@@ -381,22 +379,20 @@ def _open_skops(blob: bytes, path: str, trust) -> Any:
     try:
         refused = untrusted_types(blob, trust)
     except Exception as exc:  # noqa: BLE001 - not a skops file
-        raise ModelFormatError(f"--prefit {path} is not a skops file ({_first_line(exc)}); save the estimator with skops.io.dump") from None
+        raise ModelFormatError(f"prefit {path} is not a skops file ({_first_line(exc)}); save the estimator with skops.io.dump", parameter="prefit") from None
     if refused:
         raise ModelFormatError(
-            f"--prefit {path} contains types outside calengine's allowlist: {', '.join(refused)}; if you trust this"
-            " file, pass --trust-type for each"
-        )
+            f"prefit {path} contains types outside calengine's allowlist: {', '.join(refused)}; to load it anyway,"
+            " pass each of those types in trust", parameter=("prefit", "trust"))
     try:
         est = sio.loads(blob, trusted=sorted(set(sio.get_untrusted_types(data=blob))))
     except Exception as exc:  # noqa: BLE001 - a type-correct but inconsistent dump
-        raise ModelFormatError(f"--prefit {path} cannot be loaded ({_first_line(exc)}); save the estimator again") from None
-    check_estimator(est, f"--prefit {path}")
+        raise ModelFormatError(f"prefit {path} cannot be loaded ({_first_line(exc)}); save the estimator again", parameter="prefit") from None
+    check_estimator(est, f"prefit {path}")
     if not hasattr(est, "predict_proba") or not hasattr(est, "classes_"):
         raise ParameterError(
-            f"--prefit {path} holds a {type(est).__name__}, not a fitted classifier with predict_proba; save a fitted"
-            " classifier (or calibrate its scores with --scores)"
-        )
+            f"prefit {path} holds a {type(est).__name__}, not a fitted classifier with predict_proba; save a fitted"
+            " classifier (or calibrate score columns it wrote with scores)", parameter=("prefit", "scores"))
     return est
 
 
@@ -406,7 +402,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _check_objective(objective: str | None, library: str, what: str, error: type = ParameterError,
-                     fix: str = "calibrate a model") -> None:
+                     fix: str = "calibrate a model", parameter: str | None = None) -> None:
     """One ``error`` line when a booster's ``objective`` does not give class probabilities (``what``
     says whose; None: the file names none, nothing to check yet).  Called first on the objective the
     file declares, before the booster is loaded and probed: a ``binary:logitraw`` booster's margins
@@ -414,7 +410,7 @@ def _check_objective(objective: str | None, library: str, what: str, error: type
     allowed = XGBOOST_OBJECTIVES if library == "xgboost" else LIGHTGBM_OBJECTIVES
     if objective is not None and objective not in allowed:
         raise error(f"{what} {objective!r}, whose predictions are not class probabilities; {fix} trained with"
-                    f" {' or '.join(allowed)}")
+                    f" {' or '.join(allowed)}", parameter=parameter)
 
 
 def _declared_objective(summary) -> str | None:
@@ -447,22 +443,19 @@ def _feature_columns(path: str, names, features, n_features) -> list[str]:
     if names:
         if features and features != names:
             raise DataError(
-                f"--features {','.join(features)} differs from the feature names the --prefit model carries"
-                f" ({','.join(names)}); drop --features (the model's own names are used) or give them in that order"
-            )
+                f"features {','.join(features)} differs from the feature names the prefit model carries"
+                f" ({','.join(names)}); drop features (the model's own names are used) or give them in that order", parameter=("features", "prefit"))
         return names
     if not features:
         raise ParameterError(
-            f"--prefit {path} carries no feature names; name its {n_features} feature columns in the model's order"
-            " with --features A,B,..."
-        )
+            f"prefit {path} carries no feature names; name its {n_features} feature columns in the model's order"
+            " with features A,B,...", parameter=("prefit", "features"))
     if n_features is not None and len(features) != int(n_features):
         raise DataError(
-            f"--features names {len(features)} columns but the --prefit model reads {n_features}; name its"
-            f" {n_features} feature columns in the model's order"
-        )
+            f"features names {len(features)} columns but the prefit model reads {n_features}; name its"
+            f" {n_features} feature columns in the model's order", parameter=("features", "prefit"))
     if len(set(features)) != len(features):
-        raise ParameterError("--features names a column twice; name each feature column once")
+        raise ParameterError("features names a column twice; name each feature column once", parameter="features")
     return features
 
 

@@ -71,7 +71,7 @@ class ScoreColumns(Learner):
 
     def _check(self) -> None:
         if self.kind not in SCORE_COLUMN_KINDS:
-            raise ParameterError(f"--score-kind must be one of {', '.join(SCORE_COLUMN_KINDS)}, got {self.kind!r}")
+            raise ParameterError(f"score_kind must be one of {', '.join(SCORE_COLUMN_KINDS)}, got {self.kind!r}", parameter="score_kind")
         k, m = int(self.n_classes), len(self.columns)
         if k < 2 or not (m == k or (k == 2 and m == 1)):
             raise ParameterError(f"{m} score columns do not fit a {k}-class target; give one column per class")
@@ -160,17 +160,19 @@ def order_score_columns(scores: list[str], labels, classes: list | None = None) 
     names = [str(c) for c in labels.classes]
     if len(set(scores)) != m:
         dup = next(s for s in scores if scores.count(s) > 1)
-        raise ParameterError(f"--scores names '{dup}' twice; name each score column once")
+        raise ParameterError(f"scores names '{dup}' twice; name each score column once", parameter="scores")
     if m == 1:
         if k != 2:
             raise DataError(
                 f"1 score column for a {k}-class target '{labels.target}'; give one column per class"
-                f" (--scores S1,...,S{k}, with --classes {','.join(names)} in the columns' order)"
+                f" (scores S1,...,S{k}, with classes {','.join(names)} in the columns' order)",
+                parameter=("scores", "classes"),
             )
         if classes and [str(c) for c in classes] != [names[1]]:
             raise DataError(
-                f"--classes {','.join(map(str, classes))} does not name the positive class {names[1]!r}, whose score"
-                f" '{scores[0]}' must be; use --positive {','.join(map(str, classes))} to make it the positive class"
+                f"classes {','.join(map(str, classes))} does not name the class {names[1]!r} that the one score"
+                f" column '{scores[0]}' scores; set positive {','.join(map(str, classes))} to make it that class",
+                parameter=("classes", "positive"),
             )
         return scores
     if m != k:
@@ -181,11 +183,13 @@ def order_score_columns(scores: list[str], labels, classes: list | None = None) 
     if classes:
         given = [str(c) for c in classes]
         if len(given) != m:
-            raise DataError(f"--classes names {len(given)} classes for {m} score columns; name one class per column")
+            raise DataError(f"classes names {len(given)} labels for {m} score columns; name one label per column",
+                            parameter="classes")
         unknown = [c for c in given if c not in names]
         if unknown or len(set(given)) != m:
             what = f"{unknown[0]!r} is not a class of '{labels.target}'" if unknown else "it repeats a class"
-            raise DataError(f"--classes {','.join(given)}: {what}; the classes are {', '.join(names)}")
+            raise DataError(f"classes {','.join(given)}: {what}; the target's labels are {', '.join(names)}",
+                            parameter="classes")
         column_of = dict(zip(given, scores))
         return [column_of[c] for c in names]
     column_of = {}
@@ -194,9 +198,9 @@ def order_score_columns(scores: list[str], labels, classes: list | None = None) 
         owners = [c for c in owners if len(c) == max(map(len, owners))]
         if len(owners) != 1 or owners[0] in column_of:
             raise DataError(
-                f"cannot tell which class score column '{s}' belongs to from its name (classes of"
-                f" '{labels.target}': {', '.join(names)}); name the columns' classes in order with"
-                f" --classes C1,...,C{k}"
+                f"cannot tell which class score column '{s}' belongs to from its name (labels of"
+                f" '{labels.target}': {', '.join(names)}); name the columns' labels in order with"
+                f" classes C1,...,C{k}", parameter="classes"
             )
         column_of[owners[0]] = s
     return [column_of[c] for c in names]

@@ -26,6 +26,7 @@ Modules:
 * :mod:`.fit`: ``calengine fit``.
 * :mod:`.limits`: The bounds of every size a user gives on the command line, checked before any work.
 * :mod:`.options`: Options several commands share, and what they turn into.
+* :mod:`.parameters`: The Python parameter an error names -> the flag the command line reports it under.
 * :mod:`.plugins`: ``calengine plugins [NAME]``.
 * :mod:`.recalibrate`: ``calengine recalibrate``.
 * :mod:`.score`: ``calengine score`` and ``calengine decide``.
@@ -117,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             os.environ["CALENGINE_IO_TIMEOUT"] = str(args.io_timeout)
         return run_log.run(COMMANDS[args.command], args, sys.argv[1:] if argv is None else list(argv))
     except CalengineError as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        from .parameters import cli_message
+
+        return _fail(cli_message(exc, parser, args.command), EXIT_USAGE)
     except KeyboardInterrupt:
         published = run_log.output_published(args)
         if published is not None:  # the work is done: exit 0 says the output is complete (README: exit codes)

@@ -330,9 +330,8 @@ def load_cost_matrix(source: str | os.PathLike | dict | CostMatrix) -> CostMatri
     if text.lstrip().startswith("{"):
         if len(text) > MAX_COST_FILE_BYTES:
             raise ParameterError(
-                f"--cost-matrix inline JSON has {len(text)} characters, more than {MAX_COST_FILE_BYTES}; a cost"
-                " matrix is small: write it to a file"
-            )
+                f"cost_matrix inline JSON has {len(text)} characters, more than {MAX_COST_FILE_BYTES}; a cost"
+                " matrix is small: write it to a file", parameter="cost_matrix")
         return CostMatrix.from_dict(_parse_json(text, "--cost-matrix inline JSON"))
     if not os.path.isfile(text):
         raise ParameterError(f"cost matrix file '{text}' does not exist; give a JSON file or inline JSON starting with '{{'")

@@ -33,7 +33,7 @@ class CalibrationPlan:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ParameterError(f"unknown --mode '{self.mode}'; choose one of {', '.join(MODES)}")
+            raise ParameterError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}", parameter="mode")
 
 
 def scatter(client, obj):

@@ -89,8 +89,9 @@ def refuse_code_matrix(calibrator, multiclass: str | None, k: int) -> None:
     scores to class probabilities itself, it is the combiner."""
     if multiclass and k > 2 and getattr(calibrator, "multiclass", False):
         raise ParameterError(
-            f"--method {calibrator.name} calibrates the k-class score vector as a whole and is its own combiner;"
-            " drop --multiclass (or pick a one-column method such as sigmoid or isotonic)"
+            f"method={calibrator.name!r} calibrates the k-class score vector as a whole and is its own combiner;"
+            " drop multiclass (or pick a one-column calibrator such as sigmoid or isotonic)",
+            parameter=("method", "multiclass"),
         )
 
 

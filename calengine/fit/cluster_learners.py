@@ -130,8 +130,7 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows
     if ctx.enc.encoder.is_sparse:
         raise DataError(
             f"learner '{learner.name}' trains on dense features and this table has a text column; drop"
-            " --text-column (or exclude the text column) or choose another learner"
-        )
+            " text_columns (or exclude the text column) or choose another learner", parameter="text_columns")
     k = ctx.enc.labels.n_classes
     n_features = len(ctx.enc.encoder.feature_names)
     if progress is not None:
@@ -163,9 +162,10 @@ def check_cluster_route(spec, learner) -> str | None:
     if not getattr(learner, "trains_on_cluster", False):
         return None
     if spec.route != "auto" or spec.max_train_rows:
-        what = f"--route {spec.route}" if spec.route != "auto" else "--max-train-rows"
+        parameter = "route" if spec.route != "auto" else "max_train_rows"
+        what = f"route={spec.route!r}" if spec.route != "auto" else "max_train_rows"
         raise ParameterError(
-            f"learner '{learner.name}' trains on the cluster over every training row; drop {what}"
+            f"learner '{learner.name}' trains on the cluster over every training row; drop {what}", parameter=parameter
         )
     return "cluster"
 

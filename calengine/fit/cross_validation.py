@@ -94,9 +94,10 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     import numbers
 
     if isinstance(folds, bool) or not isinstance(folds, numbers.Integral) or folds < 2:
-        raise ParameterError(f"--folds must be an integer >= 2 (the outer folds), got {folds!r}")
+        raise ParameterError(f"folds must be an integer >= 2 (the outer folds), got {folds!r}", parameter="folds")
     if spec.calibration_data:
-        raise ParameterError("cv evaluates cross-validated calibration; --calibration-data does not apply")
+        raise ParameterError("cross-validation evaluates cross-validated calibration; calibration_data does not"
+                             " apply", parameter="calibration_data")
     check_seed(config.seed)
     plugins = plugins or get_plugins()
     prefit_sha = None
@@ -125,10 +126,7 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     df = df.loc[present].reset_index(drop=True)
     labels = LabelSpace.from_series(df[spec.target], spec.target, spec.positive)
     y = labels.encode(df[spec.target])
-    try:
-        outer = stratified_folds(y, int(folds), config.seed, labels.classes)
-    except DataError as exc:  # the shared check names --cv; here the outer folds are --folds
-        raise DataError(str(exc).replace("--cv", "--folds")) from exc
+    outer = stratified_folds(y, int(folds), config.seed, labels.classes, parameter="folds")
 
     by_table = bool(getattr(spec, "scores", None) or prefit_sha or weight)
     scratch = tempfile.TemporaryDirectory(prefix="calengine-cv-") if by_table else None
@@ -140,7 +138,8 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
             # `calengine fit` runs (its checks, its weighted reductions, no learner for --scores)
             model = _fit_fold_table(client, spec, config, df.iloc[train], scratch.name, i, plugins)
             if prefit_sha and model.info.get("learner_params", {}).get("sha256") != prefit_sha:
-                raise DataError(f"--prefit {spec.prefit} changed while the folds were calibrated; run cv again")
+                raise DataError(f"prefit {spec.prefit} changed while the folds were calibrated; run again",
+                                parameter="prefit")
             X_test = model.encoder.transform(df.iloc[test])
             w_test = df[spec.weight].to_numpy(dtype=np.float64)[test] if weight else None
             return client.submit(fold_metrics, model, X_test, y[test], w_test, pure=False).result()

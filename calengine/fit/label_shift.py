@@ -40,7 +40,7 @@ METHODS = ("em", "bbse")
 
 def check_method(method: str) -> None:
     if method not in METHODS:
-        raise ParameterError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}", parameter="method")
 
 
 def adapt_table(client, model, files: list[str], *, method: str = "em", labelled: list[str] | None = None,
@@ -60,8 +60,9 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
     check_method(method)
     ls.check_em_options(tol, max_iter)
     if method == "bbse" and not labelled:
-        raise ParameterError("--method bbse needs labelled rows of the old population: give --labelled DATA with the"
-                             f" model's target column '{model.labels.target}'")
+        raise ParameterError("method='bbse' needs labelled rows of the old population: give labelled (a table)"
+                             f" with the model's target column '{model.labels.target}'",
+                             parameter=("method", "labelled"))
     columns = list(model.encoder.input_columns)
     check_columns(files, columns)
     target = model.labels.target
@@ -77,7 +78,8 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
         lchunks = [c for c in plan_chunks(labelled, list(dict.fromkeys(columns + [target])), chunk_rows)
                    if c.n_rows > 0]
         if not lchunks:
-            raise DataError("the --labelled table has no rows; BBSE needs labelled rows of the old population")
+            raise DataError("the labelled table has no rows; BBSE needs labelled rows of the old population",
+                            parameter="labelled")
         counted = gather_in_order(client, [client.submit(confusion_chunk, model_f, c, target, batch_rows, pure=False)
                                            for c in lchunks], progress, "labelled rows")
         joint = np.sum([j for j, _ in counted], axis=0)
@@ -85,11 +87,13 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
     train, source = training_priors(model)
     if train is None:
         if joint is None:
-            raise DataError(f"{source}; give --labelled DATA (rows of the population it was calibrated on, with its"
-                            f" target column '{target}') to take the training priors from, or fit the model again")
+            raise DataError(f"{source}; give labelled (a table of the population it was calibrated on, with its"
+                            f" target column '{target}') to take the training priors from, or fit the model again",
+                            parameter="labelled")
         counts = joint.sum(axis=0)
         if np.any(counts <= 0):
-            raise DataError("the --labelled table lacks a class of the model; it needs rows of every class")
+            raise DataError("the labelled table lacks a class of the model; it needs rows of every class",
+                            parameter="labelled")
         train, source = counts / counts.sum(), "class rates of the --labelled table"
 
     labelled_here = target in parquet_columns(files)

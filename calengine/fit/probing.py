@@ -70,9 +70,8 @@ def method_settings(method: str, params: dict[str, Any]) -> dict[str, Any]:
     s = {**defaults, **params}
     if not isinstance(s["t"], int) or isinstance(s["t"], bool) or not 1 <= s["t"] <= MAX_CLASSIFIERS:
         raise ParameterError(
-            f"t must be an integer from 1 to {MAX_CLASSIFIERS}, got {s['t']!r} (e.g. --method-param t=100;"
-            " each of the t classifiers is a full learner fit)"
-        )
+            f"t must be an integer from 1 to {MAX_CLASSIFIERS}, got {s['t']!r} (e.g. method_params t=100;"
+            " each of the t classifiers is a full learner fit)", parameter="method_params")
     if s["clip"] is not None:
         clip = s["clip"]
         if not (isinstance(clip, (tuple, list)) and len(clip) == 2 and 0 <= clip[0] < clip[1] <= 1):
@@ -146,8 +145,7 @@ def probing_weighting(learner, requested: str) -> str:
         return "weights" if learner.accepts_sample_weight else "costing"
     if requested == "weights" and not learner.accepts_sample_weight:
         raise ParameterError(
-            f"learner '{learner.name}' does not accept sample weights; use --method-param weighting=costing"
-        )
+            f"learner '{learner.name}' does not accept sample weights; use method_params weighting=costing", parameter="method_params")
     return requested
 
 

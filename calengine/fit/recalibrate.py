@@ -143,13 +143,15 @@ def check_recalibratable(model, update: bool, forget: float) -> None:
     from ..model.calibrated import Member
 
     if not (isinstance(forget, (int, float)) and not isinstance(forget, bool) and 0.0 <= forget <= 1.0):
-        raise ParameterError(f"--forget must be a number in [0, 1] (the weight kept by the old statistics), got {forget!r}")
+        raise ParameterError(f"forget must be a number in [0, 1] (the weight kept by the old statistics), got"
+                             f" {forget!r}", parameter="forget")
     if forget != 1.0 and not update:
-        raise ParameterError("--forget weights the stored statistics, so it needs --update; add --update or drop --forget")
+        raise ParameterError("forget weights the stored statistics, so it needs update; add update or drop forget",
+                             parameter=("forget", "update"))
     kinds = sorted({type(m).__name__ for m in model.members if not isinstance(m, Member)})
     if kinds:
         raise ParameterError(
-            f"this model's members ({', '.join(kinds)}, --method {model.info.get('method')}) have no separate"
+            f"this model's members ({', '.join(kinds)}, method '{model.info.get('method')}') have no separate"
             " calibrators to refit; recalibrate works on models fitted with a calibration method (isotonic,"
             " sigmoid, binning, ...): fit the model again on the new data instead"
         )
@@ -158,19 +160,22 @@ def check_recalibratable(model, update: bool, forget: float) -> None:
     for m in model.members:
         if getattr(m, "scales_matrix", False):
             raise ParameterError(
-                f"--update merges one-column statistics, and this model's '{m.calibrators[0].name}' calibrates the"
-                " k-class score vector as a whole; recalibrate without --update to refit it on the new data"
+                f"update merges one-column statistics, and this model's '{m.calibrators[0].name}' calibrates the"
+                " k-class score vector as a whole; recalibrate without update to refit it on the new data",
+                parameter="update",
             )
         for cal in m.calibrators:
             if cal.name not in UPDATABLE:
                 raise ParameterError(
-                    f"--update merges stored statistics, which method '{cal.name}' does not have (it can for"
-                    f" {', '.join(UPDATABLE)}); recalibrate without --update to refit '{cal.name}' on the new data"
+                    f"update merges stored statistics, which method '{cal.name}' does not have (it can for"
+                    f" {', '.join(UPDATABLE)}); recalibrate without update to refit '{cal.name}' on the new data",
+                    parameter="update",
                 )
             if not has_update_stats(cal):
                 raise ParameterError(
-                    f"this model's '{cal.name}' calibrators were saved without the statistics --update merges"
-                    " (a model from before they were stored); recalibrate without --update first, then update that model"
+                    f"this model's '{cal.name}' calibrators were saved without the statistics update merges"
+                    " (a model from before they were stored); recalibrate without update first, then recalibrate"
+                    " that model with it", parameter="update"
                 )
 
 
@@ -277,7 +282,8 @@ def merge_binning(old, stats: dict[str, Any], forget: float = 1.0):
     lo = np.minimum(old.lo_, np.asarray(stats["min_lo"], dtype=np.float64))
     hi = np.maximum(old.hi_, np.asarray(stats["max_hi"], dtype=np.float64))
     if np.any(w <= 0):
-        raise DataError("a bin has no weight left after forgetting and no new rows; use a larger --forget or recalibrate without --update")
+        raise DataError("a bin has no weight left after forgetting and no new rows; use a larger forget or recalibrate"
+                        " without update", parameter=("forget", "update"))
     out = clone(old)
     out.n_bins_, out.lo_, out.hi_, out.values_ = old.n_bins_, lo, hi, wy / w
     out.boundaries_, out.boundary_ = 0.5 * (hi[:-1] + lo[1:]), old.boundary_
@@ -350,7 +356,8 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
 
     check_recalibratable(model, update, forget)
     if weight is not None and (weight == target or weight in model.encoder.input_columns):
-        raise DataError(f"--weight {weight} is a column the model reads (or the target); give a column of weights")
+        raise DataError(f"weight {weight} is a column the model reads (or the target); give a column of weights",
+                        parameter="weight")
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [target] + ([weight] if weight else [])))
     check_columns(files, columns)
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]

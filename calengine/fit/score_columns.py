@@ -41,29 +41,34 @@ def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
         if spec.weight not in names:
             check_columns(files, [spec.weight], root)
         if spec.weight == spec.target:
-            raise DataError(f"--weight {spec.weight} is the target column; give a column of weights")
+            raise DataError(f"weight {spec.weight} is the target column; give a column of weights", parameter="weight")
         if spec.weight in (spec.features or ()) or spec.weight in (spec.scores or ()):
-            raise DataError(f"--weight column '{spec.weight}' cannot also be a feature or a score column")
+            raise DataError(f"weight column '{spec.weight}' cannot also be a feature or a score column",
+                            parameter="weight")
     if spec.prefit:
         missing = [c for c in spec.features if c not in names]
         if missing:
             raise DataError(
-                f"the --prefit model reads the feature column '{missing[0]}', which the table does not have; give a"
-                f" table with its columns ({', '.join(spec.features)})"
+                f"the prefit model reads the feature column '{missing[0]}', which the table does not have; give a"
+                f" table with its columns ({', '.join(spec.features)})", parameter="prefit"
             )
         if spec.target in spec.features:
-            raise DataError(f"the target '{spec.target}' is a feature column of the --prefit model; give the class column")
+            raise DataError(f"the target '{spec.target}' is a feature column of the prefit model; give the class column",
+                            parameter="prefit")
     if not spec.scores:
         if spec.classes or spec.score_kind != "proba":
-            raise ParameterError("--classes and --score-kind describe score columns; they need --scores")
+            raise ParameterError("classes and score_kind describe score columns; they need scores",
+                                 parameter=("classes", "score_kind", "scores"))
         return
     missing = [c for c in spec.scores if c not in names]
     if missing:
         check_columns(files, missing, root)
     if spec.target in spec.scores:
-        raise DataError(f"the target '{spec.target}' cannot also be a score column; remove it from --scores")
+        raise DataError(f"the target '{spec.target}' cannot also be a score column; remove it from scores",
+                        parameter="scores")
     if spec.score_kind not in SCORE_COLUMN_KINDS:
-        raise ParameterError(f"--score-kind must be one of {', '.join(SCORE_COLUMN_KINDS)}, got {spec.score_kind!r}")
+        raise ParameterError(f"score_kind must be one of {', '.join(SCORE_COLUMN_KINDS)}, got {spec.score_kind!r}",
+                             parameter="score_kind")
 
 
 def check_score_options(config, spec) -> None:
@@ -72,38 +77,42 @@ def check_score_options(config, spec) -> None:
         return
     from .training import ENGINE_METHODS
 
-    flag = "--scores" if spec.scores else "--prefit"
+    source = "scores" if spec.scores else "prefit"
     if spec.scores and spec.prefit:
-        raise ParameterError("--scores and --prefit both say where the scores come from; give one of them")
+        raise ParameterError("scores and prefit both say where the scores come from; give one of them",
+                             parameter=("scores", "prefit"))
     if config.method in ENGINE_METHODS:
         raise ParameterError(
-            f"--method {config.method} fits many classifiers on the features, and {flag} fits none; choose a"
-            " calibrator (isotonic, sigmoid, beta, temperature, binning, rocch, venn_abers, ...)"
+            f"method={config.method!r} fits many classifiers on the features, and {source} fits none; choose a"
+            " calibrator (isotonic, sigmoid, beta, temperature, binning, rocch, venn_abers, ...)",
+            parameter=("method", source),
         )
     if spec.prefit:
-        refused = [("--combine", config.combine), ("--multiclass", config.multiclass),
-                   ("--max-train-rows", spec.max_train_rows), ("--route", spec.route != "auto"),
-                   ("--exclude", spec.exclude), ("--text-column", spec.text_columns),
-                   ("--classes", spec.classes), ("--score-kind", spec.score_kind != "proba")]
+        refused = [("combine", config.combine), ("multiclass", config.multiclass),
+                   ("max_train_rows", spec.max_train_rows), ("route", spec.route != "auto"),
+                   ("exclude", spec.exclude), ("text_columns", spec.text_columns),
+                   ("classes", spec.classes), ("score_kind", spec.score_kind != "proba")]
         for option, given in refused:
             if given:
-                raise ParameterError(f"{option} does not apply to --prefit, which applies the saved model as it is: drop it")
+                raise ParameterError(f"{option} does not apply to prefit, which applies the saved model as it is:"
+                                     " drop it", parameter=(option, "prefit"))
         return
     if config.method == "none" and spec.score_kind != "proba":
         raise ParameterError(
-            f"--method none with --score-kind {spec.score_kind} would rescale the scores linearly; the logistic"
-            " map of logits is what evaluate shows as the raw scores: choose a calibrator (temperature, sigmoid, ...)"
+            f"method='none' with score_kind={spec.score_kind!r} would rescale the scores linearly; the logistic"
+            " map of logits is what evaluate shows as the raw scores: choose a calibrator (temperature, sigmoid, ...)",
+            parameter=("method", "score_kind"),
         )
     refused = [
-        ("--combine", config.combine), ("--multiclass", config.multiclass),
-        ("--max-train-rows", spec.max_train_rows), ("--route", spec.route != "auto"),
-        ("--features", spec.features), ("--exclude", spec.exclude), ("--text-column", spec.text_columns),
+        ("combine", config.combine), ("multiclass", config.multiclass),
+        ("max_train_rows", spec.max_train_rows), ("route", spec.route != "auto"),
+        ("features", spec.features), ("exclude", spec.exclude), ("text_columns", spec.text_columns),
     ]
-    for flag, given in refused:
+    for option, given in refused:
         if given:
             raise ParameterError(
-                f"{flag} applies to learners fitted on feature columns; --scores fits no learner and reads only"
-                " the score columns: drop it"
+                f"{option} applies to learners fitted on feature columns; scores fits no learner and reads only"
+                " the score columns: drop it", parameter=(option, "scores")
             )
 
 
@@ -113,8 +122,9 @@ def check_weighted_method(config, spec) -> None:
 
     if spec.weight and config.method in ENGINE_METHODS:
         raise ParameterError(
-            f"--weight is not supported with --method {config.method} (its classifiers weigh rows by their own"
-            " importance weights); use a calibrator such as isotonic or sigmoid, or drop --weight"
+            f"weight is not supported with method={config.method!r} (its classifiers weigh rows by their own"
+            " importance weights); use a calibrator such as isotonic or sigmoid, or drop weight",
+            parameter=("weight", "method"),
         )
 
 

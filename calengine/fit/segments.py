@@ -68,8 +68,8 @@ def check_shrinkage(k) -> float:
         value = math.nan
     if math.isnan(value) or value < 0:
         raise ParameterError(
-            f"--shrinkage must be a number >= 0 (rows of calibration weight at which a segment's own map gets"
-            f" half the say; 0: no shrinkage, inf: the global map only), got {k!r}"
+            f"shrinkage must be a number >= 0 (rows of calibration weight at which a segment's own map gets"
+            f" half the say; 0: none, inf: the global map only), got {k!r}", parameter="shrinkage"
         )
     return value
 
@@ -138,8 +138,9 @@ def too_many(by, max_segments: int) -> DataError:
     from ..metrics.segments import MAX_SEGMENTS_LIMIT
 
     return DataError(
-        f"--by {','.join(by)} makes more than {max_segments} segments; fit by columns with fewer values (e.g. an"
-        f" age band rather than the age) or raise --max-segments (at most {MAX_SEGMENTS_LIMIT})"
+        f"by={','.join(by)!r} makes more than {max_segments} segments; segment over columns with fewer values"
+        f" (e.g. an age band rather than the age) or raise max_segments (at most {MAX_SEGMENTS_LIMIT})",
+        parameter=("by", "max_segments"),
     )
 
 
@@ -187,26 +188,29 @@ def _refuse(spec, config) -> None:
     """One line for the fits ``--by`` does not serve (before any work)."""
     from .training import ENGINE_METHODS, split_learners
 
-    where = "a segment-wise fit (--by)"
+    where = "a segment-wise fit (by)"
     if config.method == "none":
-        raise ParameterError(f"{where} needs a calibration method; drop --method none or drop --by")
+        raise ParameterError(f"{where} needs a calibration method; drop method='none' or drop by",
+                             parameter=("by", "method"))
     if config.method in ENGINE_METHODS:
-        raise ParameterError(f"{where} refits calibrators of held-out scores; --method {config.method} has none:"
-                             " use --method isotonic, sigmoid, beta, binning, ... or drop --by")
+        raise ParameterError(f"{where} refits calibrators of held-out scores; method={config.method!r} has none:"
+                             " use method isotonic, sigmoid, beta, binning, ... or drop by", parameter=("by", "method"))
     if config.multiclass:
-        raise ParameterError(f"{where} calibrates a learner's own class scores; drop --multiclass or drop --by")
+        raise ParameterError(f"{where} calibrates a learner's own class scores; drop multiclass or drop by",
+                             parameter=("by", "multiclass"))
     if not (spec.scores or spec.prefit) and (len(split_learners(config.learner)) > 1 or config.combine):
-        raise ParameterError(f"{where} takes one learner; drop --combine or drop --by")
+        raise ParameterError(f"{where} takes one learner; drop combine or drop by", parameter=("by", "combine"))
     if config.mode == "refit" and not (spec.scores or spec.prefit or spec.calibration_data):
         raise ParameterError(
-            f"{where} refits each fold's calibrator per segment, and --mode refit keeps no fold learners;"
-            " use --mode ensemble (the default) or --calibration-data, or drop --by"
+            f"{where} refits each fold's calibrator per segment, and mode='refit' keeps no fold learners;"
+            " use mode='ensemble' (the default) or calibration_data, or drop by",
+            parameter=("by", "mode", "calibration_data"),
         )
     reserved = {spec.target, spec.weight} - {None}
     clash = [c for c in spec.by if c in reserved or c in (spec.scores or ())]
     if clash:
-        raise ParameterError(f"--by column '{clash[0]}' is the target, the weight or a score column; segment by"
-                             " another column")
+        raise ParameterError(f"by column '{clash[0]}' is the target, the weight or a score column; segment over"
+                             " another column", parameter="by")
 
 
 def check_segment_columns(spec, by) -> None:
@@ -219,9 +223,10 @@ def check_segment_columns(spec, by) -> None:
     names = parquet_columns(files, dataset_root(data, [absolute(f) for f in files]))
     missing = [c for c in by if c not in names]
     if missing:
-        which = "--calibration-data" if spec.calibration_data else "the table"
-        raise DataError(f"--by column '{missing[0]}' is not in {which}; name columns of the table (it has"
-                        f" {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})")
+        which = "calibration_data" if spec.calibration_data else "the table"
+        raise DataError(f"by column '{missing[0]}' is not in {which}; name columns of the table (it has"
+                        f" {', '.join(names[:8])}{', ...' if len(names) > 8 else ''})",
+                        parameter=("by", "calibration_data"))
 
 
 def count_segments(client, spec, config, ctx, by: tuple[str, ...], progress):
@@ -290,9 +295,10 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
     model = fit_table(client, base_spec, config, progress, plugins, ctx=ctx)
     members = list(model.members)
     if any(getattr(m, "kind", None) != "calibrated" for m in members):
-        raise ParameterError("a segment-wise fit (--by) needs a model of calibrated members; drop --by")
+        raise ParameterError("a segment-wise fit (by) needs a model of calibrated members; drop by", parameter="by")
     if len(members) != n_sets:
-        raise ParameterError(f"a segment-wise fit (--by) expected {n_sets} members, the model has {len(members)}")
+        raise ParameterError(f"a segment-wise fit (by) expected {n_sets} members, the model has {len(members)}",
+                             parameter="by")
 
     # 2. and 3. held-out scores grouped by segment, and the calibrators' reductions over them
     by_set: dict[int, list] = {}

@@ -114,11 +114,11 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     from .score_columns import check_table_columns, score_reader
 
     if spec.max_categories < 1:
-        raise ParameterError(f"--max-categories must be at least 1, got {spec.max_categories}")
+        raise ParameterError(f"max_categories must be at least 1, got {spec.max_categories}", parameter="max_categories")
     if spec.max_train_rows is not None and spec.max_train_rows < 2:
-        raise ParameterError(f"--max-train-rows must be at least 2, got {spec.max_train_rows}")
+        raise ParameterError(f"max_train_rows must be at least 2, got {spec.max_train_rows}", parameter="max_train_rows")
     if spec.route not in ROUTES:
-        raise ParameterError(f"unknown route '{spec.route}'; choose one of {', '.join(ROUTES)}")
+        raise ParameterError(f"unknown route '{spec.route}'; choose one of {', '.join(ROUTES)}", parameter="route")
     files = resolve_parquet_files(spec.data)
     root = dataset_root(spec.data, [absolute(f) for f in files])
     names = parquet_columns(files, root)  # with the Hive partition keys below DATA
@@ -170,7 +170,7 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
         check_numeric_columns(cal, list(spec.features or ()) if spec.prefit and not raw_features else [], "feature")
         check_numeric_columns(cal, weight, "weight")
         if not cal.fragments:
-            raise DataError("the --calibration-data table has no rows")
+            raise DataError("the calibration_data table has no rows", parameter="calibration_data")
         counts = gather_in_order(
             client, [client.submit(pt.fragment_label_counts, fr, spec.target, spec.weight, pure=False)
                      for fr in cal.fragments],
@@ -181,8 +181,9 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
         unknown = {v for v in unknown if str(v) not in {str(c) for c in labels.classes}}
         if unknown:
             raise DataError(
-                f"--calibration-data holds label {sorted(map(str, unknown))[0]!r}, not seen in the training"
-                f" table (classes: {', '.join(map(str, labels.classes))}); use tables with the same labels"
+                f"calibration_data holds label {sorted(map(str, unknown))[0]!r}, not seen in the training"
+                f" table (classes: {', '.join(map(str, labels.classes))}); use tables with the same labels",
+                parameter="calibration_data",
             )
         if merged.weights is not None:
             merged.weights.check(labels.classes, "--calibration-data")
@@ -398,13 +399,14 @@ def _route(ctx: Context, learner) -> str:
     if ctx.spec.route != "auto":
         if ctx.spec.route == "stats" and weights_by_costing:
             raise ParameterError(
-                f"learner '{learner.name}' takes no sample weights, so --weight draws a costing sample for it,"
-                " which statistics cannot do; drop --route stats"
+                f"learner '{learner.name}' takes no sample weights, so weight draws a costing sample for it,"
+                " which statistics cannot do; drop route='stats'", parameter=("weight", "route")
             )
         if ctx.spec.route == "stats" and not getattr(learner, "supports_stats", False):
-            raise ParameterError(f"learner '{learner.name}' cannot be fitted from statistics; drop --route stats")
+            raise ParameterError(f"learner '{learner.name}' cannot be fitted from statistics; drop route='stats'",
+                                 parameter="route")
         if ctx.spec.route == "sample" and not ctx.spec.max_train_rows:
-            raise ParameterError("the sample route needs --max-train-rows N")
+            raise ParameterError("route='sample' needs max_train_rows", parameter=("route", "max_train_rows"))
         return ctx.spec.route
     if ctx.spec.max_train_rows:
         return "sample"
@@ -423,21 +425,23 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
     uncalibrated = config.method == "none" and not config.held_out  # held_out: MCGrad's base (fit/mcgrad_table.py)
     cal_mode = ctx.spec.calibration_data is not None
     if config.mode not in MODES:
-        raise ParameterError(f"unknown --mode '{config.mode}'; choose one of {', '.join(MODES)}")
+        raise ParameterError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}", parameter="mode")
     M = combiner = None
     refuse_code_matrix(calibrator, config.multiclass, k)
     if config.multiclass and k > 2:
         M, combiner = resolve_multiclass(config.multiclass, k, config.seed, plugins, config.combiner_params)
         if cal_mode or uncalibrated:
             raise ParameterError(
-                "--multiclass with a code matrix needs cross-validated calibration; drop"
-                " --calibration-data / --method none, or drop --multiclass"
+                "multiclass with a code matrix needs cross-validated calibration; drop"
+                " calibration_data / method='none', or drop multiclass",
+                parameter=("multiclass", "calibration_data", "method"),
             )
     prefit = getattr(learner, "prefit", False)  # nothing to fit: every row (or cal table) calibrates
     cv = None if (uncalibrated or cal_mode or prefit) else config.cv
     if cv is not None:
         if not isinstance(cv, int) or cv < 2:
-            raise DataError(f"--cv must be at least 2 (got {cv}); or use --calibration-data for a hold-out table")
+            raise DataError(f"cv must be at least 2 (got {cv}); or use calibration_data for a hold-out table",
+                            parameter=("cv", "calibration_data"))
         check_folds(fold_class_counts(ctx.group_counts, k, cv, config.seed), labels.classes, cv)
     plan = pt.FoldPlan(cv, config.seed, M)
     columns = list(range(M.shape[1])) if M is not None else [None]
@@ -475,7 +479,7 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
         merged = [merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
         for i, m in enumerate(merged):
             if m["n"] == 0:
-                raise DataError("a calibration set is empty; lower --cv or add data")
+                raise DataError("a calibration set is empty; lower cv or add data", parameter="cv")
         problems = calibration_problems(merged, calibrator)
         holder = [blocks]
         del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
@@ -631,14 +635,15 @@ def _fit_reduction_method(client, ctx: Context, learner, config, progress, plugi
 
     if getattr(learner, "trains_on_cluster", False) and ctx.spec.route != "in-memory":
         raise ParameterError(
-            f"--method {config.method} fits many weighted classifiers, each on one worker; learner"
-            f" '{learner.name}' trains on the whole cluster: use --method isotonic/sigmoid/..., or"
-            " --route in-memory to fit it in one worker's memory"
+            f"method={config.method!r} fits many weighted classifiers, each on one worker; learner"
+            f" '{learner.name}' trains on the whole cluster: use method isotonic/sigmoid/..., or"
+            " route='in-memory' to fit it in one worker's memory", parameter=("method", "route")
         )
     if ctx.spec.route == "stats":
         raise ParameterError(
-            f"--method {config.method} fits many weighted or sampled classifiers, not one from statistics;"
-            " drop --route stats (or use --route in-memory, or --max-train-rows N)"
+            f"method={config.method!r} fits many weighted or sampled classifiers, not one from statistics;"
+            " drop route='stats' (or use route='in-memory', or max_train_rows)",
+            parameter=("method", "route", "max_train_rows"),
         )
     if ctx.spec.route == "in-memory":
         from .probing import fit_reduction_members
@@ -685,7 +690,7 @@ def fit_parquet(data, target: str, *, cluster=None, workers=None, worker_memory=
     from dataclasses import fields
 
     from ..runtime.client import dask_client
-    from .training import FitConfig
+    from .training import FitConfig, prepare_fit
 
     spec_fields = {f.name for f in fields(TableSpec)}
     config_fields = {f.name for f in fields(FitConfig)}
@@ -696,5 +701,6 @@ def fit_parquet(data, target: str, *, cluster=None, workers=None, worker_memory=
         )
     spec = TableSpec(data=str(data), target=target, **{k: v for k, v in options.items() if k in spec_fields})
     config = FitConfig(**{k: v for k, v in options.items() if k in config_fields})
+    plugins, _ = prepare_fit(config, spec)  # every name and parameter checked, as `calengine fit` does, before a client starts
     with dask_client(cluster, workers=workers, memory_limit=worker_memory) as client:
-        return fit_table(client, spec, config, progress=Progress(enabled=progress))
+        return fit_table(client, spec, config, progress=Progress(enabled=progress), plugins=plugins)

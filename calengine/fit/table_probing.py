@@ -373,9 +373,8 @@ def fit_probing(client, ctx, learner, s: dict, columns: list, seed: int, progres
             _check_fits_memory(ctx, ctx.n_rows, "--method probing with weighting=weights (every row per weighted fit)")
         except DataError as exc:
             raise DataError(
-                f"{exc}; or draw costing samples instead (--method-param weighting=costing, which honours"
-                " --max-train-rows)"
-            ) from None
+                f"{exc}; or draw costing samples instead (method_params weighting=costing, which honours"
+                " max_train_rows)", parameter=("method_params", "max_train_rows")) from None
     schedules = [probing.ProbingSchedule(s["t"], s["loss"], s["batch"], s["interval_rule"]) for _ in columns]
     n = int(ctx.n_rows)
     hist = [np.array([n], dtype=np.int64) for _ in columns]

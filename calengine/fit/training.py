@@ -15,7 +15,7 @@ import numpy as np
 
 from ..plugins import registry
 from ..parquet.data import LabelSpace, stratified_folds
-from ..plan.options import check_seed
+from ..plan.options import check_cv, check_seed  # noqa: F401 - check_cv: importable here as before
 from .arrays import CalibrationPlan, fit_code_members, fit_members
 from ..errors import ParameterError
 from ..model.calibrated import CalibratedModel, one_vs_all_matrix
@@ -56,13 +56,18 @@ class FitConfig:
     held_out: bool = False
 
 
-def check_cv(cv) -> int:
-    """``cv`` as an int >= 2, or a one-line :class:`ParameterError`."""
-    import numbers
-
-    if isinstance(cv, bool) or not isinstance(cv, numbers.Integral) or cv < 2:
-        raise ParameterError(f"cv must be an integer >= 2 (the number of folds), got {cv!r}")
-    return int(cv)
+def check_config(config: FitConfig) -> None:
+    """The checks of ``config`` alone (no table, no plugin), shared by every way in: ``calengine fit``
+    and ``cv``, :func:`calengine.fit_table` and :class:`calengine.CalibratedClassifier`."""
+    check_seed(config.seed)
+    if config.combiner_params and not config.multiclass:
+        raise ParameterError("combiner_params needs multiclass='CODE:COMBINER' to name the combiner",
+                             parameter=("combiner_params", "multiclass"))
+    if config.multiclass and config.method in ENGINE_METHODS:
+        raise ParameterError(
+            f"multiclass does not apply to method={config.method!r}; use method_params multiclass=k_minus_one|one_vs_rest",
+            parameter=("multiclass", "method", "method_params"),
+        )
 
 
 def explicit_splits(cv, X, y: np.ndarray, split_params: dict | None = None) -> list[tuple[np.ndarray, np.ndarray]] | None:
@@ -179,8 +184,8 @@ def resolve_learner(config: FitConfig, plugins: PluginSet):
             # score_columns (and any learner that arrives fitted) is what --scores builds, not a
             # learner one can fit on feature columns
             raise ParameterError(
-                f"learner '{learner}' is not fitted on features; to calibrate score columns use --scores COL,"
-                " a saved model --prefit PATH (calengine.calibrate_scores in Python)"
+                f"learner '{learner}' is not fitted on features; to calibrate score columns give scores,"
+                " or prefit for a saved model (calengine.calibrate_scores)", parameter=("scores", "prefit")
             )
         return made
     if not isinstance(learner, Learner):
@@ -207,8 +212,7 @@ def fit_model(
 ) -> CalibratedModel:
     """Fit every member on the cluster behind ``client`` and assemble the model."""
     plugins = plugins or get_plugins()
-    if config.seed < 0:
-        raise ParameterError(f"--seed must be a non-negative integer, got {config.seed}")
+    check_config(config)
     learners = split_learners(config.learner)
     if len(learners) > 1 or config.combine:
         return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
@@ -251,8 +255,9 @@ def fit_model(
             )
             if cal_data is not None or uncalibrated:
                 raise ParameterError(
-                    "--multiclass with a code matrix needs cross-validated calibration; drop"
-                    " --calibration-data / --method none, or drop --multiclass"
+                    "multiclass with a code matrix needs cross-validated calibration; drop"
+                    " calibration_data / method='none', or drop multiclass",
+                    parameter=("multiclass", "calibration_data", "method"),
                 )
             members = fit_code_members(client, data, plan, code_matrix, progress=progress)
             counts = (code_matrix[data.y] != 0).sum(axis=0).astype(np.int64)
@@ -324,16 +329,10 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
 
     from ..plugins.loading import plugin_requirements
 
-    check_seed(config.seed)
+    check_config(config)
     if spec.max_categories < 1:
-        raise ParameterError(f"--max-categories must be at least 1, got {spec.max_categories}")
+        raise ParameterError(f"max_categories must be at least 1, got {spec.max_categories}", parameter="max_categories")
     plugins = plugins or get_plugins()
-    if config.combiner_params and not config.multiclass:
-        raise ParameterError("--combiner-param needs --multiclass CODE:COMBINER to name the combiner")
-    if config.multiclass and config.method in ENGINE_METHODS:
-        raise ParameterError(
-            f"--multiclass does not apply to --method {config.method}; use --method-param multiclass=k_minus_one|one_vs_rest"
-        )
     if getattr(spec, "scores", None):
         from ..adapters.score_columns import ScoreColumns
 
@@ -385,13 +384,15 @@ def combined_configs(config: FitConfig, learners: list, plugins: PluginSet) -> l
 
     check_rule(config.combine or "mean")
     if len(learners) < 2:
-        raise ParameterError("--combine needs at least two learners, e.g. --learner nearest_mean,fisher_lda,knn")
+        raise ParameterError("combine needs at least two learners, e.g. learner='nearest_mean,fisher_lda,knn'",
+                             parameter=("combine", "learner"))
     params = dict(config.learner_params)
     for key in params:
         if not any(_params_for(lr, i, {key: None}, plugins) for i, lr in enumerate(learners)):
             raise ParameterError(
-                f"--learner-param {key} matches none of the learners {', '.join(map(str, learners))};"
-                " prefix it with the learner name (e.g. knn.n_neighbors=5)"
+                f"learner_params {key} matches none of the learners {', '.join(map(str, learners))};"
+                " prefix it with the learner name (e.g. knn.n_neighbors=5)",
+                parameter="learner_params",
             )
     return [
         replace(config, learner=lr, learner_params=_params_for(lr, i, params, plugins), combine=None)
@@ -470,7 +471,7 @@ def probe_combiner(combiner, M: np.ndarray, params: dict[str, Any]) -> None:
             raise
         given = ", ".join(f"{key}={value!r}" for key, value in params.items())
         raise ParameterError(
-            f"{describe(combiner)} cannot combine with --combiner-param {given}: {exc}"
+            f"{describe(combiner)} cannot combine with combiner_params {given}: {exc}", parameter="combiner_params"
         ) from None
     if out.shape != P.shape or not np.all(np.isfinite(out)):
         from ..errors import PluginError

@@ -78,10 +78,11 @@ def check_em_options(tol, max_iter) -> None:
     """``tol`` a number in (0, 1), ``max_iter`` an integer within :data:`MAX_ITER_BOUNDS`."""
     lo, hi = MAX_ITER_BOUNDS
     if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or not lo <= max_iter <= hi:
-        raise ParameterError(f"--max-iter must be an integer from {lo} to {hi} (EM steps, each one pass over the"
-                             f" rows' posteriors), got {max_iter!r}")
+        raise ParameterError(f"max_iter must be an integer from {lo} to {hi} (EM steps, each one pass over the"
+                             f" rows' posteriors), got {max_iter!r}", parameter="max_iter")
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0.0 < float(tol) < 1.0:
-        raise ParameterError(f"--tol must be a number in (0, 1) (the largest change of a prior that ends EM), got {tol!r}")
+        raise ParameterError(f"tol must be a number in (0, 1) (the largest change of a prior that ends EM), got {tol!r}",
+                             parameter="tol")
 
 
 def check_priors(priors, k: int, what: str) -> np.ndarray:

@@ -66,19 +66,20 @@ def sampling_rates(classes: list, negative_sampling: float | None = None,
     if negative_sampling is None and not class_sampling:
         return None
     if negative_sampling is not None and class_sampling:
-        raise ParameterError("give --negative-sampling (two classes) or --class-sampling, not both")
+        raise ParameterError("give negative_sampling (two classes) or class_sampling, not both",
+                             parameter=("negative_sampling", "class_sampling"))
     k = len(classes)
     if negative_sampling is not None:
-        r = _rate(negative_sampling, "--negative-sampling")
+        r = _rate(negative_sampling, "negative_sampling")
         if not r <= 1.0:
             raise ParameterError(
-                f"--negative-sampling is the share of negative rows kept, in (0, 1]; got {negative_sampling!r}"
-                " (for one negative in ten, write 0.1)"
+                f"negative_sampling is the share of negative rows kept, in (0, 1]; got {negative_sampling!r}"
+                " (for one negative in ten, write 0.1)", parameter="negative_sampling"
             )
         if k != 2:
             raise ParameterError(
-                f"--negative-sampling applies to two-class targets and this one has {k} classes; give each"
-                " class's rate with --class-sampling CLASS=RATE,..."
+                f"negative_sampling applies to two-class targets and this one has {k} classes; give each"
+                " class's rate with class_sampling CLASS=RATE,...", parameter=("negative_sampling", "class_sampling")
             )
         return np.array([r, 1.0])
     names = {str(c): i for i, c in enumerate(classes)}
@@ -90,23 +91,25 @@ def sampling_rates(classes: list, negative_sampling: float | None = None,
         seen.add(str(key))
         if str(key) not in names:
             raise ParameterError(
-                f"--class-sampling names class {str(key)!r}, which is not a class of the target"
-                f" ({', '.join(map(str, classes))})"
+                f"class_sampling names class {str(key)!r}, which is not a class of the target"
+                f" ({', '.join(map(str, classes))})", parameter="class_sampling"
             )
-        rates[names[str(key)]] = _rate(value, f"--class-sampling {key}")
+        rates[names[str(key)]] = _rate(value, "class_sampling", key)
     return rates
 
 
-def _rate(value: Any, flag: str) -> float:
+def _rate(value: Any, parameter: str, key: Any = None) -> float:
+    """``value`` as a sampling rate of ``parameter`` (its class ``key`` for ``class_sampling``)."""
+    what = parameter if key is None else f"{parameter} {key}"
     try:
         r = float(value)
     except (TypeError, ValueError):
-        raise ParameterError(f"{flag} must be a number (a sampling rate), got {value!r}") from None
+        raise ParameterError(f"{what} must be a number (a sampling rate), got {value!r}", parameter=parameter) from None
     if isinstance(value, bool) or not np.isfinite(r) or r <= 0:
-        raise ParameterError(f"{flag} must be a positive, finite sampling rate, got {value!r}")
+        raise ParameterError(f"{what} must be a positive, finite sampling rate, got {value!r}", parameter=parameter)
     if not MIN_RATE <= r <= MAX_RATE:
-        raise ParameterError(f"{flag} must be a sampling rate from {MIN_RATE:g} to {MAX_RATE:g} (a share of the rows"
-                             f" kept, e.g. 0.01 for one in a hundred), got {value!r}")
+        raise ParameterError(f"{what} must be a sampling rate from {MIN_RATE:g} to {MAX_RATE:g} (a share of the rows"
+                             f" kept, e.g. 0.01 for one in a hundred), got {value!r}", parameter=parameter)
     return r
 
 
@@ -118,10 +121,12 @@ def parse_class_sampling(text: str | None) -> dict[str, float] | None:
     for part in text.split(","):
         key, sep, value = part.partition("=")
         if not sep or not key.strip():
-            raise ParameterError(f"--class-sampling expects CLASS=RATE,..., got '{text}' (e.g. 0=0.1,1=1)")
+            raise ParameterError(f"class_sampling expects CLASS=RATE,..., got '{text}' (e.g. 0=0.1,1=1)",
+                                 parameter="class_sampling")
         if key.strip() in out:  # a=0.5,a=0.3: the last rate would silently win
-            raise ParameterError(f"--class-sampling names class '{key.strip()}' twice; give each class one rate")
-        out[key.strip()] = _rate(value.strip(), f"--class-sampling {key.strip()}")
+            raise ParameterError(f"class_sampling names class '{key.strip()}' twice; give each class one rate",
+                                 parameter="class_sampling")
+        out[key.strip()] = _rate(value.strip(), "class_sampling", key.strip())
     return out
 
 

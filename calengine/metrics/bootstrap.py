@@ -174,13 +174,15 @@ def _band_calibrator(model):
     without one two-class calibrator."""
     if model.n_classes != 2:
         raise ParameterError(
-            f"--bootstrap draws bands for two-class models; this model has {model.n_classes} classes; drop --bootstrap"
+            f"bootstrap draws bands for two-class models; this model has {model.n_classes} classes; drop bootstrap",
+            parameter="bootstrap",
         )
     member = model.members[0]
     cals = getattr(member, "calibrators", None)
     if not cals or len(cals) != 1:
         raise ParameterError(
-            "--bootstrap needs a model with one calibrator per member (not Probing or bagging); drop --bootstrap"
+            "bootstrap needs a model with one calibrator per member (not Probing or bagging); drop bootstrap",
+            parameter="bootstrap",
         )
     return member, cals[0], getattr(cals[0], "score_kind_", member.raw.score_kind)
 
@@ -203,7 +205,8 @@ def calibration_map_band(model, df, target: str, B: int, *, seed: int = 0, level
     """
     member, _, _ = _band_calibrator(model)
     if target not in df.columns:
-        raise DataError(f"target column '{target}' is not in the evaluated table; pass the class column as --target")
+        raise DataError(f"target column '{target}' is not in the evaluated table; pass the class column as target",
+                        parameter="target")
     df = df[df[target].notna()]
     if len(df) > BOOTSTRAP_MAX_ROWS:
         df = df.sample(BOOTSTRAP_MAX_ROWS, random_state=seed)
@@ -305,8 +308,9 @@ def table_calibration_map_band(client, model, files: list[str], target: str, B: 
     _band_calibrator(model)
     S, y, *w = sample_table_scores(client, model, files, target, max_rows, seed=seed, weight=weight)
     if S.size == 0:
-        raise DataError("the evaluated table has no labelled rows to resample; check --target"
-                        + (f" (or give rows a positive --weight '{weight}')" if weight else ""))
+        raise DataError("the evaluated table has no labelled rows to resample; check target"
+                        + (f" (or give rows a positive weight in '{weight}')" if weight else ""),
+                        parameter=("target", "weight"))
     return _band_of(model, S, y, B, seed, level, client, w[0] if w else None)
 
 

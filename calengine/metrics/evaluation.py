@@ -381,7 +381,8 @@ def _check_segment_columns(files, by, target, weight) -> None:
 
     missing = [c for c in by if c in (target, weight)]
     if missing:
-        raise ParameterError(f"--by column '{missing[0]}' is the target or the weight; segment by another column")
+        raise ParameterError(f"by column '{missing[0]}' is the target or the weight; segment over another column",
+                             parameter="by")
     check_columns(files, list(by))
 
 
@@ -453,31 +454,33 @@ def check_weight_option(weight) -> None:
     if weight is None:
         return
     if not isinstance(weight, str) or not weight:
-        raise ParameterError(f"weight must be a column name, got {weight!r}; e.g. --weight w")
+        raise ParameterError(f"weight must be a column name, got {weight!r}; e.g. weight='w'", parameter="weight")
 
 
 def check_bootstrap(replicates, models=()) -> None:
     """``replicates`` is bounded by :data:`MAX_BOOTSTRAP`; ``bootstrap`` needs at least 2 replicates, and draws bands for two-class models with one
     calibrator (the band is that calibrator's map refitted)."""
     if replicates < 2:
-        raise ParameterError(f"--bootstrap needs at least 2 replicates, got {replicates}; e.g. --bootstrap 200")
+        raise ParameterError(f"bootstrap needs at least 2 replicates, got {replicates}; e.g. bootstrap=200",
+                             parameter="bootstrap")
     if replicates > MAX_BOOTSTRAP:
         raise ParameterError(
-            f"--bootstrap must be from 2 to {MAX_BOOTSTRAP}, got {replicates} (each replicate refits the calibrator);"
-            " e.g. --bootstrap 200"
+            f"bootstrap must be from 2 to {MAX_BOOTSTRAP}, got {replicates} (each replicate refits the calibrator);"
+            " e.g. bootstrap=200", parameter="bootstrap"
         )
     for m in models:
         if m.n_classes != 2 or len(getattr(m.members[0], "calibrators", ())) != 1:
             raise ParameterError(
-                f"--bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
-                f" {m.info.get('method')} is not one); drop --bootstrap"
+                f"bootstrap draws bands for two-class models with a calibrator ({m.info.get('learner')} +"
+                f" {m.info.get('method')} is not one); drop bootstrap", parameter="bootstrap"
             )
 
 
 def check_report_dir(path: str) -> None:
     """The report goes to a new or empty directory: an existing one is never touched."""
     if os.path.exists(path) and not (os.path.isdir(path) and not os.listdir(path)):
-        raise DataError(f"--report directory '{path}' already exists and is not empty; choose a new directory")
+        raise DataError(f"report directory '{path}' already exists and is not empty; choose a new directory",
+                        parameter="report")
 
 
 def _curve_points(curve: dict) -> dict:

@@ -32,8 +32,8 @@ def check_prior_shift(model) -> np.ndarray:
     record them."""
     train, reason = training_priors(model)
     if train is None:
-        raise DataError(f"--prior-shift compares with the priors the model was calibrated to, and {reason}; fit the"
-                        " model again, or drop --prior-shift")
+        raise DataError(f"prior_shift compares with the priors the model was calibrated to, and {reason}; fit the"
+                        " model again, or drop prior_shift", parameter="prior_shift")
     return train
 
 
@@ -180,13 +180,14 @@ def prior_shift_table(client, model, files: list[str], target: str, *, replicate
     check_columns(files, columns)
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
-        raise DataError("the evaluated table has no rows; --prior-shift needs rows to estimate the priors of")
+        raise DataError("the evaluated table has no rows; prior_shift needs rows to estimate the priors of",
+                        parameter="prior_shift")
     model_f = share_model(client, model)
     blocks, n_rows, _, observed, weights = score_posteriors(client, model_f, chunks, batch_rows, target, progress,
                                                             sample=(max_rows, seed), weight=weight)
     if weights is not None and not weights.total > 0:
-        raise DataError(f"every row of the evaluated table has weight 0 in --weight column '{weight}'; --prior-shift"
-                        " needs rows of positive weight")
+        raise DataError(f"every row of the evaluated table is 0 in weight column '{weight}'; prior_shift"
+                        " needs rows of positive weight", parameter=("weight", "prior_shift"))
     em = em_reduction(client, blocks, n_rows, train, tol, max_iter, weights)
     keys, S, W = np.empty(0), np.empty((0, model.n_classes)), (np.empty(0) if weight else None)
     for part in client.gather([client.submit(block_sample, b, pure=False) for b in blocks]):

@@ -55,12 +55,14 @@ _SCALARS = ("rows", "weight", "wy", "wp", "log_loss", "brier", "sz_num", "sz_den
 def check_segment_options(by, max_segments: int) -> tuple[str, ...]:
     """``by``: a column name, a comma-separated string or a list; returns the columns in order."""
     if isinstance(max_segments, bool) or not isinstance(max_segments, int) or not 1 <= max_segments <= MAX_SEGMENTS_LIMIT:
-        raise ParameterError(f"--max-segments must be from 1 to {MAX_SEGMENTS_LIMIT}, got {max_segments!r}")
+        raise ParameterError(f"max_segments must be from 1 to {MAX_SEGMENTS_LIMIT}, got {max_segments!r}",
+                             parameter="max_segments")
     cols = [c.strip() for c in by.split(",")] if isinstance(by, str) else [str(c) for c in by]
     if not cols or any(not c for c in cols):
-        raise ParameterError(f"--by takes column names separated by commas, got {by!r}; e.g. --by country,device")
+        raise ParameterError(f"by takes column names (a list, or separated by commas), got {by!r}; e.g."
+                             " by='country,device'", parameter="by")
     if len(set(cols)) != len(cols):
-        raise ParameterError(f"--by names a column twice ({by!r})")
+        raise ParameterError(f"by names a column twice ({by!r})", parameter="by")
     return tuple(cols)
 
 
@@ -89,9 +91,9 @@ class SegmentAccumulator:
             if len(self.keys) + len(new) > self.max_segments + 1:  # + the whole table
                 col = new[0][0]
                 raise DataError(
-                    f"--by column '{col}' makes more than {self.max_segments} segments; evaluate by a column with"
-                    f" fewer values (e.g. an age band rather than the age) or raise --max-segments (at most"
-                    f" {MAX_SEGMENTS_LIMIT})"
+                    f"by column '{col}' makes more than {self.max_segments} segments; segment over a column with"
+                    f" fewer values (e.g. an age band rather than the age) or raise max_segments (at most"
+                    f" {MAX_SEGMENTS_LIMIT})", parameter=("by", "max_segments")
                 )
             for k in new:
                 self._index[k] = len(self.keys)

@@ -147,7 +147,8 @@ def evaluate_table(
         for p in parts[1:]:
             acc.merge(MetricAccumulator.from_arrays(p[key]))
         if weight and acc.n == 0:
-            raise DataError(f"--weight column '{weight}' is 0 on every row; give the rows to evaluate a positive weight")
+            raise DataError(f"weight column '{weight}' is 0 on every row; give the rows to evaluate a positive value",
+                            parameter="weight")
         out[key] = acc
     if cost_matrix is not None:
         merged = parts[0]["decisions"]

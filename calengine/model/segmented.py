@@ -138,9 +138,8 @@ class SegmentEncoder:
         missing = [c for c in self.by if c not in df.columns]
         if missing:
             raise DataError(
-                f"segment column '{missing[0]}' is not in the table; this model was fitted --by"
-                f" {','.join(self.by)}: score a table holding those columns"
-            )
+                f"segment column '{missing[0]}' is not in the table; this model was fitted by"
+                f" {','.join(self.by)}: score a table holding those columns", parameter="by")
         keys, codes = segment_codes(df, self.by)
         lookup = np.array([self._index.get(k, -1) for k in keys] + [-1], dtype=np.intp)
         return lookup[codes]  # codes of -1 (missing values) read the trailing -1

@@ -180,21 +180,18 @@ class LabelSpace:
         if len(values) < 2:
             shown = f"only one class (the value {values[0]!r})" if values else "no non-missing values"
             raise DataError(
-                f"target column '{target}' has {shown}; calibration needs at least two classes"
-                " (check --target, or filter the data)"
-            )
+                f"the class column '{target}' has {shown}; calibration needs at least two classes"
+                " (check target, or filter the data)", parameter="target")
         if positive is not None:
             if len(values) != 2:
                 raise DataError(
-                    f"--positive applies to two-class targets, but '{target}' has {len(values)} classes;"
-                    " drop --positive for a multiclass model"
-                )
+                    f"positive applies to two-class targets, but '{target}' has {len(values)} classes;"
+                    " drop positive for a multiclass model", parameter="positive")
             match = [v for v in values if str(v) == str(positive)]
             if not match:
                 raise DataError(
-                    f"--positive {positive!r} is not a value of '{target}'; its values are "
-                    + ", ".join(repr(str(v)) for v in values)
-                )
+                    f"positive={positive!r} is not a value of '{target}'; its values are "
+                    + ", ".join(repr(str(v)) for v in values), parameter="positive")
             values = [v for v in values if v is not match[0]] + [match[0]]
         return cls(classes=values, target=target)
 
@@ -299,25 +296,28 @@ def check_many_rare_classes(counts, k: int, classes=None, target: str | None = N
         name = f"'{target}' " if target else ""
         raise DataError(
             f"target {name}looks continuous: {len(counts)} distinct numeric values, {rare} of them with fewer"
-            f" than --cv {k} rows; calibration needs class labels: bin the values into classes, or choose"
-            " the class column"
-        )
+            f" than cv={k} rows; calibration needs class labels: bin the values into classes, or choose"
+            " the class column", parameter="cv")
 
 
-def stratified_folds(y: np.ndarray, n_folds: int, seed: int, classes=None) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_folds(y: np.ndarray, n_folds: int, seed: int, classes=None,
+                     parameter: str = "cv") -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, held-out) index pairs, stratified and shuffled from ``seed`` alone (no scheduling input).
-    ``classes``: the label values behind the class indices ``y``, for the error messages."""
+    ``classes``: the label values behind the class indices ``y``, for the error messages;
+    ``parameter``: the parameter that asked for ``n_folds`` (``cv``, or ``folds`` for cv's outer folds)."""
     from sklearn.model_selection import StratifiedKFold
 
     counts = np.bincount(y)
     if n_folds < 2:
-        raise DataError(f"--cv must be at least 2 (got {n_folds}); or use --calibration-data for a hold-out table")
+        raise DataError(f"{parameter} must be at least 2 (got {n_folds}); or use calibration_data for a hold-out"
+                        " table", parameter=(parameter, "calibration_data"))
     check_many_rare_classes(counts[counts > 0], n_folds, None if classes is None else
                             [c for c, n in zip(classes, counts) if n > 0])
     smallest = int(counts[counts > 0].min())
     if smallest < n_folds:
         raise DataError(
-            f"the rarest class has {smallest} rows, fewer than --cv {n_folds}; lower --cv or add data"
+            f"the rarest class has {smallest} rows, fewer than {parameter}={n_folds}; lower {parameter} or add"
+            " data", parameter=parameter
         )
     skf = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
     return [(tr.astype(np.int64), te.astype(np.int64)) for tr, te in skf.split(np.zeros(len(y)), y)]

@@ -151,8 +151,7 @@ def describe_files(
             if kind == "other":
                 raise DataError(
                     f"column '{col}' in '{path}' has type {arrow_type}, which calengine does not encode (numeric,"
-                    f" boolean and string columns are supported); leave it out with --exclude {col}"
-                )
+                    f" boolean and string columns are supported); leave it out with exclude {col}", parameter="exclude")
             if kind == "null":
                 continue
             types.setdefault(col, str(arrow_type))

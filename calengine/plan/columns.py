@@ -174,9 +174,8 @@ class ColumnReader:
             if outside.any():
                 j, i = np.argwhere(outside)[0]
                 raise DataError(
-                    f"{self.role} column '{self.columns[j]}' holds {buf[j, i]:.6g}, outside [0, 1], but --score-kind"
-                    " is proba; pass --score-kind decision (or logit) for scores that are not probabilities"
-                )
+                    f"{self.role} column '{self.columns[j]}' holds {buf[j, i]:.6g}, outside [0, 1], but score_kind"
+                    " is proba; pass score_kind decision (or logit) for scores that are not probabilities", parameter="score_kind")
             np.clip(buf, 0.0, 1.0, out=buf)
         return buf.T if order == "F" else np.ascontiguousarray(buf.T)
 

@@ -64,14 +64,14 @@ class FeatureEncoder:
         from ..reductions.column_stats import partition_stats
 
         if df.shape[1] == 0:
-            raise DataError("no feature columns left; check --features/--exclude")
+            raise DataError("no feature columns left; check features/exclude", parameter=("features", "exclude"))
         self._check_text_columns(list(df.columns))
         return self.fit_stats(partition_stats(df, list(df.columns), text_columns=tuple(self.text_columns)))
 
     def _check_text_columns(self, columns: list[str]) -> None:
         unknown_text = [c for c in self.text_columns if c not in columns]
         if unknown_text:
-            raise DataError(f"--text-column '{unknown_text[0]}' is not a feature column of the table")
+            raise DataError(f"text_columns names '{unknown_text[0]}', which is not a feature column of the table", parameter="text_columns")
 
     def fit_stats(self, stats) -> "FeatureEncoder":
         """Fit from merged :class:`calengine.reductions.column_stats.TableStats` of the training rows.
@@ -80,7 +80,7 @@ class FeatureEncoder:
         arrive here, so the encoding never needs the rows in one place.
         """
         if not stats.columns:
-            raise DataError("no feature columns left; check --features/--exclude")
+            raise DataError("no feature columns left; check features/exclude", parameter=("features", "exclude"))
         if stats.n_rows == 0:
             raise DataError("the training table has no rows")
         self._check_text_columns(list(stats.columns))
@@ -304,10 +304,10 @@ def select_feature_columns(
             raise DataError(f"column '{col}' is not in the table; available columns: {', '.join(all_columns)}")
     if features:
         if target in features:
-            raise DataError(f"the target '{target}' cannot also be a feature; remove it from --features")
+            raise DataError(f"the target '{target}' cannot also be a feature; remove it from features", parameter="features")
         chosen = [c for c in features if c not in exclude]
     else:
         chosen = [c for c in all_columns if c != target and c not in exclude]
     if not chosen:
-        raise DataError("no feature columns left; check --features/--exclude")
+        raise DataError("no feature columns left; check features/exclude", parameter=("features", "exclude"))
     return chosen

@@ -85,7 +85,8 @@ def fold_class_counts(group_counts: dict, n_classes: int, k: int, seed: int) -> 
 def check_folds(counts: np.ndarray, class_names: list, k: int) -> None:
     """Every fold must hold every class (held out) and so must every fold's training rows."""
     if k < 2:
-        raise DataError(f"--cv must be at least 2 (got {k}); or use --calibration-data for a hold-out table")
+        raise DataError(f"cv must be at least 2 (got {k}); or use calibration_data for a hold-out table",
+                        parameter=("cv", "calibration_data"))
     totals = counts.sum(axis=0)
     from ..parquet.data import check_many_rare_classes
 
@@ -93,14 +94,14 @@ def check_folds(counts: np.ndarray, class_names: list, k: int) -> None:
     for c, name in enumerate(class_names):
         if totals[c] < k:
             raise DataError(
-                f"the rarest class ({name!r}) has {int(totals[c])} rows, fewer than --cv {k}: some fold would"
-                " hold none of it; lower --cv or add data"
+                f"the rarest class ({name!r}) has {int(totals[c])} rows, fewer than cv={k} folds: some fold"
+                " would hold none of it; lower cv or add data", parameter="cv"
             )
         empty = np.flatnonzero(counts[:, c] == 0)
         if empty.size:
             raise DataError(
                 f"fold {int(empty[0])} holds no row of class {name!r} ({int(totals[c])} rows spread over"
-                f" row groups too thinly); lower --cv or write larger row groups"
+                f" row groups too thinly); lower cv or write larger row groups", parameter="cv"
             )
 
 
@@ -131,7 +132,9 @@ def table_folds(data, target: str, cv: int = 5, seed: int = 0, positive=None) ->
     """
     from ..parquet.data import LabelSpace
     from ..parquet.dataset import describe_dataset, read_fragment
+    from .options import check_cv, check_seed
 
+    cv, seed = check_cv(cv), check_seed(seed)
     dataset = describe_dataset(data, [target])
     columns = [read_fragment(fragment, [target])[target] for fragment in dataset.fragments]
     labels = LabelSpace.from_values({v for series in columns for v in series.dropna().unique()}, target, positive)

@@ -89,10 +89,9 @@ def check_fits_memory(ctx, rows: int, what: str, per_row_bytes: float | None = N
     if need > ctx.memory_limit:
         raise DataError(
             f"{what} needs about {_gib(need)} on one worker ({rows} rows), but workers have"
-            f" {_gib(ctx.memory_limit)}; fit on a sample (--max-train-rows N), use a learner that fits"
+            f" {_gib(ctx.memory_limit)}; fit on a sample (max_train_rows N), use a learner that fits"
             " from statistics (gaussian_nb, multinomial_nb, see 'calengine plugins'), or give workers more"
-            " memory (--worker-memory)"
-        )
+            " memory (worker_memory)", parameter=("max_train_rows", "worker_memory"))
 
 
 def _gib(n: float) -> str:

@@ -12,14 +12,24 @@ from ..errors import ParameterError
 MAX_SEED = 2**32 - 1
 
 
+def check_cv(cv) -> int:
+    """``cv`` as an int >= 2 (a number of folds), or a one-line :class:`ParameterError`."""
+    import numbers
+
+    if isinstance(cv, bool) or not isinstance(cv, numbers.Integral) or cv < 2:
+        raise ParameterError(f"cv must be an integer >= 2 (the number of folds), got {cv!r}", parameter="cv")
+    return int(cv)
+
+
 def check_seed(seed) -> int:
     """``seed`` as an int in [0, 2**32 - 1], or a one-line :class:`ParameterError`."""
     import numbers
 
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ParameterError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+        raise ParameterError(f"seed must be an integer from 0 to {MAX_SEED}, got {seed!r}", parameter="seed")
     if not 0 <= seed <= MAX_SEED:
         raise ParameterError(
-            f"seed must be from 0 to {MAX_SEED} (32 bits), got {seed}; larger seeds would silently repeat smaller ones"
+            f"seed must be from 0 to {MAX_SEED} (32 bits), got {seed}; larger values would silently repeat smaller"
+            " ones", parameter="seed"
         )
     return int(seed)

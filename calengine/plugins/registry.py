@@ -10,7 +10,10 @@ from .loading import PluginSet, get_plugins
 #: the built-in learner that wraps any scikit-learn classifier given by import path
 SKLEARN_PATH_LEARNER = "sklearn"
 
-_KIND_FLAG = {"learners": "--learner", "calibrators": "--method", "combiners": "--multiclass ...:COMBINER"}
+#: kind -> the Python parameter that names a plugin of that kind, and the one that gives its parameters
+#: (the CLI reports them under their flags: :mod:`calengine.cli.parameters`)
+KIND_PARAMETER = {"learners": "learner", "calibrators": "method", "combiners": "multiclass"}
+KIND_PARAMS = {"learners": "learner_params", "calibrators": "method_params", "combiners": "combiner_params"}
 
 #: ``--method`` values the engine implements itself, with no calibrator plugin behind them: where
 #: each lives, for ``calengine plugins NAME`` and for the "did you mean" of a misspelt ``--method``
@@ -36,8 +39,10 @@ def lookup(kind: str, name: str, plugins: PluginSet | None = None) -> type:
     if failed:
         hint = f"; plugins that failed to load: {', '.join(failed)} (see 'calengine plugins')"
     known = list(table) + (list(ENGINE_METHOD_HOMES) if kind == "calibrators" else [])
+    parameter = KIND_PARAMETER[kind]
     raise UnknownPluginError(
-        f"unknown {kind[:-1]} '{name}' for {_KIND_FLAG[kind]};{did_you_mean(name, known)} available: {available}{hint}"
+        f"unknown {kind[:-1]} '{name}' for {parameter};{did_you_mean(name, known)} available: {available}{hint}",
+        parameter=parameter,
     )
 
 
@@ -49,14 +54,14 @@ def make(kind: str, name: str, params: dict[str, Any] | None = None, plugins: Pl
     unknown = sorted(set(params) - valid)
     if unknown:
         raise ParameterError(
-            f"{kind[:-1]} '{name}' has no parameter {', '.join(repr(u) for u in unknown)}; "
-            f"valid parameters: {', '.join(sorted(valid)) or 'none'}"
+            f"{kind[:-1]} '{name}' has no parameter {', '.join(repr(u) for u in unknown)} (in {KIND_PARAMS[kind]}); "
+            f"valid parameters: {', '.join(sorted(valid)) or 'none'}", parameter=KIND_PARAMS[kind]
         )
     _check_value_types(cls, kind, name, params)
     try:
         obj = cls(**params)
     except (TypeError, ValueError) as exc:
-        raise ParameterError(f"bad parameters for {kind[:-1]} '{name}': {exc}") from exc
+        raise ParameterError(f"bad {KIND_PARAMS[kind]} for {kind[:-1]} '{name}': {exc}", parameter=KIND_PARAMS[kind]) from exc
     check = getattr(obj, "check_params", None)
     if callable(check):
         try:
@@ -64,7 +69,8 @@ def make(kind: str, name: str, params: dict[str, Any] | None = None, plugins: Pl
         except (TypeError, ValueError) as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
             raise ParameterError(
-                f"bad parameters for {kind[:-1]} '{name}': {reason} (see 'calengine plugins {name}')"
+                f"bad {KIND_PARAMS[kind]} for {kind[:-1]} '{name}': {reason} (see 'calengine plugins {name}')",
+                parameter=KIND_PARAMS[kind],
             ) from None
     return obj
 
@@ -99,8 +105,9 @@ def _check_value_types(cls, kind: str, name: str, params: dict[str, Any]) -> Non
             continue
         if wrong:
             raise ParameterError(
-                f"{kind[:-1]} '{name}' parameter '{key}' takes {want} (default {default!r}), got {value!r};"
-                f" see 'calengine plugins {name}'"
+                f"{kind[:-1]} '{name}' parameter '{key}' (in {KIND_PARAMS[kind]}) takes {want} (default {default!r}),"
+                f" got {value!r};"
+                f" see 'calengine plugins {name}'", parameter=KIND_PARAMS[kind]
             )
 
 

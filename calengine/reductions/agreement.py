@@ -314,19 +314,20 @@ def check_reduction_once(calibrator, kind: str, n_classes: int | None = None) ->
         raise PluginError(
             f"{who} is unusable on a partitioned table: {form} raised {raised} on 120 probe rows that its own fit"
             f" accepts, so it breaks {REDUCTION_RULE}; report it to the plugin's authors"
-            " (calengine.testing.check_calibrator shows it), or choose another --method"
+            " (calengine.testing.check_calibrator shows it), or choose another method", parameter="method"
         ) from raised.cause
     if worst > REDUCTION_ATOL:
         raise PluginError(
             f"{who} is unusable on a partitioned table: {form} fits a map up to {worst:.3g} away from its own fit"
             f" on the same 120 rows, so it breaks {REDUCTION_RULE}; report it to the plugin's authors"
-            " (calengine.testing.check_calibrator shows it), or choose another --method"
+            " (calengine.testing.check_calibrator shows it), or choose another method", parameter="method"
         )
     if problem is not None:
         raise PluginError(
             f"{who} breaks the multiclass calibrator contract (calengine.base.Calibrator.multiclass: predict of (n, k)"
             f" scores returns probability vectors, finite, in [0, 1], each row summing to 1): {problem}; report it"
-            " to the plugin's authors (calengine.testing.check_calibrator shows it), or choose another --method"
+            " to the plugin's authors (calengine.testing.check_calibrator shows it), or choose another method",
+            parameter="method",
         )
     with _LOCK:
         _CHECKED[key] = None

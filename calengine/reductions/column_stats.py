@@ -285,8 +285,8 @@ def row_weights(series, name: str, where: str = "the table") -> np.ndarray:
 
     if not (pdt.is_numeric_dtype(series.dtype) or pdt.is_bool_dtype(series.dtype)):
         raise DataError(
-            f"weight column '{name}' has type {series.dtype} in {where}, not numbers; give --weight a numeric"
-            " column (a frequency weight per row)"
+            f"weight column '{name}' has type {series.dtype} in {where}, not numbers; give weight a numeric"
+            " column (each row's frequency)", parameter="weight"
         )
     w = series.to_numpy(dtype=np.float64, na_value=np.nan)
     i = weight_problem(w)
@@ -339,8 +339,7 @@ def column_kind(series, name: str) -> str:
         return "categorical"
     raise DataError(
         f"column '{name}' has type {dtype}, which calengine does not encode (numeric, boolean, string"
-        f" and text columns are supported); leave it out with --exclude {name} or convert it"
-    )
+        f" and text columns are supported); leave it out with exclude {name} or convert it", parameter="exclude")
 
 
 def as_float(series) -> np.ndarray:

@@ -373,9 +373,10 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
     from ..runtime.progress import as_progress
 
     if batch_rows is not None and batch_rows < 1:
-        raise ParameterError(f"--batch-rows must be at least 1, got {batch_rows}")
+        raise ParameterError(f"batch_rows must be at least 1, got {batch_rows}", parameter="batch_rows")
     if reject_below is not None and not 0.0 <= reject_below <= 1.0:
-        raise ParameterError(f"--reject-below must be a probability in [0, 1], got {reject_below}")
+        raise ParameterError(f"reject_below must be a probability in [0, 1], got {reject_below}",
+                             parameter="reject_below")
     check_scores_output(output, overwrite)  # before the model is read: an occupied output fails at once
     parsed_costs = None if cost_matrix is None else load_cost_matrix(cost_matrix)
     named = isinstance(model, (str, os.PathLike))
@@ -383,9 +384,9 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
     if intervals and not loaded.has_intervals:
         name = f"'{model}'" if named else "the model"
         raise ParameterError(
-            f"--intervals applies to two-class Probing models and Venn-ABERS models; {name}"
-            f" ({loaded.info.get('learner')} + {loaded.info.get('method')}) has no intervals; drop --intervals"
-            " or refit with --method venn_abers"
+            f"intervals applies to two-class Probing models and Venn-ABERS models; {name}"
+            f" ({loaded.info.get('learner')} + {loaded.info.get('method')}) has no intervals; drop intervals"
+            " or refit with method='venn_abers'", parameter=("intervals", "method")
         )
     if (sets or p_values) and loaded.conformal is None:
         name = f"'{model}'" if named else "the model"
@@ -403,12 +404,14 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
         if p_values:
             clash += [k for k in keep if k.startswith("pvalue_")]
         if clash:
-            raise ParameterError(f"--keep {clash[0]} would collide with an output column; rename it first")
+            raise ParameterError(f"keep {clash[0]} would collide with an output column; rename it first",
+                                 parameter="keep")
         costs = cost_matrix_for_table(parsed_costs, loaded, files)
         if costs is not None:
             taken = [k for k in keep if k in ("decision", "expected_cost")]
             if taken:
-                raise ParameterError(f"--keep {taken[0]} would collide with an output column of --cost-matrix; rename it first")
+                raise ParameterError(f"keep {taken[0]} would collide with an output column of cost_matrix; rename it"
+                                     " first", parameter=("keep", "cost_matrix"))
         with job_client(client, cluster=cluster, workers=workers, requirements=model_requirements([loaded]),
                         map_only=True) as c:
             return score_table(c, loaded, files, os.fspath(output), keep=keep, batch_rows=batch_rows,
@@ -430,14 +433,17 @@ def weight_column(df, weight: str | None):
     try:
         w = col.to_numpy(dtype="float64", na_value=float("nan"))
     except (TypeError, ValueError):
-        raise DataError(f"--weight column '{weight}' is not numeric ({col.dtype}); pass a column of weights >= 0") from None
+        raise DataError(f"weight column '{weight}' is not numeric ({col.dtype}); pass a column of weights >= 0",
+                        parameter="weight") from None
     if not np.all(np.isfinite(w)):
-        raise DataError(f"--weight column '{weight}' has missing or infinite values; give every row a finite weight >= 0")
+        raise DataError(f"weight column '{weight}' has missing or infinite values; give every row a finite value"
+                        " >= 0", parameter="weight")
     if w.size and w.min() < 0:
-        raise DataError(f"--weight column '{weight}' has negative weights (min {w.min():g}); weights must be >= 0")
+        raise DataError(f"weight column '{weight}' has negative values (min {w.min():g}); they must be >= 0",
+                        parameter="weight")
     from ..reductions.column_stats import MAX_WEIGHT
 
     if w.size and w.max() > MAX_WEIGHT:  # the sums of weights and their products must stay finite
-        raise DataError(f"--weight column '{weight}' holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}:"
-                        " divide the column by a constant")
+        raise DataError(f"weight column '{weight}' holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}:"
+                        " divide the column by a constant", parameter="weight")
     return w

@@ -261,7 +261,7 @@ def fit_unit_learner(
     if costing is not None:
         _add_nearest_misses(Xs, ts, ks, misses)
     if not Xs:
-        raise DataError("a learner's training rows are empty; check the data, --cv and --multiclass")
+        raise DataError("a learner's training rows are empty; check the data, cv and multiclass", parameter=("cv", "multiclass"))
     X = sp.vstack(Xs, format="csr") if sp.issparse(Xs[0]) else np.concatenate(Xs)
     t = np.concatenate(ts)
     w = np.concatenate(ws) if ws else None

@@ -158,7 +158,7 @@ def test_calibrate_scores_takes_a_prefit_model_and_equals_the_cli(tmp_path, cli,
     np.testing.assert_allclose(got, _isotonic(preds["lightgbm"], df["y"]), atol=1e-9, rtol=0)
     with pytest.raises(CalengineError, match="not both"):
         calengine.calibrate_scores(data, "y", scores="age", prefit=folder / "gbm.txt")
-    with pytest.raises(CalengineError, match="allowlist: _operator.neg; .* --trust-type"):
+    with pytest.raises(CalengineError, match="allowlist: _operator.neg; .* in trust"):
         calengine.calibrate_scores(data, "y", prefit=_untrusted_skops(tmp_path))
 
 

@@ -227,7 +227,7 @@ def test_python_api_refuses_bad_input_with_a_typed_error(adult_scores):
     df, _ = adult_scores
     with pytest.raises(CalengineError, match="outside"):
         calengine.calibrate_scores(df.assign(s=df["s"] * 2), "y", scores="s")
-    with pytest.raises(CalengineError, match="--method probing"):
+    with pytest.raises(CalengineError, match="method='probing'"):
         calengine.calibrate_scores(df, "y", scores="s", method="probing")
 
 

@@ -108,9 +108,9 @@ def test_every_fold_trains_on_the_cluster_on_exactly_its_training_rows(client, a
 
 
 def test_routes_that_do_not_fit_a_cluster_learner_are_refused(client, adult4):
-    with pytest.raises(ParameterError, match="--max-train-rows"):
+    with pytest.raises(ParameterError, match="drop max_train_rows"):
         fit_table(client, _spec(adult4, max_train_rows=100), FitConfig(learner=DaskNearestMean(), method="sigmoid", cv=2))
-    with pytest.raises(ParameterError, match="--route stats"):
+    with pytest.raises(ParameterError, match="drop route='stats'"):
         fit_table(client, _spec(adult4, route="stats"), FitConfig(learner=DaskNearestMean(), method="sigmoid", cv=2))
     with pytest.raises(ParameterError, match="trains on the whole cluster"):
         fit_table(client, _spec(adult4), FitConfig(learner=DaskNearestMean(), method="probing", cv=2))

@@ -429,7 +429,7 @@ def test_python_errors(work, tmp_path):
     new = str(root / "shift_a.parquet")
     with pytest.raises(ParameterError, match="can for isotonic, binning, sigmoid, temperature"):
         calengine.recalibrate(models["beta"], new, "class", update=True)
-    with pytest.raises(ParameterError, match="needs --update"):
+    with pytest.raises(ParameterError, match="needs update"):
         calengine.recalibrate(models["sigmoid"], new, "class", forget=0.5)
     with pytest.raises(ParameterError, match=r"in \[0, 1\]"):
         calengine.recalibrate(models["isotonic"], new, "class", update=True, forget=1.5)

@@ -209,7 +209,7 @@ def test_shrinkage_values():
     np.testing.assert_array_equal(blend_weight([10.0, 30.0], math.inf), [0.0, 0.0])
     np.testing.assert_allclose(blend_weight([10.0, 30.0], 10.0), [0.5, 0.75])
     for bad in ("-1", "nan", "x", True):
-        with pytest.raises(ParameterError, match="--shrinkage"):
+        with pytest.raises(ParameterError, match="shrinkage must"):
             check_shrinkage(bad)
 
 

@@ -160,7 +160,7 @@ def test_folds_are_stratified_and_counted_from_label_counts_alone(tmp_path):
 
 def test_a_class_too_rare_for_the_folds_fails_in_one_line():
     counts = np.array([[5, 1], [5, 1], [5, 0], [5, 0], [5, 0]])
-    with pytest.raises(DataError, match="rarest class .'yes'. has 2 rows, fewer than --cv 5"):
+    with pytest.raises(DataError, match="rarest class .'yes'. has 2 rows, fewer than cv=5 folds"):
         check_folds(counts, ["no", "yes"], 5)
     counts = np.array([[5, 3], [5, 3], [5, 0]])
     with pytest.raises(DataError, match="fold 2 holds no row of class 'yes'"):
@@ -251,7 +251,7 @@ def test_route_in_memory_refuses_rows_beyond_worker_memory_in_one_line(tmp_path)
     with dask.config.set(quiet), pytest.raises(DataError) as info:
         calengine.fit_table(folder, "class", learner="decision_tree", worker_memory="200kB")
     msg = str(info.value)
-    assert "\n" not in msg and "--max-train-rows" in msg and "statistics" in msg and "GiB" in msg
+    assert "\n" not in msg and "max_train_rows" in msg and "statistics" in msg and "GiB" in msg
     # the same plan with a sample that fits goes through
     with dask.config.set(quiet):
         model = calengine.fit_table(folder, "class", learner="decision_tree", worker_memory="3MB", max_train_rows=300)
@@ -295,7 +295,7 @@ def test_route_stats_is_refused_for_probing_in_one_line(tmp_path):
     from calengine.errors import ParameterError
 
     folder = write_table(_frame(300), tmp_path / "t")
-    with pytest.raises(ParameterError, match="drop --route stats"):
+    with pytest.raises(ParameterError, match="drop route='stats'"):
         calengine.fit_table(folder, "class", learner="gaussian_nb", method="probing", route="stats")
 
 

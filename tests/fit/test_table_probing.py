@@ -262,7 +262,7 @@ def test_costing_needs_a_worker_to_hold_a_sample_not_the_table(pima):
             with pytest.raises(DataError) as info:
                 calengine.fit_table(folder, "class", learner="decision_tree", method="probing", seed=1,
                                     method_params=params, worker_memory="150kB", route=route)
-            assert "\n" not in str(info.value) and "--max-train-rows" in str(info.value)
+            assert "\n" not in str(info.value) and "max_train_rows" in str(info.value)
         model = calengine.fit_table(folder, "class", learner="decision_tree", method="probing", seed=1,
                                     method_params=params, worker_memory="150kB", max_train_rows=200)
     assert model.info["x_training"]["route"] == "costing-sample"

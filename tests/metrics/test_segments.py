@@ -142,7 +142,7 @@ def test_bounds_and_bad_options():
     for bad in ("", "a,,b", "a,a"):
         with pytest.raises(ParameterError):
             check_segment_options(bad, 10)
-    with pytest.raises(ParameterError, match="--max-segments"):
+    with pytest.raises(ParameterError, match="max_segments"):
         check_segment_options("a", 0)
 
 

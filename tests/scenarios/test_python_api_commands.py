@@ -114,7 +114,7 @@ def test_score_table_writes_what_score_and_decide_write(models, tmp_path):
     assert "decision" in pd.read_parquet(tmp_path / "api_decisions").columns
     with pytest.raises(ParameterError, match="has no intervals"):
         calengine.score_table(calengine.load_model(models["iso"]), PIMA, tmp_path / "x", intervals=True)
-    with pytest.raises(ParameterError, match=r"--reject-below must be a probability in \[0, 1\]"):
+    with pytest.raises(ParameterError, match=r"reject_below must be a probability in \[0, 1\]"):
         calengine.score_table(models["iso"], PIMA, tmp_path / "x", reject_below=2.0)
     with pytest.raises(ParameterError, match="would collide with an output column"):
         calengine.score_table(models["iso"], PIMA, tmp_path / "x", keep=["p_1"])

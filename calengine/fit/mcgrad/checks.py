@@ -33,7 +33,8 @@ def mcgrad_params(method_params: dict):
     known = [f.name for f in fields(MCGradParams)]
     unknown = [k for k in method_params if k not in known]
     if unknown:
-        raise ParameterError(f"mcgrad has no parameter '{unknown[0]}'; its --method-param names are {', '.join(known)}")
+        raise ParameterError(f"mcgrad has no parameter '{unknown[0]}'; its method_params names are {', '.join(known)}",
+                             parameter="method_params")
     values = dict(method_params)
     for k in ("learning_rate", "min_child_weight", "reg_lambda", "gamma", "holdout"):  # 1 means 1.0
         if isinstance(values.get(k), int) and not isinstance(values[k], bool):
@@ -51,34 +52,36 @@ def check_mcgrad(spec, config, plugins):
     params = mcgrad_params(config.method_params)
     learner = booster_learner(params)
     if learner not in plugins.classes["learners"]:
-        raise ParameterError(f"--method mcgrad trains its rounds with the '{learner}' learner, which is not"
-                             f" installed: pip install {_PLUGIN[learner]} in the repository)")
+        raise ParameterError(f"method='mcgrad' trains its rounds with the '{learner}' learner, which is not"
+                             f" installed: pip install {_PLUGIN[learner]} in the repository)", parameter="method")
     return by, params
 
 
 def _refuse(spec, config) -> None:
     """One line for what MCGrad does not serve, before any work."""
     if not spec.by:
-        raise ParameterError("--method mcgrad multicalibrates over segments; name them with --by COL[,COL...]"
-                             " (for one global map choose --method isotonic, sigmoid, ...)")
+        raise ParameterError("method='mcgrad' multicalibrates over segments; name them with by (a column or a list of columns)"
+                             " (for one global map choose method isotonic, sigmoid, ...)", parameter=("method", "by"))
     if spec.shrinkage is not None:
-        raise ParameterError("--shrinkage blends segment-wise calibrators; --method mcgrad has none: drop --shrinkage")
+        raise ParameterError("shrinkage blends segment-wise calibrators; method='mcgrad' has none: drop shrinkage",
+                             parameter=("shrinkage", "method"))
     if config.mode == "refit":
-        raise ParameterError("--method mcgrad fits its rounds on each fold member's held-out probabilities, and"
-                             " --mode refit keeps no fold members: use --mode ensemble (the default)")
+        raise ParameterError("method='mcgrad' fits its rounds on each fold member's held-out probabilities, and"
+                             " mode='refit' keeps no fold members: use mode='ensemble' (the default)",
+                             parameter=("method", "mode"))
     if config.multiclass or config.combine or (not (spec.scores or spec.prefit) and _several(config.learner)):
-        raise ParameterError("--method mcgrad calibrates one learner's two-class probability; drop --multiclass /"
-                             " --combine / the extra learners")
+        raise ParameterError("method='mcgrad' calibrates one learner's two-class probability; drop multiclass /"
+                             " combine / the extra learners", parameter=("method", "multiclass", "combine"))
     if config.negative_sampling is not None or config.class_sampling:
-        raise ParameterError("--method mcgrad does not correct class-sampled data; drop --negative-sampling /"
-                             " --class-sampling")
+        raise ParameterError("method='mcgrad' does not correct class-sampled data; drop negative_sampling /"
+                             " class_sampling", parameter=("method", "negative_sampling", "class_sampling"))
     if spec.scores and spec.score_kind != "proba":
-        raise ParameterError(f"--method mcgrad reads probability scores; --score-kind {spec.score_kind} columns"
-                             " are not: give probabilities (--score-kind proba)")
+        raise ParameterError(f"method='mcgrad' reads probability scores; score_kind={spec.score_kind!r} columns"
+                             " are not: give probabilities (score_kind='proba')", parameter=("method", "score_kind"))
     clash = [c for c in spec.by if c in {spec.target, spec.weight} - {None} or c in (spec.scores or ())]
     if clash:
-        raise ParameterError(f"--by column '{clash[0]}' is the target, the weight or a score column; segment by"
-                             " another column")
+        raise ParameterError(f"by column '{clash[0]}' is the target, the weight or a score column; segment over"
+                             " another column", parameter="by")
 
 
 def _several(learner) -> bool:

@@ -107,8 +107,9 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
     base_spec = replace(spec, by=None)
     ctx = plan_table(client, base_spec, progress)
     if ctx.enc.labels.n_classes != 2:
-        raise DataError(f"--method mcgrad calibrates two classes; '{spec.target}' has {ctx.enc.labels.n_classes}:"
-                        " calibrate one class against the rest (--positive) or choose another method")
+        raise DataError(f"method='mcgrad' calibrates two classes; '{spec.target}' has {ctx.enc.labels.n_classes}:"
+                        " calibrate one class against the rest (positive) or choose another calibrator",
+                        parameter=("method", "positive"))
     plan, fragments, _, parts = count_segments(client, spec, config, ctx, by, progress)
     keys = sorted({key for p in parts for key in p["keys"]})
     if len(keys) > spec.max_segments:

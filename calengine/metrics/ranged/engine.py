@@ -587,7 +587,7 @@ class RangedTables:
         if self._unit() is not None:
             from ...errors import ParameterError
 
-            raise ParameterError("the report's curves need integer counts; evaluate without --weight for a report")
+            raise ParameterError("the report's curves need integer counts; evaluate without weight for a report", parameter="weight")
 
     def reliability_diagram(self, bins: int = 15, strategy: str = "uniform", cls: int | None = None) -> dict:
         """:meth:`MetricAccumulator.reliability_diagram` (same bins; the forecast sums in fixed point)."""
@@ -718,7 +718,8 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
         for s in small[1:]:
             n = n + s["n"][kind]
         if weight and n == 0:
-            raise DataError(f"--weight column '{weight}' is 0 on every row; give the rows to evaluate a positive weight")
+            raise DataError(f"weight column '{weight}' is 0 on every row; give the rows to evaluate a positive value",
+                            parameter="weight")
         # integer counts: the suite's first pass over each range runs in the task that builds it
         # (its request needs the total, known now); fractional weights' integer units are not
         unit_free = not isinstance(n, float) and n > 0

@@ -234,7 +234,7 @@ def test_probing_with_a_cluster_learner_is_refused(local_client, adult_parts):
 
 
 def test_max_train_rows_with_a_cluster_learner_is_refused(local_client, adult_parts):
-    with pytest.raises(ParameterError, match="--max-train-rows"):
+    with pytest.raises(ParameterError, match="drop max_train_rows"):
         _fit(local_client, adult_parts, positive=">50K", method="isotonic", max_train_rows=1000)
 
 
