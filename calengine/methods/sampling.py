@@ -87,7 +87,8 @@ def sampling_rates(classes: list, negative_sampling: float | None = None,
     seen: set[str] = set()
     for key, value in dict(class_sampling).items():
         if str(key) in seen:  # {"1": 0.5, 1: 0.3}: two rates for one class, as --classes 1,1 is refused
-            raise ParameterError(f"--class-sampling names class {str(key)!r} twice; give each class one rate")
+            raise ParameterError(f"class_sampling names class {str(key)!r} twice; give each class one rate",
+                                 parameter="class_sampling")
         seen.add(str(key))
         if str(key) not in names:
             raise ParameterError(

@@ -187,7 +187,8 @@ class Member:
                     f"{describe(cal)} (plugin code from {distribution_of(type(cal))}) breaks the multiclass calibrator"
                     " contract (calengine.base.Calibrator.multiclass: predict of (n, k) scores returns probability"
                     f" vectors, finite, in [0, 1], each row summing to 1): {problem}; report it to the plugin's"
-                    " authors (calengine.testing.check_calibrator shows it), or choose another --method"
+                    " authors (calengine.testing.check_calibrator shows it), or choose another method",
+                    parameter="method",
                 )
             return np.clip(R, 0.0, 1.0)
         R = np.empty_like(S)

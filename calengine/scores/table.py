@@ -390,10 +390,10 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
         )
     if (sets or p_values) and loaded.conformal is None:
         name = f"'{model}'" if named else "the model"
-        flag = "--sets" if sets else "--p-values"
+        parameter = "sets" if sets else "p_values"
         raise ParameterError(
-            f"{flag} needs a model with a conformal layer, and {name} has none; attach one with 'calengine conformal"
-            " MODEL_DIR DATA --target COL --alpha A --output NEW_DIR' (Python: calengine.conformalize) and score that"
+            f"{parameter} needs a model with a conformal layer, and {name} has none; attach one with calengine.conformalize"
+            " (the command line: calengine conformal) and score that", parameter=parameter
         )
     with tempfile.TemporaryDirectory(prefix="calengine-score-") as scratch:
         files, _ = table_files(data, scratch)
