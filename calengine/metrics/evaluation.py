@@ -245,7 +245,7 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                     # --by: the segment sums came with the metrics' pass (each row scored once for both)
                     segments = None if by is None else [a.pop("segments").result() for a in accs]
                     # a conformal model's sets, from the same pass
-                    sets = [a.pop("conformal").result(m.conformal, [str(c) for c in m.labels.classes], weight is not None)
+                    sets = [a.pop("conformal").result(m.conformal, [str(label) for label in m.labels.classes], weight is not None)
                             if "conformal" in a else None for a, m in zip(accs, loaded)]
                     conformal = sets if any(x is not None for x in sets) else None
                     if bootstrap:

@@ -446,11 +446,11 @@ def test_bad_parameter_values_are_refused_when_a_plugin_is_made():
     from calengine.plugins import registry
     from calengine.errors import ParameterError
 
-    with pytest.raises(ParameterError, match="combiner 'coupling' parameter 'tol' takes a number"):
+    with pytest.raises(ParameterError, match=r"combiner 'coupling' parameter 'tol' \(in combiner_params\) takes a number"):
         registry.make("combiners", "coupling", {"tol": "abc"}, _PLUGINS)
     with pytest.raises(ParameterError, match="coupling: tol must be a number in"):
         registry.make("combiners", "coupling", {"tol": -1.0}, _PLUGINS)
-    with pytest.raises(ParameterError, match="learner 'gaussian_nb' parameter 'var_smoothing' takes a number"):
+    with pytest.raises(ParameterError, match=r"learner 'gaussian_nb' parameter 'var_smoothing' \(in learner_params\) takes a number"):
         registry.make("learners", "gaussian_nb", {"var_smoothing": "abc"}, _PLUGINS)
     with pytest.raises(ParameterError, match="'standardize' takes true or false"):
         registry.make("learners", "knn", {"standardize": 1}, _PLUGINS)
