@@ -27,6 +27,7 @@ in calibration, or a missing value in a segment column -- uses the global thresh
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,18 @@ class ConformalOptions:
         return f"{name} {value}" if name.startswith("--") else f"{name}={value!r}"
 
 
+@contextmanager
+def _naming(*parameters: str):
+    """A :class:`ParameterError` from a shared check (worded with the names it was given) carries the
+    Python parameters it is about, so the CLI maps them to flags (:mod:`calengine.cli.parameters`)."""
+    try:
+        yield
+    except ParameterError as exc:
+        if exc.parameters:
+            raise
+        raise ParameterError(str(exc), parameter=parameters) from None
+
+
 def check_options(target, alpha, score="lac", mondrian=None, weight=None, randomized=None, seed=0,
                   raps_lambda=None, raps_k_reg=None, max_segments=None, names=None) -> ConformalOptions:
     """The :class:`ConformalOptions` of the arguments, or one :class:`ParameterError` naming the one at
@@ -80,30 +93,38 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
              "randomized": "randomized", "raps_lambda": "raps_lambda", "raps_k_reg": "raps_k_reg",
              "target": "target", "max_segments": "max_segments", **(names or {})}
     if not isinstance(target, str) or not target:
-        raise ParameterError(f"{names['target']} must name the class column, got {target!r}")
-    alpha = cf.check_alpha(alpha, names["alpha"])
-    score = cf.check_score(score, names["score"])
+        raise ParameterError(f"{names['target']} must name the class column, got {target!r}", parameter="target")
+    with _naming("alpha"):
+        alpha = cf.check_alpha(alpha, names["alpha"])
+    with _naming("score"):
+        score = cf.check_score(score, names["score"])
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**32:
-        raise ParameterError(f"{names['seed']} must be an integer from 0 to 2**32 - 1, got {seed!r}")
+        raise ParameterError(f"{names['seed']} must be an integer from 0 to 2**32 - 1, got {seed!r}",
+                             parameter="seed")
     if randomized is not None and not isinstance(randomized, bool):
-        raise ParameterError(f"{names['randomized']} must be True or False, got {randomized!r}")
+        raise ParameterError(f"{names['randomized']} must be True or False, got {randomized!r}",
+                             parameter="randomized")
     if randomized is not None and score not in cf.RANDOMISABLE:
-        raise ParameterError(f"{names['randomized']} applies to the aps and raps scores; {score} has no randomised variant")
+        raise ParameterError(f"{names['randomized']} applies to the aps and raps scores; {score} has no randomised variant",
+                             parameter="randomized")
     if randomized is None:
         randomized = score in cf.RANDOMISABLE
     lam, k_reg = 0.0, 0
     if score == "raps":
-        lam, k_reg = cf.check_raps(DEFAULT_RAPS_LAMBDA if raps_lambda is None else raps_lambda,
+        with _naming("raps_lambda", "raps_k_reg"):
+            lam, k_reg = cf.check_raps(DEFAULT_RAPS_LAMBDA if raps_lambda is None else raps_lambda,
                                    DEFAULT_RAPS_K_REG if raps_k_reg is None else raps_k_reg,
-                                   names["raps_lambda"], names["raps_k_reg"])
+                                       names["raps_lambda"], names["raps_k_reg"])
     elif raps_lambda is not None or raps_k_reg is not None:
         given = names["raps_lambda"] if raps_lambda is not None else names["raps_k_reg"]
-        raise ParameterError(f"{given} applies to the raps score; add {names['score']} raps or drop it")
+        raise ParameterError(f"{given} applies to the raps score; add {names['score']} raps or drop it",
+                             parameter="raps_lambda" if raps_lambda is not None else "raps_k_reg")
     from ..metrics.segments import DEFAULT_MAX_SEGMENTS, MAX_SEGMENTS_LIMIT, check_segment_options
 
     max_segments = DEFAULT_MAX_SEGMENTS if max_segments is None else max_segments
     if isinstance(max_segments, bool) or not isinstance(max_segments, int) or not 1 <= max_segments <= MAX_SEGMENTS_LIMIT:
-        raise ParameterError(f"{names['max_segments']} must be from 1 to {MAX_SEGMENTS_LIMIT}, got {max_segments!r}")
+        raise ParameterError(f"{names['max_segments']} must be from 1 to {MAX_SEGMENTS_LIMIT}, got {max_segments!r}",
+                             parameter="max_segments")
     kind, by = "none", ()
     if mondrian is not None:
         if mondrian == "class":
@@ -113,16 +134,19 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
                 by = check_segment_options(mondrian, max_segments)
             except ParameterError:
                 raise ParameterError(f"{names['mondrian']} takes 'class' or segment columns separated by commas,"
-                                     f" got {mondrian!r}; e.g. {names['mondrian']} country,device") from None
+                                     f" got {mondrian!r}; e.g. {names['mondrian']} country,device",
+                                     parameter="mondrian") from None
             kind = "segments"
     if weight is not None and (not isinstance(weight, str) or not weight):
-        raise ParameterError(f"{names['weight']} must name a column of weights, got {weight!r}")
+        raise ParameterError(f"{names['weight']} must name a column of weights, got {weight!r}", parameter="weight")
     clash = [c for c in (weight, *by) if c == target]
     if clash:
         raise ParameterError(f"{names['weight'] if weight == target else names['mondrian']} names the target column"
-                             f" '{target}'; give another column")
+                             f" '{target}'; give another column",
+                             parameter=("weight" if weight == target else "mondrian"))
     if weight is not None and weight in by:
-        raise ParameterError(f"{names['weight']} '{weight}' is also a {names['mondrian']} column; give another column")
+        raise ParameterError(f"{names['weight']} '{weight}' is also a {names['mondrian']} column; give another column",
+                             parameter="weight")
     return ConformalOptions(target=target, alpha=alpha, score=score, mondrian=kind, by=by, weight=weight,
                             randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg, max_segments=max_segments,
                             names=tuple(sorted(names.items())))

@@ -55,6 +55,7 @@ def _cases(model, scores_table, tmp):
     recal = lambda **kw: calengine.recalibrate(model, PIMA, "class", workers=1, **kw)  # noqa: E731
     scores = lambda **kw: calengine.calibrate_scores(scores_table, "class", "s", workers=1, **kw)  # noqa: E731
     adapt = lambda **kw: calengine.adapt_priors(model, PIMA, workers=1, **kw)  # noqa: E731
+    conformal = lambda **kw: calengine.conformalize(model, PIMA, **({"target": "class", "alpha": 0.1} | kw))  # noqa: E731
     return [
         ("fit_table", "max_categories", lambda: fit(max_categories=0)),
         ("fit_table", "max_train_rows", lambda: fit(max_train_rows=1)),
@@ -97,6 +98,13 @@ def _cases(model, scores_table, tmp):
         ("adapt_priors", "tol", lambda: adapt(tol=2.0)),
         ("adapt_priors", "max_iter", lambda: adapt(max_iter=0)),
         ("adapt_priors", "labelled", lambda: adapt(method="bbse")),
+        ("conformalize", "alpha", lambda: conformal(alpha=1.5)),
+        ("conformalize", "score", lambda: conformal(score="nope")),
+        ("conformalize", "seed", lambda: conformal(seed=-1)),
+        ("conformalize", "randomized", lambda: conformal(score="lac", randomized=True)),
+        ("conformalize", "max_segments", lambda: conformal(max_segments=0)),
+        ("conformalize", "mondrian", lambda: conformal(mondrian="age,age")),
+        ("conformalize", "weight", lambda: conformal(weight="class")),
     ]
 
 
