@@ -14,7 +14,7 @@ isotonic), plus the probe alone on that learner.  Each repeat clears the probe's
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -22,7 +22,10 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+
+ROOT = _common.REPO
 
 
 def main() -> None:
@@ -58,10 +61,10 @@ def main() -> None:
         t = time.perf_counter()
         batch_probe.check_rows_independent_once(learner, learner.score, X, "score")
         alone.append(time.perf_counter() - t)
-    base = statistics.median(times["without probe"])
+    base = _common.median(times["without probe"])
     for label, ts in times.items():
-        print(f"{label:14s} median {statistics.median(ts):.4f} s over {len(ts)} fits ({statistics.median(ts) / base:.3f}x)")
-    print(f"probe alone    median {statistics.median(alone) * 1e3:.2f} ms (LogisticRegression, 8 rows)")
+        print(f"{label:14s} median {_common.median(ts):.4f} s over {len(ts)} fits ({_common.median(ts) / base:.3f}x)")
+    print(f"probe alone    median {_common.median(alone) * 1e3:.2f} ms (LogisticRegression, 8 rows)")
 
 
 if __name__ == "__main__":

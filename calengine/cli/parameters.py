@@ -67,14 +67,15 @@ def cli_message(exc: BaseException, parser: argparse.ArgumentParser, command: st
     """``exc``'s message as the command line says it: each Python parameter the error carries
     (``exc.parameters``) written as its flag wherever the message names it as a word, and
     ``name='value'`` or ``name=value`` as ``--flag value``.  A name followed by a quoted value
-    (``unknown learner 'knn2'``) is the noun, not the parameter, and stays."""
+    (``unknown learner 'knn2'``) is the noun, not the parameter, and stays; so does a name right after
+    a ``*_params`` parameter (``method_params multiclass=one_vs_rest``): it is a key of that dict."""
     message = str(exc)
     for parameter in getattr(exc, "parameters", ()) or ():
         flag = flag_for(parameter, parser, command)
         if flag is not None:
             message = re.sub(
                 # a whole word only, not part of a flag, a path or a longer name
-                rf"(?<![\w\-./]){re.escape(parameter)}(?:='([^']*)'|=([^\s'=,;:)]+))?(?![\w=]| ')",
+                rf"(?<![\w\-./])(?<!_params )(?<!-param ){re.escape(parameter)}(?:='([^']*)'|=([^\s'=,;:)]+))?(?![\w=]| ')",
                 lambda m: flag if m.group(1) is None and m.group(2) is None else f"{flag} {m.group(1) or m.group(2)}",
                 message,
             )

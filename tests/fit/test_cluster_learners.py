@@ -51,7 +51,8 @@ class DaskNearestMean(Learner):
     def score(self, X):
         d = -((np.asarray(X)[:, None, :] - self.means_[None, :, :]) ** 2).sum(axis=2)
         d -= d.max(axis=1, keepdims=True)
-        p = np.exp(d / max(1.0, np.abs(d).mean()))
+        # each row's own scale: a row's score is a function of that row alone (the batch-independence contract)
+        p = np.exp(d / np.maximum(1.0, np.abs(d).mean(axis=1, keepdims=True)))
         p /= p.sum(axis=1, keepdims=True)
         return p[:, 1] if self.n_classes_ == 2 else p
 

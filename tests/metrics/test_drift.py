@@ -156,7 +156,7 @@ def test_report_shows_the_verdict_and_every_tested_column(tmp_path):
     page = index.read_text(encoding="utf-8")
     assert '<p class="drift-verdict"><strong>recalibrate</strong>: calibration drift: z = ' in page
     assert "<tr><td>yes</td><td class=\"num\">" in page  # the tested column, by class name
-    assert "<tr><th>corp_brier.mcb</th>" in page
+    assert '<tr data-key="corp_brier.mcb"><th><code>corp_brier.mcb</code></th>' in page
 
 
 @pytest.fixture(scope="module")

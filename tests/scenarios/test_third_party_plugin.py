@@ -366,7 +366,7 @@ def test_a_bad_combiner_parameter_is_refused_by_fit_not_by_score(thirdparty, cli
     r = cli("fit", "data/pendigits_test.parquet", "--target", "class", "--learner", "tp_mean_difference",
             "--method", "sigmoid", "--multiclass", "one_vs_all:tp_renormalize", "--combiner-param", "floor=abc",
             "--output", tmp_path / "m")
-    assert_one_line_error(r, "combiner 'tp_renormalize' parameter 'floor' takes a number")
+    assert_one_line_error(r, "combiner 'tp_renormalize' parameter 'floor' (in --combiner-param) takes a number")
     r = cli("fit", "data/pendigits_test.parquet", "--target", "class", "--learner", "tp_mean_difference",
             "--method", "sigmoid", "--multiclass", "one_vs_all:tp_renormalize", "--combiner-param", "floor=2.0",
             "--output", tmp_path / "m")

@@ -452,7 +452,7 @@ def test_bad_parameter_values_are_refused_when_a_plugin_is_made():
         registry.make("combiners", "coupling", {"tol": -1.0}, _PLUGINS)
     with pytest.raises(ParameterError, match=r"learner 'gaussian_nb' parameter 'var_smoothing' \(in learner_params\) takes a number"):
         registry.make("learners", "gaussian_nb", {"var_smoothing": "abc"}, _PLUGINS)
-    with pytest.raises(ParameterError, match="'standardize' takes true or false"):
+    with pytest.raises(ParameterError, match=r"'standardize' \(in learner_params\) takes true or false"):
         registry.make("learners", "knn", {"standardize": 1}, _PLUGINS)
     with pytest.raises(ParameterError, match="n_bins must be"):
         registry.make("calibrators", "binning", {"n_bins": 0}, _PLUGINS)

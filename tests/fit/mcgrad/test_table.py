@@ -207,12 +207,12 @@ def test_cli_fit_score_evaluate_by_beats_global_isotonic(tmp_path):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"by": None}, "name them with --by"),
-    ({"mode": "refit", "scores": None}, "--mode refit keeps no fold members"),
+    ({"by": None}, "name them with by"),
+    ({"mode": "refit", "scores": None}, "mode='refit' keeps no fold members"),
     ({"method_params": {"nope": 1}}, "mcgrad has no parameter 'nope'"),
     ({"method_params": {"rounds": 0}}, "rounds must be an integer from 1 to 1000"),
-    ({"combine": "mean", "scores": None}, "drop --multiclass / --combine"),
-    ({"shrinkage": 5}, "drop --shrinkage"),
+    ({"combine": "mean", "scores": None}, "drop multiclass / combine"),
+    ({"shrinkage": 5}, "drop shrinkage"),
     ({"score_kind": "logit"}, "reads probability scores"),
     ({"plugins": "without xgboost_dask"}, "pip install calengine-xgboost"),
 ])
