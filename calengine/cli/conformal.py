@@ -75,7 +75,7 @@ def run(args) -> int:
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [opts.target] + list(opts.by)
                                  + ([opts.weight] if opts.weight else [])))
     check_columns(files, columns)  # from the footers, before a cluster starts
-    with options.client(args, *model_requirements([model]), map_only=True) as client:
+    with options.client(args, *model_requirements([model]), map_only=True, keep_heap=True) as client:
         new_model, info = conformalize_with_lineage(client, model, parent, files, opts,
                                                     command=["calengine", "conformal", *_argv(args)],
                                                     progress=options.progress(args))
