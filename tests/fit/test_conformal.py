@@ -187,7 +187,7 @@ def test_recalibrating_drops_the_layer_with_a_warning(work, tmp_path):
     (dict(alpha=1.5), ParameterError, "alpha must be in (0, 1)"),
     (dict(alpha=0.0), ParameterError, "alpha must be in (0, 1)"),
     (dict(alpha=0.1, score="apx"), ParameterError, "score must be one of"),
-    (dict(alpha=0.1, raps_lambda=0.1), ParameterError, "raps_lambda applies to the raps score"),
+    (dict(alpha=0.1, raps_lambda=0.1), ParameterError, "raps_lambda is a parameter of RAPS' penalty: add score='raps'"),
     (dict(alpha=0.1, score="lac", randomized=True), ParameterError, "randomized applies to the aps and raps"),
     (dict(alpha=0.1, score="raps", raps_k_reg=-1), ParameterError, "raps_k_reg must be an integer >= 0"),
     (dict(alpha=0.1, mondrian=""), ParameterError, "mondrian takes 'class' or segment columns"),
