@@ -25,7 +25,7 @@ of the calengine model itself (read back from ``score``'s output) and its quanti
 threshold in the conformal model's layer, bit for bit (``same threshold``).
 
     python benchmarks/bench_conformal.py --rows-list 1000000,10000000 --repeats 3
-    python benchmarks/bench_conformal.py --rows-list 10000000,100000000 --repeats 1
+    python benchmarks/bench_conformal.py --rows-list 1000000,10000000,100000000 --repeats 2 --max-repeat-rows 10000000
 
 Targets (issue 40): at 10M, conformal at most 0.5x MAPIE's wall (its read included: the MAPIE process's
 wall without its predict_set), score --sets within 1.3x of score; the client under 1 GiB; every process's
@@ -314,8 +314,11 @@ def markdown(args, results: list, env: dict) -> str:
         "",
         C.markdown_table(heads, rows, ["r", "l", "r", "r", "r", "r", "r", "r"]),
         "",
+        "<!-- --8<-- [start:ratios] -->",  # the section docs/guide/conformal.md includes
         *(["Ratios (wall, medians of this run):", "", *ratios, ""] if ratios else []),
         *(["Peak growth with the size:", "", *growth, ""] if growth else []),
+        "<!-- --8<-- [end:ratios] -->",
+        "",
         f"The load when the run started was {env['load']['load1']:.1f} on {env['machine'].get('cpu_affinity')}"
         " cores (other jobs shared the machine): compare the ratios of one run, not its seconds with another"
         " run's.",
