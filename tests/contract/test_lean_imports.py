@@ -92,7 +92,7 @@ NB_FIT_PROBE = r"""
 import json, sys
 from calengine.cli import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in ("sklearn", "scipy.stats", "scipy.optimize", "skops") if m in sys.modules)
+heavy = sorted(m for m in ("distributed", "sklearn", "scipy.stats", "scipy.optimize", "skops") if m in sys.modules)
 print(json.dumps({"code": code, "heavy": heavy}))
 """
 
@@ -103,7 +103,9 @@ def test_naive_bayes_fit_from_statistics_never_imports_sklearn(tmp_path, workers
     never calls scikit-learn, so it does not import it (with scipy.stats, 0.9-2 s of a 5 s fit of
     Adult): inputs are checked without it, the learner is copied without ``clone``, the fitted arrays
     are held as the model stores them, and the plugin probe's message is only built for a refusal.
-    The model is the same bytes as one whose scikit-learn estimator was built before saving."""
+    Nor does it import distributed: without --cluster such a fit runs on a ThreadClient
+    (calengine.fit.score_columns.learner_fit_runs_as_map).  The model is the same bytes as one whose
+    scikit-learn estimator was built before saving."""
     model = tmp_path / "m"
     r = subprocess.run([sys.executable, "-P", "-c", NB_FIT_PROBE, "--quiet", "fit", str(PIMA), "--target", "class",
                         "--learner", "gaussian_nb", "--method", "isotonic", "--workers", workers, "--output",
