@@ -61,10 +61,6 @@ def _gen():
     return mod
 
 
-def calengine_command() -> list[str]:
-    script = Path(sys.executable).with_name("calengine")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "calengine"]
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -94,7 +90,7 @@ def main(argv=None) -> int:
     columns = [f"x{j}" for j in range(args.cols)] + ["y"]
     read_script = work / "read_floor.py"
     read_script.write_text(READ)
-    cal = calengine_command()
+    cal = _common.calengine_command()
     model = work / "model"
     commands = {
         "hold-out": [*cal, "fit", *_glob_args(table, files[:n_train]), "--calibration-data",

@@ -157,16 +157,10 @@ for rate in (0.0, 0.05, 0.1, 0.2, 0.3, 0.5):
 '''
 
 
-def calengine_command() -> list[str]:
-    """The installed ``calengine`` console script next to this interpreter (what a user runs), else
-    ``python -m calengine``."""
-    script = Path(sys.executable).with_name("calengine")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "calengine"]
-
 
 def configurations(args, work: Path) -> dict[tuple[str, str], list[str]]:
     """(command, side) -> the command line of one run."""
-    cal, py = calengine_command(), sys.executable
+    cal, py = _common.calengine_command(), sys.executable
     scripts = {}
     for name, text in (("fit", SKLEARN_FIT), ("score", SKLEARN_SCORE), ("evaluate", SKLEARN_EVALUATE)):
         scripts[name] = work / f"sklearn_{name}.py"
