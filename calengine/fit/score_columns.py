@@ -83,6 +83,36 @@ def runs_as_map(scores, prefit, by, method: str) -> bool:
     return bool(scores or prefit) and not by and method != "mcgrad"
 
 
+def learner_fit_runs_as_map(config, spec, plugins) -> bool:
+    """Whether a learner's fit is, like :func:`runs_as_map`'s, a map over fragments whose statistics
+    are merged in fixed trees or in the client: one learner fitted from mergeable statistics (the
+    ``stats`` route: naive Bayes, linear discriminants, ...), calibrated by a calibrator (not Probing
+    or bagging, not MCGrad), not segment-wise, not sampled (``max_train_rows``), and not a costing
+    sample of weighted rows.  Its tasks (per-fragment statistics, their merges, the fitted learners,
+    held-out scores, calibrator summaries) are submitted after their inputs, so without ``--cluster``
+    they run on a :class:`~calengine.runtime.thread_client.ThreadClient` as the same functions on the
+    same kind of threads: the same model bytes, without importing ``distributed`` and starting its
+    scheduler (0.5-1 s of a 5 s fit of Adult; its task handling was a tenth of a 10M-row fit's
+    samples, py-spy).  Any other learner (assembled rows, a cluster learner, several learners)
+    keeps the embedded Dask scheduler."""
+    from .training import ENGINE_METHODS, resolve_learner, split_learners
+
+    if runs_as_map(spec.scores, spec.prefit, spec.by, config.method):
+        return True
+    if spec.scores or spec.prefit or spec.by or config.method == "mcgrad" or config.method in ENGINE_METHODS:
+        return False
+    if len(split_learners(config.learner)) != 1 or getattr(config, "combine", None):
+        return False
+    if spec.route not in ("auto", "stats") or spec.max_train_rows:
+        return False
+    learner = resolve_learner(config, plugins)
+    if not getattr(learner, "supports_stats", False) or getattr(learner, "prefit", False):
+        return False
+    if getattr(learner, "trains_on_cluster", False):
+        return False
+    return not (spec.weight and not learner.accepts_sample_weight)
+
+
 def prefit_spec(spec):
     """(the checked :class:`~calengine.adapters.prefit.Prefit` learner of ``spec.prefit``, ``spec`` with its
     feature columns): the file is opened, validated and loaded here, before any data is read."""
