@@ -172,8 +172,16 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
             size = _split_group_size(len(bl), ctx, n_workers)
             splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], spill_dir=spill_dir, pure=False)
                       for j in range(0, len(bl), size)]
-            for group in _range_groups(specs, summaries, ctx, n_workers):
-                groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
+            if spill_dir is not None:
+                # the splits are small handles of files (spill.SpilledSplit): each range task is handed
+                # its own slices, with no piece-taking task per (split, batch) -- those grew with the
+                # square of the table (10^9 rows: 62,500 tasks)
+                handles = gather_in_order(client, splits, progress if rounds == 1 else None, "score ranges")
+                for group in _range_groups(specs, summaries, ctx, n_workers):
+                    groups.append((group, [[h.piece(key) for key in group] for h in handles]))
+            else:
+                for group in _range_groups(specs, summaries, ctx, n_workers):
+                    groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
         if not unsorted and not fallback and all(i in n_ranges_of for i in pending):
             holder[0] = None  # each block is freed once its split has run
         live = set(sorted_)
