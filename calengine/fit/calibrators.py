@@ -148,11 +148,11 @@ def fit_calibrators(run, blocks: ScoreBlocks, summaries, problems, calibrator, s
         if unsorted:
             args = [(problems[i][0], problems[i][1], cals[i], requests[i], raw_kind) for i in unsorted]
             block_futures = [run.client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks.get()]
-        ranges.cut([i for i in sorted_ if i not in ranges.n_ranges_of])
+        progress = run.progress if rounds == 1 else None
+        ranges.cut([i for i in sorted_ if i not in ranges.n_ranges_of], progress)
         if not unsorted and not fallback and all(i in ranges.n_ranges_of for i in pending):
             blocks.release()  # each block is freed once its split has run
         range_tasks = ranges.submit(set(sorted_), cals, requests)  # running while the blocks' statistics merge
-        progress = run.progress if rounds == 1 else None
         merged: dict[int, Any] = {}
         if unsorted:
             merged.update(zip(unsorted, _merge_blocks(run.client, block_futures, [cals[i] for i in unsorted], progress)))
@@ -201,7 +201,7 @@ class _Ranges:
         #: ([(problem, range), ...], piece futures per split) of every batch of ranges
         self.groups: list = []
 
-    def cut(self, new: list[int]) -> None:
+    def cut(self, new: list[int], progress=None) -> None:
         """Cut the blocks into the score ranges of the problems ``new``."""
         if not new:
             return
@@ -217,8 +217,16 @@ class _Ranges:
         size = _split_group_size(len(bl), ctx, n_workers)
         splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], spill_dir=self.run.spill_dir, pure=False)
                   for j in range(0, len(bl), size)]
-        for group in _range_groups(specs, self.summaries, ctx, n_workers):
-            self.groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
+        if self.run.spill_dir is not None:
+            # the splits are small handles of files (spill.SpilledSplit): each range task is handed
+            # its own slices, with no piece-taking task per (split, batch) -- those grew with the
+            # square of the table (10^9 rows: 62,500 tasks)
+            handles = gather_in_order(client, splits, progress, "score ranges")
+            for group in _range_groups(specs, self.summaries, ctx, n_workers):
+                self.groups.append((group, [[h.piece(key) for key in group] for h in handles]))
+        else:
+            for group in _range_groups(specs, self.summaries, ctx, n_workers):
+                self.groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
 
     def submit(self, live: set[int], cals: list, requests: list) -> list:
         """This round's tasks for the problems in ``live``: ``[(the (problem, range) pairs a task

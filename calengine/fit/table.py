@@ -303,6 +303,11 @@ def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
         "fragments": len(ctx.fragments),
         "max_train_rows": ctx.spec.max_train_rows,
     }
+    if route == "prefit":
+        # nothing was trained, and the calibrators' reductions are exact over any cut of the rows: a
+        # score-column (or --prefit) model is the same bytes however the table is cut into files
+        # (issue 43 §1), so the cut is not recorded
+        del training["fragments"]
     if ctx.spec.weight:  # only weighted fits record it, so every other manifest stays as it was
         training["weight"] = ctx.spec.weight
         training["weighting"] = "costing" if _costing(ctx, learner, route) is not None else "weights"
