@@ -634,6 +634,13 @@ def publish(markdown: str, results: list, name: str, results_dir: str | os.PathL
             print(f"wrote {path}")
 
 
+def calengine_command() -> list[str]:
+    """How a benchmark launches calengine as a user does: the installed ``calengine`` console script next
+    to this interpreter, else ``python -m calengine``."""
+    script = Path(sys.executable).with_name("calengine")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "calengine"]
+
+
 def command_line() -> str:
     """The command as typed, script name without its folder, arguments quoted for a shell."""
     import shlex

@@ -111,8 +111,8 @@ class Prefit(Learner):
             # estimator as they are; only its scores are checked, by the calibrators
             missing = [c for c in self.columns if c not in X.columns]
             if missing:
-                raise DataError(f"feature column '{missing[0]}' read by the --prefit model is missing; give the columns"
-                                f" {', '.join(self.columns)}")
+                raise DataError(f"feature column '{missing[0]}' read by the prefit model (the saved model it calibrates)"
+                                f" is missing; give the columns {', '.join(self.columns)}")
             frame = X[list(self.columns)]
             return self._sklearn_scores(frame if hasattr(self.model_, "feature_names_in_") else frame.to_numpy())
         X = np.asarray(X, dtype=np.float64)

@@ -39,7 +39,7 @@ from ..errors import DataError, ParameterError
 from ..hookspecs import hookimpl
 
 #: what ``--score-kind`` accepts
-SCORE_COLUMN_KINDS = ("proba", "decision", "logit")
+from ..plan.options import SCORE_KINDS as SCORE_COLUMN_KINDS  # one list of what score columns hold
 #: characters that may separate a score column's stem from its class (``p_0``, ``logit-cat``)
 SEPARATORS = "_-.:="
 

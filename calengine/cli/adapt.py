@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..errors import ParameterError
     from ..fit.label_shift import adapt_with_lineage, check_method
+    from ..runtime.context import RunContext
     from ..fit.recalibrate import parent_record
     from ..methods.label_shift import check_em_options
     from ..model.artifact import load_model, save_model
@@ -59,8 +60,8 @@ def run(args) -> int:
     labelled = resolve_parquet_files(args.labelled) if args.labelled else None
     with options.client(args, *model_requirements([model]), map_only=True) as client:
         new_model, info = adapt_with_lineage(
-            client, model, parent_record(args.model), files, method=args.method, labelled=labelled, tol=args.tol,
-            max_iter=args.max_iter, command=["calengine", "adapt", *_argv(args)], progress=options.progress(args),
+            RunContext(client, options.progress(args)), model, parent_record(args.model), files, method=args.method,
+            labelled=labelled, tol=args.tol, max_iter=args.max_iter, command=["calengine", "adapt", *_argv(args)],
         )
     save_model(new_model, out, overwrite=args.overwrite)
     sys.stderr.write(summary(model, info, out))

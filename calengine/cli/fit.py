@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..fit.score_columns import runs_as_map, score_columns_info
+    from ..fit.score_columns import learner_fit_runs_as_map, runs_as_map, score_columns_info
     from ..fit.table import fit_table
     from ..model.artifact import save_model
 
@@ -66,9 +66,14 @@ def run(args) -> int:
         if args.cluster != "local":
             prepared.result()  # embedded or remote: nothing slow to overlap, so fail fast on names
         progress = options.progress(args)
-        map_only = runs_as_map(args.scores, args.prefit, args.by, args.method)  # no learner to train
-        # an embedded map keeps its freed memory for reuse: tasks, chunks and rounds reallocate the same sizes
-        with options.client(args, lambda: prepared.result()[3], map_only=map_only, keep_heap=map_only) as client:
+        column_map = runs_as_map(args.scores, args.prefit, args.by, args.method)  # no learner to train
+        map_only = column_map
+        if not map_only and args.cluster is None:  # the plugins are loaded: a learner from statistics?
+            config, spec, plugins, _ = prepared.result()
+            map_only = learner_fit_runs_as_map(config, spec, plugins)
+        # an embedded map of score columns keeps its freed memory for reuse: tasks, chunks and rounds
+        # reallocate the same sizes (a learner's per-fragment matrices are larger: glibc's defaults)
+        with options.client(args, lambda: prepared.result()[3], map_only=map_only, keep_heap=column_map) as client:
             config, spec, plugins, _ = prepared.result()
             model = fit_table(client, spec, config, progress=progress, plugins=plugins)
     finally:

@@ -13,7 +13,8 @@ worker after a ``gaussian_nb`` fit of ``data/pima.parquet``), and Dask pauses a 
 limit, so below 384 MiB a worker would be paused or restarted before its first task and the fit would
 never finish.
 
-Only the standard library is imported here (``calengine --help`` imports the CLI).
+Only the standard library is imported here, and :mod:`calengine.plan.options`, whose constraints hold the
+bounds of ``fit``'s options for the Python API and the CLI alike (``calengine --help`` imports the CLI).
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ class Limit(NamedTuple):
     why: str  # what a value beyond ``high`` would cost (the README's table says it)
 
 
+def _fit_limits():
+    """``(parameter, constraint)`` of the fit options with an upper bound (:mod:`calengine.plan.options`,
+    which imports only the standard library and :mod:`calengine.errors`)."""
+    from ..plan.options import FitConfig, Integer, TableSpec
+
+    for record in (FitConfig, TableSpec):
+        for name, constraint in record._parameter_constraints.items():
+            if isinstance(constraint, Integer) and constraint.why:
+                yield name, constraint
+
+
 #: every bounded integer option of the CLI (``--bootstrap 0``, the default, means no band)
 LIMITS = (
     Limit("--bootstrap", "bootstrap", 2, 10_000,
@@ -36,17 +48,14 @@ LIMITS = (
     Limit("--prior-shift", "prior_shift", 2, 10_000,
           "each replicate runs EM on a resample of up to 200,000 rows' probabilities; 200 gives a stable 90% interval"),
     Limit("--seed", "seed", 0, 2**32 - 1, "seeds are 32 bits: a larger one would silently repeat a smaller one"),
-    Limit("--cv", "cv", 2, 100, "each fold fits the learner once more"),
     Limit("--folds", "folds", 2, 100, "each outer fold fits a whole model"),
     Limit("--workers", "workers", 1, 256, "each worker is a thread, or a process of about 263 MiB with --cluster"),
-    Limit("--max-categories", "max_categories", 1, 10_000, "each category becomes a float64 feature column"),
-    Limit("--max-segments", "max_segments", 1, 20_000,
-          "each segment keeps three 1,024-cell grids (24 KiB) in every chunk's accumulator;"
-          " fit --by fits a calibrator per segment and member"),
     Limit("--batch-rows", "batch_rows", 1, 4_194_304, "a batch is held in memory as float64 columns"),
-    Limit("--max-train-rows", "max_train_rows", 2, 2**40, "a sample larger than the table is the whole table"),
     Limit("--max-iter", "max_iter", 1, 10_000, "each EM step of adapt is one pass over the new rows' posteriors"),
     Limit("--io-timeout", "io_timeout", 1, 86_400, "a stalled store is waited for that long before the error"),
+    # the bounded options of a fit: the bounds Python's fit_table and CalibratedClassifier enforce too
+    *(Limit("--" + name.replace("_", "-"), name, c.low, c.high, c.why.replace(" by ", " --by "))
+      for name, c in _fit_limits()),
 )
 
 #: the smallest ``--worker-memory`` accepted, in bytes (see the module docstring)

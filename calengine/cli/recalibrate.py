@@ -46,6 +46,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..errors import ParameterError
     from ..fit.recalibrate import check_recalibratable, parent_record, recalibrate_with_lineage
+    from ..runtime.context import RunContext
     from ..model.artifact import load_model, save_model
     from ..parquet.data import check_columns, resolve_parquet_files
     from ..plugins.loading import model_requirements
@@ -61,8 +62,8 @@ def run(args) -> int:
                                             + ([args.weight] if args.weight else []))))
     with options.client(args, *model_requirements([model])) as client:
         new_model, info = recalibrate_with_lineage(
-            client, model, parent_record(args.model), files, args.target, update=args.update, forget=args.forget,
-            command=["calengine", "recalibrate", *_argv(args)], progress=options.progress(args), weight=args.weight,
+            RunContext(client, options.progress(args)), model, parent_record(args.model), files, args.target,
+            update=args.update, forget=args.forget, command=["calengine", "recalibrate", *_argv(args)], weight=args.weight,
         )
     save_model(new_model, out, overwrite=args.overwrite)
     ex = info["exact"]

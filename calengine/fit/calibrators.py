@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import DataError, ParameterError
 from ..plan.memory import check_fits_memory, range_rows_for
+from ..plugins.calls import plugin_errors
 from ..runtime.progress import gather_in_order
 from ..tasks import partitions as pt
 
@@ -95,36 +96,80 @@ def refuse_code_matrix(calibrator, multiclass: str | None, k: int) -> None:
         )
 
 
-def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator, score_kind, ctx,
-                    progress, raw_kind: str = "", spill_dir: str | None = None) -> list:
+class ScoreBlocks:
+    """The held-out score blocks of a fit, as futures: one per fragment, made by ``make()``.
+
+    Held-out scores are the one O(rows) thing a fit keeps in cluster memory, so when a round of
+    :func:`fit_calibrators` has cut them into score ranges and nothing else needs them, they are
+    released (:meth:`release`); a later round that needs them again makes them again (:meth:`get`: the
+    same tasks, so the same bits)."""
+
+    def __init__(self, make):
+        self._make = make
+        self._futures = make()
+
+    def get(self) -> list:
+        if self._futures is None:
+            self._futures = self._make()
+        return self._futures
+
+    def release(self) -> None:
+        self._futures = None
+
+
+def fit_calibrators(run, blocks: ScoreBlocks, summaries, problems, calibrator, score_kind, ctx,
+                    raw_kind: str = "") -> list:
     """Fit one clone of ``calibrator`` per (calibration set, score column) problem over the score blocks.
 
     Calibrators with a reduction protocol run it in rounds: every round sends one tiny task per block
     (or per score range for sorted rounds) and merges the returned statistics in a fixed order; the
-    others get their scores gathered on one worker.
+    others get their scores gathered on one worker (:func:`_fit_gathered`).
 
-    ``holder[0]`` is the list of score-block futures.  Held-out scores are the one O(rows) thing a fit
-    keeps in cluster memory, so when a round cuts them into score ranges and nothing else needs them,
-    they are released as soon as each block is cut (``holder[0] = None``); a later round that needs
-    them again recomputes them with ``make_blocks()`` (same tasks, same bits).
+    ``run``: the :class:`~calengine.runtime.context.RunContext` (client, progress; with a ``spill_dir``
+    the blocks are on disk there, :mod:`calengine.tasks.spill`, and so go the pieces of the score ranges
+    cut from them).  ``blocks`` are released once every pending round reads only score ranges
+    (:class:`ScoreBlocks`).  ``ctx``: what bounds a task's memory (``memory_limit``, ``n_rows``).
 
     A problem ``(set, None)`` (:func:`calibration_problems`) fits a multiclass scaling on the set's whole
     score matrix, read as :func:`calengine.model.calibrated.matrix_scores` reads ``raw_kind`` scores.
-
-    ``spill_dir``: the blocks are on disk there (:mod:`calengine.tasks.spill`), and so go the pieces of
-    the score ranges cut from them.
     """
-
-    def blocks():
-        if holder[0] is None:
-            holder[0] = make_blocks()
-        return holder[0]
-
     from ..base import fresh_copy
 
     cals = [fresh_copy(calibrator) for _ in problems]
-    from ..plugins.calls import plugin_errors
+    requests = _start(cals, problems, summaries, calibrator, score_kind)
+    fallback = [i for i, r in enumerate(requests) if r is None]
+    ranges = _Ranges(run, blocks, problems, summaries, ctx)
+    rounds = 0
+    while pending := [i for i, r in enumerate(requests) if r is not None]:
+        rounds += 1
+        unsorted = [i for i in pending if not requests[i].get("sorted")]
+        sorted_ = [i for i in pending if requests[i].get("sorted")]
+        block_futures = []
+        if unsorted:
+            args = [(problems[i][0], problems[i][1], cals[i], requests[i], raw_kind) for i in unsorted]
+            block_futures = [run.client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks.get()]
+        progress = run.progress if rounds == 1 else None
+        ranges.cut([i for i in sorted_ if i not in ranges.n_ranges_of], progress)
+        if not unsorted and not fallback and all(i in ranges.n_ranges_of for i in pending):
+            blocks.release()  # each block is freed once its split has run
+        range_tasks = ranges.submit(set(sorted_), cals, requests)  # running while the blocks' statistics merge
+        merged: dict[int, Any] = {}
+        if unsorted:
+            merged.update(zip(unsorted, _merge_blocks(run.client, block_futures, [cals[i] for i in unsorted], progress)))
+        merged.update(ranges.gather(range_tasks, cals, progress))
+        for i in pending:
+            with plugin_errors(cals[i], "fit"):
+                requests[i] = cals[i].reduction_step(merged[i], requests[i])
+        if rounds > 500:
+            raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
+    for i in fallback:  # refused in one line when a set's scores would not fit one worker's memory
+        check_fits_memory(ctx, summaries[problems[i][0]]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
+    return _fit_gathered(run, blocks, cals, [(i, *problems[i]) for i in fallback], score_kind)
 
+
+def _start(cals: list, problems: list, summaries: list, calibrator, score_kind) -> list:
+    """Each clone's first reduction request (None: it has no reduction and is fitted gathered); a plugin
+    whose reduction disagrees with its own fit is caught here, once per process and form."""
     requests = []
     for cal, (cs, col) in zip(cals, problems):
         with plugin_errors(cal, "fit"):
@@ -135,78 +180,85 @@ def fit_calibrators(client, holder, make_blocks, summaries, problems, calibrator
                 requests.append(request)
             else:
                 requests.append(cal.reduction_start(score_kind))
-    fallback = [i for i, r in enumerate(requests) if r is None]
-    if len(fallback) < len(requests):
+    if any(r is not None for r in requests):
         from ..reductions.agreement import check_reduction_once
 
-        # a plugin whose reduction disagrees with its fit, in each form this fit runs: one column, and
-        # the matrix form of a multiclass scaling (probed once per process and form)
+        # in each form this fit runs: one column, and the matrix form of a multiclass scaling
         if any(col is not None and requests[i] is not None for i, (_, col) in enumerate(problems)):
             check_reduction_once(calibrator, score_kind)
         for k in sorted({len(summaries[cs]["min"]) for cs, col in problems if col is None}):
             check_reduction_once(calibrator, score_kind, n_classes=k)
-    groups: list = []  # sorted problems' score ranges, batched: ([(problem, range), ...], piece futures per split)
-    n_ranges_of: dict[int, int] = {}
-    rounds = 0
-    while True:
-        pending = [i for i, r in enumerate(requests) if r is not None]
-        if not pending:
-            break
-        rounds += 1
-        unsorted = [i for i in pending if not requests[i].get("sorted")]
-        sorted_ = [i for i in pending if requests[i].get("sorted")]
-        block_futures = []
-        if unsorted:
-            args = [(problems[i][0], problems[i][1], cals[i], requests[i], raw_kind) for i in unsorted]
-            block_futures = [client.submit(pt.block_partial_stats, b, args, pure=False) for b in blocks()]
-        new = [i for i in sorted_ if i not in n_ranges_of]
-        if new:
-            specs = []
-            for i in new:
-                cs, col = problems[i]
-                n_ranges = max(1, math.ceil(summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
-                specs.append((i, cs, col, _boundaries(summaries[cs], col, n_ranges)))
-                n_ranges_of[i] = n_ranges
-            bl = blocks()
-            n_workers = len(client.scheduler_info().get("workers", {}))
-            size = _split_group_size(len(bl), ctx, n_workers)
-            splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], spill_dir=spill_dir, pure=False)
-                      for j in range(0, len(bl), size)]
-            for group in _range_groups(specs, summaries, ctx, n_workers):
-                groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
-        if not unsorted and not fallback and all(i in n_ranges_of for i in pending):
-            holder[0] = None  # each block is freed once its split has run
-        live = set(sorted_)
-        range_tasks = []  # (the (problem, range) pairs a task computes, its future)
-        for group, parts in groups:
+    return requests
+
+
+class _Ranges:
+    """The sorted problems' score ranges: cut from the blocks once per problem (the first round that
+    asks for them sorted), batched into tasks, and their statistics computed each round."""
+
+    def __init__(self, run, blocks: ScoreBlocks, problems: list, summaries: list, ctx):
+        self.run, self.blocks, self.problems, self.summaries, self.ctx = run, blocks, problems, summaries, ctx
+        self.n_ranges_of: dict[int, int] = {}
+        #: ([(problem, range), ...], piece futures per split) of every batch of ranges
+        self.groups: list = []
+
+    def cut(self, new: list[int], progress=None) -> None:
+        """Cut the blocks into the score ranges of the problems ``new``."""
+        if not new:
+            return
+        client, ctx = self.run.client, self.ctx
+        specs = []
+        for i in new:
+            cs, col = self.problems[i]
+            n_ranges = max(1, math.ceil(self.summaries[cs]["n"] / range_rows_for(ctx.memory_limit)))
+            specs.append((i, cs, col, _boundaries(self.summaries[cs], col, n_ranges)))
+            self.n_ranges_of[i] = n_ranges
+        bl = self.blocks.get()
+        n_workers = len(client.scheduler_info().get("workers", {}))
+        size = _split_group_size(len(bl), ctx, n_workers)
+        splits = [client.submit(pt.split_blocks, specs, *bl[j : j + size], spill_dir=self.run.spill_dir, pure=False)
+                  for j in range(0, len(bl), size)]
+        if self.run.spill_dir is not None:
+            # the splits are small handles of files (spill.SpilledSplit): each range task is handed
+            # its own slices, with no piece-taking task per (split, batch) -- those grew with the
+            # square of the table (10^9 rows: 62,500 tasks)
+            handles = gather_in_order(client, splits, progress, "score ranges")
+            for group in _range_groups(specs, self.summaries, ctx, n_workers):
+                self.groups.append((group, [[h.piece(key) for key in group] for h in handles]))
+        else:
+            for group in _range_groups(specs, self.summaries, ctx, n_workers):
+                self.groups.append((group, [client.submit(pt.take_many, sp, group, pure=False) for sp in splits]))
+
+    def submit(self, live: set[int], cals: list, requests: list) -> list:
+        """This round's tasks for the problems in ``live``: ``[(the (problem, range) pairs a task
+        computes, its future), ...]``."""
+        range_tasks = []
+        for group, parts in self.groups:
             items = [(pos, cals[i], requests[i]) for pos, (i, _) in enumerate(group) if i in live]
             if items:
                 range_tasks.append(([group[pos] for pos, _, _ in items],
-                                    client.submit(pt.ranges_partial_stats, items, *parts, pure=False)))
-        merged: dict[int, Any] = {}
-        if unsorted:
-            stats = _merge_blocks(client, block_futures, [cals[i] for i in unsorted], progress if rounds == 1 else None)
-            merged.update(zip(unsorted, stats))
+                                    self.run.client.submit(pt.ranges_partial_stats, items, *parts, pure=False)))
+        return range_tasks
+
+    def gather(self, range_tasks: list, cals: list, progress) -> dict[int, Any]:
+        """The merged statistics of each problem of ``range_tasks``, its ranges merged in order."""
         flat = [f for _, f in range_tasks]
-        results = gather_in_order(client, flat, progress if rounds == 1 else None, "calibrators") if flat else []
+        results = gather_in_order(self.run.client, flat, progress, "calibrators") if flat else []
         range_stats: dict = {}
         for (pairs, _), stats in zip(range_tasks, results):
             range_stats.update(zip(pairs, stats))
-        for i in sorted_:
-            merged[i] = _calibrator_stats(cals[i], [range_stats[(i, r)] for r in range(n_ranges_of[i])])
-        for i in pending:
-            with plugin_errors(cals[i], "fit"):
-                requests[i] = cals[i].reduction_step(merged[i], requests[i])
-        if rounds > 500:
-            raise ParameterError(f"calibrator '{calibrator.name}' did not finish its reduction in 500 rounds")
-    for i in fallback:
-        cs, col = problems[i]
-        check_fits_memory(ctx, summaries[cs]["n"], f"calibrator '{calibrator.name}' (fitted in memory)", 24.0)
-        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks()]
+        live = sorted({i for pairs, _ in range_tasks for i, _ in pairs})
+        return {i: _calibrator_stats(cals[i], [range_stats[(i, r)] for r in range(self.n_ranges_of[i])]) for i in live}
+
+
+def _fit_gathered(run, blocks: ScoreBlocks, cals: list, gathered: list[tuple], score_kind) -> list:
+    """The calibrators without a reduction, ``gathered = [(index, set, column), ...]``, each fitted on
+    one worker from its gathered scores; ``cals`` with them in place."""
+    client = run.client
+    for i, cs, col in gathered:
+        pieces = [client.submit(pt.block_column, b, cs, col, pure=False) for b in blocks.get()]
         cals[i] = client.submit(pt.fit_calibrator_gathered, cals[i], score_kind, *pieces, pure=False)
-    if fallback:
-        done = client.gather([cals[i] for i in fallback])
-        for i, cal in zip(fallback, done):
+    if gathered:
+        for (i, _, _), cal in zip(gathered, client.gather([cals[i] for i, _, _ in gathered])):
             cals[i] = cal
     return cals
 

@@ -113,9 +113,11 @@ def _identity(obj):
     return obj
 
 
-def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows, learner, progress=None,
+def fit_units_on_cluster(run, ctx, plan: pt.FoldPlan, units, seeds, unit_rows, learner,
                          costing: float | None = None) -> list:
     """Fit ``learner`` for every unit, one unit after another, each across the whole cluster.
+
+    ``run``: the :class:`~calengine.runtime.context.RunContext` (its client and progress).
 
     ``unit_rows``: the training rows of each unit (from the planning pass's label counts).
     ``costing``: weighted rows reach the learner as a costing sample (see :class:`ClusterTraining`).
@@ -126,6 +128,7 @@ def fit_units_on_cluster(client, ctx, plan: pt.FoldPlan, units, seeds, unit_rows
     from ..runtime.versions import plain_client
     from ..tasks.arrays import learner_errors, seeded
 
+    client, progress = run.client, run.progress
     plain = plain_client(client)  # the libraries type-check for a distributed.Client
     if ctx.enc.encoder.is_sparse:
         raise DataError(

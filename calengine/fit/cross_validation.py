@@ -88,7 +88,7 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     from ..plugins.loading import get_plugins
     from ..parquet.storage import absolute
     from ..tasks.arrays import TrainingData
-    from ..plan.options import check_seed
+    from ..plan.options import check_job
     from .training import fit_model
 
     import numbers
@@ -98,13 +98,12 @@ def cross_validate(client, spec, config, folds: int = 5, plugins=None) -> CVResu
     if spec.calibration_data:
         raise ParameterError("cross-validation evaluates cross-validated calibration; calibration_data does not"
                              " apply", parameter="calibration_data")
-    check_seed(config.seed)
+    check_job(config, spec)
     plugins = plugins or get_plugins()
     prefit_sha = None
     if getattr(spec, "prefit", None):
-        from .score_columns import check_score_options, prefit_spec
+        from .score_columns import prefit_spec
 
-        check_score_options(config, spec)
         learner, spec = prefit_spec(spec)  # checked, its feature columns known, before any data is read
         prefit_sha = learner.sha256
     files = resolve_parquet_files(spec.data)

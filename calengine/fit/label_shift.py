@@ -43,9 +43,9 @@ def check_method(method: str) -> None:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}", parameter="method")
 
 
-def adapt_table(client, model, files: list[str], *, method: str = "em", labelled: list[str] | None = None,
+def adapt_table(run, model, files: list[str], *, method: str = "em", labelled: list[str] | None = None,
                 tol: float = ls.DEFAULT_TOL, max_iter: int = ls.DEFAULT_MAX_ITER, batch_rows: int = 65536,
-                chunk_rows: int = 1_000_000, progress=None) -> tuple[Any, dict[str, Any]]:
+                chunk_rows: int = 1_000_000) -> tuple[Any, dict[str, Any]]:
     """The adapted model and what was estimated: ``(new_model, info)`` with ``info`` = ``{"rows",
     "training_priors", "training_priors_from", "em", "bbse", "method", "priors", "labelled_rows",
     "observed"}`` (``bbse`` None without ``labelled``; ``observed`` the table's own class rates when it
@@ -71,6 +71,7 @@ def adapt_table(client, model, files: list[str], *, method: str = "em", labelled
     chunks = [c for c in plan_chunks(files, columns, chunk_rows) if c.n_rows > 0]
     if not chunks:
         raise DataError("the table to adapt to has no rows; label-shift adaptation needs unlabelled rows")
+    client, progress = run.client, run.progress
     model_f = share_model(client, model)
 
     joint = None
@@ -163,14 +164,13 @@ def data_paths(files: list[str]) -> list[str]:
     return [str(f) if is_url(str(f)) else os.path.abspath(str(f)) for f in files]
 
 
-def adapt_with_lineage(client, model, parent: dict[str, Any], files: list[str], *, method: str = "em",
+def adapt_with_lineage(run, model, parent: dict[str, Any], files: list[str], *, method: str = "em",
                        labelled: list[str] | None = None, tol: float = ls.DEFAULT_TOL,
-                       max_iter: int = ls.DEFAULT_MAX_ITER, command: list[str] | None = None, progress=None,
+                       max_iter: int = ls.DEFAULT_MAX_ITER, command: list[str] | None = None,
                        recorded_paths: list[str] | None = None, recorded_labelled: list[str] | None = None):
     """:func:`adapt_table` plus the lineage record in the new model's ``info["lineage"]`` (``recorded_*``:
     what it records of the tables instead of their files, e.g. ``["<DataFrame>"]``)."""
-    new_model, info = adapt_table(client, model, files, method=method, labelled=labelled, tol=tol, max_iter=max_iter,
-                                  progress=progress)
+    new_model, info = adapt_table(run, model, files, method=method, labelled=labelled, tol=tol, max_iter=max_iter)
     lineage = lineage_record(parent, files, info, tol, max_iter, command, labelled)
     if recorded_paths is not None:
         lineage["data"]["paths"] = list(recorded_paths)
@@ -204,6 +204,7 @@ def adapt_priors(model, data, *, method: str = "em", labelled=None, tol: float =
     from ..model.artifact import load_model, save_model
     from ..parquet.data import table_files
     from ..plugins.loading import model_requirements
+    from ..runtime.context import RunContext
     from ..runtime.progress import as_progress
     from .recalibrate import parent_record
 
@@ -220,9 +221,9 @@ def adapt_priors(model, data, *, method: str = "em", labelled=None, tol: float =
         lab, lab_recorded = table_files(labelled, tmp, "labelled.parquet") if labelled is not None else (None, None)
         with job_client(client, cluster=cluster, workers=workers, memory_limit=worker_memory,
                         requirements=model_requirements([model]), map_only=True) as c:
-            new_model, _ = adapt_with_lineage(c, model, parent, files, method=method, labelled=lab, tol=tol,
-                                              max_iter=max_iter, progress=as_progress(progress),
-                                              recorded_paths=recorded, recorded_labelled=lab_recorded)
+            new_model, _ = adapt_with_lineage(RunContext(c, as_progress(progress)), model, parent, files, method=method,
+                                              labelled=lab, tol=tol, max_iter=max_iter, recorded_paths=recorded,
+                                              recorded_labelled=lab_recorded)
     if output is not None:
         save_model(new_model, output, overwrite=overwrite)
     return new_model

@@ -332,9 +332,10 @@ def lineage_record(parent: dict[str, Any], files: list[str], rows: int, update: 
 # ---------------------------------------------------------------------------------------------- driver
 
 
-def recalibrate_table(client, model, files: list[str], target: str, *, update: bool = False, forget: float = 1.0,
-                      batch_rows: int = 65536, chunk_rows: int = 1_000_000, progress=None, weight: str | None = None):
-    """The model with every learner kept and its calibrators fitted again on ``files``.
+def recalibrate_table(run, model, files: list[str], target: str, *, update: bool = False, forget: float = 1.0,
+                      batch_rows: int = 65536, chunk_rows: int = 1_000_000, weight: str | None = None):
+    """The model with every learner kept and its calibrators fitted again on ``files``, on the client
+    of ``run`` (a :class:`~calengine.runtime.context.RunContext`, whose progress shows the passes).
 
     Returns ``(new_model, info)`` with ``info = {"rows", "missing", "exact"}``; ``exact`` counts
     calibrators whose update was exact / approximate (see :func:`merge_isotonic`).  The new model's
@@ -352,7 +353,7 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     from ..runtime.progress import gather_in_order
     from ..scores.table import plan_chunks, share_model
     from ..tasks import partitions as pt
-    from .calibrators import merge_summaries, fit_calibrators
+    from .calibrators import ScoreBlocks, merge_summaries, fit_calibrators
 
     check_recalibratable(model, update, forget)
     if weight is not None and (weight == target or weight in model.encoder.input_columns):
@@ -371,16 +372,17 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
         m, b = problems[i]
         return model.members[m].calibrators[0 if b is None else b]
 
+    client, progress = run.client, run.progress
     model_f = share_model(client, model)
 
     def make_blocks():
         return [client.submit(score_new_chunk, model_f, c, target, problems, batch_rows, weight, pure=False)
                 for c in chunks]
 
-    blocks = make_blocks()
-    summaries = gather_in_order(client, [client.submit(pt.block_summary, b, pure=False) for b in blocks],
+    blocks = ScoreBlocks(make_blocks)
+    summaries = gather_in_order(client, [client.submit(pt.block_summary, b, pure=False) for b in blocks.get()],
                                 progress, "new scores")
-    counted = client.gather([client.submit(block_counts, b, pure=False) for b in blocks])
+    counted = client.gather([client.submit(block_counts, b, pure=False) for b in blocks.get()])
     class_counts = np.sum([c for c, _, _ in counted], axis=0)
     missing = int(sum(m for _, m, _ in counted))
     if weight is not None:
@@ -397,8 +399,6 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
         )
     merged = [merge_summaries([s[i] for s in summaries]) for i in range(len(problems))]
     budget = _Budget(int(class_counts.sum()), worker_memory_limit(client))
-    holder = [blocks]
-    del blocks
 
     new_cals: dict[int, Any] = {}
     exact = {"exact": 0, "approximate": 0}
@@ -418,10 +418,9 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
     for idx in groups.values():
         proto = clone(stored(idx[0]))
         raw_kind = model.members[problems[idx[0]][0]].raw.score_kind
-        fitted = fit_calibrators(client, holder, make_blocks, merged,
+        fitted = fit_calibrators(run, blocks, merged,
                                  [(i, None if problems[i][1] is None else 0) for i in idx], proto,
-                                 calibrator_kind(raw_kind) if raw_kind == "logit" else raw_kind, budget, progress,
-                                 raw_kind)
+                                 calibrator_kind(raw_kind) if raw_kind == "logit" else raw_kind, budget, raw_kind)
         for i, cal in zip(idx, fitted):
             new_cals[i] = cal
     if update:
@@ -434,11 +433,9 @@ def recalibrate_table(client, model, files: list[str], target: str, *, update: b
                     new_cals[i], ok = merge_summary_fit(old_cal, new_cals[i], forget), False
             exact["exact" if ok else "approximate"] += 1
     if bins:
-        if holder[0] is None:
-            holder[0] = make_blocks()
         args = [(i, 0, stored(i), binning_request(stored(i))) for i in bins]
         results = gather_in_order(
-            client, [client.submit(pt.block_partial_stats, blk, args, pure=False) for blk in holder[0]],
+            client, [client.submit(pt.block_partial_stats, blk, args, pure=False) for blk in blocks.get()],
             None, "bin counts")
         for j, i in enumerate(bins):
             cal = stored(i)
@@ -489,12 +486,11 @@ def parent_record(path) -> dict[str, Any]:
     return {"path": os.path.abspath(str(path)), "content_hash": read_manifest(path)["content_hash"]}
 
 
-def recalibrate_with_lineage(client, model, parent: dict[str, Any], files: list[str], target: str, *,
+def recalibrate_with_lineage(run, model, parent: dict[str, Any], files: list[str], target: str, *,
                              update: bool = False, forget: float = 1.0, command: list[str] | None = None,
-                             progress=None, recorded_paths: list[str] | None = None, weight: str | None = None):
+                             recorded_paths: list[str] | None = None, weight: str | None = None):
     """:func:`recalibrate_table` plus the lineage record in the new model's ``info["lineage"]``."""
-    new_model, info = recalibrate_table(client, model, files, target, update=update, forget=forget, progress=progress,
-                                        weight=weight)
+    new_model, info = recalibrate_table(run, model, files, target, update=update, forget=forget, weight=weight)
     lineage = lineage_record(parent, files, info["rows"], update, forget, target, command, info["exact"])
     if weight is not None:  # only weighted recalibrations record it, so every other lineage stays as it was
         lineage["weight"] = weight
@@ -523,6 +519,7 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
     """
     import os
     import tempfile
+    from ..runtime.context import RunContext
     from pathlib import Path
 
     from ..runtime.client import job_client
@@ -543,8 +540,8 @@ def recalibrate(model, data, target: str, *, update: bool = False, forget: float
         files, recorded = table_files(data, tmp, "new.parquet")
         with job_client(client, cluster=cluster, workers=workers, memory_limit=worker_memory,
                         requirements=model_requirements([model])) as c:
-            new_model, _ = recalibrate_with_lineage(c, model, parent, files, target, update=update, forget=forget,
-                                                    progress=prog, recorded_paths=recorded, weight=weight)
+            new_model, _ = recalibrate_with_lineage(RunContext(c, prog), model, parent, files, target, update=update,
+                                                    forget=forget, recorded_paths=recorded, weight=weight)
     if output is not None:
         save_model(new_model, output, overwrite=overwrite)
     return new_model

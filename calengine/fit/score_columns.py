@@ -6,14 +6,14 @@ the scores of a model computed elsewhere -- goes through the ordinary partition-
 every row of DATA, or of ``--calibration-data``, feeds the calibrators through the same reductions),
 the learner handed on as it is (never cloned), and the model's encoder a
 :class:`~calengine.plan.columns.ColumnReader` of exactly the columns it reads.  This module holds the
-rest: which options apply (one line for each that cannot), how the score columns become that reader
+rest: the checks that need the table's columns, how the score columns become that reader
 and learner, the class-sampling correction every fit can record (``--negative-sampling``,
 ``--class-sampling``); the Python API, :func:`calengine.fit.scores_api.calibrate_scores`, is apart.
 
 ``--prefit PATH`` (:mod:`calengine.adapters.prefit`) takes the same route with a saved model as the learner:
 :func:`prefit_spec` opens and checks the file before any data is read and makes its feature columns
 the ones the model's :class:`~calengine.plan.columns.ColumnReader` reads; the options it refuses are
-refused in :func:`check_score_options` beside those of ``--scores``.
+refused with those of ``--scores``, at the door (:func:`calengine.plan.options.check_job`).
 
 The multiclass calibration of a k-column score matrix is whatever the engine does for any learner's
 (n, k) scores (today one calibrator per column and the ``normalize`` combiner), so a calibrator of
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DataError, ParameterError
+from ..errors import DataError
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -33,7 +33,6 @@ from ..errors import DataError, ParameterError
 def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
     """The target, ``--weight`` and ``--scores`` columns exist and play one part each (one line each)."""
     from ..parquet.data import check_columns
-    from ..adapters.score_columns import SCORE_COLUMN_KINDS
 
     if spec.target not in names:
         check_columns(files, [spec.target], root)
@@ -56,9 +55,6 @@ def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
             raise DataError(f"the target '{spec.target}' is a feature column of the prefit model; give the class column",
                             parameter="prefit")
     if not spec.scores:
-        if spec.classes or spec.score_kind != "proba":
-            raise ParameterError("classes and score_kind describe score columns; they need scores",
-                                 parameter=("classes", "score_kind", "scores"))
         return
     missing = [c for c in spec.scores if c not in names]
     if missing:
@@ -66,66 +62,6 @@ def check_table_columns(files: list[str], root, names: list[str], spec) -> None:
     if spec.target in spec.scores:
         raise DataError(f"the target '{spec.target}' cannot also be a score column; remove it from scores",
                         parameter="scores")
-    if spec.score_kind not in SCORE_COLUMN_KINDS:
-        raise ParameterError(f"score_kind must be one of {', '.join(SCORE_COLUMN_KINDS)}, got {spec.score_kind!r}",
-                             parameter="score_kind")
-
-
-def check_score_options(config, spec) -> None:
-    """Refuse, in one line each, the options that need a learner to fit, for ``--scores`` and ``--prefit``."""
-    if not (spec.scores or spec.prefit):
-        return
-    from .training import ENGINE_METHODS
-
-    source = "scores" if spec.scores else "prefit"
-    if spec.scores and spec.prefit:
-        raise ParameterError("scores and prefit both say where the scores come from; give one of them",
-                             parameter=("scores", "prefit"))
-    if config.method in ENGINE_METHODS:
-        raise ParameterError(
-            f"method={config.method!r} fits many classifiers on the features, and {source} fits none; choose a"
-            " calibrator (isotonic, sigmoid, beta, temperature, binning, rocch, venn_abers, ...)",
-            parameter=("method", source),
-        )
-    if spec.prefit:
-        refused = [("combine", config.combine), ("multiclass", config.multiclass),
-                   ("max_train_rows", spec.max_train_rows), ("route", spec.route != "auto"),
-                   ("exclude", spec.exclude), ("text_columns", spec.text_columns),
-                   ("classes", spec.classes), ("score_kind", spec.score_kind != "proba")]
-        for option, given in refused:
-            if given:
-                raise ParameterError(f"{option} does not apply to prefit, which applies the saved model as it is:"
-                                     " drop it", parameter=(option, "prefit"))
-        return
-    if config.method == "none" and spec.score_kind != "proba":
-        raise ParameterError(
-            f"method='none' with score_kind={spec.score_kind!r} would rescale the scores linearly; the logistic"
-            " map of logits is what evaluate shows as the raw scores: choose a calibrator (temperature, sigmoid, ...)",
-            parameter=("method", "score_kind"),
-        )
-    refused = [
-        ("combine", config.combine), ("multiclass", config.multiclass),
-        ("max_train_rows", spec.max_train_rows), ("route", spec.route != "auto"),
-        ("features", spec.features), ("exclude", spec.exclude), ("text_columns", spec.text_columns),
-    ]
-    for option, given in refused:
-        if given:
-            raise ParameterError(
-                f"{option} applies to learners fitted on feature columns; scores fits no learner and reads only"
-                " the score columns: drop it", parameter=(option, "scores")
-            )
-
-
-def check_weighted_method(config, spec) -> None:
-    """``--weight`` with Probing or bagging: refused until their votes weigh rows (one line)."""
-    from .training import ENGINE_METHODS
-
-    if spec.weight and config.method in ENGINE_METHODS:
-        raise ParameterError(
-            f"weight is not supported with method={config.method!r} (its classifiers weigh rows by their own"
-            " importance weights); use a calibrator such as isotonic or sigmoid, or drop weight",
-            parameter=("weight", "method"),
-        )
 
 
 def check_sampling(config, classes: list) -> None:
@@ -145,6 +81,36 @@ def runs_as_map(scores, prefit, by, method: str) -> bool:
     task handling another ~13 % of its busy samples (``benchmarks/results/score_columns_speed_s8.md``).
     The tasks are the same functions on the same kind of threads, so the model is the same bits."""
     return bool(scores or prefit) and not by and method != "mcgrad"
+
+
+def learner_fit_runs_as_map(config, spec, plugins) -> bool:
+    """Whether a learner's fit is, like :func:`runs_as_map`'s, a map over fragments whose statistics
+    are merged in fixed trees or in the client: one learner fitted from mergeable statistics (the
+    ``stats`` route: naive Bayes, linear discriminants, ...), calibrated by a calibrator (not Probing
+    or bagging, not MCGrad), not segment-wise, not sampled (``max_train_rows``), and not a costing
+    sample of weighted rows.  Its tasks (per-fragment statistics, their merges, the fitted learners,
+    held-out scores, calibrator summaries) are submitted after their inputs, so without ``--cluster``
+    they run on a :class:`~calengine.runtime.thread_client.ThreadClient` as the same functions on the
+    same kind of threads: the same model bytes, without importing ``distributed`` and starting its
+    scheduler (0.5-1 s of a 5 s fit of Adult; its task handling was a tenth of a 10M-row fit's
+    samples, py-spy).  Any other learner (assembled rows, a cluster learner, several learners)
+    keeps the embedded Dask scheduler."""
+    from .training import ENGINE_METHODS, resolve_learner, split_learners
+
+    if runs_as_map(spec.scores, spec.prefit, spec.by, config.method):
+        return True
+    if spec.scores or spec.prefit or spec.by or config.method == "mcgrad" or config.method in ENGINE_METHODS:
+        return False
+    if len(split_learners(config.learner)) != 1 or getattr(config, "combine", None):
+        return False
+    if spec.route not in ("auto", "stats") or spec.max_train_rows:
+        return False
+    learner = resolve_learner(config, plugins)
+    if not getattr(learner, "supports_stats", False) or getattr(learner, "prefit", False):
+        return False
+    if getattr(learner, "trains_on_cluster", False):
+        return False
+    return not (spec.weight and not learner.accepts_sample_weight)
 
 
 def prefit_spec(spec):

@@ -39,8 +39,8 @@ def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic"
     from ..parquet.data import table_files
     from ..runtime.progress import Progress
     from .score_columns import runs_as_map
-    from .table import TableSpec, fit_table
-    from .training import FitConfig
+    from ..plan.options import FitConfig, TableSpec, check_job
+    from .table import fit_table
 
     if (scores is None) == (prefit is None):
         raise ParameterError("give scores=COLUMNS (score columns of the table) or prefit=PATH (a saved model), not both")
@@ -63,6 +63,7 @@ def calibrate_scores(data, target: str, scores=None, *, method: str = "isotonic"
         )
         config = FitConfig(method=method, method_params=dict(method_params or {}), seed=seed,
                            negative_sampling=negative_sampling, class_sampling=class_sampling)
+        check_job(config, spec)
         map_only = runs_as_map(scores, prefit, None, method)
         with dask_client(cluster, workers=workers, memory_limit=worker_memory, map_only=map_only) as client:
             model = fit_table(client, spec, config, progress=Progress(enabled=progress))

@@ -59,19 +59,11 @@ DEFAULT_SHRINKAGE = 20.0
 
 
 def check_shrinkage(k) -> float:
-    """``--shrinkage``: a number >= 0, or ``inf`` (every segment on the global map); None: the default."""
-    if k is None:
-        return DEFAULT_SHRINKAGE
-    try:
-        value = float(k) if not isinstance(k, bool) else math.nan
-    except (TypeError, ValueError):
-        value = math.nan
-    if math.isnan(value) or value < 0:
-        raise ParameterError(
-            f"shrinkage must be a number >= 0 (rows of calibration weight at which a segment's own map gets"
-            f" half the say; 0: none, inf: the global map only), got {k!r}", parameter="shrinkage"
-        )
-    return value
+    """``shrinkage``: a number >= 0, or ``inf`` (every segment on the global map); None: the default
+    (:class:`~calengine.plan.options.TableSpec` holds the constraint)."""
+    from ..plan.options import check_option
+
+    return DEFAULT_SHRINKAGE if k is None else check_option("shrinkage", k)
 
 
 def blend_weight(n_eff: np.ndarray, k: float) -> np.ndarray:
@@ -184,35 +176,6 @@ def segment_score_fragment(fragment, enc, plan, members: list, counted: dict, ke
 # ---------------------------------------------------------------------------------------------- the fit
 
 
-def _refuse(spec, config) -> None:
-    """One line for the fits ``--by`` does not serve (before any work)."""
-    from .training import ENGINE_METHODS, split_learners
-
-    where = "a segment-wise fit (by)"
-    if config.method == "none":
-        raise ParameterError(f"{where} needs a calibration method; drop method='none' or drop by",
-                             parameter=("by", "method"))
-    if config.method in ENGINE_METHODS:
-        raise ParameterError(f"{where} refits calibrators of held-out scores; method={config.method!r} has none:"
-                             " use method isotonic, sigmoid, beta, binning, ... or drop by", parameter=("by", "method"))
-    if config.multiclass:
-        raise ParameterError(f"{where} calibrates a learner's own class scores; drop multiclass or drop by",
-                             parameter=("by", "multiclass"))
-    if not (spec.scores or spec.prefit) and (len(split_learners(config.learner)) > 1 or config.combine):
-        raise ParameterError(f"{where} takes one learner; drop combine or drop by", parameter=("by", "combine"))
-    if config.mode == "refit" and not (spec.scores or spec.prefit or spec.calibration_data):
-        raise ParameterError(
-            f"{where} refits each fold's calibrator per segment, and mode='refit' keeps no fold learners;"
-            " use mode='ensemble' (the default) or calibration_data, or drop by",
-            parameter=("by", "mode", "calibration_data"),
-        )
-    reserved = {spec.target, spec.weight} - {None}
-    clash = [c for c in spec.by if c in reserved or c in (spec.scores or ())]
-    if clash:
-        raise ParameterError(f"by column '{clash[0]}' is the target, the weight or a score column; segment over"
-                             " another column", parameter="by")
-
-
 def check_segment_columns(spec, by) -> None:
     from ..parquet.data import parquet_columns, resolve_parquet_files
     from ..parquet.dataset import dataset_root
@@ -261,18 +224,16 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
     ``plan_table`` / ``fit_table``: those of :mod:`calengine.fit.table`, which calls this function for a
     spec with ``by`` (passed in rather than imported: that module imports this one)."""
     from ..plugins import registry
-    from ..metrics.segments import check_segment_options
     from ..model.calibrated import raw_kind_of
     from ..model.segmented import SegmentEncoder, SegmentedMember
     from ..plugins.loading import get_plugins
     from ..runtime.progress import gather_in_order
     from ..tasks import partitions as pt
-    from .calibrators import merge_summaries, calibration_problems, fit_calibrators
+    from ..runtime.context import RunContext
+    from .calibrators import ScoreBlocks, merge_summaries, calibration_problems, fit_calibrators
     plugins = plugins or get_plugins()
-    by = check_segment_options(spec.by, spec.max_segments)
+    by = spec.by  # checked at the door (calengine.plan.options), with what a segment-wise fit refuses
     k_shrink = check_shrinkage(spec.shrinkage)
-    spec = replace(spec, by=by)
-    _refuse(spec, config)
     registry.make("calibrators", config.method, config.method_params, plugins)  # a misspelt name: before work
     check_segment_columns(spec, by)
     base_spec = replace(spec, by=None)
@@ -309,19 +270,17 @@ def fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table
             return [client.submit(segment_score_fragment, fr, ctx.enc, plan, members_f, c, key_index, pure=False)
                     for fr, c in zip(fragments, counted)]
 
-        blocks = make_blocks()
+        blocks = ScoreBlocks(make_blocks)
         summaries = gather_in_order(
-            client, [client.submit(pt.block_summary, b, pure=False) for b in blocks], progress, "segment scores"
+            client, [client.submit(pt.block_summary, b, pure=False) for b in blocks.get()], progress, "segment scores"
         )
         merged = [merge_summaries([s[i] for s in summaries]) for i in range(n_sets * len(fitted))]
         calibrator = registry.make("calibrators", config.method, config.method_params, plugins)
         problems = calibration_problems(merged, calibrator)
         learner = members[0].learners[0]
-        holder = [blocks]
+        cals = fit_calibrators(RunContext(client, progress), blocks, merged, problems, calibrator, learner.score_kind,
+                               ctx, raw_kind_of(learner))
         del blocks
-        cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx,
-                               progress, raw_kind_of(learner))
-        del holder
         for (i, _), cal in zip(problems, cals):
             by_set.setdefault(i, []).append(cal)
     weights = blend_weight(n_eff, k_shrink)

@@ -37,47 +37,11 @@ from ..plugins import registry
 from ..errors import DataError, ParameterError
 from ..plan.memory import check_fits_memory, fragment_rows_for, held_out_scratch, worker_memory_limit
 from ..runtime.progress import Progress, gather_in_order
-from .calibrators import merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix, summary_points
+# TableSpec and ROUTES live with the other checks of a job's options; importable here as before
+from ..plan.options import ROUTES, TableSpec  # noqa: F401
+from ..runtime.context import RunContext
+from .calibrators import ScoreBlocks, merge_summaries, calibration_problems, fit_calibrators, refuse_code_matrix, summary_points
 
-ROUTES = ("auto", "stats", "in-memory", "sample")
-
-
-@dataclass
-class TableSpec:
-    """Which table, which columns, and how to read them: everything ``fit`` needs besides FitConfig."""
-
-    data: str
-    target: str
-    positive: Any = None
-    features: list[str] | None = None
-    exclude: list[str] | None = None
-    text_columns: tuple[str, ...] = ()
-    max_categories: int = 100
-    calibration_data: str | None = None
-    #: fit each learner on a seeded stratified sample of at most this many rows (calibration and the
-    #: statistics still use every row)
-    max_train_rows: int | None = None
-    #: "auto" (stats when the learner supports it, else in-memory), or force one route
-    route: str = "auto"
-    #: rows per fragment (whole row groups); None: sized from the workers' memory limit, at most 1M
-    fragment_rows: int | None = None
-    #: ``--weight``: a column of frequency weights (learners' ``sample_weight``, or a costing sample for
-    #: learners without weights; every calibrator's sums); never a feature
-    weight: str | None = None
-    #: ``--scores``: score columns of a model computed elsewhere; no learner is fitted (see
-    #: :mod:`calengine.adapters.score_columns`), ``score_kind`` says what they hold, ``classes`` their classes
-    scores: tuple[str, ...] | None = None
-    score_kind: str = "proba"
-    classes: tuple | None = None
-    #: ``--prefit``: a model file trained elsewhere (:mod:`calengine.adapters.prefit`), applied as it is to its
-    #: feature columns (``features``, once opened); ``trust``: ``--trust-type`` names for a skops file
-    prefit: str | None = None
-    trust: tuple[str, ...] = ()
-    #: ``--by``: fit one calibrator per segment of these columns too, shrunk towards the global map by
-    #: ``shrinkage`` (None: the default K), at most ``max_segments`` segments (:mod:`calengine.fit.segments`)
-    by: Any = None
-    max_segments: int = 1_000
-    shrinkage: Any = None
 
 
 @dataclass
@@ -113,12 +77,6 @@ def plan_table(client, spec: TableSpec, progress: Progress | None = None) -> Con
     from ..parquet.storage import absolute
     from .score_columns import check_table_columns, score_reader
 
-    if spec.max_categories < 1:
-        raise ParameterError(f"max_categories must be at least 1, got {spec.max_categories}", parameter="max_categories")
-    if spec.max_train_rows is not None and spec.max_train_rows < 2:
-        raise ParameterError(f"max_train_rows must be at least 2, got {spec.max_train_rows}", parameter="max_train_rows")
-    if spec.route not in ROUTES:
-        raise ParameterError(f"unknown route '{spec.route}'; choose one of {', '.join(ROUTES)}", parameter="route")
     files = resolve_parquet_files(spec.data)
     root = dataset_root(spec.data, [absolute(f) for f in files])
     names = parquet_columns(files, root)  # with the Hive partition keys below DATA
@@ -290,7 +248,11 @@ def _class_counts_per_group(target_stat, labels) -> dict:
 
 
 def fit_table(client, spec: TableSpec, config, progress: Progress | None = None, plugins=None, ctx=None):
-    """Fit ``config`` on the table ``spec`` describes, on the cluster behind ``client``."""
+    """Fit ``config`` on the table ``spec`` describes, on the cluster behind ``client``.
+
+    The two records were checked when they were made, and against each other by the door that made them
+    (:func:`~calengine.fit.training.prepare_fit`, :func:`~calengine.plan.options.check_job`): this
+    function reads them, and checks only what needs the table."""
     from ..plugins.loading import get_plugins
     from .training import ENGINE_METHODS, split_learners
 
@@ -303,13 +265,8 @@ def fit_table(client, spec: TableSpec, config, progress: Progress | None = None,
         from .segments import fit_segmented
 
         return fit_segmented(client, spec, config, progress, plugins, plan_table, fit_table)
-    from ..plan.options import check_seed
+    from .score_columns import check_sampling, score_learner, with_sampling
 
-    check_seed(config.seed)
-    from .score_columns import check_score_options, check_sampling, check_weighted_method, score_learner, with_sampling
-
-    check_score_options(config, spec)
-    check_weighted_method(config, spec)
     if spec.prefit:
         from .score_columns import prefit_spec
 
@@ -346,6 +303,11 @@ def _info(ctx: Context, learner, config, route: str) -> dict[str, Any]:
         "fragments": len(ctx.fragments),
         "max_train_rows": ctx.spec.max_train_rows,
     }
+    if route == "prefit":
+        # nothing was trained, and the calibrators' reductions are exact over any cut of the rows: a
+        # score-column (or --prefit) model is the same bytes however the table is cut into files
+        # (issue 43 §1), so the cut is not recorded
+        del training["fragments"]
     if ctx.spec.weight:  # only weighted fits record it, so every other manifest stays as it was
         training["weight"] = ctx.spec.weight
         training["weighting"] = "costing" if _costing(ctx, learner, route) is not None else "weights"
@@ -470,10 +432,10 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
                 for fr in score_fragments
             ]
 
-        blocks = make_blocks()
+        blocks = ScoreBlocks(make_blocks)
         points = summary_points(ctx.cal_rows if cal_mode else ctx.n_rows, ctx.memory_limit)
         summaries = gather_in_order(
-            client, [client.submit(pt.block_summary, b, points, pure=False) for b in blocks], progress,
+            client, [client.submit(pt.block_summary, b, points, pure=False) for b in blocks.get()], progress,
             "held-out scores",
         )
         merged = [merge_summaries([s[i] for s in summaries]) for i in range(len(calsets))]
@@ -481,11 +443,9 @@ def _fit_calibrated(client, ctx: Context, learner, config, progress, plugins):
             if m["n"] == 0:
                 raise DataError("a calibration set is empty; lower cv or add data", parameter="cv")
         problems = calibration_problems(merged, calibrator)
-        holder = [blocks]
-        del blocks  # fit_calibrators may release them (and recompute them if a later round needs them)
-        cals = fit_calibrators(client, holder, make_blocks, merged, problems, calibrator, learner.score_kind, ctx,
-                               progress, raw_kind_of(learner), spill_dir=spill)
-        del holder
+        run = RunContext(client, progress, spill_dir=spill)
+        cals = fit_calibrators(run, blocks, merged, problems, calibrator, learner.score_kind, ctx, raw_kind_of(learner))
+        del blocks  # fit_calibrators may have released them already
     learner_objs = client.gather(fitted)
     by_set: dict[int, list] = {}
     for (i, _), cal in zip(problems, cals):
@@ -529,7 +489,7 @@ def _fit_units(client, ctx: Context, plan, units, seeds, learner, route, progres
 
         fold_counts = fold_class_counts(ctx.group_counts, k, plan.cv, plan.seed) if plan.cv else None
         rows = [int(_unit_target_counts(ctx, plan, u, fold_counts).sum()) for u in units]
-        return fit_units_on_cluster(client, ctx, plan, units, seeds, rows, learner, progress, costing)
+        return fit_units_on_cluster(RunContext(client, progress), ctx, plan, units, seeds, rows, learner, costing)
     if route == "stats":
         columns = tuple(dict.fromkeys(u.column for u in units))
         futures = [

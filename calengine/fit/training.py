@@ -8,67 +8,21 @@ combiner that turns per-column probabilities into classes.  The CLI and the Pyth
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..plugins import registry
 from ..parquet.data import LabelSpace, stratified_folds
-from ..plan.options import check_cv, check_seed  # noqa: F401 - check_cv: importable here as before
+# FitConfig, ENGINE_METHODS and split_learners live with the other checks of a job's options; importable here as before
+from ..plan.options import ENGINE_METHODS, FitConfig, check_cv, check_seed, split_learners  # noqa: F401
 from .arrays import CalibrationPlan, fit_code_members, fit_members
 from ..errors import ParameterError
 from ..model.calibrated import CalibratedModel, one_vs_all_matrix
 from ..plugins.loading import PluginSet, get_plugins
+from ..runtime.context import RunContext
 from ..runtime.progress import Progress
 from ..tasks.arrays import TrainingData
-
-#: methods implemented by the engine itself rather than by a calibrator plugin
-ENGINE_METHODS = ("probing", "bagging")
-
-
-@dataclass
-class FitConfig:
-    """Everything ``calengine fit`` needs besides the data; recorded in the model manifest."""
-
-    learner: Any = "gaussian_nb"  # registry name, sklearn import path, or a Learner instance
-    learner_params: dict[str, Any] = field(default_factory=dict)
-    method: str = "isotonic"
-    method_params: dict[str, Any] = field(default_factory=dict)
-    mode: str = "ensemble"
-    cv: int = 5
-    seed: int = 0
-    #: "CODE:COMBINER" (e.g. "all_pairs:coupling") for one binary learner per code-matrix column;
-    #: None: a native multiclass learner's one-vs-rest scores, combined by normalisation
-    multiclass: str | None = None
-    #: parameters of the combiner named in ``multiclass`` (e.g. coupling's ``tol``, ``max_iter``)
-    combiner_params: dict[str, Any] = field(default_factory=dict)
-    #: with several learners (a list, or names separated by commas): the rule combining their
-    #: calibrated posteriors (min, max, median, mean, product; Duin & Tax)
-    combine: str | None = None
-    #: the data were class-sampled: two classes, the share of negatives kept (``--negative-sampling``),
-    #: or ``{class: rate}`` (``--class-sampling``); probabilities are corrected to the population
-    #: after calibration (:mod:`calengine.methods.sampling`) and the manifest records the rates
-    negative_sampling: float | None = None
-    class_sampling: dict[str, float] | None = None
-    #: ``method="none"`` fitted on held-out rows (folds) like any calibrator, not on every row: the
-    #: base of ``--method mcgrad``, whose rounds then read each fold's held-out probabilities
-    held_out: bool = False
-
-
-def check_config(config: FitConfig) -> None:
-    """The checks of ``config`` alone (no table, no plugin), shared by every way in: ``calengine fit``
-    and ``cv``, :func:`calengine.fit_table` and :class:`calengine.CalibratedClassifier`."""
-    check_seed(config.seed)
-    if config.combiner_params and not config.multiclass:
-        raise ParameterError("combiner_params needs multiclass='CODE:COMBINER' to name the combiner",
-                             parameter=("combiner_params", "multiclass"))
-    if config.multiclass and config.method in ENGINE_METHODS:
-        raise ParameterError(
-            f"multiclass does not apply to method={config.method!r}; use method_params multiclass=k_minus_one|one_vs_rest",
-            parameter=("multiclass", "method", "method_params"),
-        )
-
 
 def explicit_splits(cv, X, y: np.ndarray, split_params: dict | None = None) -> list[tuple[np.ndarray, np.ndarray]] | None:
     """``cv`` as a list of (train rows, held-out rows), or None when it is a number of folds.
@@ -212,10 +166,10 @@ def fit_model(
 ) -> CalibratedModel:
     """Fit every member on the cluster behind ``client`` and assemble the model."""
     plugins = plugins or get_plugins()
-    check_config(config)
     learners = split_learners(config.learner)
     if len(learners) > 1 or config.combine:
-        return _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins)
+        return _fit_combined(RunContext(client, progress, plugins=plugins), data, labels, encoder, config, learners,
+                             cal_data)
     learner = resolve_learner(config, plugins)
     from ..base import reject_sparse
 
@@ -292,15 +246,6 @@ def model_info(learner, config: FitConfig, calibration_data: bool) -> dict[str, 
     }
 
 
-def split_learners(learner) -> list:
-    """``"a,b"`` or ``["a", b_instance]`` -> the list of base learners; a single learner -> [it]."""
-    if isinstance(learner, str):
-        return [part.strip() for part in learner.split(",") if part.strip()] or [learner]
-    if isinstance(learner, (list, tuple)):
-        return list(learner)
-    return [learner]
-
-
 def _params_for(learner, index: int, params: dict[str, Any], plugins: PluginSet) -> dict[str, Any]:
     """Parameters for base learner ``index``: ``NAME.key`` (or ``INDEX.key``) targets one learner,
     a bare ``key`` every learner that has it."""
@@ -321,17 +266,17 @@ def _params_for(learner, index: int, params: dict[str, Any], plugins: PluginSet)
 
 def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
     """``(plugins, (distributions, modules))`` for fitting ``config`` on the table of ``spec`` (a
-    :class:`~calengine.fit.table.TableSpec`): the seed and ``max_categories`` checked and every
+    :class:`~calengine.fit.table.TableSpec`): the rules between the two records checked
+    (:func:`calengine.plan.options.check_job`; each record checked itself when it was made) and every
     learner, calibrator and parameter name resolved, so a typo fails before any data is read or a
     cluster starts; the requirements are what every worker must have
     (:func:`calengine.plugins.loading.plugin_requirements`)."""
     from dataclasses import replace
 
+    from ..plan.options import check_job
     from ..plugins.loading import plugin_requirements
 
-    check_config(config)
-    if spec.max_categories < 1:
-        raise ParameterError(f"max_categories must be at least 1, got {spec.max_categories}", parameter="max_categories")
+    check_job(config, spec)
     plugins = plugins or get_plugins()
     if getattr(spec, "scores", None):
         from ..adapters.score_columns import ScoreColumns
@@ -348,11 +293,6 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
                                     if len(base) > 1 else config.learner_params), plugins)
             for i, lr in enumerate(base)
         ]
-    from ..methods.sampling import sampling_rates
-
-    if config.negative_sampling is not None or config.class_sampling:  # the rates' own checks, early
-        sampling_rates(list((config.class_sampling or {}).keys()) or [0, 1], config.negative_sampling,
-                       config.class_sampling)
     calibrator = None
     if config.method == "mcgrad":  # MCGrad's refusals and parameters, before any data is read
         from .mcgrad.checks import booster_learner, check_mcgrad
@@ -368,10 +308,10 @@ def prepare_fit(config: FitConfig, spec, plugins: PluginSet | None = None):
     return plugins, plugin_requirements([*learners, calibrator], plugins)
 
 
-def _fit_combined(client, data, labels, encoder, config, learners, cal_data, progress, plugins) -> CalibratedModel:
+def _fit_combined(run, data, labels, encoder, config, learners, cal_data) -> CalibratedModel:
     """Fit each base learner with the same folds and method, then combine by ``config.combine``."""
-    configs = combined_configs(config, learners, plugins)
-    models = [fit_model(client, data, labels, encoder, sub, cal_data, progress, plugins) for sub in configs]
+    configs = combined_configs(config, learners, run.plugins)
+    models = [fit_model(run.client, data, labels, encoder, sub, cal_data, run.progress, run.plugins) for sub in configs]
     return combined_model(models, config.combine)
 
 

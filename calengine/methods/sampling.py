@@ -70,7 +70,7 @@ def sampling_rates(classes: list, negative_sampling: float | None = None,
                              parameter=("negative_sampling", "class_sampling"))
     k = len(classes)
     if negative_sampling is not None:
-        r = _rate(negative_sampling, "negative_sampling")
+        r = rate(negative_sampling, "negative_sampling")
         if not r <= 1.0:
             raise ParameterError(
                 f"negative_sampling is the share of negative rows kept, in (0, 1]; got {negative_sampling!r}"
@@ -95,11 +95,11 @@ def sampling_rates(classes: list, negative_sampling: float | None = None,
                 f"class_sampling names class {str(key)!r}, which is not a class of the target"
                 f" ({', '.join(map(str, classes))})", parameter="class_sampling"
             )
-        rates[names[str(key)]] = _rate(value, "class_sampling", key)
+        rates[names[str(key)]] = rate(value, "class_sampling", key)
     return rates
 
 
-def _rate(value: Any, parameter: str, key: Any = None) -> float:
+def rate(value: Any, parameter: str, key: Any = None) -> float:
     """``value`` as a sampling rate of ``parameter`` (its class ``key`` for ``class_sampling``)."""
     what = parameter if key is None else f"{parameter} {key}"
     try:
@@ -127,7 +127,7 @@ def parse_class_sampling(text: str | None) -> dict[str, float] | None:
         if key.strip() in out:  # a=0.5,a=0.3: the last rate would silently win
             raise ParameterError(f"class_sampling names class '{key.strip()}' twice; give each class one rate",
                                  parameter="class_sampling")
-        out[key.strip()] = _rate(value.strip(), "class_sampling", key.strip())
+        out[key.strip()] = rate(value.strip(), "class_sampling", key.strip())
     return out
 
 

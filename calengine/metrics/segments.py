@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DataError, ParameterError
+from ..errors import DataError
+# the bounds of ``by`` and ``max_segments`` are options of a fit too: they live with the others
+from ..plan.options import DEFAULT_MAX_SEGMENTS, MAX_SEGMENTS_LIMIT, check_segment_options
 
 __all__ = ["SegmentAccumulator", "format_segments", "check_segment_options", "holm", "GRID", "ECE_BINS",
            "DEFAULT_MAX_SEGMENTS", "MAX_SEGMENTS_LIMIT"]
@@ -42,28 +44,11 @@ __all__ = ["SegmentAccumulator", "format_segments", "check_segment_options", "ho
 GRID = 1024
 #: bins of the equal-width and equal-mass ECE (divides GRID)
 ECE_BINS = 16
-DEFAULT_MAX_SEGMENTS = 1_000
-#: the largest --max-segments: an accumulator holds 3 x GRID floats a segment (24 KiB); the CLI's bound
-#: (calengine.cli.limits) is the same
-MAX_SEGMENTS_LIMIT = 20_000
+#: MAX_SEGMENTS_LIMIT, the largest max_segments: an accumulator holds 3 x GRID floats a segment (24 KiB)
 _EPS = 1e-15
 #: the whole table's key
 ALL = ("(all)", "(all)")
 _SCALARS = ("rows", "weight", "wy", "wp", "log_loss", "brier", "sz_num", "sz_den", "var")
-
-
-def check_segment_options(by, max_segments: int) -> tuple[str, ...]:
-    """``by``: a column name, a comma-separated string or a list; returns the columns in order."""
-    if isinstance(max_segments, bool) or not isinstance(max_segments, int) or not 1 <= max_segments <= MAX_SEGMENTS_LIMIT:
-        raise ParameterError(f"max_segments must be from 1 to {MAX_SEGMENTS_LIMIT}, got {max_segments!r}",
-                             parameter="max_segments")
-    cols = [c.strip() for c in by.split(",")] if isinstance(by, str) else [str(c) for c in by]
-    if not cols or any(not c for c in cols):
-        raise ParameterError(f"by takes column names (a list, or separated by commas), got {by!r}; e.g."
-                             " by='country,device'", parameter="by")
-    if len(set(cols)) != len(cols):
-        raise ParameterError(f"by names a column twice ({by!r})", parameter="by")
-    return tuple(cols)
 
 
 @dataclass

@@ -69,11 +69,22 @@ def _check_state(desc: Any, where: str) -> None:
 
 
 def check_manifest(manifest: Any) -> None:
-    """Raise one ModelFormatError for the first structural problem of ``manifest`` (see module doc)."""
-    from .files import check_plain_name
-
+    """Raise one ModelFormatError for the first structural problem of ``manifest`` (see module doc):
+    its classes and code matrix, the sections that describe the whole model, the members, the files."""
     if not isinstance(manifest, dict):
         raise _damaged(f"the manifest is a JSON {type(manifest).__name__}, not an object")
+    k, n_columns = _check_labels_and_code(manifest)
+    groups = _check_model_sections(manifest, k, n_columns)
+    _check_members(manifest, groups)
+    files = _need(manifest, "files", dict, "the manifest")
+    for rel, entry in files.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int):
+            raise _damaged(f"the files table entry for {json_preview(rel)} is not {{sha256, bytes}}")
+
+
+def _check_labels_and_code(manifest: dict) -> tuple[int, int]:
+    """The classes (at least two plain, distinct values), the k-row code matrix of -1/0/+1 and its
+    column counts; ``(k, columns)``."""
     labels = _need(manifest, "labels", dict, "the manifest")
     classes = _need(labels, "classes", list, "labels")
     _need(labels, "target", str, "labels")
@@ -88,14 +99,20 @@ def check_manifest(manifest: Any) -> None:
     counts = _need(manifest, "column_counts", list, "the manifest")
     if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
         raise _damaged("column_counts must be non-negative integers")
+    return k, M.shape[1]
+
+
+def _check_model_sections(manifest: dict, k: int, n_columns: int) -> list:
+    """What describes the whole model: learner and method, the combiner a multi-column model needs,
+    member groups, features, lineage, sampling and the conformal layer; the member groups."""
     for section in ("learner", "method"):
         sec = _need(manifest, section, dict, "the manifest")
         _need(sec, "params", dict, section)
     if manifest.get("combiner") is not None:
         _need(manifest["combiner"], "name", str, "combiner")
         _need(manifest["combiner"], "params", dict, "combiner")
-    elif k > 2 or M.shape[1] > 1:
-        raise _damaged(f"a {k}-class model with {M.shape[1]} columns needs a combiner and the manifest has none")
+    elif k > 2 or n_columns > 1:
+        raise _damaged(f"a {k}-class model with {n_columns} columns needs a combiner and the manifest has none")
     for key in ("extra", "plugins"):
         if manifest.get(key) is not None and not isinstance(manifest[key], dict):
             raise _damaged(f"'{key}' in the manifest is not an object")
@@ -119,6 +136,13 @@ def check_manifest(manifest: Any) -> None:
         conformal = _need(manifest, "conformal", dict, "the manifest")
         if conformal.get("arrays") != "conformal.npz":
             raise _damaged("the conformal layer does not name its array file conformal.npz")
+    return groups
+
+
+def _check_members(manifest: dict, groups: list) -> None:
+    """At least one member, one group each when grouped, and every file a member names a plain name."""
+    from .files import check_plain_name
+
     members = _need(manifest, "members", list, "the manifest")
     if not members:
         raise _damaged("the manifest lists no members")
@@ -136,10 +160,6 @@ def check_manifest(manifest: Any) -> None:
             check_plain_name(desc["arrays"], f"the array file of {where}")
         for name in _need(desc, "files", list, where) if "files" in desc else ():  # MCGrad's boosters
             check_plain_name(name, f"a file of {where}")
-    files = _need(manifest, "files", dict, "the manifest")
-    for rel, entry in files.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str) or not isinstance(entry.get("bytes"), int):
-            raise _damaged(f"the files table entry for {json_preview(rel)} is not {{sha256, bytes}}")
 
 
 def check_lineage(lineage: Any, where: str = "lineage", depth: int = 0) -> None:

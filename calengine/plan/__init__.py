@@ -8,5 +8,5 @@ Modules:
 * :mod:`.features`: Turning table columns into a feature matrix, identically at fit and at scoring time.
 * :mod:`.folds`: Cross-validation folds and training samples without a global shuffle.
 * :mod:`.memory`: How much one worker can hold.
-* :mod:`.options`: The options of a job, checked once in the client before any data is read.
+* :mod:`.options`: The options of a job, checked once, at the door.
 """

@@ -281,7 +281,9 @@ def check_reduction_once(calibrator, kind: str, n_classes: int | None = None) ->
     def make():
         return clone(calibrator)
 
-    who = f"{describe(calibrator)} (plugin code from {distribution_of(cls)})"
+    def who() -> str:  # only for a refusal: distribution_of scans every installed file (0.3-4 s)
+        return f"{describe(calibrator)} (plugin code from {distribution_of(cls)})"
+
     if n_classes is None:
         s, y, grid = probe_rows(120, kind, seed=0)
         form = "its reduction protocol (partial_stats/merge_stats/reduction_step)"
@@ -312,19 +314,19 @@ def check_reduction_once(calibrator, kind: str, n_classes: int | None = None) ->
         return  # the probe rows do not suit it (its own one-line refusal): the real fit will say so
     if raised is not None:
         raise PluginError(
-            f"{who} is unusable on a partitioned table: {form} raised {raised} on 120 probe rows that its own fit"
+            f"{who()} is unusable on a partitioned table: {form} raised {raised} on 120 probe rows that its own fit"
             f" accepts, so it breaks {REDUCTION_RULE}; report it to the plugin's authors"
             " (calengine.testing.check_calibrator shows it), or choose another method", parameter="method"
         ) from raised.cause
     if worst > REDUCTION_ATOL:
         raise PluginError(
-            f"{who} is unusable on a partitioned table: {form} fits a map up to {worst:.3g} away from its own fit"
+            f"{who()} is unusable on a partitioned table: {form} fits a map up to {worst:.3g} away from its own fit"
             f" on the same 120 rows, so it breaks {REDUCTION_RULE}; report it to the plugin's authors"
             " (calengine.testing.check_calibrator shows it), or choose another method", parameter="method"
         )
     if problem is not None:
         raise PluginError(
-            f"{who} breaks the multiclass calibrator contract (calengine.base.Calibrator.multiclass: predict of (n, k)"
+            f"{who()} breaks the multiclass calibrator contract (calengine.base.Calibrator.multiclass: predict of (n, k)"
             f" scores returns probability vectors, finite, in [0, 1], each row summing to 1): {problem}; report it"
             " to the plugin's authors (calengine.testing.check_calibrator shows it), or choose another method",
             parameter="method",

@@ -83,10 +83,12 @@ def task_seed(seed: int, *identity: int) -> int:
 
 
 def seeded(estimator, seed: int):
-    """A fresh copy of ``estimator``; a ``random_state`` left at None is set to ``seed``."""
-    from sklearn.base import clone
+    """A fresh copy of ``estimator`` (:func:`calengine.base.fresh_copy`: a plugin learner is copied without
+    importing scikit-learn, which a fit from statistics never calls); a ``random_state`` left at None
+    is set to ``seed``."""
+    from ..base import fresh_copy
 
-    est = clone(estimator)
+    est = fresh_copy(estimator)
     params = est.get_params(deep=False)
     if "random_state" in params and params["random_state"] is None:
         est.set_params(random_state=seed)

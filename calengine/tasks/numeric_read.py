@@ -2,7 +2,8 @@
 
 The pandas path of :mod:`calengine.tasks.partitions` (``read_fragment``, a DataFrame, the encoder's
 ``transform``, ``LabelSpace.encode``) serves every table; a fit of score columns or of a ``--prefit``
-model reads only numeric columns and an integer target, which NumPy takes from Arrow directly.  That
+model, or a learner's fit of a table of numbers, reads only numeric columns and an integer target,
+which NumPy takes from Arrow directly.  That
 was the only reason such a fit imported pandas (~0.6 s of CPU, in its first task), and its frames and
 ``value_counts`` cost another ~0.5 s at 10M rows (``benchmarks/results/score_columns_speed_s8.md``).
 Each function here returns what the pandas path returns, or None when its conditions do not hold
@@ -32,15 +33,19 @@ def load_numeric_part(fragment, enc, plan, columns: list[str], with_keys: bool, 
     """The arrays of :func:`~calengine.tasks.partitions.load_part`'s ``Part`` (``X, y, folds, keys, w,
     cost_keys``) without pandas, for a model that reads numeric columns as they are (a
     :class:`~calengine.plan.columns.ColumnReader`: score columns, a ``--prefit`` model's features)
-    and an integer target without missing values with numeric classes; None otherwise (the caller
-    reads the fragment through pandas).  The same arrays: the reader's ``transform_arrow`` is its
-    ``transform`` without pandas, and :meth:`~calengine.parquet.data.LabelSpace.encode_integers` is
-    ``encode``'s comparison."""
+    or encodes only numeric columns that arrive as Arrow numbers (a
+    :class:`~calengine.plan.features.FeatureEncoder` whose ``transform_arrow`` applies: a learner on
+    a numeric table), and an integer target without missing values with numeric classes; None
+    otherwise (the caller reads the fragment through pandas).  The same arrays: the encoders'
+    ``transform_arrow`` is their ``transform`` without pandas, and
+    :meth:`~calengine.parquet.data.LabelSpace.encode_integers` is ``encode``'s comparison.  For a
+    learner's fit of a 10M x 20 table the pandas frames were ~15 % of the tasks' time (py-spy)."""
     from ..parquet.dataset import arrow_numpy, read_fragment_arrow
     from ..plan.columns import ColumnReader
+    from ..plan.features import FeatureEncoder
     from ..plan.folds import fragment_costing_keys, fragment_folds, fragment_sample_keys
 
-    if not isinstance(enc.encoder, ColumnReader) or not enc.labels._numeric():
+    if not isinstance(enc.encoder, (ColumnReader, FeatureEncoder)) or not enc.labels._numeric():
         return None
     table = read_fragment_arrow(fragment, columns)  # a RecordBatch
     if table is None:

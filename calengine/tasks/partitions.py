@@ -21,7 +21,7 @@ from ..plan.folds import fragment_folds, fragment_sample_keys
 from ..runtime.heap import trims_heap, trims_heap_even_when_kept
 from .numeric_read import load_numeric_part as _load_numeric_part
 from .numeric_read import target_counts as _target_counts
-from .spill import SpilledBlock, SpilledPiece, load_sets, piece_parts, spill_block, spill_pieces
+from .spill import SpilledBlock, SplitWriter, load_sets, piece_parts, spill_block
 
 
 @dataclass(frozen=True)
@@ -486,6 +486,18 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
     ``searchsorted(boundaries, s, side="right")``, so tied scores always share a range.
     """
     out = {}
+    for pid, s, t, w, cuts in _range_sorted(block, problems):
+        for rng in range(len(cuts) - 1):
+            # own copies, not views of one sorted array: a piece Dask spills to disk frees its memory
+            a, b = cuts[rng], cuts[rng + 1]
+            out[(pid, rng)] = (s[a:b].copy(), t[a:b].copy(), None if w is None else w[a:b].copy())
+    return out
+
+
+def _range_sorted(block: ScoreBlock, problems: list):
+    """Per problem of :func:`split_block`: ``(problem id, s, t, w, cuts)``, the block's rows of that
+    problem in range order (each range's rows in block order) and the row offsets where the ranges
+    start (``cuts[r]:cuts[r + 1]`` is range ``r``; ``len(boundaries) + 2`` entries)."""
     block = loaded(block)
     for pid, cs_index, column, boundaries in problems:
         S, T, W = block.sets[cs_index]
@@ -496,31 +508,32 @@ def split_block(block: ScoreBlock, problems: list) -> dict:
         # in range order (targets stay int8: 9 bytes a row, 17 with weights)
         s, t = S[order, column], T[order, column]
         w = None if W is None else W[order]
-        cuts = np.searchsorted(r[order], np.arange(len(boundaries) + 2))
-        for rng in range(len(boundaries) + 1):
-            # own copies, not views of one sorted array: a piece Dask spills to disk frees its memory
-            a, b = cuts[rng], cuts[rng + 1]
-            out[(pid, rng)] = (s[a:b].copy(), t[a:b].copy(), None if w is None else w[a:b].copy())
-    return out
+        yield pid, s, t, w, np.searchsorted(r[order], np.arange(len(boundaries) + 2))
 
 
 @trims_heap_even_when_kept
-def split_blocks(problems: list, *blocks: ScoreBlock, spill_dir: str | None = None) -> dict:
-    """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order
-    (with ``spill_dir``, each block's pieces written there as it is cut, so the task holds one block
-    at a time, and a range's piece is the list of its parts' files: :mod:`calengine.tasks.spill`).
+def split_blocks(problems: list, *blocks: ScoreBlock, spill_dir: str | None = None):
+    """:func:`split_block` over consecutive blocks, each range's pieces concatenated in block order;
+    with ``spill_dir``, a :class:`~calengine.tasks.spill.SpilledSplit` instead: each block's rows are
+    written there in range order as the block is cut (the task holds one block at a time), to one
+    file per problem and array for the whole group, and ``SpilledSplit.piece(key)`` names a range's
+    rows in those files (:mod:`calengine.tasks.spill`).
 
     A range task then fetches one piece per group of blocks instead of one per block: the number of
     pieces grows with (groups x ranges) rather than (blocks x ranges), which kept the client-side
     scheduler's task count, and so its memory, growing with the square of the table size.  The
     concatenation is in block order, so a range task sees exactly the rows it saw one piece per block.
+
+    Why one file per group, not per piece: two ``.npy`` files per (block, range) made the scratch
+    files grow with the square of the table (10^8 rows: 10^4 files; 10^9: 10^6), and writing,
+    reading and removing them was a quarter of a 10^8-row isotonic fit's samples (py-spy; issue 43).
     """
-    if spill_dir is not None:  # one block at a time: each block's pieces go to disk before the next is cut
-        parts: dict = {}
-        for b in blocks:
-            for key, piece in split_block(b, problems).items():
-                parts.setdefault(key, []).extend(spill_pieces([piece], spill_dir).parts)
-        return {key: SpilledPiece(tuple(files)) for key, files in parts.items()}
+    if spill_dir is not None:  # one block at a time: each block's rows go to disk before the next is cut
+        with SplitWriter(spill_dir) as writer:
+            for b in blocks:
+                for pid, s, t, w, cuts in _range_sorted(b, problems):
+                    writer.append(pid, s, t, w, cuts)
+            return writer.result()
     splits = [split_block(b, problems) for b in blocks]
     if len(splits) == 1:
         return splits[0]

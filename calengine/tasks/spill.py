@@ -55,19 +55,26 @@ def save_npy(path: str, array: np.ndarray) -> None:
     try:
         np.save(path, np.ascontiguousarray(array), allow_pickle=False)
     except OSError as exc:
-        from ..errors import DataError
-        from ..parquet.data import DISK_ERRNOS, os_error_meaning
+        raise _scratch_error(exc, path, array) from exc
 
-        code = getattr(exc, "errno", None)
-        if code is not None and code not in DISK_ERRNOS:
-            raise
-        try:
-            os.remove(path)
-        except OSError:
-            pass
-        # numpy's own short-write error has no errno ("N requested and M written"): the disk took part
-        meaning = os_error_meaning(exc) if code else _short_write(os.path.dirname(path) or ".", array)
-        raise DataError(f"cannot write a scratch file in '{os.path.dirname(path) or '.'}': {meaning}; {SCRATCH_FIX}") from exc
+
+def _scratch_error(exc: OSError, path: str, array: np.ndarray) -> Exception:
+    """What :func:`save_npy` raises for ``exc`` met writing ``array`` to ``path``: the
+    :class:`~calengine.errors.DataError` of a disk that refused the data (the partial file removed), or
+    ``exc`` itself when it is not about the disk."""
+    from ..errors import DataError
+    from ..parquet.data import DISK_ERRNOS, os_error_meaning
+
+    code = getattr(exc, "errno", None)
+    if code is not None and code not in DISK_ERRNOS:
+        return exc
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+    # numpy's own short-write error has no errno ("N requested and M written"): the disk took part
+    meaning = os_error_meaning(exc) if code else _short_write(os.path.dirname(path) or ".", array)
+    return DataError(f"cannot write a scratch file in '{os.path.dirname(path) or '.'}': {meaning}; {SCRATCH_FIX}")
 
 
 def _short_write(directory: str, array: np.ndarray) -> str:
@@ -113,12 +120,114 @@ class SpilledBlock:
 
 
 @dataclass(frozen=True)
-class SpilledPiece:
-    """One score range's ``(s, t, w)`` piece (:func:`calengine.tasks.partitions.split_blocks`) on disk,
-    as the files of its parts in order (one part per block the range was cut from; empty parts are not
-    written)."""
+class RangeSlices:
+    """One score range's ``(s, t, w)`` rows in the files of one :class:`SpilledSplit`: ``files`` are
+    ``(path, dtype)`` of ``s``, ``t`` and ``w`` (None when unweighted), ``spans`` the ``(offset, rows)``
+    of the range's rows in each, one per block of the split, in block order (empty spans dropped)."""
 
-    parts: tuple[tuple[str, str, str | None], ...]
+    files: tuple
+    spans: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.spans[:, 1].sum()) if len(self.spans) else 0
+
+
+@dataclass(frozen=True)
+class SpilledSplit:
+    """The score ranges one task cut from consecutive score blocks
+    (:func:`calengine.tasks.partitions.split_blocks`), on disk: per problem, ``files[pid]`` (as
+    :class:`RangeSlices`' ``files``) hold every block's rows in range order, block after block, and
+    ``cuts[pid][b]`` the row offsets in them where block ``b``'s ranges start (and the last ends).
+    A few files per group of blocks and problem, however many ranges: the scratch holds O(rows) files."""
+
+    files: dict
+    cuts: dict
+
+    def piece(self, key) -> RangeSlices:
+        """Range ``key = (problem id, range)``'s rows (a range task reads them with :func:`piece_parts`)."""
+        pid, rng = key
+        cuts = self.cuts[pid]
+        start, stop = cuts[:, rng], cuts[:, rng + 1]
+        keep = stop > start
+        return RangeSlices(self.files[pid], np.stack([start[keep], (stop - start)[keep]], axis=1))
+
+
+class SplitWriter:
+    """Writes a :class:`SpilledSplit`: :meth:`append` one block's range-sorted rows of a problem (raw
+    bytes appended to the problem's files, opened on first use), :meth:`result` the handle.  Files are
+    closed on leaving the ``with`` block; a disk that refuses the data is
+    :func:`save_npy`'s one-line :class:`~calengine.errors.DataError`."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self.handles: dict = {}  # pid -> [(open file, path, dtype) or None per array]
+        self.cuts: dict = {}
+        self.rows: dict = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handles in self.handles.values():
+            for h in handles:
+                if h is not None:
+                    h[0].close()
+
+    def append(self, pid, s: np.ndarray, t: np.ndarray, w: np.ndarray | None, cuts: np.ndarray) -> None:
+        arrays = (s, t, w)
+        if pid not in self.handles:
+            self.handles[pid] = [None if a is None else self._open(a.dtype) for a in arrays]
+            self.cuts[pid], self.rows[pid] = [], 0
+        for h, a in zip(self.handles[pid], arrays):
+            if h is not None:
+                self._write(h, a)
+        self.cuts[pid].append(self.rows[pid] + np.asarray(cuts, dtype=np.int64))
+        self.rows[pid] += int(s.shape[0])
+
+    def result(self) -> SpilledSplit:
+        files = {pid: tuple(None if h is None else (h[1], h[2]) for h in hs) for pid, hs in self.handles.items()}
+        return SpilledSplit(files, {pid: np.stack(c) for pid, c in self.cuts.items()})
+
+    def _open(self, dtype: np.dtype):
+        path = os.path.join(self.directory, f"{uuid.uuid4().hex}.bin")
+        try:
+            # unbuffered: nothing is left to flush (and fail) at close
+            return open(path, "wb", buffering=0), path, np.dtype(dtype).str
+        except OSError as exc:
+            raise _scratch_error(exc, path, np.empty(0)) from exc
+
+    @staticmethod
+    def _write(handle, array: np.ndarray) -> None:
+        f, path, _ = handle
+        array = np.ascontiguousarray(array)
+        view = memoryview(array).cast("B")
+        try:
+            while view:  # a raw write may take part of the data: the rest, or the disk's error, follows
+                view = view[f.write(view):]
+        except OSError as exc:
+            f.close()
+            raise _scratch_error(exc, path, array) from exc
+
+
+def _read_spans(path: str, dtype: str, spans: np.ndarray) -> np.ndarray:
+    """The rows of ``spans`` (``(offset, rows)``) of the raw ``dtype`` file at ``path``, concatenated
+    in order: one open, a positioned read per span straight into the result."""
+    dt = np.dtype(dtype)
+    out = np.empty(int(spans[:, 1].sum()) if len(spans) else 0, dtype=dt)
+    if out.size == 0:
+        return out
+    view = memoryview(out).cast("B")
+    pos = 0
+    with open(path, "rb", buffering=0) as f:
+        fd = f.fileno()
+        for offset, rows in spans.tolist():
+            want, at = rows * dt.itemsize, offset * dt.itemsize
+            while want:
+                got = os.preadv(fd, [view[pos : pos + want]], at)
+                if got <= 0:
+                    raise OSError(f"scratch file '{path}' ended early")
+                pos, at, want = pos + got, at + got, want - got
+    return out
 
 
 def spill_block(block, directory: str | None):
@@ -135,16 +244,12 @@ def load_sets(block: SpilledBlock) -> list:
     return [(_load(s), _load(t), _load_optional(w)) for s, t, w in block.files]
 
 
-def spill_pieces(pieces: list, directory: str) -> SpilledPiece:
-    """The ``(s, t, w)`` pieces of one range, in order, written to ``directory``: a task cutting many
-    blocks writes each block's pieces as it goes instead of holding them to concatenate."""
-    return SpilledPiece(tuple((_save(directory, s), _save(directory, t), _save_optional(directory, w))
-                              for s, t, w in pieces if s.size))
-
-
 def piece_parts(piece) -> list:
     """The ``(s, t, w)`` parts of a range piece in order: the piece itself when it is in memory, its
-    parts read back when it was spilled (the range task concatenates them as it does in-memory pieces)."""
-    if not isinstance(piece, SpilledPiece):
+    rows read back in one part when it was spilled (the range task concatenates them as it does
+    in-memory pieces)."""
+    if not isinstance(piece, RangeSlices):
         return [piece]
-    return [(_load(s), _load(t), _load_optional(w)) for s, t, w in piece.parts]
+    if not len(piece.spans):
+        return []
+    return [tuple(None if f is None else _read_spans(f[0], f[1], piece.spans) for f in piece.files)]

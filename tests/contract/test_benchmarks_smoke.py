@@ -561,3 +561,38 @@ def test_bench_prior_shift_tiny(tmp_path):
     cli = data["end_to_end"][-1]
     assert cli["returncode"] == 0 and cli["same_as_in_process"] is True
     assert "old / new" in (tmp_path / "prior_shift.md").read_text()
+
+
+def test_bench_small_tables_tiny(tmp_path):
+    """bench_small_tables.py on Pima, one round of fit: calengine's quick-start fit and the scikit-learn
+    script both run from launch to exit, and the page carries the ratio, CPU seconds and peak RSS."""
+    bench = _load("bench_small_tables")
+    assert bench.main(["--train", str(ROOT / "data" / "pima.parquet"), "--test", str(ROOT / "data" / "pima.parquet"),
+                       "--positive", "1", "--commands", "fit", "--repeats", "1", "--work-dir", str(tmp_path / "w"),
+                       "--results-dir", str(tmp_path / "res")]) == 0
+    data = json.loads((tmp_path / "res" / "small_tables.json").read_text())
+    (row,) = data["results"]
+    assert row["command"] == "fit" and row["ratio"] > 0
+    for side in ("calengine", "scikit-learn"):
+        assert row[side]["wall_s"] > 0 and row[side]["cpu_s"] > 0 and row[side]["peak_rss_mib"] > 50
+    assert (tmp_path / "w" / "calengine-model" / "manifest.json").exists()
+    assert (tmp_path / "w" / "sklearn-model.pkl").stat().st_size > 0
+    page = (tmp_path / "res" / "small_tables.md").read_text()
+    assert "| fit |" in page and "**Command**" in page
+
+
+def test_bench_read_floor_tiny(tmp_path):
+    """bench_read_floor.py on a 20,000-row table, one round of the hold-out fit: the fit and its floor
+    (one pass of reading) both run, the fit's data are the first 8 files and its calibration data the
+    last 2."""
+    bench = _load("bench_read_floor")
+    assert bench.main(["--rows", "20000", "--cols", "4", "--row-group-rows", "5000", "--fits", "hold-out",
+                       "--repeats", "1", "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "res")]) == 0
+    data = json.loads((tmp_path / "res" / "read_floor.json").read_text())
+    (row,) = data["results"]
+    assert row["name"] == "hold-out" and row["passes"] == 1 and row["ratio"] > 0
+    assert row["fit"]["wall_s"] > 0 and row["floor"]["cpu_s"] > 0 and row["floor"]["peak_rss_mib"] > 0
+    cmd = data["commands"]["hold-out"]
+    assert cmd[cmd.index("fit") + 1].endswith("part-0000[01234567].parquet")
+    assert cmd[cmd.index("--calibration-data") + 1].endswith("part-0000[89].parquet")
+    assert "| hold-out | 1 |" in (tmp_path / "res" / "read_floor.md").read_text()

@@ -26,6 +26,7 @@ from sklearn.metrics import log_loss
 import calengine
 from calengine.errors import DataError, ParameterError
 from calengine.fit.label_shift import adapt_table
+from calengine.runtime.context import RunContext
 from calengine.scores.posteriors import training_priors
 from calengine.methods.label_shift import bbse_priors, em_priors, project_simplex
 from calengine.model.artifact import load_model, read_manifest, save_model
@@ -262,7 +263,7 @@ def test_the_reduction_over_any_partitioning_equals_the_in_memory_em(pima, data)
     chunk_rows = data.draw(st.sampled_from([50, 300, 1_000_000]))
     folder = root / f"t{data.draw(st.integers(0, 10**9))}"
     files = _write_parts(df, folder, cuts, group)
-    _, info = adapt_table(client, model, files, tol=1e-8, chunk_rows=chunk_rows)
+    _, info = adapt_table(RunContext(client), model, files, tol=1e-8, chunk_rows=chunk_rows)
     assert np.array_equal(info["em"].priors, reference.priors)
     assert info["em"].iterations == reference.iterations
     shutil.rmtree(folder)
@@ -274,7 +275,7 @@ def test_a_dask_cluster_gives_the_same_bits(pima):
     model, df, _, root, reference = pima
     files = _write_parts(df, root / "dask", [100, 500], 64)
     with dask_client(workers=2) as client:
-        _, info = adapt_table(client, model, files, tol=1e-8, chunk_rows=128)
+        _, info = adapt_table(RunContext(client), model, files, tol=1e-8, chunk_rows=128)
     assert np.array_equal(info["em"].priors, reference.priors)
 
 

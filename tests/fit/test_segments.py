@@ -236,9 +236,12 @@ def test_cli_on_adult_fit_by_score_and_evaluate_by(tmp_path):
 
 
 def test_fits_by_does_not_serve_are_one_line():
-    from calengine.fit.segments import _refuse
     from calengine.fit.table import TableSpec
     from calengine.fit.training import FitConfig
+    from calengine.plan.options import check_job  # what a segment-wise fit refuses is checked at the door
+
+    def _refuse(spec, config):
+        check_job(config, spec)
 
     spec = TableSpec("t.parquet", "y", by=("g",))
     # Python errors name the parameters (the CLI writes them as flags: tests/cli)

@@ -200,3 +200,54 @@ def test_thread_client_plans_with_the_embedded_workers_memory_limit():
 
     with ThreadClient(1) as client:
         assert worker_memory_limit(client) == float(int(MEMORY_LIMIT * min(1.0, 1 / (os.cpu_count() or 1))))
+
+
+@pytest.mark.parametrize("case", ["folds", "hold-out", "weighted"])
+def test_learner_fit_from_statistics_on_threads_is_the_embedded_dask_fit(tmp_path, case):
+    """An embedded fit of a learner from statistics runs on a ThreadClient
+    (calengine.fit.score_columns.learner_fit_runs_as_map): its statistics tasks, merges, held-out
+    scores and calibrator summaries are the embedded Dask scheduler's, so the model is the same bytes;
+    the CLI takes that route for gaussian_nb and keeps Dask for a learner fitted on assembled rows."""
+    import pyarrow as pa
+    from distributed import Client, LocalCluster
+
+    import calengine.plan.memory as memory
+    from calengine.fit.score_columns import learner_fit_runs_as_map
+    from calengine.fit.table import TableSpec, fit_table
+    from calengine.fit.training import FitConfig
+    from calengine.model.artifact import save_model
+    from calengine.plugins.loading import get_plugins
+
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for i in range(4):  # 8 fragments of 300 rows
+        X = rng.normal(size=(600, 3))
+        y = (X[:, 0] + rng.normal(size=600) > 0).astype(np.int8)
+        cols = {"a": X[:, 0].astype(np.float32), "b": X[:, 1], "c": np.round(X[:, 2] * 3).astype(np.int32), "y": y}
+        if case == "weighted":
+            cols["w"] = rng.integers(1, 4, size=600).astype(np.float64)
+        pq.write_table(pa.table(cols), folder / f"p{i}.parquet", row_group_size=300)
+    data = str(folder / "p[012].parquet") if case == "hold-out" else str(folder)
+    spec = TableSpec(data=data, target="y", fragment_rows=300, weight="w" if case == "weighted" else None,
+                     calibration_data=str(folder / "p3.parquet") if case == "hold-out" else None)
+    config = FitConfig(learner="gaussian_nb", method="isotonic", seed=0)
+    plugins = get_plugins()
+    assert learner_fit_runs_as_map(config, spec, plugins)
+    assert not learner_fit_runs_as_map(FitConfig(learner="decision_tree", method="isotonic"), spec, plugins)
+    assert not learner_fit_runs_as_map(FitConfig(learner="gaussian_nb,logistic_regression", method="isotonic"), spec,
+                                       plugins)
+    old = memory.SPILL_MIN_ROWS
+    memory.SPILL_MIN_ROWS = 0  # the held-out blocks go to disk on both clients
+    try:
+        with ThreadClient(2) as threads:
+            save_model(fit_table(threads, spec, config), tmp_path / "threads")
+        with LocalCluster(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None) as lc, \
+                Client(lc) as dask:
+            save_model(fit_table(dask, spec, config), tmp_path / "dask")
+    finally:
+        memory.SPILL_MIN_ROWS = old
+    files = sorted(p.relative_to(tmp_path / "dask") for p in (tmp_path / "dask").rglob("*") if p.is_file())
+    assert len(files) > 2
+    for name in files:
+        assert (tmp_path / "threads" / name).read_bytes() == (tmp_path / "dask" / name).read_bytes(), name

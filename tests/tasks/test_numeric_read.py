@@ -94,3 +94,43 @@ def test_label_counts_of_a_row_group_are_numpys_unique(dtype, raw, squeeze):
     want_values, want_counts = np.unique(y, return_counts=True)
     assert values.tolist() == want_values.tolist()
     assert counts.tolist() == want_counts.tolist()
+
+
+@pytest.mark.parametrize("weights,cv,nulls", [(False, None, False), (True, 3, False), (False, 5, True)])
+def test_learner_part_of_a_numeric_table_is_the_pandas_paths(tmp_path, monkeypatch, weights, cv, nulls):
+    """A learner's features encoded from Arrow (FeatureEncoder.transform_arrow: float32 and integer
+    columns, missing values filled as through pandas) are the pandas path's arrays, bit for bit; a
+    string column or a missing target still goes through pandas."""
+    import pandas as pd
+
+    from calengine.plan.features import FeatureEncoder
+
+    rng = np.random.default_rng(4)
+    n = 900
+    a = rng.normal(size=n).astype(np.float32)
+    cols = {"a": pa.array(a, mask=(np.arange(n) % 11 == 2) if nulls else None), "b": rng.integers(-5, 5, size=n),
+            "y": (rng.random(n) < 0.3).astype(np.int8)}
+    if weights:
+        cols["w"] = rng.integers(0, 3, size=n).astype(np.float64)
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=200)
+    frs = describe_files([str(path)], str(tmp_path), list(cols), 400).fragments
+    encoder = FeatureEncoder().fit(pd.read_parquet(path)[["a", "b"]])
+    enc = pt.Encoding(encoder, LabelSpace.from_values([0, 1], "y"), "y", "w" if weights else None)
+    plan = pt.FoldPlan(cv, 0)
+    calls = []
+    real = pt._load_numeric_part
+    monkeypatch.setattr(pt, "_load_numeric_part", lambda *args: calls.append(real(*args)) or calls[-1])
+    fast = [pt.load_part(fr, enc, plan, with_keys=True, order="F") for fr in frs]
+    assert calls and all(c is not None for c in calls)
+    monkeypatch.setattr(pt, "_load_numeric_part", lambda *a: None)
+    slow = [pt.load_part(fr, enc, plan, with_keys=True, order="F") for fr in frs]
+    for x_part, z_part in zip(fast, slow):
+        for name in ("X", "y", "folds", "keys", "w"):
+            x, z = getattr(x_part, name), getattr(z_part, name)
+            assert (x is None) == (z is None), name
+            if x is not None:
+                assert x.dtype == z.dtype and x.tobytes(order="A") == z.tobytes(order="A"), name
+                assert x.flags["F_CONTIGUOUS"] == z.flags["F_CONTIGUOUS"], name
+    strings = FeatureEncoder().fit(pd.DataFrame({"a": ["u", "v"], "b": [1, 2]}))
+    assert real(frs[0], pt.Encoding(strings, enc.labels, "y", None), plan, ["a", "b", "y"], False, "F", False) is None

@@ -102,7 +102,6 @@ def fit_mcgrad_table(client, spec, config, progress, plugins, plan_table, fit_ta
     from ..segments import check_segment_columns, too_many, count_segments
 
     by, params = check_mcgrad(spec, config, plugins)
-    spec = replace(spec, by=by)
     check_segment_columns(spec, by)
     base_spec = replace(spec, by=None)
     ctx = plan_table(client, base_spec, progress)

@@ -608,3 +608,29 @@ def test_gaussian_nb_blocked_scores_equal_scikit_learns_predict_proba(k):
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         learner.score(bad)
+
+
+def test_checked_array_is_check_array_without_importing_it_for_plain_arrays():
+    """The learners' input check gives check_array's result on what the engine hands them (2-D finite
+    NumPy numbers, no copy of float64) and leaves everything else to check_array, messages included."""
+    from sklearn.utils import check_array
+
+    from calengine_builtins.learners._common import checked_array
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3))
+    assert checked_array(X, accept_sparse=False) is X
+    for good in (X.astype(np.float32), rng.integers(0, 5, size=(7, 2)), np.asfortranarray(X), X[::2]):
+        out = checked_array(good, accept_sparse=False)
+        ref = check_array(good, accept_sparse=False, dtype=np.float64)
+        assert out.dtype == ref.dtype and out.flags["C_CONTIGUOUS"] == ref.flags["C_CONTIGUOUS"]
+        np.testing.assert_array_equal(out, ref)
+    assert checked_array(np.empty((0, 3)), accept_sparse=False, ensure_min_samples=0).shape == (0, 3)
+    big = np.full((4, 2), 1e308)  # finite values whose sum overflows: check_array looks at each
+    np.testing.assert_array_equal(checked_array(big, accept_sparse=False), big)
+    for bad, message in ((np.where(X > 1, np.nan, X), "NaN"), (np.where(X > 1, np.inf, X), "infinity"),
+                         (X[:, 0], "Expected 2D array"), (np.empty((0, 3)), "0 sample")):
+        with pytest.raises(ValueError, match=message):
+            check_array(bad, accept_sparse=False, dtype=np.float64)
+        with pytest.raises(ValueError, match=message):
+            checked_array(bad, accept_sparse=False)

@@ -41,6 +41,9 @@ class _ArrayState:
         return spec(est) if callable(spec) else spec
 
     def to_state(self) -> dict[str, Any]:
+        d = self.__dict__
+        if d.get("_state_is_fitted") and "_pending_state" in d:  # fitted as arrays, never built
+            return {k: v.item() if isinstance(v, np.generic) else v for k, v in d["_pending_state"].items()}
         est = self.estimator_
         steps = dict(est.steps) if hasattr(est, "steps") else {"": est}
         state: dict[str, Any] = {"n_classes": self.n_classes_, "sparse_input": _built_for_sparse(est)}
@@ -62,12 +65,22 @@ class _ArrayState:
         if self._defers(state):
             # build the scikit-learn estimator when something first needs it (see estimator_)
             self.__dict__.pop("_estimator", None)
+            self.__dict__.pop("_state_is_fitted", None)
             self.__dict__["_pending_state"] = dict(state)
             self.n_classes_ = int(state["n_classes"])
             return self
         self.estimator_ = self._restore(state)
         self.n_classes_ = int(state["n_classes"])
         return self
+
+    def defer_state(self, state: dict[str, Any]) -> None:
+        """Hold a fit's result as ``state`` (what :meth:`to_state` of the built estimator returns, but
+        NumPy scalars as the estimator holds them), building the scikit-learn estimator only when something first needs it (see
+        :attr:`estimator_`): a learner fitted from statistics and scored from its arrays never does."""
+        d = self.__dict__
+        d.pop("_estimator", None)
+        d["_pending_state"] = state
+        d["_state_is_fitted"] = True
 
     def _defers(self, state: dict[str, Any]) -> bool:
         """Whether ``state`` can wait unbuilt (checked now, raising ``ValueError`` as ``_restore``

@@ -22,16 +22,35 @@ def _no_weights_error(name: str) -> ParameterError:
     )
 
 
+def checked_array(X, *, accept_sparse, ensure_min_samples: int = 1):
+    """``sklearn.utils.check_array(X, accept_sparse=..., dtype=np.float64, ensure_min_samples=...)``,
+    without importing scikit-learn for what the engine hands a learner: a 2-D NumPy array of numbers,
+    every value finite, at least ``ensure_min_samples`` rows and one column.  That is returned as
+    float64 (no copy when it is float64 already); anything else (sparse matrices, frames, lists, NaN,
+    infinities, empty or 1-D input) goes to ``check_array`` itself, so its result and its error
+    messages are scikit-learn's.  Importing scikit-learn took 0.9-2 s of a 5 s fit of a 32,561-row
+    table whose learner (naive Bayes from statistics) never calls it."""
+    if (isinstance(X, np.ndarray) and X.ndim == 2 and X.dtype.kind in "fiu"
+            and X.shape[0] >= ensure_min_samples and X.shape[1] >= 1):
+        out = np.asarray(X, dtype=np.float64)
+        # one sum finds a NaN or an infinity (as check_array's own first test); a sum that overflows
+        # on finite values goes to check_array, which looks at every value
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(out.sum()):
+                return out
+    from sklearn.utils import check_array
+
+    return check_array(X, accept_sparse=accept_sparse, dtype=np.float64, ensure_min_samples=ensure_min_samples)
+
+
 def _check_input(learner, X, *, n_features: int | None = None):
     """Validate ``X`` for ``learner``: CSR only when the learner supports it, float64, 2-D, finite.
 
     Returns the validated matrix.  Raises :class:`DataError` for sparse input to a dense-only learner
     and for a column count that differs from the one seen in ``fit``.
     """
-    from sklearn.utils import check_array
-
     reject_sparse(learner, X)
-    X = check_array(X, accept_sparse="csr" if learner.accepts_sparse else False, dtype=np.float64)
+    X = checked_array(X, accept_sparse="csr" if learner.accepts_sparse else False)
     if n_features is not None and X.shape[1] != n_features:
         raise DataError(
             f"learner '{learner.name}' was fitted on {n_features} features but got {X.shape[1]}; "

@@ -15,19 +15,15 @@ import numpy as np
 from calengine.base import is_sparse
 from calengine.errors import DataError
 
-from ._common import _integral, _labels_of, _parse_positive_int, _reject_sparse
+from ._common import checked_array, _integral, _labels_of, _parse_positive_int, _reject_sparse
 
 
 def _stats_input(learner, X, y, sample_weight, n_classes):
     """Validate one piece for ``partial_stats``: like ``fit``, except that zero rows and missing classes
     are allowed and weights may sum to zero.  Returns ``(X, y, w, k)`` with ``w`` all ones if unweighted.
     """
-    from sklearn.utils import check_array
-
     _reject_sparse(learner, X)
-    X = check_array(
-        X, accept_sparse="csr" if learner.accepts_sparse else False, dtype=np.float64, ensure_min_samples=0
-    )
+    X = checked_array(X, accept_sparse="csr" if learner.accepts_sparse else False, ensure_min_samples=0)
     k = _parse_positive_int(n_classes, "n_classes")
     n = X.shape[0]
     y = _labels_of(y, n)
