@@ -25,11 +25,12 @@ of the calengine model itself (read back from ``score``'s output) and its quanti
 threshold in the conformal model's layer, bit for bit (``same threshold``).
 
     python benchmarks/bench_conformal.py --rows-list 1000000,10000000 --repeats 3
-    python benchmarks/bench_conformal.py --rows-list 10000000,100000000 --repeats 1
+    python benchmarks/bench_conformal.py --rows-list 1000000,10000000,100000000 --repeats 2 --max-repeat-rows 10000000
 
-Targets (issue 40): at 10M, conformal and score --sets each at most 0.5x MAPIE's wall (read included);
-the client under 1 GiB; every process's peak flat (within 20 %) from 10M to 100M rows.  Writes
-``results/conformal.{md,json}`` after every size.
+Targets (issue 40): at 10M, conformal at most 0.5x MAPIE's wall (its read included: the MAPIE process's
+wall without its predict_set), score --sets within 1.3x of score; the client under 1 GiB; every process's
+peak flat (within 20 %) from 10M to 100M rows.  Writes ``results/conformal.{md,json}`` (the page in the
+shape of every result page: command, commit, machine, baselines of the same run) after every size.
 """
 
 from __future__ import annotations
@@ -202,7 +203,8 @@ def measure(args, rows: int, model: Path, table: Path, work: Path) -> dict:
     commands = [("conformal", conformal), ("score", score), ("sets", sets)]
     if rows > args.score_max_rows:  # the plain score is the baseline of score --sets' ratio, taken up to there
         commands = [c for c in commands if c[0] != "score"]
-    for _ in range(args.repeats):  # interleaved: the machine's load drifts alike over all of them
+    repeats = args.repeats if rows <= args.max_repeat_rows else 1
+    for _ in range(repeats):  # interleaved: the machine's load drifts alike over all of them
         for name, cmd in commands:
             shutil.rmtree(out_dir / "scored", ignore_errors=True)
             shutil.rmtree(out_dir / "sets", ignore_errors=True)
@@ -214,7 +216,7 @@ def measure(args, rows: int, model: Path, table: Path, work: Path) -> dict:
     result = {"rows": rows, **{k: _median_run(v) for k, v in runs.items()}}
     if rows <= args.mapie_max_rows:
         mapie = []
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             r = C.run_measured([sys.executable, "-P", "-c", MAPIE, str(table), str(args.alpha), args.score, str(K)],
                                timeout=14400)
             if r.returncode != 0:
@@ -237,11 +239,15 @@ def measure(args, rows: int, model: Path, table: Path, work: Path) -> dict:
     return result
 
 
-def markdown(args, results: list) -> str:
-    def peak(d, key):
-        return f"{d[key]['client_mib']:.0f}" if key in d else "-"
+def _ratio(a, b) -> str:
+    return C.fmt(C.ratio(a, b))
 
-    heads = ["rows", "what", "wall s", "CPU s", "client MiB", "scheduler MiB", "workers MiB"]
+
+def markdown(args, results: list, env: dict) -> str:
+    """The page in the one-page-per-benchmark shape (:func:`_common.as_result_page` adds the command,
+    commit and machine lines): the headline table, the ratios against the baselines of the same run,
+    the thresholds compared, the peaks' growth with the size."""
+    heads = ["rows", "what", "runs", "wall s (median)", "CPU s (median)", "client MiB", "scheduler MiB", "workers MiB"]
     rows = []
     for d in results:
         for key in ("conformal", "conformal --cluster", "score", "score --cluster", "sets", "sets --cluster", "mapie"):
@@ -250,79 +256,75 @@ def markdown(args, results: list) -> str:
             m = d[key]
             label = {"sets": "score --sets", "sets --cluster": "score --sets --cluster",
                      "mapie": "MAPIE (read + conformalize + predict_set)"}.get(key, key)
-            rows.append([f"{d['rows']:,}", label, C.fmt(m["wall_s"]), C.fmt(m["cpu_s"]), f"{m['client_mib']:.0f}",
-                         f"{m['scheduler_mib']:.0f}" if "scheduler_mib" in m else "-",
+            rows.append([f"{d['rows']:,}", label, str(len(m["runs"])), C.fmt(m["wall_s"]), C.fmt(m["cpu_s"]),
+                         f"{m['client_mib']:.0f}", f"{m['scheduler_mib']:.0f}" if "scheduler_mib" in m else "-",
                          " / ".join(f"{w:.0f}" for w in m.get("workers_mib", [])) or "-"])
     ratios = []
     for d in results:
-        if "score" not in d:
-            continue
-        line = [f"{d['rows']:,}: score --sets / score {C.fmt(C.ratio(d['sets']['wall_s'], d['score']['wall_s']))}"
-                f" (CPU {C.fmt(C.ratio(d['sets']['cpu_s'], d['score']['cpu_s']))})"]
+        line = []
+        if "score" in d:
+            line.append(f"score --sets / score {_ratio(d['sets']['wall_s'], d['score']['wall_s'])} (CPU"
+                        f" {_ratio(d['sets']['cpu_s'], d['score']['cpu_s'])})")
+            if "sets --cluster" in d and "score --cluster" in d:
+                line.append(f"with --cluster {_ratio(d['sets --cluster']['wall_s'], d['score --cluster']['wall_s'])}")
         if "mapie" in d:
             mp = d["mapie"]
-            line.append(f"conformal / MAPIE {C.fmt(C.ratio(d['conformal']['wall_s'], mp['wall_s']))},"
-                        f" score --sets / MAPIE {C.fmt(C.ratio(d['sets']['wall_s'], mp['wall_s']))}"
-                        f" (MAPIE read {C.fmt(mp['read_s'])} s, conformalize {C.fmt(mp['conformalize_s'])} s,"
-                        f" predict_set {C.fmt(mp['predict_set_s'])} s)")
+            # MAPIE's process without its predict_set: imports, the read and conformalize, as calengine
+            # conformal's process is imports, the read and the thresholds (and the other way for score --sets)
+            conf_wall = mp["wall_s"] - mp["predict_set_s"]
+            pred_wall = mp["wall_s"] - mp["conformalize_s"]
+            line.append(f"conformal / MAPIE's read + conformalize {_ratio(d['conformal']['wall_s'], conf_wall)}"
+                        f" ({C.fmt(d['conformal']['wall_s'])} s against {C.fmt(conf_wall)} s)")
+            line.append(f"score --sets / MAPIE's read + predict_set {_ratio(d['sets']['wall_s'], pred_wall)}")
+            line.append(f"MAPIE's read {C.fmt(mp['read_s'])} s, conformalize {C.fmt(mp['conformalize_s'])} s,"
+                        f" predict_set {C.fmt(mp['predict_set_s'])} s")
             th = d["threshold"]
-            line.append(f"same threshold as MAPIE on the model's probabilities: {'yes' if th['same'] else '**no**'}"
-                        f" ({th['calengine']!r})")
-        ratios.append("; ".join(line))
+            line.append("MAPIE's quantile on the calengine model's probabilities is the layer's threshold, bit for"
+                        f" bit: {'yes' if th['same'] else '**no**'} ({th['calengine']!r})")
+        if line:
+            ratios.append(f"- {d['rows']:,} rows: " + "; ".join(line))
     growth = []
-    big = [d for d in results if d["rows"] >= 10_000_000]
-    if len(big) > 1:
-        a, b = big[0], big[-1]
+    for a, b in zip(results, results[1:]):
         for key in [k for k in ("conformal", "sets", "conformal --cluster", "sets --cluster") if k in a and k in b]:
             parts = [f"client {100 * (b[key]['client_mib'] / a[key]['client_mib'] - 1):+.0f} %"]
             if "scheduler_mib" in a[key]:
                 parts.append(f"scheduler {100 * (b[key]['scheduler_mib'] / a[key]['scheduler_mib'] - 1):+.0f} %")
                 parts.append("workers " + " / ".join(f"{100 * (y / x - 1):+.0f} %" for x, y in
                                                      zip(a[key]["workers_mib"], b[key]["workers_mib"])))
-            growth.append(f"- {key}, {a['rows']:,} → {b['rows']:,} rows: " + ", ".join(parts))
+            label = {"sets": "score --sets", "sets --cluster": "score --sets --cluster"}.get(key, key)
+            growth.append(f"- {label}, {a['rows']:,} → {b['rows']:,} rows: " + ", ".join(parts))
     return "\n".join([
         "# Conformal prediction sets at scale: `calengine conformal` and `score --sets` beside MAPIE",
         "",
-        f"Command: `{_command()}`.  Tables of a generated 10-class logit model (`gen_logits_table.py`,"
-        f" float32 logits, files of {args.rows_per_file:,} rows); the model: `calengine fit --scores z_0,...,z_9"
-        f" --score-kind logit --method temperature` on 100,000 other rows; `--score {args.score} --alpha"
-        f" {args.alpha}`.  Embedded: one process (a thread per core).  Cluster: a fresh `dask scheduler` and"
-        f" {args.workers} `dask worker` processes (1 thread, `--memory-limit {args.worker_memory}`) on 127.0.0.1 per run."
-        f"  MAPIE 1.6: one process reading the same files (pyarrow), `SplitConformalClassifier` (prefit, the"
-        f" softmax of the logits) `conformalize` then `predict_set` on the same rows.  Medians of {args.repeats}"
-        " interleaved runs; peaks are the largest of the runs (RSS sampled and VmHWM).",
+        "The data: generated tables of a 10-class logit model (`gen_logits_table.py`: float32 logits, files of"
+        f" {args.rows_per_file:,} rows); the model: `calengine fit --scores z_0,...,z_9 --score-kind logit --method"
+        f" temperature` on 100,000 other rows; `conformal --score {args.score} --alpha {args.alpha}` on every row of"
+        " the table, then `score --sets` of the same rows.  Embedded: one process (a thread per core).  `--cluster`:"
+        f" a fresh `dask scheduler` and {args.workers} `dask worker` processes (1 thread, `--memory-limit"
+        f" {args.worker_memory}`) on 127.0.0.1 per run.  Wall and CPU seconds of the launched process, launch to"
+        " exit (imports included); medians of the runs counted in the table, interleaved; peak RSS per process,"
+        " the largest over the runs (sampled, and VmHWM).",
         "",
-        C.markdown_table(heads, rows, ["r", "l", "r", "r", "r", "r", "r"]),
+        "Baselines, in the same run: plain `calengine score` of the model without the layer (the throughput"
+        f" `score --sets` is held to; up to {args.score_max_rows:,} rows), and MAPIE"
+        f" {env['packages'].get('mapie', '')} in one process (up to {args.mapie_max_rows:,} rows, what this machine"
+        " holds): it reads the same Parquet files with pyarrow into float64, then runs `SplitConformalClassifier`"
+        " (prefit, its classifier the softmax of the logits, the same score and alpha) `conformalize` and"
+        " `predict_set` on the same rows; its wall includes the read, and each step's seconds are reported apart.",
         "",
-        "Ratios (wall): " if ratios else "",
-        *[f"- {r}" for r in ratios],
+        C.markdown_table(heads, rows, ["r", "l", "r", "r", "r", "r", "r", "r"]),
         "",
-        *(["Peak growth:", *growth, ""] if growth else []),
-        _machine_words(),
+        "<!-- --8<-- [start:ratios] -->",  # the section docs/guide/conformal.md includes
+        *(["Ratios (wall, medians of this run):", "", *ratios, ""] if ratios else []),
+        *(["Peak growth with the size:", "", *growth, ""] if growth else []),
+        "<!-- --8<-- [end:ratios] -->",
         "",
-        C.machine_line(REPO_ROOT),
+        f"The load when the run started was {env['load']['load1']:.1f} on {env['machine'].get('cpu_affinity')}"
+        " cores (other jobs shared the machine): compare the ratios of one run, not its seconds with another"
+        " run's.",
+        "",
+        *C.environment_markdown(env),
     ])
-
-
-def _command() -> str:
-    """The command as typed, the values of ``--work-dir`` and ``--results-dir`` (paths of this machine) shown as
-    ``DIR``."""
-    import shlex
-
-    argv, out = sys.argv[1:], [Path(sys.argv[0]).name]
-    for i, a in enumerate(argv):
-        out.append("DIR" if i and argv[i - 1] in ("--work-dir", "--results-dir") else a)
-    return shlex.join(out)
-
-
-def _machine_words() -> str:
-    """The machine in one sentence (the page's last line has the details)."""
-    m = C.machine_info()
-    load = C.load_snapshot()
-    return (f"Machine: a {m.get('cpus_logical')}-core {m.get('cpu_model', 'x86_64')} virtual machine with"
-            f" {m.get('memory_total_gib', 0):.0f} GiB of memory, shared with other jobs (load average"
-            f" {load.get('load1', 0):.1f} on its {m.get('cpus_logical')} cores when the last size started): compare"
-            " the ratios of one run, not its seconds with another run's.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", default="/tmp/calengine-bench/conformal")
     ap.add_argument("--results-dir", default=str(HERE / "results"))
     ap.add_argument("--name", default="conformal")
+    ap.add_argument("--max-repeat-rows", type=int, default=10_000_000,
+                    help="sizes above this many rows run once (a 100M-row run takes minutes per command)")
     ap.add_argument("--no-write", dest="write", action="store_false")
     args = ap.parse_args(argv)
+    env = C.environment(REPO_ROOT, ["mapie", "pyarrow", "dask", "distributed"])
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     fit_table = work / "fit-100000"
@@ -361,7 +366,11 @@ def main(argv: list[str] | None = None) -> int:
         L.ensure_logits_table(table, L.LogitsSpec(rows, K, seed=0), files=max(1, -(-rows // args.rows_per_file)),
                               quiet=True)
         results.append(measure(args, rows, model, table, work))
-        C.publish(markdown(args, results), results, args.name, args.results_dir, write=args.write)
+        page = markdown(args, results, env)
+        print(page)
+        if args.write:  # after every size: a long run's first sizes survive its end
+            for path in C.write_results(args.results_dir, args.name, {"environment": env, "results": results}, page):
+                print(f"wrote {path}")
     return 0
 
 

@@ -11,12 +11,6 @@ import sys
 
 from . import options
 
-#: the flags the Python API's parameter names become in this command's messages
-FLAGS = {"alpha": "--alpha", "score": "--score", "mondrian": "--mondrian", "weight": "--weight", "seed": "--seed",
-         "randomized": "--no-randomize", "raps_lambda": "--raps-lambda", "raps_k_reg": "--raps-k-reg",
-         "target": "--target", "max_segments": "--max-segments"}
-
-
 def add_parser(sub) -> None:
     from ..runtime import run_log
 
@@ -67,7 +61,7 @@ def run(args) -> int:
     from ..plugins.loading import model_requirements
 
     opts = check_options(args.target, args.alpha, args.score, args.mondrian, args.weight, args.randomize, args.seed,
-                         args.raps_lambda, args.raps_k_reg, args.max_segments, names=FLAGS)
+                         args.raps_lambda, args.raps_k_reg, args.max_segments)
     out = options.check_model_output(args.output, args.overwrite)
     model = load_model(args.model, trust=tuple(args.trust_type or ()))
     parent = parent_record(args.model)
@@ -75,7 +69,7 @@ def run(args) -> int:
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [opts.target] + list(opts.by)
                                  + ([opts.weight] if opts.weight else [])))
     check_columns(files, columns)  # from the footers, before a cluster starts
-    with options.client(args, *model_requirements([model]), map_only=True) as client:
+    with options.client(args, *model_requirements([model]), map_only=True, keep_heap=True) as client:
         new_model, info = conformalize_with_lineage(client, model, parent, files, opts,
                                                     command=["calengine", "conformal", *_argv(args)],
                                                     progress=options.progress(args))

@@ -29,6 +29,7 @@ PARAMETER_DEST = {
     "combiner_params": "combiner_param",
     "text_columns": "text_column",
     "trust": "trust_type",
+    "randomized": "randomize",  # conformal's --no-randomize
 }
 
 

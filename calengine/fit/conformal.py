@@ -116,9 +116,9 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
                                    DEFAULT_RAPS_K_REG if raps_k_reg is None else raps_k_reg,
                                        names["raps_lambda"], names["raps_k_reg"])
     elif raps_lambda is not None or raps_k_reg is not None:
-        given = names["raps_lambda"] if raps_lambda is not None else names["raps_k_reg"]
-        raise ParameterError(f"{given} applies to the raps score; add {names['score']} raps or drop it",
-                             parameter="raps_lambda" if raps_lambda is not None else "raps_k_reg")
+        key = "raps_lambda" if raps_lambda is not None else "raps_k_reg"
+        raise ParameterError(f"{names[key]} is a parameter of RAPS' penalty: add {names['score']}='raps' or drop"
+                             f" {names[key]}", parameter=(key, "score"))
     from ..metrics.segments import DEFAULT_MAX_SEGMENTS, MAX_SEGMENTS_LIMIT, check_segment_options
 
     max_segments = DEFAULT_MAX_SEGMENTS if max_segments is None else max_segments
@@ -134,7 +134,7 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
                 by = check_segment_options(mondrian, max_segments)
             except ParameterError:
                 raise ParameterError(f"{names['mondrian']} takes 'class' or segment columns separated by commas,"
-                                     f" got {mondrian!r}; e.g. {names['mondrian']} country,device",
+                                     f" got {mondrian!r}; e.g. {names['mondrian']}='country,device'",
                                      parameter="mondrian") from None
             kind = "segments"
     if weight is not None and (not isinstance(weight, str) or not weight):
@@ -145,8 +145,8 @@ def check_options(target, alpha, score="lac", mondrian=None, weight=None, random
                              f" '{target}'; give another column",
                              parameter=("weight" if weight == target else "mondrian"))
     if weight is not None and weight in by:
-        raise ParameterError(f"{names['weight']} '{weight}' is also a {names['mondrian']} column; give another column",
-                             parameter="weight")
+        raise ParameterError(f"{names['weight']}={weight!r} is also a {names['mondrian']} column; give another column",
+                             parameter=("weight", "mondrian"))
     return ConformalOptions(target=target, alpha=alpha, score=score, mondrian=kind, by=by, weight=weight,
                             randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg, max_segments=max_segments,
                             names=tuple(sorted(names.items())))
@@ -184,7 +184,7 @@ def _global_groups(opts: ConformalOptions, infos, n_classes: int):
         raise DataError(
             f"{opts.given('mondrian', ','.join(opts.by))} makes more than {opts.max_segments} segments ({len(keys)});"
             " use columns with fewer values (e.g. an age band rather than the age) or raise"
-            f" {opts.name('max_segments')} (at most 20000)"
+            f" {opts.name('max_segments')} (at most 20000)", parameter=("mondrian", "max_segments")
         )
     index = {k: 1 + j for j, k in enumerate(keys)}
     G = 1 + len(keys)
@@ -294,7 +294,7 @@ def conformalize_arrays(model, X, y, opts: ConformalOptions, weights=None, frame
     """:func:`conformalize_table` of rows held in memory: ``X`` encoded as the model reads it, ``y`` class
     indices, ``weights`` the weight column's values, ``frame`` the rows' DataFrame (segment columns).
     One block, the same selection, so the same thresholds as the table path on the same rows."""
-    from ..model.conformal import checked_weights
+    from ..reductions.column_stats import checked_weights
     from ..scores.conformal import CalibrationBlock, block_info, query_block
 
     k = model.n_classes
@@ -309,7 +309,8 @@ def conformalize_arrays(model, X, y, opts: ConformalOptions, weights=None, frame
         from ..model.segmented import segment_codes
 
         if frame is None or any(c not in frame.columns for c in opts.by):
-            raise DataError(f"{opts.name('mondrian')} {','.join(opts.by)} needs those columns in X (a DataFrame)")
+            raise DataError(f"{opts.given('mondrian', ','.join(opts.by))} needs those columns in X (a DataFrame)",
+                            parameter="mondrian")
         keys, codes = segment_codes(frame, opts.by)
         seg = codes >= 0
         scores = np.concatenate([V, V[seg]])
@@ -338,8 +339,8 @@ def _spec(opts: ConformalOptions):
 
 def _check_weight_column(model, opts: ConformalOptions) -> None:
     if opts.weight is not None and model.encoder is not None and opts.weight in model.encoder.input_columns:
-        raise DataError(f"{opts.name('weight')} {opts.weight} is a column the model reads; give a column of weights"
-                        " (w(x), the likelihood ratio of test to calibration rows)")
+        raise DataError(f"{opts.given('weight', opts.weight)} is a column the model reads; give a column of weights"
+                        " (w(x), the likelihood ratio of test to calibration rows)", parameter="weight")
 
 
 def _solve(model, opts: ConformalOptions, infos: list, n_rows: int, ask_factory) -> tuple[Any, dict]:
@@ -356,7 +357,7 @@ def _solve(model, opts: ConformalOptions, infos: list, n_rows: int, ask_factory)
     class_counts = np.sum([i[3] for i in infos], axis=0)
     if opts.weight is not None and n_rows - missing > 0 and not sum(i[5] for i in infos) > 0:
         raise DataError(f"every row of {opts.name('weight')} column '{opts.weight}' is 0; weighted conformal"
-                        " needs rows of positive weight")
+                        " needs rows of positive weight", parameter="weight")
     if rows == 0:
         raise DataError(f"the calibration table has no labelled rows (target '{opts.target}' is missing on"
                         f" all {missing} rows); conformal calibration needs labelled rows")
@@ -390,7 +391,8 @@ def _solve(model, opts: ConformalOptions, infos: list, n_rows: int, ask_factory)
     by_group: dict[int, dict[int, tuple]] = {}
     for (g, j), hit in zip(per_target, found):
         if hit is None:  # cannot happen for groups of `own` (tau <= total): the checks above refuse those
-            raise DataError(f"calibration group {g} has no finite threshold at alpha {opts.alpha}")
+            raise DataError(f"calibration group {g} has no finite threshold at {opts.given('alpha', opts.alpha)}",
+                            parameter="alpha")
         by_group.setdefault(g, {})[j] = hit
     L = max((len(v) for v in by_group.values()), default=1)
     if opts.mondrian == "segments":
@@ -450,17 +452,20 @@ def _check_rows(opts: ConformalOptions, rows: int, class_counts: np.ndarray, mod
             if absent:
                 raise DataError(
                     f"{mondrian} needs calibration rows of every class, and class {absent[0]} has none"
-                    f" (classes: {', '.join(map(str, model.labels.classes))}); add rows of it, or drop {mondrian}"
+                    f" (classes: {', '.join(map(str, model.labels.classes))}); add rows of it, or drop {mondrian}",
+                    parameter="mondrian",
                 )
             c, n = short[0]
             raise DataError(
                 f"{mondrian}: class {c} has {n} calibration rows, too few for {alpha} (its threshold would be"
-                f" infinite); each class needs at least {need} rows, or use a larger {opts.name('alpha')}"
+                f" infinite); each class needs at least {need} rows, or use a larger {opts.name('alpha')}",
+                parameter=("mondrian", "alpha"),
             )
     if rows < need:
         raise DataError(
             f"{rows} calibration rows are too few for {alpha}: the threshold would be infinite (every set would"
-            f" hold every class); at least {need} rows are needed, or use a larger {opts.name('alpha')}"
+            f" hold every class); at least {need} rows are needed, or use a larger {opts.name('alpha')}",
+            parameter="alpha",
         )
 
 

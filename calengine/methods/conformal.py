@@ -199,8 +199,11 @@ def class_scores(P, score: str, u=None, lam: float = 0.0, k_reg: int = 0) -> np.
 def true_scores(P, y, score: str, u=None, lam: float = 0.0, k_reg: int = 0) -> np.ndarray:
     """``V(x_i, y_i)`` of calibration rows (``y``: class indices): the same numbers as
     :func:`class_scores` at the true class, bit for bit."""
-    V = class_scores(P, score, u, lam, k_reg)
     y = np.asarray(y, dtype=np.intp)
+    if check_score(score) == "lac":  # 1 - p_y: the one entry of class_scores a row needs, not its k
+        P = _check_probabilities(P)
+        return 1.0 - P[np.arange(P.shape[0]), y]
+    V = class_scores(P, score, u, lam, k_reg)
     return V[np.arange(V.shape[0]), y]
 
 

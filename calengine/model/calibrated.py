@@ -166,13 +166,25 @@ class Member:
                 S[:, cols] = as_columns(scores_of(learner, X))
         return S
 
+    def _direct_matrix_scores(self, X) -> np.ndarray | None:
+        """:func:`matrix_scores` of the member's scores straight from ``X`` when its one learner can give
+        them (a score-column model's logits: ``matrix_log_probabilities``), else None."""
+        if len(self.learners) != 1 or self.raw.score_kind != "logit":
+            return None
+        direct = getattr(self.learners[0], "matrix_log_probabilities", None)
+        return None if direct is None else direct(X)
+
     def column_probabilities(self, X, S: np.ndarray | None = None) -> np.ndarray:
-        S = self.scores(X) if S is None else S
         from ..plugins.batch_probe import check_rows_independent_once
 
+        Z = self._direct_matrix_scores(X) if S is None and self.scales_matrix else None
+        if Z is not None:
+            S = Z
+        else:
+            S = self.scores(X) if S is None else S
         if self.scales_matrix:
             cal = self.calibrators[0]
-            Z = matrix_scores(S, self.raw.score_kind)
+            Z = matrix_scores(S, self.raw.score_kind) if Z is None else Z
             with plugin_errors(cal, "predict"):
                 check_rows_independent_once(cal, cal.predict, Z, "predict")
                 R = np.asarray(cal.predict(Z), dtype=np.float64)
@@ -246,7 +258,8 @@ class CalibratedModel:
         by_group: dict[int, list[np.ndarray]] = {}
         for g, P in zip(groups, per_member):
             by_group.setdefault(g, []).append(P)
-        averaged = [np.mean(by_group[g], axis=0) for g in sorted(by_group)]
+        # the mean of one array is that array, bit for bit: not a stacked copy and a pass over it
+        averaged = [by_group[g][0] if len(by_group[g]) == 1 else np.mean(by_group[g], axis=0) for g in sorted(by_group)]
         if len(averaged) == 1:
             return self._population(averaged[0])
         from ..methods.combining import combine_posteriors

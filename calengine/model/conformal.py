@@ -35,9 +35,9 @@ import numpy as np
 
 from ..errors import DataError, ModelFormatError
 from ..methods import conformal as cf
+from ..reductions.column_stats import checked_weights
 
-__all__ = ["ConformalLayer", "ARRAYS_FILE", "MONDRIAN_KINDS", "MAX_LEVELS", "MAX_KNOTS", "set_columns",
-           "checked_weights"]
+__all__ = ["ConformalLayer", "ARRAYS_FILE", "MONDRIAN_KINDS", "MAX_LEVELS", "MAX_KNOTS", "set_columns"]
 
 #: the layer's array file in the model directory
 ARRAYS_FILE = "conformal.npz"
@@ -322,20 +322,6 @@ class ConformalLayer:
         return cls(score=score, alpha=float(alpha), thresholds=th, rows=rows, totals=totals, knot_values=kv,
                    knot_masses=km, knot_offsets=ko, randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg,
                    mondrian=mondrian, by=tuple(by), keys=[tuple(k) for k in keys], weight=weight, levels=levels)
-
-
-def checked_weights(values, name: str) -> np.ndarray:
-    """A weight column (a pandas Series) as float64: finite and >= 0, else one line naming the column
-    (calibration rows' weights in ``conformalize``, test rows' weights in scoring)."""
-    try:
-        w = values.to_numpy(dtype="float64", na_value=float("nan"))
-    except (TypeError, ValueError):
-        raise DataError(f"weight column '{name}' is not numeric ({values.dtype}); give weights >= 0") from None
-    if not np.all(np.isfinite(w)):
-        raise DataError(f"weight column '{name}' has missing or infinite values; give every row a finite weight >= 0")
-    if w.size and w.min() < 0:
-        raise DataError(f"weight column '{name}' has negative weights (min {w.min():g}); weights must be >= 0")
-    return w
 
 
 def set_columns(sets: np.ndarray, typed_classes: np.ndarray, class_names: list[str]) -> dict:

@@ -51,6 +51,28 @@ def weight_problem(w: np.ndarray) -> int | None:
     return int(np.argmax(bad))
 
 
+def checked_weights(values, name: str) -> np.ndarray:
+    """A weight column (a pandas Series) as float64, finite, >= 0 and at most :data:`MAX_WEIGHT`, else one
+    line naming the column (and the ``weight`` parameter, so the CLI names its ``--weight`` flag): the one
+    check of a weight column read from a table -- evaluate's and the posteriors' weights
+    (:func:`calengine.scores.table.weight_column`), conformal calibration's and its test rows'."""
+    try:
+        w = values.to_numpy(dtype="float64", na_value=float("nan"))
+    except (TypeError, ValueError):
+        raise DataError(f"weight column '{name}' is not numeric ({values.dtype}); pass a column of weights >= 0",
+                        parameter="weight") from None
+    if not np.all(np.isfinite(w)):
+        raise DataError(f"weight column '{name}' has missing or infinite values; give every row a finite weight"
+                        " >= 0", parameter="weight")
+    if w.size and w.min() < 0:
+        raise DataError(f"weight column '{name}' has negative weights (min {w.min():g}); weights must be >= 0",
+                        parameter="weight")
+    if w.size and w.max() > MAX_WEIGHT:  # the sums of weights and their products must stay finite
+        raise DataError(f"weight column '{name}' holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}:"
+                        " divide the column by a constant", parameter="weight")
+    return w
+
+
 def shown_weight(value: float) -> str:
     """A bad weight as a message shows it."""
     return "missing" if np.isnan(value) else f"{value:g}"

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..methods import conformal as cf
-from ..model.conformal import checked_weights
 from ..reductions import selection as sel
 from ..runtime.heap import trims_heap
 
@@ -96,7 +95,7 @@ def calibration_chunk(model, chunk, spec: CalibrationSpec, batch_rows: int, scra
     """The chunk's :class:`CalibrationBlock` (runs in tasks): rows without a label are counted and
     left out, rows of weight 0 count for nothing, an unknown label or a bad weight is one line."""
     from ..model.segmented import segment_codes
-    from .table import batches
+    from .table import batches, weight_column
 
     k = model.n_classes
     columns = list(dict.fromkeys(list(model.encoder.input_columns) + [spec.target] + list(spec.by)
@@ -114,7 +113,7 @@ def calibration_chunk(model, chunk, spec: CalibrationSpec, batch_rows: int, scra
         if not len(df):
             continue
         y = model.labels.encode(df[spec.target])
-        w = checked_weights(df[spec.weight], spec.weight) if spec.weight else None
+        w = weight_column(df, spec.weight)
         X = model.encoder.transform(df, order="F")
         P = model.predict_proba_features(X)
         u = cf.row_uniforms(cf.row_hashes(X), spec.seed) if spec.randomized else None

@@ -423,27 +423,9 @@ def score_parquet(model, data, output, *, keep=(), intervals: bool = False, reje
 
 
 def weight_column(df, weight: str | None):
-    """The batch's weights as float64, or None; a weight column that is not numeric or has missing
-    values is one line naming it."""
+    """The batch's weights as float64 (:func:`calengine.reductions.column_stats.checked_weights`), or None."""
     if not weight:
         return None
-    import numpy as np
+    from ..reductions.column_stats import checked_weights
 
-    col = df[weight]
-    try:
-        w = col.to_numpy(dtype="float64", na_value=float("nan"))
-    except (TypeError, ValueError):
-        raise DataError(f"weight column '{weight}' is not numeric ({col.dtype}); pass a column of weights >= 0",
-                        parameter="weight") from None
-    if not np.all(np.isfinite(w)):
-        raise DataError(f"weight column '{weight}' has missing or infinite values; give every row a finite value"
-                        " >= 0", parameter="weight")
-    if w.size and w.min() < 0:
-        raise DataError(f"weight column '{weight}' has negative values (min {w.min():g}); they must be >= 0",
-                        parameter="weight")
-    from ..reductions.column_stats import MAX_WEIGHT
-
-    if w.size and w.max() > MAX_WEIGHT:  # the sums of weights and their products must stay finite
-        raise DataError(f"weight column '{weight}' holds {w.max():g}; weights must be at most {MAX_WEIGHT:g}:"
-                        " divide the column by a constant", parameter="weight")
-    return w
+    return checked_weights(df[weight], weight)

@@ -485,3 +485,36 @@ def test_one_vs_rest_log_odds_is_scipys_logsumexp_bit_for_bit(n, k, seed, spread
         others[:, j] = -np.inf
         want[:, j] = Z[:, j] - logsumexp(others, axis=1)
     assert np.array_equal(one_vs_rest_log_odds(Z), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(3, 20), st.integers(0, 2**31), st.sampled_from([1e-3, 1.0, 30.0, 800.0]),
+       st.booleans(), st.booleans())
+def test_matrix_log_probabilities_is_the_detour_through_one_vs_rest_log_odds(n, k, seed, spread, ties, fortran):
+    """What a multiclass scaling of a logit model reads, computed straight from the logits (the fast path
+    of scoring), is ``matrix_scores(one_vs_rest_log_odds(z))`` -- the detour fitting takes -- within a few
+    ulps of the log-probabilities, and the model's probabilities through either agree as closely (oracle:
+    SciPy's ``log_softmax``)."""
+    from scipy.special import log_softmax
+
+    from calengine.adapters.score_columns import ScoreColumns, one_vs_rest_log_odds
+    from calengine.model.calibrated import matrix_scores
+
+    Z = np.random.default_rng(seed).normal(size=(n, k)) * spread
+    if ties:
+        Z = np.round(Z, 0)
+        Z[:, -1] = Z[:, 0]
+    if fortran:
+        Z = np.asfortranarray(Z)
+    learner = ScoreColumns([f"z_{j}" for j in range(k)], "logit", k)
+    direct = learner.matrix_log_probabilities(Z)
+    detour = matrix_scores(one_vs_rest_log_odds(Z), "logit")
+    want = log_softmax(Z, axis=1)
+    tol = 8 * np.finfo(float).eps * np.maximum(1.0, np.abs(want))
+    assert np.all(np.abs(direct - want) <= tol)
+    assert np.all(np.abs(detour - want) <= 64 * tol)
+    soft = lambda L: np.exp(L - L.max(axis=1, keepdims=True)) / np.exp(L - L.max(axis=1, keepdims=True)).sum(  # noqa: E731
+        axis=1, keepdims=True)
+    assert np.allclose(soft(direct), soft(detour), rtol=1e-12, atol=1e-15)
+    assert ScoreColumns(["a", "b"], "logit", 2).matrix_log_probabilities(Z[:, :2]) is None  # two classes: one score
+    assert ScoreColumns(learner.columns, "decision", k).matrix_log_probabilities(Z) is None

@@ -115,7 +115,7 @@ def _conformal(models, tmp_path, *extra, data=PEN_TEST):
 @pytest.mark.parametrize("extra,fragments", [
     (["--alpha", "0"], ["--alpha must be in (0, 1)", "got 0.0"]),
     (["--alpha", "1.5"], ["--alpha must be in (0, 1)"]),
-    (["--alpha", "0.1", "--raps-lambda", "0.2"], ["--raps-lambda applies to the raps score"]),
+    (["--alpha", "0.1", "--raps-lambda", "0.2"], ["--raps-lambda is a parameter of RAPS' penalty: add --score raps or drop --raps-lambda"]),
     (["--alpha", "0.1", "--no-randomize"], ["--no-randomize applies to the aps and raps scores"]),
     (["--alpha", "0.1", "--score", "raps", "--raps-k-reg", "-2"], ["--raps-k-reg must be an integer >= 0"]),
     (["--alpha", "0.1", "--mondrian", "nope"], ["column 'nope'"]),

@@ -534,8 +534,10 @@ def test_bench_conformal_runs_small_and_matches_mapies_threshold(tmp_path):
     for key in ("conformal", "score", "sets", "mapie"):
         assert row[key]["wall_s"] > 0 and row[key]["client_mib"] > 0
     page = (tmp_path / "res" / "conformal.md").read_text()
-    assert "same threshold as MAPIE on the model's probabilities: yes" in page and "Machine: a " in page
-    assert "/tmp" not in page.split("Machine: a ")[0]
+    assert "is the layer's threshold, bit for bit: yes" in page and "**Machine**: a shared " in page
+    assert "**Command**: `python benchmarks/bench_conformal.py --rows-list 20000" in page and "**Commit**: " in page
+    assert "<!-- --8<-- [start:headline] -->" in page and "conformal / MAPIE's read + conformalize" in page
+    assert "/tmp" not in page and str(ROOT) not in page and "{'" not in page  # no paths, no raw dicts
 
 
 def test_bench_prior_shift_tiny(tmp_path):

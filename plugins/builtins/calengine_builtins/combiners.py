@@ -75,9 +75,13 @@ def _counts(counts, l: int) -> np.ndarray:
 
 def _to_simplex(P: np.ndarray) -> np.ndarray:
     """Clear round-off (tiny negatives), renormalise rows; a row with no mass becomes uniform."""
-    P = np.where(np.isfinite(P), np.maximum(P, 0.0), 0.0)
+    finite = np.isfinite(P).all()
+    P = np.maximum(P, 0.0) if finite else np.where(np.isfinite(P), np.maximum(P, 0.0), 0.0)
     s = P.sum(axis=1, keepdims=True)
     k = P.shape[1]
+    if s.size and s.min() > 0:  # every row has mass: the same bits as below, without three temporaries
+        P /= s
+        return P
     return np.where(s > 0, P / np.where(s > 0, s, 1.0), 1.0 / k)
 
 

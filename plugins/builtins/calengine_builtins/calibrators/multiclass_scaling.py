@@ -131,8 +131,10 @@ def log_scores(S: np.ndarray, kind: str) -> np.ndarray:
 
 def softmax(Z: np.ndarray) -> np.ndarray:
     """Row-wise softmax, stable (the row maximum is subtracted first)."""
-    E = np.exp(Z - Z.max(axis=1, keepdims=True))
-    return E / E.sum(axis=1, keepdims=True)
+    E = np.subtract(Z, Z.max(axis=1, keepdims=True))
+    np.exp(E, out=E)  # in place: the same numbers as exp(Z - max), one temporary fewer
+    E /= E.sum(axis=1, keepdims=True)
+    return E
 
 
 def _live(S, yi, w):
