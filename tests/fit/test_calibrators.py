@@ -31,7 +31,7 @@ def _data(seed=0):
     return s, y
 
 
-def _fit(client, method, s, y, n_blocks=7):
+def _fit(client, method, s, y, n_blocks=7, spill_dir=None):
     makes = []
     parts = np.array_split(np.arange(N), n_blocks)
 
@@ -46,17 +46,23 @@ def _fit(client, method, s, y, n_blocks=7):
     calibrator = registry.make("calibrators", method, {}, get_plugins())
     problems = calibration_problems(merged, calibrator)
     ctx = SimpleNamespace(memory_limit=MEMORY, n_rows=N)
-    (cal,) = fit_calibrators(RunContext(client), blocks, merged, problems, calibrator, "proba", ctx)
+    run = RunContext(client, spill_dir=None if spill_dir is None else str(spill_dir))
+    (cal,) = fit_calibrators(run, blocks, merged, problems, calibrator, "proba", ctx)
     return cal, blocks, makes, calibrator
 
 
-@pytest.mark.parametrize("method, released", [("isotonic", True), ("sigmoid", False)])
-def test_fit_calibrators_equals_the_in_memory_fit(method, released):
+@pytest.mark.parametrize("method, released, spilled", [("isotonic", True, False), ("isotonic", True, True),
+                                                       ("sigmoid", False, False)])
+def test_fit_calibrators_equals_the_in_memory_fit(method, released, spilled, tmp_path):
+    """With a spill directory the score ranges are cut into files (one per split task and problem,
+    calengine.tasks.spill) and the range tasks read their slices: the same fit."""
     from calengine.runtime.client import dask_client
 
     s, y = _data()
     with dask_client(None, workers=2) as client:
-        cal, blocks, makes, calibrator = _fit(client, method, s, y)
+        cal, blocks, makes, calibrator = _fit(client, method, s, y, spill_dir=tmp_path if spilled else None)
+    if spilled:
+        assert any(tmp_path.iterdir())  # the ranges went to disk
     oracle = fresh_copy(calibrator).fit(s, y, score_kind="proba")
     grid = np.linspace(0, 1, 1001)
     np.testing.assert_allclose(cal.predict(grid), oracle.predict(grid), rtol=0, atol=1e-9)
