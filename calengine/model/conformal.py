@@ -232,96 +232,122 @@ class ConformalLayer:
 
     @classmethod
     def from_parts(cls, desc: Any, arrays: dict[str, np.ndarray], n_classes: int) -> "ConformalLayer":
-        """The layer of a manifest's ``conformal`` object and its arrays, every field checked (untrusted input)."""
+        """The layer of a manifest's ``conformal`` object and its arrays, every field checked (untrusted
+        input): the score and its parameters, the groups, the thresholds (and weight levels), the
+        calibration counts and the p-value knots, in that order."""
         if not isinstance(desc, dict):
             raise _damaged("'conformal' is not an object")
-        score = desc.get("score")
-        if score not in cf.SCORES:
-            raise _damaged(f"unknown score {str(score)[:40]!r}")
-        alpha = desc.get("alpha")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-            raise _damaged("alpha is not a number in (0, 1)")
-        randomized = desc.get("randomized", False)
-        seed = desc.get("seed", 0)
-        if not isinstance(randomized, bool) or isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise _damaged("randomized or seed is malformed")
-        if randomized and score not in cf.RANDOMISABLE:
-            raise _damaged(f"score {score} has no randomised variant")
-        lam, k_reg = 0.0, 0
-        if score == "raps":
-            raps = desc.get("raps")
-            if not isinstance(raps, dict):
-                raise _damaged("raps parameters are missing")
-            try:
-                lam, k_reg = cf.check_raps(raps.get("lambda"), raps.get("k_reg"))
-            except Exception:  # noqa: BLE001 - a ParameterError of cf is damage here
-                raise _damaged("raps parameters are malformed") from None
-        mondrian = desc.get("mondrian", "none")
-        if mondrian not in MONDRIAN_KINDS:
-            raise _damaged(f"unknown mondrian kind {str(mondrian)[:40]!r}")
-        by, keys = (), []
-        if mondrian == "segments":
-            by, keys = desc.get("by"), desc.get("keys")
-            if not isinstance(by, list) or not by or not all(isinstance(c, str) and c for c in by) or len(set(by)) != len(by):
-                raise _damaged("'by' does not name distinct columns")
-            if not isinstance(keys, list) or len(keys) >= MAX_GROUPS or not all(
-                    isinstance(k, list) and len(k) == len(by) and all(isinstance(v, str) for v in k) for k in keys):
-                raise _damaged("segment keys are not one string per segment column")
-            if len({tuple(k) for k in keys}) != len(keys):
-                raise _damaged("a segment key repeats")
+        score, alpha, randomized, seed, lam, k_reg = _checked_score(desc)
+        mondrian, by, keys = _checked_groups(desc)
         weight = desc.get("weight")
         if weight is not None and (not isinstance(weight, str) or not weight):
             raise _damaged("'weight' is not a column name")
-        expected = {"none": 1, "class": n_classes, "segments": 1 + len(keys)}[mondrian]
-        if desc.get("groups") != expected:
-            raise _damaged(f"it holds {desc.get('groups')!r} groups where {expected} are expected")
-        G = expected
+        G = {"none": 1, "class": n_classes, "segments": 1 + len(keys)}[mondrian]
+        if desc.get("groups") != G:
+            raise _damaged(f"it holds {desc.get('groups')!r} groups where {G} are expected")
         need = {"thresholds", "rows", "totals", "knot_values", "knot_masses", "knot_offsets"} | ({"levels"} if weight else set())
         if set(arrays) != need:
             raise _damaged(f"its arrays are {sorted(arrays)}, not {sorted(need)}")
-        th = np.asarray(arrays["thresholds"])
-        L = th.shape[1] if th.ndim == 2 else 0
-        if th.dtype != np.float64 or th.ndim != 2 or th.shape[0] != G or not 1 <= L <= MAX_LEVELS \
-                or (not weight and L != 1):
-            raise _damaged("thresholds are not numbers, one per group (and level)")
-        levels = None
-        if not weight and not np.all(np.isfinite(th)):
-            raise _damaged("thresholds are not finite")
-        if weight:
-            levels = np.asarray(arrays["levels"])
-            if levels.dtype != np.float64 or levels.shape != th.shape:
-                raise _damaged("weight levels are not one per threshold")
-            pad = np.isposinf(levels)
-            real = ~pad
-            # levels: finite and increasing, then padded with +inf (threshold +inf) to the common length
-            if not (np.all(np.isfinite(levels[real])) and np.all(levels[real] >= 0) and np.all(real[:, 0])
-                    and np.all(np.diff(pad.astype(np.int8), axis=1) >= 0) and np.all(np.isposinf(th[pad]))
-                    and np.all(np.isfinite(th[real]))):
-                raise _damaged("weight levels are not finite weights >= 0 followed by infinite padding")
-            with np.errstate(invalid="ignore"):
-                steps_l, steps_t = np.diff(levels, axis=1), np.diff(th, axis=1)
-            both = real[:, 1:]
-            if np.any(steps_l[both] <= 0) or np.any(steps_t[both] < 0):
-                raise _damaged("weight levels are not increasing with non-decreasing thresholds")
-        rows, totals = np.asarray(arrays["rows"]), np.asarray(arrays["totals"])
-        if rows.dtype != np.int64 or rows.shape != (G,) or np.any(rows < 1):
-            raise _damaged("calibration rows are not a positive count per group")
-        if totals.dtype != np.float64 or totals.shape != (G,) or not np.all(np.isfinite(totals)) or np.any(totals <= 0):
-            raise _damaged("calibration totals are not a positive number per group")
-        kv, km, ko = (np.asarray(arrays[k]) for k in ("knot_values", "knot_masses", "knot_offsets"))
-        if ko.dtype != np.int64 or ko.shape != (G + 1,) or ko[0] != 0 or np.any(np.diff(ko) < 0) \
-                or kv.dtype != np.float64 or km.dtype != np.float64 or kv.ndim != 1 or kv.shape != km.shape \
-                or int(ko[-1]) != kv.shape[0] or kv.shape[0] > MAX_KNOTS:
-            raise _damaged("the p-value knots do not fit their offsets")
-        if not (np.all(np.isfinite(kv)) and np.all(np.isfinite(km))) or np.any(km < 0):
-            raise _damaged("the p-value knots are not finite")
-        for g in range(G):
-            a, b = int(ko[g]), int(ko[g + 1])
-            if np.any(np.diff(kv[a:b]) <= 0) or np.any(np.diff(km[a:b]) < 0) or (b > a and km[b - 1] > totals[g] * (1 + 1e-12)):
-                raise _damaged(f"the p-value knots of group {g} are not increasing")
+        th, levels = _checked_thresholds(arrays, G, bool(weight))
+        rows, totals, kv, km, ko = _checked_knots(arrays, G)
         return cls(score=score, alpha=float(alpha), thresholds=th, rows=rows, totals=totals, knot_values=kv,
                    knot_masses=km, knot_offsets=ko, randomized=randomized, seed=int(seed), lam=lam, k_reg=k_reg,
                    mondrian=mondrian, by=tuple(by), keys=[tuple(k) for k in keys], weight=weight, levels=levels)
+
+
+def _checked_score(desc: dict) -> tuple:
+    """``(score, alpha, randomized, seed, lambda, k_reg)`` of a manifest's conformal object."""
+    score = desc.get("score")
+    if score not in cf.SCORES:
+        raise _damaged(f"unknown score {str(score)[:40]!r}")
+    alpha = desc.get("alpha")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise _damaged("alpha is not a number in (0, 1)")
+    randomized = desc.get("randomized", False)
+    seed = desc.get("seed", 0)
+    if not isinstance(randomized, bool) or isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        raise _damaged("randomized or seed is malformed")
+    if randomized and score not in cf.RANDOMISABLE:
+        raise _damaged(f"score {score} has no randomised variant")
+    lam, k_reg = 0.0, 0
+    if score == "raps":
+        raps = desc.get("raps")
+        if not isinstance(raps, dict):
+            raise _damaged("raps parameters are missing")
+        try:
+            lam, k_reg = cf.check_raps(raps.get("lambda"), raps.get("k_reg"))
+        except Exception:  # noqa: BLE001 - a ParameterError of cf is damage here
+            raise _damaged("raps parameters are malformed") from None
+    return score, alpha, randomized, seed, lam, k_reg
+
+
+def _checked_groups(desc: dict) -> tuple:
+    """``(mondrian, by, keys)``: the Mondrian kind, and for segments their distinct columns and keys."""
+    mondrian = desc.get("mondrian", "none")
+    if mondrian not in MONDRIAN_KINDS:
+        raise _damaged(f"unknown mondrian kind {str(mondrian)[:40]!r}")
+    by, keys = (), []
+    if mondrian == "segments":
+        by, keys = desc.get("by"), desc.get("keys")
+        if not isinstance(by, list) or not by or not all(isinstance(c, str) and c for c in by) or len(set(by)) != len(by):
+            raise _damaged("'by' does not name distinct columns")
+        if not isinstance(keys, list) or len(keys) >= MAX_GROUPS or not all(
+                isinstance(k, list) and len(k) == len(by) and all(isinstance(v, str) for v in k) for k in keys):
+            raise _damaged("segment keys are not one string per segment column")
+        if len({tuple(k) for k in keys}) != len(keys):
+            raise _damaged("a segment key repeats")
+    return mondrian, by, keys
+
+
+def _checked_thresholds(arrays: dict, G: int, weighted: bool) -> tuple:
+    """``(thresholds, levels)``: one finite threshold per group, or for weighted conformal one per weight
+    level, the levels finite, increasing and padded with +inf (threshold +inf) to a common length."""
+    th = np.asarray(arrays["thresholds"])
+    L = th.shape[1] if th.ndim == 2 else 0
+    if th.dtype != np.float64 or th.ndim != 2 or th.shape[0] != G or not 1 <= L <= MAX_LEVELS \
+            or (not weighted and L != 1):
+        raise _damaged("thresholds are not numbers, one per group (and level)")
+    if not weighted:
+        if not np.all(np.isfinite(th)):
+            raise _damaged("thresholds are not finite")
+        return th, None
+    levels = np.asarray(arrays["levels"])
+    if levels.dtype != np.float64 or levels.shape != th.shape:
+        raise _damaged("weight levels are not one per threshold")
+    pad = np.isposinf(levels)
+    real = ~pad
+    if not (np.all(np.isfinite(levels[real])) and np.all(levels[real] >= 0) and np.all(real[:, 0])
+            and np.all(np.diff(pad.astype(np.int8), axis=1) >= 0) and np.all(np.isposinf(th[pad]))
+            and np.all(np.isfinite(th[real]))):
+        raise _damaged("weight levels are not finite weights >= 0 followed by infinite padding")
+    with np.errstate(invalid="ignore"):
+        steps_l, steps_t = np.diff(levels, axis=1), np.diff(th, axis=1)
+    both = real[:, 1:]
+    if np.any(steps_l[both] <= 0) or np.any(steps_t[both] < 0):
+        raise _damaged("weight levels are not increasing with non-decreasing thresholds")
+    return th, levels
+
+
+def _checked_knots(arrays: dict, G: int) -> tuple:
+    """``(rows, totals, knot values, knot masses, knot offsets)``: positive counts per group, and each
+    group's p-value knots increasing, finite, within their offsets and never above the group's total."""
+    rows, totals = np.asarray(arrays["rows"]), np.asarray(arrays["totals"])
+    if rows.dtype != np.int64 or rows.shape != (G,) or np.any(rows < 1):
+        raise _damaged("calibration rows are not a positive count per group")
+    if totals.dtype != np.float64 or totals.shape != (G,) or not np.all(np.isfinite(totals)) or np.any(totals <= 0):
+        raise _damaged("calibration totals are not a positive number per group")
+    kv, km, ko = (np.asarray(arrays[k]) for k in ("knot_values", "knot_masses", "knot_offsets"))
+    if ko.dtype != np.int64 or ko.shape != (G + 1,) or ko[0] != 0 or np.any(np.diff(ko) < 0) \
+            or kv.dtype != np.float64 or km.dtype != np.float64 or kv.ndim != 1 or kv.shape != km.shape \
+            or int(ko[-1]) != kv.shape[0] or kv.shape[0] > MAX_KNOTS:
+        raise _damaged("the p-value knots do not fit their offsets")
+    if not (np.all(np.isfinite(kv)) and np.all(np.isfinite(km))) or np.any(km < 0):
+        raise _damaged("the p-value knots are not finite")
+    for g in range(G):
+        a, b = int(ko[g]), int(ko[g + 1])
+        if np.any(np.diff(kv[a:b]) <= 0) or np.any(np.diff(km[a:b]) < 0) or (b > a and km[b - 1] > totals[g] * (1 + 1e-12)):
+            raise _damaged(f"the p-value knots of group {g} are not increasing")
+    return rows, totals, kv, km, ko
 
 
 def set_columns(sets: np.ndarray, typed_classes: np.ndarray, class_names: list[str]) -> dict:
