@@ -107,7 +107,8 @@ class Integer(Constraint):
             self.refuse(name, value, self.accepts or (f"at least {self.low}" if self.why else self.words()))
         if self.high is not None and value > self.high:
             if self.why:
-                raise ParameterError(f"{name} must be at most {self.high}, got {value} ({self.why})", parameter=name)
+                raise ParameterError(f"{name}={value} is more than {self.high}, the most {name} may be ({self.why})",
+                                     parameter=name)
             self.refuse(name, value, self.words())
         return int(value)
 
