@@ -152,7 +152,7 @@ def environment_markdown(env: dict) -> list[str]:
          f" {m['memory_total_gib']} GiB; {m['platform']}"),
         (f"* load when the run started: {load['load1']:.2f} / {load['load5']:.2f} / {load['load15']:.2f}"
          f" (1/5/15 min), {load['available_gib']} GiB available; thread pools: {pools or 'none seen'};"
-         f" thread env: {m['threads_env'] or 'unset'}"),
+         f" thread env: {', '.join(f'{k}={v}' for k, v in (m['threads_env'] or {}).items()) or 'unset'}"),
         "* " + ", ".join(f"{k} {v}" for k, v in env["packages"].items()),
     ]
 
