@@ -181,6 +181,9 @@ class Names(Constraint):
     names (``empty``: the empty tuple is accepted)."""
 
     empty: bool = False
+    #: what the names are (the message's words); ``distinct``: a name given twice is refused
+    what: str = "column names"
+    distinct: bool = True
     optional: bool = False
 
     def check(self, value, name):
@@ -191,14 +194,14 @@ class Names(Constraint):
         else:
             names = None
         if names is None or (not names and not self.empty) or any(not c.strip() for c in names):
-            raise ParameterError(f"{name} takes column names (a list, or separated by commas), got {value!r}",
+            raise ParameterError(f"{name} takes {self.what} (a list, or separated by commas), got {value!r}",
                                  parameter=name)
-        if len(set(names)) != len(names):
+        if self.distinct and len(set(names)) != len(names):
             raise ParameterError(f"{name} names a column twice ({value!r})", parameter=name)
         return tuple(names)
 
     def words(self):
-        return "distinct column names (a list, or one string separated by commas)" + (
+        return f"{'distinct ' if self.distinct else ''}{self.what} (a list, or one string separated by commas)" + (
             "; may be empty" if self.empty else "")
 
 
@@ -423,7 +426,7 @@ class TableSpec:
         "score_kind": OneOf(SCORE_KINDS),
         "classes": Labels(optional=True),
         "prefit": Text(accepts="the path of a model file", path=True, optional=True),
-        "trust": Names(empty=True),
+        "trust": Names(empty=True, what="type names skops may load", distinct=False),
         "by": Names(optional=True),
         "max_segments": Integer(1, MAX_SEGMENTS_LIMIT, why=(
             "each segment keeps three 1,024-cell grids (24 KiB) in every chunk's accumulator; fit by fits a"
