@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from abc import ABC, abstractmethod
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
@@ -57,14 +58,15 @@ COMBINE_RULES = ("min", "max", "median", "mean", "product")
 # ---------------------------------------------------------------------------------------------- constraints
 
 
-class Constraint:
+class Constraint(ABC):
     """What one parameter accepts.  :meth:`check` returns the value normalised (the form every stage
     reads) or raises a one-line :class:`ParameterError` naming the parameter."""
 
     optional = False
 
-    def check(self, value: Any, name: str) -> Any:  # pragma: no cover - every constraint overrides it
-        raise NotImplementedError
+    @abstractmethod
+    def check(self, value: Any, name: str) -> Any:
+        """``value`` normalised, or a one-line :class:`ParameterError` naming ``name``."""
 
     def refuse(self, name: str, value: Any, accepts: str):
         raise ParameterError(f"{name} must be {accepts}, got {value!r}", parameter=name)
@@ -73,8 +75,9 @@ class Constraint:
         """What the parameter accepts, in words (the reference page's table)."""
         return self.words() + (", or None" if self.optional else "")
 
-    def words(self) -> str:  # pragma: no cover - every constraint overrides it
-        raise NotImplementedError
+    @abstractmethod
+    def words(self) -> str:
+        """What the parameter accepts, without "or None"."""
 
 
 @dataclass(frozen=True)
