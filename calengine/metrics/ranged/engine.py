@@ -707,7 +707,7 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
 
 
 def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix, weight,
-                     spill_dir, evaluation, progress, rw, parts=None) -> dict:
+                     spill_dir, evaluation, progress, rw, suite_parts=None) -> dict:
     from ...errors import DataError
     from ...runtime.progress import gather_in_order
 
@@ -733,7 +733,7 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
         # integer counts: the suite's first pass over each range runs in the task that builds it
         # (its request needs the total, known now); fractional weights' integer units are not
         unit_free = not isinstance(n, float) and n > 0
-        requests = builder_requests(k, n, parts) if unit_free else {}
+        requests = builder_requests(k, n, suite_parts) if unit_free else {}
         mirrored = [s.get("mirrored", {}).get(kind, False) for s in small]
         derive = all(mirrored)  # class 0 and top label from class 1's ranges; else every table from chunks
         ranges, censuses = {}, {}

@@ -327,3 +327,27 @@ def test_undefined_tests_are_nan_not_errors():
     assert got["ks"] == 0.0 and got["ks_pvalue"] == 1.0
     assert math.isnan(got["hosmer_lemeshow_pvalue"])  # one group of risk: no degrees of freedom
     assert math.isnan(got["calibration_slope"])  # no spread in logit(p): the slope is not identified
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_selection_of_the_suite_is_the_same_bits_as_the_whole_suite(data):
+    """``parts`` (``evaluate --metrics``): each key computed from a part of the suite, on any cut of the
+    tables into ranges, is the whole one-range suite's key bit for bit, and no other key is computed."""
+    from calengine.metrics.selection import SUITE_KEYS, needs
+
+    k = data.draw(st.sampled_from([2, 3]))
+    n = data.draw(st.integers(30, 160))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    P = rng.dirichlet(np.ones(k), n)
+    y = rng.integers(0, k, n)
+    weighted = data.draw(st.booleans())
+    acc = MetricAccumulator(k).add(y, P, sample_weight=rng.uniform(0.1, 3.0, n) if weighted else None)
+    whole = suite.calibration_suite([[t] for t in acc._cls], [acc._top], unit=acc._unit())
+    keys = frozenset(data.draw(st.lists(st.sampled_from(SUITE_KEYS), min_size=1, max_size=4)))
+    cut = suite.calibration_suite([_cut(t, data.draw) for t in acc._cls], _cut(acc._top, data.draw), unit=acc._unit(),
+                                  parts=needs(keys))
+    assert keys <= set(cut) and set(cut) <= set(whole)
+    assert repr({key: cut[key] for key in keys}) == repr({key: whole[key] for key in keys})
+    # a part computes its own keys only: nothing a selection did not need
+    assert set(cut) == {key for key in SUITE_KEYS if needs(frozenset([key])) <= needs(keys)}
