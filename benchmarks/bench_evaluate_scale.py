@@ -539,7 +539,7 @@ def _peers_main(args, calengine) -> int:
     md = "\n".join([
         "# `calengine evaluate --metrics` beside the in-memory peers (issue 43 §4)",
         "",
-        f"Command: `{C.command_line()}`; tables: `gen_scores_table.py` (a float32 score `s`, a label `y`; files of"
+        "Tables: `gen_scores_table.py` (a float32 score `s`, a label `y`; files of"
         " at most 1M rows), the model `calengine fit --scores s --method sigmoid` fitted on the table, its"
         " probabilities written once by `calengine score` (neither timed).  Per run, interleaved, launch to exit:"
         " **peers**: one process reading `p_0, p_1` and `y` from Parquet and computing "
@@ -559,8 +559,6 @@ def _peers_main(args, calengine) -> int:
         f" {C.fmt(last['peer_seconds'].get('read'))} s, imports: {C.fmt(last['peer_seconds'].get('imports'))} s):",
         "",
         C.markdown_table(["key", "calengine", "peers", "rel diff", "tolerance", "agree", "peer", "peer s"], agree_md),
-        "",
-        C.machine_line(REPO_ROOT),
     ])
     C.publish(md, results, args.results_name or "evaluate_peers", args.results_dir, write=not args.no_write)
     return 0
