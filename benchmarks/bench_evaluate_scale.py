@@ -502,11 +502,7 @@ def _peers_main(args, calengine) -> int:
                 "evaluate": [*calengine, "evaluate", str(model), str(table), "--target", GS.TARGET, "--json"]}
         runs: dict[str, list] = {k: [] for k in cmds}
         for _ in range(args.repeats):
-            for kind, cmd in cmds.items():
-                r = C.run_measured(cmd, timeout=7200)
-                if r.returncode != 0:
-                    raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
-                runs[kind].append(r)
+            _run_each(cmds, runs)
         peers = json.loads(runs["peers"][0].stdout)
         subset = json.loads(runs["evaluate --metrics"][0].stdout)
         full = json.loads(runs["evaluate"][0].stdout)
@@ -585,11 +581,7 @@ def _reference_main(args, calengine, model: Path, table_of) -> int:
                     "evaluate": [*calengine, "evaluate", str(model), str(table), "--target", "y", "--json"],
                     "reference": [sys.executable, "-P", str(Path(__file__).resolve()), "--reference-child",
                                   str(scored), str(table)]}
-            for kind, cmd in cmds.items():
-                r = C.run_measured(cmd, timeout=7200)
-                if r.returncode != 0:
-                    raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
-                runs[kind].append(r)
+            _run_each(cmds, runs)
         reference = json.loads(runs["reference"][0].stdout)
         agreement = compare_reference(reference, json.loads(runs["evaluate"][0].stdout))
         results.append({
@@ -628,6 +620,16 @@ def _reference_main(args, calengine, model: Path, table_of) -> int:
     ])
     C.publish(md, results, args.results_name or "evaluate_reference", args.results_dir, write=not args.no_write)
     return 0
+
+
+def _run_each(cmds: dict, runs: dict) -> None:
+    """Each command of ``cmds`` (kind -> argv) once, in order, its measured run appended to ``runs[kind]``;
+    a failure stops the benchmark with the command's stderr."""
+    for kind, cmd in cmds.items():
+        r = C.run_measured(cmd, timeout=7200)
+        if r.returncode != 0:
+            raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
+        runs[kind].append(r)
 
 
 def _summary(runs: dict) -> dict:
