@@ -83,7 +83,7 @@ def run(args) -> int:
     result = evaluate_models(args.paths[:-1], args.paths[-1], args.target, weight=args.weight,
                              cost_matrix=args.cost_matrix,
                              bootstrap=args.bootstrap, seed=args.seed, alpha=args.alpha, report=args.report or None,
-                             trust=args.trust_type, client=options.connect(args, map_only=True),
+                             trust=args.trust_type, client=options.connect(args, map_only=True, keep_heap=True),
                              progress=options.progress(args), by=args.by, max_segments=args.max_segments,
                              prior_shift=args.prior_shift or 0, metrics=metrics)
     print(json.dumps(result.to_json()) if args.json else result.to_text())

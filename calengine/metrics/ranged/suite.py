@@ -82,7 +82,8 @@ def census_requests(k: int, unit, scale: float, parts: frozenset | None = None) 
     (:mod:`calengine.metrics.ranged.engine`), so that the suite need not read every range again for it.
     ``parts``: the suite's parts wanted (:func:`calengine.metrics.selection.needs`; None: all): the
     histograms no wanted part reads are not requested."""
-    base = {"unit": unit, "scale": float(scale), "clip": CLIP, "bins": False, "grid": None, "logit_bins": None}
+    base = {"unit": unit, "scale": float(scale), "clip": CLIP, "bins": False, "grid": None, "logit_bins": None,
+            "cumulative": _want(parts, "ks")}
     score = {**base, "grid": _score_grid(parts), "logit_bins": _logit_bins(parts), "bins": k == 2 and _want(parts, "classwise")}
     out = {("class", c): {**base, "bins": _want(parts, "classwise")} for c in range(k)}
     if k == 2:
@@ -111,9 +112,10 @@ class _Column:
     answers per range when they were computed already, for the same request)."""
 
     def __init__(self, ranges, mapper: Mapper, unit, scale: float, *, grid: int | None = None, bins: bool = False,
-                 logit_bins: int | None = None, census: list | None = None):
+                 logit_bins: int | None = None, census: list | None = None, cumulative: bool = True):
         self.ranges, self.mapper, self.unit, self.S = list(ranges), mapper, unit, float(scale)
-        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid, "logit_bins": logit_bins}
+        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid, "logit_bins": logit_bins,
+               "cumulative": cumulative}
         if census is not None and len(census) == len(self.ranges):
             self.census = list(census)
         else:
@@ -497,7 +499,7 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     if any(want(p) for p in score_parts):
         score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=_score_grid(parts),
                         logit_bins=_logit_bins(parts), bins=k == 2 and want("classwise"),
-                        census=censuses.get(("class", 1) if k == 2 else ("top",)))
+                        census=censuses.get(("class", 1) if k == 2 else ("top",)), cumulative=want("ks"))
     # the score column's equal-mass bins: class 1's debiased L2 error (two classes), else the top label's ECE
     binnings = ([("floor", "floor", HL_GROUPS)] if want("hl") else []) + (
         [("split", "split", SUITE_BINS)] if want("l2" if k == 2 else "equal_mass") else [])
@@ -541,7 +543,7 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
         if k > 2:
             em = score.binning(sw, "split")
         else:
-            top = _Column(top_ranges, mapper, unit, scale, census=censuses.get(("top",)))
+            top = _Column(top_ranges, mapper, unit, scale, census=censuses.get(("top",)), cumulative=want("ks"))
             em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
         out["ece_equal_mass"] = _ece_from_bins(em)
     # ---- every class column: class-wise ECE (equal width) and Kumar et al.'s debiased L2 error (equal mass)
@@ -551,7 +553,8 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
             if k == 2 and c == 0 and not want("classwise"):
                 continue  # class 0 of two serves only the class-wise ECE
             col = score if k == 2 and c == 1 else _Column(class_ranges[c], mapper, unit, scale,
-                                                          bins=want("classwise"), census=censuses.get(("class", c)))
+                                                          bins=want("classwise"), census=censuses.get(("class", c)),
+                                                          cumulative=want("ks"))
             if want("classwise"):
                 eces.append(_ece_from_bins(col.equal_width_bins()))
             if want("l2") and (k > 2 or c == 1):
