@@ -351,3 +351,22 @@ def test_a_selection_of_the_suite_is_the_same_bits_as_the_whole_suite(data):
     assert repr({key: cut[key] for key in keys}) == repr({key: whole[key] for key in keys})
     # a part computes its own keys only: nothing a selection did not need
     assert set(cut) == {key for key in SUITE_KEYS if needs(frozenset([key])) <= needs(keys)}
+
+
+def test_a_selection_asks_the_first_pass_only_for_what_it_reads():
+    """The range builders' census for ``evaluate --metrics smece``: the smooth ECE's grid on the score
+    column, and none of the equal-width bins, the logit histogram or the cumulative tests' sums."""
+    from calengine.metrics.ranged import kernels
+    from calengine.metrics.selection import needs
+
+    reqs = suite.census_requests(2, None, 100.0, needs(frozenset({"smece"})))
+    assert {key: (r["grid"], r["logit_bins"], r["bins"], r["cumulative"]) for key, r in reqs.items()} == {
+        ("class", 0): (None, None, False, False), ("class", 1): (suite.smece_grid_size(1.0), None, False, False),
+        ("top",): (None, None, False, False)}
+    y, p = _binary(100)
+    acc = MetricAccumulator(2).add(y, p)
+    answer = kernels.census(acc._cls[1], reqs[("class", 1)])
+    assert set(answer) == {"size", "pos", "neg", "lo", "hi", "grid"}
+    whole = suite.census_requests(2, None, 100.0)
+    assert whole[("class", 1)]["cumulative"] and whole[("class", 1)]["logit_bins"] == suite.LOGIT_BINS
+    assert {"sums", "resid_units", "bins", "grid", "logit_hist"} <= set(kernels.census(acc._cls[1], whole[("class", 1)]))
