@@ -19,6 +19,7 @@ from ._array_state import _DISCRETE_NB, _ArrayState, _scaler_attributes
 from ._common import _check_input, _parse_positive_int, _scaler
 from ._rowwise import column_sum, normalise_log, row_matmul, transform_head
 from ._nb_stats import (
+    _block_group_moments,
     _chan_merge,
     _check_stats,
     _discrete_nb_stats,
@@ -186,11 +187,11 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
         }
 
     def partial_stats_groups(self, X, y, groups, n_groups: int, sample_weight, n_classes: int) -> list:
-        """Every group's statistics in one pass over ``X``'s columns.  Unweighted, the rows are put in
-        (group, class) order once (a radix sort of the small ids, one gather of the transposed
-        matrix) and each segment's moments are contiguous vector sums; weighted, sums by (group,
-        class) are ``np.bincount`` over each feature.  M2 is the corrected two-pass sum (deviations
-        from a first mean, minus the square of their sum), as accurate as ``partial_stats``."""
+        """Every group's statistics in one pass over ``X``'s columns.  Unweighted, the moments by
+        (group, class) are computed a cache-sized block of rows at a time and the blocks merged
+        (:func:`._nb_stats._block_group_moments`); weighted, sums by (group, class) are
+        ``np.bincount`` over each feature.  M2 is the corrected two-pass sum (deviations from a first
+        mean, minus the square of their sum), as accurate as ``partial_stats``."""
         X, y, w, k = _stats_input(self, X, y, sample_weight, n_classes)
         n, d = X.shape
         G = _parse_positive_int(n_groups, "n_groups")
@@ -217,28 +218,8 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
             m2 = np.where(used[:, None], sums(ids, weights, dev, m) - count[:, None] * corr * corr, 0.0)
             return count, mean0 + corr, np.maximum(m2, 0.0)
 
-        def segment_moments(ids, m):
-            """(count, mean, M2) unweighted, segment by segment of the id-sorted columns."""
-            order = np.argsort(ids.astype(np.int16) if m < 2**15 else ids, kind="stable")
-            bounds = np.concatenate([[0], np.cumsum(np.bincount(ids, minlength=m))])
-            Xs = np.take(Xt, order, axis=1)
-            count = np.diff(bounds).astype(np.float64)
-            mean, m2 = np.zeros((m, d)), np.zeros((m, d))
-            for g in range(m):
-                a, b = bounds[g], bounds[g + 1]
-                if a == b:
-                    continue
-                seg = Xs[:, a:b]
-                mean0 = seg.sum(axis=1) / (b - a)
-                dev = seg - mean0[:, None]
-                corr = dev.sum(axis=1) / (b - a)
-                np.multiply(dev, dev, out=dev)
-                m2[g] = np.maximum(dev.sum(axis=1) - (b - a) * corr * corr, 0.0)
-                mean[g] = mean0 + corr
-            return count, mean, m2
-
         if sample_weight is None:
-            count, mean, m2 = segment_moments(gid, G * k)
+            count, mean, m2 = _block_group_moments(Xt, gid, G * k)
         else:
             count, mean, m2 = moments(gid, w, G * k)
         rows = np.bincount(gid, minlength=G * k).reshape(G, k).astype(np.int64)
