@@ -354,6 +354,14 @@ def column_targets_of(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> 
 
 
 @trims_heap
+def _rows_to_score(learner, X, idx: np.ndarray):
+    """Rows ``idx`` (ascending) of ``X`` for ``learner.score``: ``X`` itself when they are all its rows
+    and the learner reads any memory order alike (``Learner.score_reads_any_order``), else a copy."""
+    if idx.size == X.shape[0] and getattr(learner, "score_reads_any_order", False) is True:
+        return X
+    return take_rows(X, idx)
+
+
 def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet], learners: list,
                    spill_dir: str | None = None):
     """The held-out scores of this fragment's rows for every calibration set: a :class:`ScoreBlock`,
@@ -391,7 +399,8 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 S = np.empty((0, 1))
         else:
             with plugin_errors(learners[cs.learners[0]], "score"):
-                S = as_columns(scores_of(learners[cs.learners[0]], take_rows(part.X, idx))) if idx.size else np.empty((0, 1))
+                S = (as_columns(scores_of(learners[cs.learners[0]], _rows_to_score(learners[cs.learners[0]], part.X, idx)))
+                     if idx.size else np.empty((0, 1)))
             if cs.column is not None:
                 S = S[:, :1]
         out.append((S, column_targets_of(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))

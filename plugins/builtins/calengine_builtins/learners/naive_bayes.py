@@ -82,6 +82,7 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
     accepts_sample_weight = True
     score_kind = "proba"
     accepts_sparse = False
+    score_reads_any_order = True  # score works on blocks of X.T; its fallbacks get a row-major copy
 
     def __init__(self, var_smoothing: float = 1e-9):
         self.var_smoothing = var_smoothing
@@ -111,11 +112,12 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
         largest share of a naive Bayes fit.  The per-row sum runs over features in order, so the log
         likelihoods differ from scikit-learn's by rounding only (about 1e-15) and are the same bits on
         every machine and for every batch (:mod:`._rowwise`: numpy's ``sum`` of a lone row is pairwise).  Anything unusual (not a dense float64 matrix of the fitted width, non-finite
-        values) goes through scikit-learn, for its checks and messages."""
+        values) goes through scikit-learn, for its checks and messages, as a row-major copy (its sums
+        follow the memory order): so a column-major ``X`` scores the same bits (``score_reads_any_order``)."""
         theta = self._stored("theta_")
         if (theta is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64
                 or X.shape[1] != theta.shape[1] or X.shape[0] == 0):
-            return super().score(X)
+            return super().score(np.ascontiguousarray(X) if isinstance(X, np.ndarray) and X.ndim == 2 else X)
         k, d = theta.shape
         n = X.shape[0]
         var = self._stored("var_")
@@ -132,7 +134,7 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
                 np.divide(b, var[i][:, None], out=b)
                 jll[i, start : start + Xt.shape[1]] = const[i] - 0.5 * column_sum(b)
         if not np.isfinite(jll).all():
-            return super().score(X)
+            return super().score(np.ascontiguousarray(X))
         proba = normalise_log(np.ascontiguousarray(jll.T))
         return np.ascontiguousarray(proba[:, 1]) if k == 2 else proba
 
