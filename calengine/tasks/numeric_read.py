@@ -110,9 +110,8 @@ def numeric_table_stats(fragment, table, feature_columns: list[str], target: str
     columns = {}
     for name in feature_columns:
         values = np.array(arrow_numpy(batch.column(name)), dtype=np.float64)  # a fresh, writable copy
-        bad = ~np.isfinite(values)
-        if bad.any():
-            values[bad] = np.nan
+        if not np.isfinite(np.add.reduce(values)):  # a finite sum: no NaN or infinity to mark
+            values[~np.isfinite(values)] = np.nan
         columns[name] = ColumnStat(name, "numeric", where, numeric=NumericStat.of(values))
     return TableStats(len(y), columns, _target_stat(fragment, target, keys, y))
 
