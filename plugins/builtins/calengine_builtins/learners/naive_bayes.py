@@ -17,7 +17,7 @@ from calengine.errors import DataError, ParameterError
 
 from ._array_state import _DISCRETE_NB, _ArrayState, _scaler_attributes
 from ._common import _check_input, _parse_positive_int, _scaler
-from ._rowwise import column_sum, normalise_log, row_matmul, transform_head
+from ._rowwise import column_sum, normalise_log, normalise_log_columns, row_matmul, transform_head
 from ._nb_stats import (
     _block_group_moments,
     _chan_merge,
@@ -135,8 +135,10 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
                 jll[i, start : start + Xt.shape[1]] = const[i] - 0.5 * column_sum(b)
         if not np.isfinite(jll).all():
             return super().score(np.ascontiguousarray(X))
-        proba = normalise_log(np.ascontiguousarray(jll.T))
-        return np.ascontiguousarray(proba[:, 1]) if k == 2 else proba
+        # normalise_log(jll.T)'s bits, on jll's contiguous class rows (only class 1's for two classes)
+        if k == 2:
+            return normalise_log_columns(jll, rows=[1])[0]
+        return np.ascontiguousarray(normalise_log_columns(jll).T)
 
     # -- fitting from statistics (see calengine.base.Learner) -----------------------------------
     #
