@@ -165,7 +165,7 @@ def main(argv=None) -> int:
               f" floor {r['floor']['wall_range_s'][0]:.2f}-{r['floor']['wall_range_s'][1]:.2f} s" for r in results)
           + f". 1-minute load before the runs: {min(loads):.1f}-{max(loads):.1f}."]
     if args.baseline:
-        md += ["", f"### The same fits with {args.baseline_name} (`{args.baseline} -m calengine`), in the same rounds", "",
+        md += ["", f"### The same fits with {args.baseline_name} (`--baseline`'s `python -m calengine`), in the same rounds", "",
                _common.markdown_table(
                    ["fit", f"{args.baseline_name} s", "ratio", f"{args.baseline_name} CPU s", "CPU ratio",
                     f"{args.baseline_name} peak MiB", f"fit / {args.baseline_name} (wall)",
