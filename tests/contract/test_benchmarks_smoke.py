@@ -621,3 +621,18 @@ def test_bench_read_floor_tiny(tmp_path):
     assert cmd[cmd.index("fit") + 1].endswith("part-0000[01234567].parquet")
     assert cmd[cmd.index("--calibration-data") + 1].endswith("part-0000[89].parquet")
     assert "| hold-out | 1 |" in (tmp_path / "res" / "read_floor.md").read_text()
+
+
+def test_bench_read_floor_runs_a_named_baseline_in_the_same_rounds(tmp_path):
+    """``--baseline PYTHON``: each fit also runs as ``PYTHON -m calengine`` with the same arguments, and
+    the page names the baseline beside its ratios (here the same installation, so both fits run)."""
+    bench = _load("bench_read_floor")
+    assert bench.main(["--rows", "20000", "--cols", "4", "--row-group-rows", "5000", "--fits", "hold-out",
+                       "--repeats", "1", "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "res"),
+                       "--baseline", sys.executable, "--baseline-name", "before"]) == 0
+    data = json.loads((tmp_path / "res" / "read_floor.json").read_text())
+    (row,) = data["results"]
+    assert row["baseline"]["wall_s"] > 0 and row["baseline"]["cpu_s"] > 0 and row["baseline"]["ratio"] > 0
+    assert len(data["runs"]["hold-out"]["baseline"]) == 1
+    page = (tmp_path / "res" / "read_floor.md").read_text()
+    assert "### The same fits with before" in page and "| fit / before (CPU) |" in page
