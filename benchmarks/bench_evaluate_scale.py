@@ -55,6 +55,19 @@ metric's own seconds, and every value compared with ``evaluate --json`` within t
 
     python benchmarks/bench_evaluate_scale.py --reference --rows-list 10000000 --repeats 1
 
+``--peers``: issue 43 §4.  On a generated score-column table (``gen_scores_table.py``: a float32 score
+``s`` and a label ``y``) and a model ``calengine fit --scores s --method sigmoid`` fitted on it (once,
+not timed), with the table's calibrated probabilities written once by ``calengine score`` (not timed),
+per run, interleaved, launch to exit: (a) **peers**: one process reading those probabilities and the
+labels from Parquet and computing exactly :data:`PEER_METRICS` in memory with scikit-learn, relplot and
+uncertainty-calibration (:func:`peer_metrics`); (b) ``calengine evaluate --json --metrics`` of the same
+keys; (c) the full ``calengine evaluate --json``.  Medians of wall and CPU seconds, peak RSS, the ratios
+(b)/(a) (the issue's target: at most 0.5) and (c)/(a); the values of (b) compared with the peers' within
+:data:`REFERENCE_TOLERANCE`, and every key of (b) with the same key of (c) (equal bits).  Writes
+``results/evaluate_peers.{md,json}``.
+
+    python benchmarks/bench_evaluate_scale.py --peers --rows-list 10000000 --repeats 3
+
 ``--commands``: the peak RSS of the process (embedded, the client) of ``score``, ``score --cost-matrix``,
 ``decide``, ``evaluate --json`` alone and with ``--cost-matrix`` or ``--bootstrap B`` at each size: the
 issue wants the decision accumulators and the bootstrap in bounded memory, so their peaks must not grow
@@ -396,6 +409,157 @@ def compare_reference(reference: dict, evaluated: dict) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------ --peers (issue 43 §4)
+
+#: the metrics the in-memory peers compute and ``evaluate --metrics`` selects: brier, log loss, AUC,
+#: equal-width and equal-mass ECE (top label, 15 bins) and smooth ECE
+PEER_METRICS = ("brier", "log_loss", "auc", "ece", "ece_equal_mass", "smece")
+#: how the peers compute a key where it is not :data:`REFERENCE_TOLERANCE`'s reference
+PEER_BY = {"ece_equal_mass": "numpy: uncertainty-calibration's definition (top label, 15 equal-count bins of the sorted"
+                             " confidences, edges at the midpoints) vectorised; its own pure-Python sort is not a fair"
+                             " peer at 10M rows"}
+
+
+def equal_mass_ece(conf: np.ndarray, correct: np.ndarray, bins: int = 15) -> float:
+    """uncertainty-calibration's ``lower_bound_scaling_ce(p=1, debias=False, mode="top-label")`` in numpy:
+    the sorted confidences cut by ``np.array_split`` into ``bins`` parts, bin edges at the midpoints
+    between parts (and 1.0), rows placed by ``searchsorted`` as its ``fast_bin`` places them, and the
+    count-weighted mean of ``|mean confidence - accuracy|``."""
+    s = np.sort(conf)
+    parts = np.array_split(s, min(bins, s.size))
+    edges = np.asarray(sorted({*((a[-1] + b[0]) / 2.0 for a, b in zip(parts[:-1], parts[1:])), 1.0}))
+    idx = np.searchsorted(edges, conf)
+    count = np.bincount(idx, minlength=edges.size + 1).astype(np.float64)
+    sp = np.bincount(idx, weights=conf, minlength=edges.size + 1)
+    sy = np.bincount(idx, weights=correct, minlength=edges.size + 1)
+    live = count > 0
+    return float(np.dot(count[live] / conf.size, np.abs(sp[live] / count[live] - sy[live] / count[live])))
+
+
+def peer_metrics(scored: str, table: str, target: str = "y") -> dict:
+    """:data:`PEER_METRICS` computed in memory by the peers -- scikit-learn (Brier, log loss, AUC), relplot
+    (equal-width ECE of the top-label confidence, smooth ECE) and numpy (equal-mass ECE of the top label,
+    :func:`equal_mass_ece`) -- from the probabilities ``p_0, p_1`` in the Parquet dataset ``scored`` and ``target`` in
+    ``table``, as :func:`reference_metrics` computes the same keys: ``{"values", "seconds", "rows"}``; the
+    imports and the read are timed too.  Run in its own process, so its launch, imports and peak memory count."""
+    import time
+
+    t0 = time.perf_counter()
+    import pyarrow.parquet as pq
+    import relplot
+    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+    seconds = {"imports": time.perf_counter() - t0}
+    t0 = time.perf_counter()
+    probs = pq.read_table(scored, columns=["p_0", "p_1"])
+    P2 = np.column_stack([probs.column(c).to_numpy().astype(np.float64) for c in ("p_0", "p_1")])
+    del probs
+    p = P2[:, 1]
+    y = pq.read_table(table, columns=[target]).column(target).to_numpy().astype(np.int64)
+    seconds["read"] = time.perf_counter() - t0
+    if p.size != y.size:
+        raise SystemExit(f"error: {scored} has {p.size} rows, {table} {y.size}")
+    values = {}
+
+    def timed(key, fn):
+        t = time.perf_counter()
+        values[key] = fn()
+        seconds[key] = time.perf_counter() - t
+
+    timed("brier", lambda: float(brier_score_loss(y, p)))
+    timed("log_loss", lambda: float(log_loss(y, p)))
+    timed("auc", lambda: float(roc_auc_score(y, p)))
+    conf, correct = P2.max(axis=1), (np.argmax(P2, axis=1) == y).astype(np.float64)
+    timed("ece", lambda: float(relplot.metrics.binnedECE(conf, correct, nbins=15)))
+    timed("ece_equal_mass", lambda: equal_mass_ece(conf, correct))
+    timed("smece", lambda: float(relplot.smECE(p, y.astype(np.float64))))
+    return {"values": values, "seconds": seconds, "rows": int(p.size)}
+
+
+def _peers_main(args, calengine) -> int:
+    """``--peers``: per size, the peers, ``evaluate --metrics`` and the full ``evaluate``, interleaved."""
+    import gen_scores_table as GS
+
+    work = Path(args.work_dir)
+    selection = ",".join(PEER_METRICS)
+    results = []
+    for rows in [int(s) for s in args.rows_list.split(",") if s.strip()]:
+        files = max(args.files, -(-rows // 1_000_000))
+        table = work / "scores-tables" / f"scores-{rows}-{files}-{args.seed}"
+        GS.ensure_scores_table(table, GS.ScoresSpec(rows=rows, seed=args.seed), files=files,
+                               row_group_rows=min(1_000_000, rows), quiet=True)
+        model = work / "peers-models" / f"sigmoid-{table.name}"
+        if not (model / "manifest.json").exists():
+            shutil.rmtree(model, ignore_errors=True)
+            subprocess.run([*calengine, "fit", str(table), "--target", GS.TARGET, "--scores", GS.SCORE,
+                            "--method", "sigmoid", "--output", str(model)], check=True)
+        scored = work / "peers-scored" / f"{model.name}"
+        if not scored.exists():
+            subprocess.run([*calengine, "score", str(model), str(table), "--output", str(scored)], check=True)
+        cmds = {"peers": [sys.executable, "-P", str(Path(__file__).resolve()), "--peers-child", str(scored), str(table)],
+                "evaluate --metrics": [*calengine, "evaluate", str(model), str(table), "--target", GS.TARGET, "--json",
+                                       "--metrics", selection],
+                "evaluate": [*calengine, "evaluate", str(model), str(table), "--target", GS.TARGET, "--json"]}
+        runs: dict[str, list] = {k: [] for k in cmds}
+        for _ in range(args.repeats):
+            _run_each(cmds, runs)
+        peers = json.loads(runs["peers"][0].stdout)
+        subset = json.loads(runs["evaluate --metrics"][0].stdout)
+        full = json.loads(runs["evaluate"][0].stdout)
+        agreement = {k: {**a, "by": PEER_BY.get(k, a["by"])} for k, a in compare_reference(peers, subset).items()
+                     if k in PEER_METRICS}
+        summary = _summary(runs)
+        wall, cpu = summary["wall_s"], summary["cpu_s"]
+        results.append({
+            "rows": rows, **summary, "selection": selection,
+            "ratio_subset_over_peers": C.ratio(wall["evaluate --metrics"], wall["peers"]),
+            "ratio_full_over_peers": C.ratio(wall["evaluate"], wall["peers"]),
+            "cpu_ratio_subset_over_peers": C.ratio(cpu["evaluate --metrics"], cpu["peers"]),
+            "cpu_ratio_full_over_peers": C.ratio(cpu["evaluate"], cpu["peers"]),
+            "peer_seconds": peers["seconds"], "agreement": agreement,
+            "all_agree": all(a["ok"] for a in agreement.values()),
+            "subset_keys": sorted(subset),
+            "subset_equals_full": all(subset[k] == full.get(k) for k in subset),
+        })
+    rows_md = [[f"{d['rows']:,}", kind, C.fmt(d["wall_s"][kind]), C.fmt(d["cpu_s"][kind]),
+                f"{d['peak_rss_mib'][kind]:.0f}", " ".join(C.fmt(x) for x in d["runs"][kind])]
+               for d in results for kind in d["wall_s"]]
+    ratio_md = [[f"{d['rows']:,}", f"**{C.fmt(d['ratio_subset_over_peers'])}**", C.fmt(d["ratio_full_over_peers"]),
+                 C.fmt(d["cpu_ratio_subset_over_peers"]), C.fmt(d["cpu_ratio_full_over_peers"]),
+                 {True: "yes", False: "**no**"}[d["all_agree"]], {True: "yes", False: "**no**"}[d["subset_equals_full"]]]
+                for d in results]
+    last = results[-1]
+    agree_md = [[key, f"{a['calengine']!r}", f"{a['reference']!r}", C.fmt(a["rel_diff"]), f"{a['tolerance']:g}",
+                 {True: "yes", False: "**no**", None: "not computed"}[a["ok"]], a["by"],
+                 C.fmt(last["peer_seconds"].get(key))] for key, a in last["agreement"].items()]
+    md = "\n".join([
+        "# `calengine evaluate --metrics` beside the in-memory peers (issue 43 §4)",
+        "",
+        "Tables: `gen_scores_table.py` (a float32 score `s`, a label `y`; files of"
+        " at most 1M rows), the model `calengine fit --scores s --method sigmoid` fitted on the table, its"
+        " probabilities written once by `calengine score` (neither timed).  Per run, interleaved, launch to exit:"
+        " **peers**: one process reading `p_0, p_1` and `y` from Parquet and computing "
+        + ", ".join(f"`{k}`" for k in PEER_METRICS) + " in memory (scikit-learn, relplot, numpy);"
+        f" **evaluate --metrics**: `calengine evaluate MODEL TABLE --target y --json --metrics {selection}`"
+        " (embedded: no `--cluster`); **evaluate**: the same without `--metrics` (every key).  Medians of"
+        " runs; peak RSS (`ru_maxrss`) and CPU seconds (user + system) of each process.  The issue's target:"
+        " evaluate --metrics / peers at most 0.5 in wall time.",
+        "",
+        C.markdown_table(["rows", "process", "wall s", "CPU s", "peak RSS MiB", "runs wall s"], rows_md),
+        "",
+        C.markdown_table(["rows", "wall --metrics / peers", "wall full / peers", "CPU --metrics / peers",
+                          "CPU full / peers", "values agree with peers", "--metrics keys = full keys"], ratio_md),
+        "",
+        f"Agreement at {last['rows']:,} rows (calengine: `evaluate --json --metrics`; tolerance relative, floor"
+        f" {REFERENCE_ABS:g} absolute); peer s: that metric's own time in the peers' process (read:"
+        f" {C.fmt(last['peer_seconds'].get('read'))} s, imports: {C.fmt(last['peer_seconds'].get('imports'))} s):",
+        "",
+        C.markdown_table(["key", "calengine", "peers", "rel diff", "tolerance", "agree", "peer", "peer s"], agree_md),
+    ])
+    C.publish(md, results, args.results_name or "evaluate_peers", args.results_dir, write=not args.no_write)
+    return 0
+
+
 #: the cost matrix of ``--commands`` (rows: decided class, columns: true class): a missed positive costs 5,
 #: a false alarm 1 (Bayes threshold 1/6), constant so every row's cost is the matrix's
 COST_MATRIX = {"classes": [0, 1], "costs": [[0, 5], [1, 0]]}
@@ -417,11 +581,7 @@ def _reference_main(args, calengine, model: Path, table_of) -> int:
                     "evaluate": [*calengine, "evaluate", str(model), str(table), "--target", "y", "--json"],
                     "reference": [sys.executable, "-P", str(Path(__file__).resolve()), "--reference-child",
                                   str(scored), str(table)]}
-            for kind, cmd in cmds.items():
-                r = C.run_measured(cmd, timeout=7200)
-                if r.returncode != 0:
-                    raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
-                runs[kind].append(r)
+            _run_each(cmds, runs)
         reference = json.loads(runs["reference"][0].stdout)
         agreement = compare_reference(reference, json.loads(runs["evaluate"][0].stdout))
         results.append({
@@ -460,6 +620,16 @@ def _reference_main(args, calengine, model: Path, table_of) -> int:
     ])
     C.publish(md, results, args.results_name or "evaluate_reference", args.results_dir, write=not args.no_write)
     return 0
+
+
+def _run_each(cmds: dict, runs: dict) -> None:
+    """Each command of ``cmds`` (kind -> argv) once, in order, its measured run appended to ``runs[kind]``;
+    a failure stops the benchmark with the command's stderr."""
+    for kind, cmd in cmds.items():
+        r = C.run_measured(cmd, timeout=7200)
+        if r.returncode != 0:
+            raise SystemExit(f"{kind} failed: {r.stderr[-2000:]}")
+        runs[kind].append(r)
 
 
 def _summary(runs: dict) -> dict:
@@ -606,7 +776,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results-name", default=None,
                     help="name of the results page (default: that of the mode, e.g. evaluate_scale)")
     ap.add_argument("--reference-child", nargs=2, metavar=("SCORED", "TABLE"), help=argparse.SUPPRESS)
+    ap.add_argument("--peers", action="store_true",
+                    help="issue 43 §4: in-memory peers (scikit-learn + relplot) computing brier, log loss, AUC, two"
+                         " ECEs and smooth ECE, evaluate --metrics of those and the full evaluate, on a score-column"
+                         " table; writes results/evaluate_peers.{md,json}")
+    ap.add_argument("--peers-child", nargs=2, metavar=("SCORED", "TABLE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.peers_child:  # the peers' process of --peers: its values and times on stdout
+        print(json.dumps(peer_metrics(*args.peers_child)))
+        return 0
     if args.reference_child:  # the reference process of --reference: its values and times on stdout
         print(json.dumps(reference_metrics(*args.reference_child)))
         return 0
@@ -617,6 +795,8 @@ def main(argv: list[str] | None = None) -> int:
     if not sizes or any(s < 1 for s in sizes):
         raise SystemExit("error: --rows-list needs positive sizes, e.g. 1000000,10000000")
     work = Path(args.work_dir)
+    if args.peers:
+        return _peers_main(args, [sys.executable, "-P", "-m", "calengine", "--quiet"])
 
     def table_of(rows: int) -> Path:
         files = max(args.files, -(-rows // 1_000_000))  # files of at most 1M rows (30M: 30 files)

@@ -45,6 +45,10 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, metavar="N",
                    help="seed of the --bootstrap and --prior-shift resamples (same seed, same band and interval, on"
                         " any number of workers)")
+    p.add_argument("--metrics", metavar="NAME[,NAME...]",
+                   help="compute only these: keys of --json (brier, log_loss, auc, ece, ece_equal_mass, smece, ...;"
+                        " each name one key) and the sections raw (the raw learner's row, same keys), drift and"
+                        " error_reject; the rest is skipped, not computed (default: everything); not with --report")
     options.add_trust_option(p)
     options.add_cost_matrix_option(p, evaluate=True)
     options.add_cluster_options(p)
@@ -54,6 +58,7 @@ def run(args) -> int:
     from ..errors import ParameterError
     from ..metrics.drift import check_alpha
     from ..metrics.evaluation import check_bootstrap, check_weight_option, evaluate_models
+    from ..metrics.selection import check_metrics
 
     if len(args.paths) < 2:
         raise ParameterError("evaluate needs MODEL_DIR... DATA: at least one model directory, then the data")
@@ -62,6 +67,9 @@ def run(args) -> int:
     except ParameterError:
         raise ParameterError(f"--alpha must be strictly between 0 and 1, got {args.alpha:g}; e.g. --alpha 0.01") from None
     check_weight_option(args.weight)
+    metrics = check_metrics(args.metrics)
+    if metrics is not None and args.report:
+        raise ParameterError("--report draws every metric's figure and table; drop --metrics or --report")
     if args.max_segments is not None and args.by is None:
         raise ParameterError("--max-segments bounds --by; add --by COL or drop --max-segments")
     if args.by is not None:
@@ -75,8 +83,8 @@ def run(args) -> int:
     result = evaluate_models(args.paths[:-1], args.paths[-1], args.target, weight=args.weight,
                              cost_matrix=args.cost_matrix,
                              bootstrap=args.bootstrap, seed=args.seed, alpha=args.alpha, report=args.report or None,
-                             trust=args.trust_type, client=options.connect(args, map_only=True),
+                             trust=args.trust_type, client=options.connect(args, map_only=True, keep_heap=True),
                              progress=options.progress(args), by=args.by, max_segments=args.max_segments,
-                             prior_shift=args.prior_shift or 0)
+                             prior_shift=args.prior_shift or 0, metrics=metrics)
     print(json.dumps(result.to_json()) if args.json else result.to_text())
     return 0

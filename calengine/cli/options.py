@@ -302,8 +302,8 @@ def client(args, distributions=(), modules=(), map_only: bool = False, keep_heap
                                 modules=modules, memory_limit=memory), args.cluster)
 
 
-def connect(args, map_only: bool = False):
+def connect(args, map_only: bool = False, keep_heap: bool = False):
     """The ``client`` a Python API function takes from the CLI (see :func:`calengine.runtime.client.job_client`):
     called with the workers' requirements once the job has checked its inputs, it opens :func:`client`
-    for this command's options."""
-    return lambda distributions, modules: client(args, distributions, modules, map_only=map_only)
+    for this command's options (``map_only``, ``keep_heap``: as there)."""
+    return lambda distributions, modules: client(args, distributions, modules, map_only=map_only, keep_heap=keep_heap)

@@ -56,6 +56,12 @@ class Evaluation:
     #: per model, the coverage of its prediction sets (:mod:`calengine.metrics.conformal`; None for a model
     #: without a conformal layer), or None when no model has one
     conformal: list | None = None
+    #: the selection ``metrics`` (:mod:`calengine.metrics.selection`): None, every metric; else the names
+    #: computed (``raw``, ``drift``, ``error_reject`` are sections; ``drifts`` holds None without ``drift``)
+    metrics: frozenset | None = None
+
+    def _has(self, section: str) -> bool:
+        return self.metrics is None or section in self.metrics
 
     def to_json(self) -> dict[str, Any]:
         """The object ``evaluate --json`` prints (that line is ``json.dumps`` of it): one model's
@@ -67,9 +73,12 @@ class Evaluation:
         payloads = []
         for i, (m, acc, res, drift) in enumerate(zip(self.models, self.accumulators, self.results, self.drifts)):
             payload = dict(res["calibrated"])
-            payload["raw"] = res.get("raw")
-            payload["drift"] = drift
-            payload["error_reject"] = _curve_points(acc["calibrated"].error_reject_points())
+            if self._has("raw"):
+                payload["raw"] = res.get("raw")
+            if self._has("drift"):
+                payload["drift"] = drift
+            if self._has("error_reject"):
+                payload["error_reject"] = _curve_points(acc["calibrated"].error_reject_points())
             payload["model"] = {"learner": m.info.get("learner"), "method": m.info.get("method")}
             if m.info.get("lineage"):
                 payload["model"]["lineage"] = m.info["lineage"]
@@ -111,16 +120,24 @@ class Evaluation:
             rows.append((lb, with_suite_rows(with_brier_rows(res["calibrated"]))))
         table = format_metrics_table(rows, width)
         # the metrics table numbered its rows (raw, calibrated, raw, ...): the same numbers name the models below
-        ids = [f"[{i}]" for i in range(2, 2 * len(self.models) + 1, 2)] if table.startswith("[1] ") else None
+        step = 2 if self._has("raw") else 1  # without the raw learners' rows the models' rows are 1, 2, ...
+        ids = ([f"[{i}]" for i in range(step, step * len(self.models) + 1, step)] if table.startswith("[1] ")
+               else None)
         class_names = [[str(c) for c in m.labels.classes] for m in self.models]
-        lines = [table, "", format_drift(self.labels, self.drifts, class_names, width, ids=ids), ""]
+        lines = [table, ""]
+        if self._has("drift"):
+            lines += [format_drift(self.labels, self.drifts, class_names, width, ids=ids), ""]
         lineages = [(lb, m.info["lineage"]) for lb, m in zip(self.labels, self.models) if m.info.get("lineage")]
         if lineages:
             from .report import lineage_text
 
             lines += [f"{lb}: {lineage_text(lineage)}" if several else lineage_text(lineage) for lb, lineage in lineages]
             lines.append("")
-        lines.append(format_error_reject(self.labels, [acc["calibrated"] for acc in self.accumulators], width, ids=ids))
+        if self._has("error_reject"):
+            lines.append(format_error_reject(self.labels, [acc["calibrated"] for acc in self.accumulators], width,
+                                             ids=ids))
+        elif lines[-1] == "":
+            lines.pop()
         for lb, res in zip(self.labels, self.results):
             if "decisions" in res:
                 lines += ["", format_decisions(lb, res["decisions"])]
@@ -146,7 +163,7 @@ class Evaluation:
 def evaluate_models(models, data, target: str, *, weight: str | None = None, cost_matrix=None, bootstrap: int = 0,
                     seed: int = 0, alpha: float = 0.01, report=None, trust=(), client=None, cluster=None,
                     workers=None, progress=None, by=None, max_segments: int | None = None,
-                    prior_shift: int = 0) -> Evaluation:
+                    prior_shift: int = 0, metrics=None) -> Evaluation:
     """Evaluate one or more fitted models on a labelled table, exactly as ``calengine evaluate`` does.
 
     ``models``: a model directory or loaded :class:`~calengine.model.calibrated.CalibratedModel`, or a
@@ -172,6 +189,12 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
     (:func:`calengine.conformalize`) also gets the coverage of its prediction sets, overall, per class
     and per ``by`` segment, and their sizes (:mod:`calengine.metrics.conformal`).  Every bad input is a
     :class:`~calengine.errors.CalengineError` raised before any work starts.
+
+    ``metrics``: None (every metric), or a selection of the keys ``evaluate --json`` prints (a list, or
+    names separated by commas; :data:`calengine.metrics.selection.METRIC_NAMES`, with the sections
+    ``raw``, ``drift`` and ``error_reject``): only those are computed and returned, each the same bits
+    as in the full evaluation; the raw learner's tables are built only with ``raw`` (or a cost matrix,
+    whose decisions compare its policy).  Refused with ``report`` (the page draws every metric).
     """
     import tempfile
 
@@ -186,6 +209,12 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
 
     alpha = check_alpha(alpha)
     check_weight_option(weight)
+    from .selection import check_metrics, needs
+
+    metrics = check_metrics(metrics)
+    if metrics is not None and report is not None:
+        raise ParameterError("report draws every metric's figure and table; drop metrics or report",
+                             parameter=("metrics", "report"))
     if by is not None:
         from .segments import DEFAULT_MAX_SEGMENTS, check_segment_options
 
@@ -239,8 +268,11 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                 accs: list = []
                 bands = shifts = None
                 with _releasing(accs):
-                    accs.extend(evaluate_table(c, m, files, target, with_raw=True, progress=prog, cost_matrix=cm,
-                                               weight=weight, ranged=True, spill_dir=spill, segments=seg_opt)
+                    # the raw learner's tables only when its metrics are selected, or the decisions compare its policy
+                    accs.extend(evaluate_table(c, m, files, target, progress=prog, cost_matrix=cm, weight=weight,
+                                               with_raw=metrics is None or "raw" in metrics or cm is not None,
+                                               ranged=True, spill_dir=spill, segments=seg_opt,
+                                               suite_parts=needs(metrics))
                                 for m, cm in zip(loaded, costs))
                     # --by: the segment sums came with the metrics' pass (each row scored once for both)
                     segments = None if by is None else [a.pop("segments").result() for a in accs]
@@ -261,20 +293,23 @@ def evaluate_models(models, data, target: str, *, weight: str | None = None, cos
                                                     progress=prog, weight=weight) for m in loaded]
                     # ranged tables are read by tasks of this client, in this scratch directory: every number
                     # is computed before either goes away (freeze keeps the answers and drops the ranges)
-                    results = [{k: _metrics(acc, seed) for k, acc in a.items()} for a in accs]
-                    drifts = [a["calibrated"].drift_check(alpha=alpha) for a in accs]
+                    # the raw tables of a cost matrix's decisions without "raw" selected: no metrics of them
+                    results = [{k: _metrics(acc, seed, metrics) for k, acc in a.items()
+                                if k != "raw" or metrics is None or "raw" in metrics} for a in accs]
+                    drifts = [a["calibrated"].drift_check(alpha=alpha) if metrics is None or "drift" in metrics
+                              else None for a in accs]
                     result = Evaluation(
                         models=loaded, names=[os.path.basename(os.path.normpath(s)) for s in sources],
                         labels=model_labels(loaded, sources), accumulators=accs, results=results, drifts=drifts,
                         bands=bands, report=report, segments=segments, prior_shifts=shifts, weight=weight,
-                        conformal=conformal,
+                        conformal=conformal, metrics=metrics,
                     )
                     if report is not None:
                         _write_report(result, files)
                     for a in accs:
                         for acc in a.values():
                             if hasattr(acc, "freeze"):
-                                acc.freeze()
+                                acc.freeze(error_reject=metrics is None or "error_reject" in metrics)
                 return result
 
             result = _restarting(c, attempt)
@@ -414,16 +449,28 @@ def _releasing(accs: list):
         raise
 
 
-def _metrics(acc, seed: int) -> dict:
+def _metrics(acc, seed: int, metrics: frozenset | None = None) -> dict:
     """An accumulator's result; a :class:`~calengine.metrics.measures.MetricAccumulator`'s (or its range-partitioned
     :class:`~calengine.metrics.ranged.engine.RangedTables`') with the
-    calibration metric suite (:mod:`calengine.metrics.ranged.suite`) added, its bootstrap drawn with ``seed``."""
+    calibration metric suite (:mod:`calengine.metrics.ranged.suite`) added, its bootstrap drawn with ``seed``.
+    ``metrics`` (:mod:`calengine.metrics.selection`): only those keys, and only the passes they need."""
     from .measures import MetricAccumulator
     from .ranged.engine import RangedTables
+    from .selection import CORE_KEYS, needs, select_keys
 
-    if isinstance(acc, (MetricAccumulator, RangedTables)):
+    if not isinstance(acc, (MetricAccumulator, RangedTables)):
+        return acc.result()
+    if metrics is None:
         return {**acc.result(), **acc.calibration_suite(seed=seed)}
-    return acc.result()
+    if metrics.isdisjoint(CORE_KEYS):
+        acc._require_rows()
+        core = {"n": acc.n, "n_classes": acc.n_classes}
+    elif isinstance(acc, RangedTables):
+        core = acc.result(drift="drift" in metrics)
+    else:
+        core = acc.result()
+    parts = needs(metrics)
+    return select_keys({**core, **(acc.calibration_suite(seed=seed, parts=parts) if parts else {})}, metrics)
 
 
 def model_labels(models, dirs) -> list[str]:

@@ -465,11 +465,12 @@ class MetricAccumulator:
         (:func:`calengine.metrics.ranged.kernels.counts`); None for integer counts."""
         return float(self.n) / float(1 << 52) if isinstance(self.n, float) else None
 
-    def calibration_suite(self, seed: int = 0) -> dict:
+    def calibration_suite(self, seed: int = 0, parts: frozenset | None = None) -> dict:
         """The calibration metric suite of issue 22 (equal-mass and class-wise ECE, the debiased L2
         error with its bootstrap interval drawn with ``seed``, smooth ECE, KS, Kuiper, ECCE and
         Hosmer-Lemeshow tests, the Cox calibration slope and intercept, ICI) from this accumulator's
-        tables, each table one score range; see :mod:`calengine.metrics.ranged.suite`.
+        tables, each table one score range; see :mod:`calengine.metrics.ranged.suite`.  ``parts``: only
+        those parts of it (:func:`calengine.metrics.selection.needs`; None: all).
 
         Exact, in memory: this method.  Bounded memory, from score ranges:
         :func:`calengine.metrics.ranged.suite.calibration_suite`.
@@ -477,7 +478,7 @@ class MetricAccumulator:
         from .ranged.suite import calibration_suite
 
         self._require_rows()
-        return calibration_suite([[t] for t in self._cls], [self._top], unit=self._unit(), seed=seed)
+        return calibration_suite([[t] for t in self._cls], [self._top], unit=self._unit(), seed=seed, parts=parts)
 
     def smooth_reliability(self, sigma: float | None = None) -> dict:
         """relplot's smooth reliability curve with its 95 % band, of the column the smooth ECE measures

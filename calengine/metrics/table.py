@@ -95,6 +95,7 @@ def evaluate_table(
     ranged: bool = False,
     spill_dir: str | None = None,
     segments: tuple | None = None,
+    suite_parts: frozenset | None = None,
 ) -> dict[str, dict]:
     """{"calibrated": MetricAccumulator, "raw": MetricAccumulator}: one exact reduction over all chunks.
 
@@ -105,7 +106,9 @@ def evaluate_table(
     written to ``spill_dir`` when given) and the values are :class:`~calengine.metrics.ranged.engine.RangedTables`.
     ``segments``: ``(by columns, max_segments)`` of ``evaluate --by``: also ``"segments"``, the
     chunks' :class:`~calengine.metrics.segments.SegmentAccumulator` merged in chunk order, from the
-    same pass (the batches and chunks are those of the metrics, which read the ``--by`` columns too)."""
+    same pass (the batches and chunks are those of the metrics, which read the ``--by`` columns too).
+    ``suite_parts``: the calibration suite's parts that will be asked of ranged tables
+    (:func:`calengine.metrics.selection.needs`; None: all): their builders census only those."""
     import functools
 
     from ..parquet.data import check_columns
@@ -133,7 +136,7 @@ def evaluate_table(
         # embedded: files in spill_dir; on a Dask cluster: in the workers' local directories
         return range_eval.evaluate_ranged(client, chunk_fn, model_f, model.n_classes, chunks, target, batch_rows,
                                           with_raw, cost_matrix, weight, spill_dir, progress,
-                                          workers=None if spill_dir is not None else OnWorkers())
+                                          workers=None if spill_dir is not None else OnWorkers(), parts=suite_parts)
     futures = [
         client.submit(chunk_fn, model_f, chunk, target, batch_rows, with_raw, cost_matrix, weight, pure=False)
         for chunk in chunks

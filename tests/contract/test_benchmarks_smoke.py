@@ -325,6 +325,31 @@ def test_bench_evaluate_scale_reference_and_commands_tiny(tmp_path):
     assert min(c["peak_rss_mib"].values()) > 50
     assert c["cost_matrix_adds_only_decisions"] is True and c["bootstrap_adds_only_the_band"] is True
 
+def test_bench_evaluate_peers_tiny(tmp_path):
+    """bench_evaluate_scale.py --peers (issue 43 §4): the in-memory peers, evaluate --metrics of the same six
+    keys and the full evaluate, in one run on one generated score-column table: the values agree with the
+    peers' within the reference tolerances, every selected key is the full run's, and the page gives the
+    ratios; the peers' vectorised equal-mass ECE is uncertainty-calibration's to the last bits."""
+    pytest.importorskip("relplot")
+    kumar = pytest.importorskip("calibration")
+    bench = _load("bench_evaluate_scale")
+    assert bench.main(["--peers", "--rows-list", "20000", "--files", "2", "--repeats", "1",
+                       "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "r")]) == 0
+    (d,) = json.loads((tmp_path / "r" / "evaluate_peers.json").read_text())["results"]
+    assert set(d["wall_s"]) == {"peers", "evaluate --metrics", "evaluate"} and min(d["peak_rss_mib"].values()) > 50
+    assert set(d["agreement"]) == set(bench.PEER_METRICS) and d["all_agree"] is True, d["agreement"]
+    assert d["subset_equals_full"] is True and set(d["subset_keys"]) == {*bench.PEER_METRICS, "n", "n_classes", "model"}
+    assert d["ratio_subset_over_peers"] > 0 and d["cpu_ratio_full_over_peers"] > 0
+    assert "evaluate --metrics / peers" in (tmp_path / "r" / "evaluate_peers.md").read_text()
+    rng = np.random.default_rng(3)
+    for p in (rng.uniform(size=997), np.round(rng.uniform(size=5000), 2)):
+        y = (rng.random(p.size) < p).astype(np.int64)
+        P2 = np.column_stack([1 - p, p])
+        conf, correct = P2.max(axis=1), (P2.argmax(axis=1) == y).astype(np.float64)
+        want = kumar.lower_bound_scaling_ce(P2, y, p=1, debias=False, num_bins=15, mode="top-label")
+        assert bench.equal_mass_ece(conf, correct) == pytest.approx(want, rel=1e-12)
+
+
 def test_bench_score_columns_tiny(tmp_path):
     """gen_scores_table.py writes the same rows whatever the file layout, with the known link between
     score and label; bench_score_columns.py runs calengine fit --scores (embedded) beside scikit-learn's

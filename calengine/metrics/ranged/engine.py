@@ -301,15 +301,16 @@ def _census_answer(table, census: dict | None) -> dict | None:
     return answer
 
 
-def builder_requests(k: int, n: int) -> dict:
+def builder_requests(k: int, n: int, parts: frozenset | None = None) -> dict:
     """The request each table's range builders answer (:func:`_stored`), by table key (``("class", c)``
     or ``("top",)``) for a model of ``k`` classes and ``n`` rows (integer counts): the calibration
     suite's first pass (:func:`~calengine.metrics.ranged.suite.census_requests`) and, under ``"core"``, the
-    range-local pieces of :func:`~calengine.metrics.ranged.core_result`."""
+    range-local pieces of :func:`~calengine.metrics.ranged.core_result`.  ``parts``: the suite's parts
+    the evaluation wants (:func:`calengine.metrics.selection.needs`; None: all)."""
     from ..measures import LOG_LOSS_CLIP
     from .suite import census_requests
 
-    out = census_requests(k, None, float(n))
+    out = census_requests(k, None, float(n), parts)
     for key in out:
         core = {"top": True} if key == ("top",) else {"clip": LOG_LOSS_CLIP, "brier": k > 2 or key[1] == 1}
         out[key] = {**out[key], "core": core}
@@ -453,13 +454,15 @@ class RangedTables:
             self._cache[key] = compute()
         return self._cache[key]
 
-    def freeze(self) -> "RangedTables":
+    def freeze(self, error_reject: bool = True) -> "RangedTables":
         """Compute what ``evaluate`` prints from these tables later (the thinned error-reject curve and
-        its text table) and release the ranges: after this only answers already computed are available."""
+        its text table, unless ``error_reject`` is false: ``evaluate --metrics`` without it) and release
+        the ranges: after this only answers already computed are available."""
         from ..report.text import REJECT_RATES
 
-        self.error_reject_points()
-        self.error_reject_at(REJECT_RATES)
+        if error_reject:
+            self.error_reject_points()
+            self.error_reject_at(REJECT_RATES)
         self.release()
         return self
 
@@ -512,16 +515,21 @@ class RangedTables:
             raise DataError("no rows to evaluate (or every weight is 0); pass at least one labelled prediction"
                             " with a positive weight")
 
-    def result(self) -> dict:
+    def result(self, drift: bool = True) -> dict:
+        """:meth:`calengine.metrics.measures.MetricAccumulator.result` from the score ranges; with
+        ``drift`` the drift check's pieces are taken in the same pass (without, :meth:`drift_check`
+        would read the ranges for them: ``evaluate --metrics`` without ``drift``)."""
         from ..measures import LOG_LOSS_CLIP
 
         self._require_rows()
         # the builders' local pieces, and the drift check's pieces taken in the same pass as the AUC's
         return self._cached(("result",), lambda: core_result(
             self.class_ranges, self.top_ranges, n=self.n, unit=self._unit(), clip=LOG_LOSS_CLIP, mapper=self.mapper,
-            local=self._local_pieces(), drift=self._drift_pieces))
+            local=self._local_pieces(), drift=self._drift_pieces if drift else None))
 
-    def calibration_suite(self, seed: int = 0) -> dict:
+    def calibration_suite(self, seed: int = 0, parts: frozenset | None = None) -> dict:
+        """:meth:`calengine.metrics.measures.MetricAccumulator.calibration_suite` from the score ranges
+        (``parts``: only those parts of the suite; the builders' census was requested for the same)."""
         from . import core_kernels as ck
         from .suite import calibration_suite
 
@@ -534,9 +542,9 @@ class RangedTables:
             # the builders' census answers were computed for scale = n: use them only for that scale
             censuses = self.censuses if unit is None and scale == float(self.n) else None
             return calibration_suite(self.class_ranges, self.top_ranges, unit=unit, scale=scale, seed=seed,
-                                     mapper=self.mapper, censuses=censuses)
+                                     mapper=self.mapper, censuses=censuses, parts=parts)
 
-        return self._cached(("calibration_suite", seed), compute)
+        return self._cached(("calibration_suite", seed, parts), compute)
 
     def smooth_reliability(self, sigma: float | None = None) -> dict:
         """:meth:`calengine.metrics.measures.MetricAccumulator.smooth_reliability` from the score ranges."""
@@ -675,20 +683,22 @@ def mapped_sketch(sketch: dict, which: str) -> dict:
 
 
 def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str, batch_rows: int, with_raw: bool,
-                    cost_matrix, weight, spill_dir: str | None, progress=None, workers=None) -> dict:
+                    cost_matrix, weight, spill_dir: str | None, progress=None, workers=None,
+                    parts: frozenset | None = None) -> dict:
     """``{"calibrated": RangedTables, "raw": RangedTables}`` (and ``"decisions"``) of ``chunks``:
     what :func:`calengine.metrics.table.evaluate_table` returns, without a whole table anywhere.
     ``evaluate_chunk`` evaluates one chunk (see :func:`chunk_tables`); ``model_f`` is the model as
     shared with the client, ``k`` its number of classes.  ``spill_dir``: where tables are written (the
     embedded case), or None on a Dask cluster, with ``workers`` :class:`calengine.metrics.ranged.workers.OnWorkers`:
     in the workers' local directories, removed if this fails (passed in by the caller: that module
-    builds on this one)."""
+    builds on this one).  ``parts``: the calibration suite's parts the caller will ask for
+    (:func:`calengine.metrics.selection.needs`; None: all): the range builders census only those."""
     if (spill_dir is None) == (workers is None):
         raise ValueError("evaluate_ranged takes either spill_dir (embedded) or workers (a Dask cluster)")
     evaluation = None if spill_dir is not None else uuid.uuid4().hex
     try:
         return _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix,
-                                weight, spill_dir, evaluation, progress, workers)
+                                weight, spill_dir, evaluation, progress, workers, parts)
     except BaseException:
         if evaluation is not None:
             with contextlib.suppress(Exception):  # the evaluation's own error is the one to report
@@ -697,7 +707,7 @@ def evaluate_ranged(client, evaluate_chunk, model_f, k: int, chunks, target: str
 
 
 def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_rows, with_raw, cost_matrix, weight,
-                     spill_dir, evaluation, progress, rw) -> dict:
+                     spill_dir, evaluation, progress, rw, suite_parts=None) -> dict:
     from ...errors import DataError
     from ...runtime.progress import gather_in_order
 
@@ -723,7 +733,7 @@ def _evaluate_ranged(client, evaluate_chunk, model_f, k, chunks, target, batch_r
         # integer counts: the suite's first pass over each range runs in the task that builds it
         # (its request needs the total, known now); fractional weights' integer units are not
         unit_free = not isinstance(n, float) and n > 0
-        requests = builder_requests(k, n) if unit_free else {}
+        requests = builder_requests(k, n, suite_parts) if unit_free else {}
         mirrored = [s.get("mirrored", {}).get(kind, False) for s in small]
         derive = all(mirrored)  # class 0 and top label from class 1's ranges; else every table from chunks
         ranges, censuses = {}, {}

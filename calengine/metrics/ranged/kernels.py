@@ -79,7 +79,9 @@ def census(table, req: dict) -> dict:
     path starts from) and on request its equal-width bins and smooth-ECE grid histograms.
 
     ``req``: ``unit``, ``scale``; flags ``bins`` (the :data:`ECE_BINS` equal-width bins of this
-    column), ``grid`` (a grid size for the smooth ECE, or None)."""
+    column), ``grid`` (a grid size for the smooth ECE, or None), ``cumulative`` (default true: the spread
+    and the residual, which only the cumulative tests read; ``evaluate --metrics`` without them skips
+    two exact sums over the range)."""
     v, a, b, m = counts(table, req["unit"])
     S = req["scale"]
     af, mf = a.astype(np.float64), m.astype(np.float64)
@@ -87,9 +89,10 @@ def census(table, req: dict) -> dict:
            "lo": float(v[0]) if v.size else None, "hi": float(v[-1]) if v.size else None}
     if v.size == 0:
         return out
-    resid = af - mf * v
-    out["sums"] = {"var": fixed_sum(mf * v * (1.0 - v), S)}
-    out["resid_units"] = int(fixed_units(resid, S).sum())
+    if req.get("cumulative", True):
+        resid = af - mf * v
+        out["sums"] = {"var": fixed_sum(mf * v * (1.0 - v), S)}
+        out["resid_units"] = int(fixed_units(resid, S).sum())
     if req.get("bins"):
         edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
         idx = np.clip(np.searchsorted(edges[1:-1], v, side="right"), 0, ECE_BINS - 1)

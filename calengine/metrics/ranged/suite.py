@@ -76,13 +76,16 @@ def _local_map(fn, ranges, requests):
     return [fn(r, q) for r, q in zip(ranges, requests)]
 
 
-def census_requests(k: int, unit, scale: float) -> dict:
+def census_requests(k: int, unit, scale: float, parts: frozenset | None = None) -> dict:
     """The first pass's request of each table :func:`calibration_suite` reads, by table (``("class",
     c)`` or ``("top",)``): what a range's builder may run on the range it has just merged
-    (:mod:`calengine.metrics.ranged.engine`), so that the suite need not read every range again for it."""
-    base = {"unit": unit, "scale": float(scale), "clip": CLIP, "bins": False, "grid": None, "logit_bins": None}
-    score = {**base, "grid": smece_grid_size(1.0), "logit_bins": LOGIT_BINS, "bins": k == 2}
-    out = {("class", c): {**base, "bins": True} for c in range(k)}
+    (:mod:`calengine.metrics.ranged.engine`), so that the suite need not read every range again for it.
+    ``parts``: the suite's parts wanted (:func:`calengine.metrics.selection.needs`; None: all): the
+    histograms no wanted part reads are not requested."""
+    base = {"unit": unit, "scale": float(scale), "clip": CLIP, "bins": False, "grid": None, "logit_bins": None,
+            "cumulative": _want(parts, "ks")}
+    score = {**base, "grid": _score_grid(parts), "logit_bins": _logit_bins(parts), "bins": k == 2 and _want(parts, "classwise")}
+    out = {("class", c): {**base, "bins": _want(parts, "classwise")} for c in range(k)}
     if k == 2:
         out[("class", 1)], out[("top",)] = score, base
     else:
@@ -90,14 +93,29 @@ def census_requests(k: int, unit, scale: float) -> dict:
     return out
 
 
+def _want(parts: frozenset | None, part: str) -> bool:
+    return parts is None or part in parts
+
+
+def _score_grid(parts) -> int | None:
+    """The smooth ECE's first grid, when it is wanted."""
+    return smece_grid_size(1.0) if _want(parts, "smece") else None
+
+
+def _logit_bins(parts) -> int | None:
+    """The logit histogram the calibration fits start from, when one is wanted."""
+    return LOGIT_BINS if _want(parts, "cox") or _want(parts, "ici") else None
+
+
 class _Column:
     """One table (a list of ranges) and what the first pass learned about it (``census``: that pass's
     answers per range when they were computed already, for the same request)."""
 
     def __init__(self, ranges, mapper: Mapper, unit, scale: float, *, grid: int | None = None, bins: bool = False,
-                 logit_bins: int | None = None, census: list | None = None):
+                 logit_bins: int | None = None, census: list | None = None, cumulative: bool = True):
         self.ranges, self.mapper, self.unit, self.S = list(ranges), mapper, unit, float(scale)
-        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid, "logit_bins": logit_bins}
+        req = {"unit": unit, "scale": self.S, "clip": CLIP, "bins": bins, "grid": grid, "logit_bins": logit_bins,
+               "cumulative": cumulative}
         if census is not None and len(census) == len(self.ranges):
             self.census = list(census)
         else:
@@ -419,17 +437,18 @@ def _knots(col: _Column, outs) -> list[float] | None:
     return x.tolist() if np.all(np.diff(x) > 0) else None
 
 
-def _calibration_fits(score: _Column, knots):
+def _calibration_fits(score: _Column, knots, ici: bool = True):
     """Cox's line and the ICI's spline (with ``knots``, when there are), each ``(theta, sums at theta)``
     or None: both start from their fit on the census's logit histogram and are finished by Newton on
     the rows in the same passes (two or three); a fit whose histogram start fails starts as before,
     Cox from the identity recalibration and the spline from Cox's line.  The spline is only reported
-    when Cox's line converged."""
+    when Cox's line converged.  Without ``ici`` (the calibration slope alone: pass no knots) Cox's line
+    is fitted without the ICI's sums: the same parameters, the sums at them are not returned."""
     hist = _logit_histogram(score)
     cox0 = _histogram_fit(hist, None, [0.0, 1.0]) if hist["m"].size else None
     rcs0 = None if cox0 is None or knots is None else _histogram_fit(hist, knots, [*cox0, 0.0, 0.0])
     # Cox's line carries the ICI only without knots; it is the ICI's fit too when the spline fails (below)
-    fits = {"cox": (None, [0.0, 1.0] if cox0 is None else cox0, knots is None)}
+    fits = {"cox": (None, [0.0, 1.0] if cox0 is None else cox0, ici and knots is None)}
     if rcs0 is not None:
         fits["rcs"] = (knots, rcs0, True)
     done = _fit_all(score, fits)
@@ -448,7 +467,7 @@ def _calibration_fits(score: _Column, knots):
 
 def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float | None = None,
                       scale: float | None = None, seed: int = 0, mapper: Mapper | None = None,
-                      censuses: dict | None = None) -> dict:
+                      censuses: dict | None = None, parts: frozenset | None = None) -> dict:
     """The suite's metrics from the per-class tables and the top-label table, each a list of ranges.
 
     ``unit``: None for integer counts; for fractional weights the weight of one integer unit (the
@@ -457,6 +476,9 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     ``l2_ce_debiased``.  ``mapper(kernel, ranges, requests)``: where the kernels run.  ``censuses``:
     the first pass's answers per table (keys of :func:`census_requests`), computed for exactly those
     requests with this ``unit`` and ``scale`` (the range builders' pass); a table without one is read.
+    ``parts``: the parts of the suite to compute (:func:`calengine.metrics.selection.needs`: ``smece``,
+    ``ks``, ``hl``, ``cox``, ``ici``, ``equal_mass``, ``classwise``, ``l2``; None: all): the passes and
+    fits no wanted part needs are not run, and each key computed is the same bits as in the whole suite.
     Returns the issue's keys (NaN where a metric is undefined, e.g. a column without both outcomes).
 
     Bounded memory: this function, on ranges that no process holds whole.  Exact, in memory (its oracle):
@@ -464,6 +486,7 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     """
     mapper = mapper or _local_map
     k = len(class_ranges)
+    want = lambda part: _want(parts, part)  # noqa: E731
     if scale is None:
         scale = float(sum(int(np.sum(kernels.counts(r, unit)[3])) for r in top_ranges))
     out: dict = {}
@@ -471,55 +494,79 @@ def calibration_suite(class_ranges: list[list], top_ranges: list, *, unit: float
     # for two classes the score column is class 1's: its census and sweep also serve class 1's
     # class-wise ECE and debiased L2 error; for more it is the top label's, whose equal-mass ECE they serve
     censuses = censuses or {}
-    score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=smece_grid_size(1.0),
-                    logit_bins=LOGIT_BINS, bins=k == 2, census=censuses.get(("class", 1) if k == 2 else ("top",)))
-    N = score.N
-    levels = [-(-num * N // den) for num, den in RCS_QUANTILES]
-    sw = score.sweep(ks=True, binnings=[("floor", "floor", HL_GROUPS), ("split", "split", SUITE_BINS)],
-                     levels={"knots": levels})
-    smece, sigma = smece_search(lambda s: smooth_ece(score.grid(smece_grid_size(s)), s))
-    out["smece"], out["smece_sigma"] = smece, sigma
-    hi = max(o["ks"][0] for o in sw if "ks" in o)
-    lo = min(o["ks"][1] for o in sw if "ks" in o)
-    # the path in weight units over its standard deviation sqrt(Σ w p (1 - p)): a weight counts as rows
-    units = scale / float(1 << 52) * score.w
-    spread = math.sqrt(score.sum_of("var") * score.w)
-    if spread > 0:
-        ks = max(abs(hi), abs(lo)) * units / spread
-        kuiper = (hi - lo) * units / spread
-        out.update(ks=ks, ks_pvalue=ks_sf(ks), kuiper=kuiper, kuiper_pvalue=kuiper_sf(kuiper),
-                   ecce_pvalue=ecce_p_value(kuiper))
-    else:
-        out.update(ks=math.nan, ks_pvalue=math.nan, kuiper=math.nan, kuiper_pvalue=math.nan, ecce_pvalue=math.nan)
-    hl_bins = score.binning(sw, "floor")
-    hl = hosmer_lemeshow(hl_bins["count"], hl_bins["pos"], hl_bins["mv"])
-    out.update(hosmer_lemeshow=hl["chi2"], hosmer_lemeshow_df=hl["df"], hosmer_lemeshow_pvalue=hl["p_value"])
-    cox, rcs = _calibration_fits(score, _knots(score, sw))
-    out["calibration_intercept"], out["calibration_slope"] = (math.nan, math.nan) if cox is None else map(float, cox[0])
-    # the ICI from the spline fit, or from Cox's line when the spline has no knots or does not converge
-    ici = rcs if rcs is not None else cox
-    out["ici"] = math.nan if ici is None else ici[1] / N
+    score_parts = ("smece", "ks", "hl", "cox", "ici") + (("classwise", "l2") if k == 2 else ("equal_mass",))
+    score = None
+    if any(want(p) for p in score_parts):
+        score = _Column(class_ranges[1] if k == 2 else top_ranges, mapper, unit, scale, grid=_score_grid(parts),
+                        logit_bins=_logit_bins(parts), bins=k == 2 and want("classwise"),
+                        census=censuses.get(("class", 1) if k == 2 else ("top",)), cumulative=want("ks"))
+    # the score column's equal-mass bins: class 1's debiased L2 error (two classes), else the top label's ECE
+    binnings = ([("floor", "floor", HL_GROUPS)] if want("hl") else []) + (
+        [("split", "split", SUITE_BINS)] if want("l2" if k == 2 else "equal_mass") else [])
+    sw = None
+    if score is not None and (want("ks") or want("ici") or binnings):
+        N = score.N
+        levels = [-(-num * N // den) for num, den in RCS_QUANTILES]
+        sw = score.sweep(**({"ks": True} if want("ks") else {}), binnings=binnings,
+                         **({"levels": {"knots": levels}} if want("ici") else {}))
+    if want("smece"):
+        smece, sigma = smece_search(lambda s: smooth_ece(score.grid(smece_grid_size(s)), s))
+        out["smece"], out["smece_sigma"] = smece, sigma
+    if want("ks"):
+        hi = max(o["ks"][0] for o in sw if "ks" in o)
+        lo = min(o["ks"][1] for o in sw if "ks" in o)
+        # the path in weight units over its standard deviation sqrt(Σ w p (1 - p)): a weight counts as rows
+        units = scale / float(1 << 52) * score.w
+        spread = math.sqrt(score.sum_of("var") * score.w)
+        if spread > 0:
+            ks = max(abs(hi), abs(lo)) * units / spread
+            kuiper = (hi - lo) * units / spread
+            out.update(ks=ks, ks_pvalue=ks_sf(ks), kuiper=kuiper, kuiper_pvalue=kuiper_sf(kuiper),
+                       ecce_pvalue=ecce_p_value(kuiper))
+        else:
+            out.update(ks=math.nan, ks_pvalue=math.nan, kuiper=math.nan, kuiper_pvalue=math.nan, ecce_pvalue=math.nan)
+    if want("hl"):
+        hl_bins = score.binning(sw, "floor")
+        hl = hosmer_lemeshow(hl_bins["count"], hl_bins["pos"], hl_bins["mv"])
+        out.update(hosmer_lemeshow=hl["chi2"], hosmer_lemeshow_df=hl["df"], hosmer_lemeshow_pvalue=hl["p_value"])
+    if want("cox") or want("ici"):
+        cox, rcs = _calibration_fits(score, _knots(score, sw) if want("ici") else None, ici=want("ici"))
+        if want("cox"):
+            out["calibration_intercept"], out["calibration_slope"] = (
+                (math.nan, math.nan) if cox is None else map(float, cox[0]))
+        if want("ici"):
+            # the ICI from the spline fit, or from Cox's line when the spline has no knots or does not converge
+            ici = rcs if rcs is not None else cox
+            out["ici"] = math.nan if ici is None else ici[1] / score.N
     # ---- the top-label confidence: equal-mass ECE
-    if k > 2:
-        em = score.binning(sw, "split")
-    else:
-        top = _Column(top_ranges, mapper, unit, scale, census=censuses.get(("top",)))
-        em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
-    out["ece_equal_mass"] = _ece_from_bins(em)
+    if want("equal_mass"):
+        if k > 2:
+            em = score.binning(sw, "split")
+        else:
+            top = _Column(top_ranges, mapper, unit, scale, census=censuses.get(("top",)), cumulative=want("ks"))
+            em = top.binning(top.sweep(binnings=[("split", "split", SUITE_BINS)]), "split")
+        out["ece_equal_mass"] = _ece_from_bins(em)
     # ---- every class column: class-wise ECE (equal width) and Kumar et al.'s debiased L2 error (equal mass)
-    eces, sqs, stats = [], [], []
-    for c in range(k):
-        col = score if k == 2 and c == 1 else _Column(class_ranges[c], mapper, unit, scale, bins=True,
-                                                      census=censuses.get(("class", c)))
-        eces.append(_ece_from_bins(col.equal_width_bins()))
-        if k > 2 or c == 1:
-            sq, st = _l2_stats(col, sw if col is score else col.sweep(binnings=[("split", "split", SUITE_BINS)]))
-            sqs.append(sq)
-            stats.append(st)
-    out["ece_classwise"] = float(np.mean(eces))
-    value = math.sqrt(float(np.mean(sqs)))
-    low, high = l2_bootstrap(stats, value, replicates=L2_REPLICATES, seed=seed, level=L2_LEVEL)
-    out["l2_ce_debiased"] = {"value": value, "low": float(low), "high": float(high)}
+    if want("classwise") or want("l2"):
+        eces, sqs, stats = [], [], []
+        for c in range(k):
+            if k == 2 and c == 0 and not want("classwise"):
+                continue  # class 0 of two serves only the class-wise ECE
+            col = score if k == 2 and c == 1 else _Column(class_ranges[c], mapper, unit, scale,
+                                                          bins=want("classwise"), census=censuses.get(("class", c)),
+                                                          cumulative=want("ks"))
+            if want("classwise"):
+                eces.append(_ece_from_bins(col.equal_width_bins()))
+            if want("l2") and (k > 2 or c == 1):
+                sq, st = _l2_stats(col, sw if col is score else col.sweep(binnings=[("split", "split", SUITE_BINS)]))
+                sqs.append(sq)
+                stats.append(st)
+        if want("classwise"):
+            out["ece_classwise"] = float(np.mean(eces))
+        if want("l2"):
+            value = math.sqrt(float(np.mean(sqs)))
+            low, high = l2_bootstrap(stats, value, replicates=L2_REPLICATES, seed=seed, level=L2_LEVEL)
+            out["l2_ce_debiased"] = {"value": value, "low": float(low), "high": float(high)}
     return out
 
 

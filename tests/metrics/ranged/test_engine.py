@@ -866,7 +866,7 @@ def test_on_a_cluster_a_failed_evaluation_leaves_no_range_file_on_the_workers(pi
     model, parts = pima_single_model
     built = []
 
-    def failing(acc, seed):
+    def failing(acc, seed, metrics=None):
         built.append(_files_under(local))
         raise RuntimeError("the metrics failed")
 

@@ -327,3 +327,46 @@ def test_undefined_tests_are_nan_not_errors():
     assert got["ks"] == 0.0 and got["ks_pvalue"] == 1.0
     assert math.isnan(got["hosmer_lemeshow_pvalue"])  # one group of risk: no degrees of freedom
     assert math.isnan(got["calibration_slope"])  # no spread in logit(p): the slope is not identified
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_selection_of_the_suite_is_the_same_bits_as_the_whole_suite(data):
+    """``parts`` (``evaluate --metrics``): each key computed from a part of the suite, on any cut of the
+    tables into ranges, is the whole one-range suite's key bit for bit, and no other key is computed."""
+    from calengine.metrics.selection import SUITE_KEYS, needs
+
+    k = data.draw(st.sampled_from([2, 3]))
+    n = data.draw(st.integers(30, 160))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    P = rng.dirichlet(np.ones(k), n)
+    y = rng.integers(0, k, n)
+    weighted = data.draw(st.booleans())
+    acc = MetricAccumulator(k).add(y, P, sample_weight=rng.uniform(0.1, 3.0, n) if weighted else None)
+    whole = suite.calibration_suite([[t] for t in acc._cls], [acc._top], unit=acc._unit())
+    keys = frozenset(data.draw(st.lists(st.sampled_from(SUITE_KEYS), min_size=1, max_size=4)))
+    cut = suite.calibration_suite([_cut(t, data.draw) for t in acc._cls], _cut(acc._top, data.draw), unit=acc._unit(),
+                                  parts=needs(keys))
+    assert keys <= set(cut) and set(cut) <= set(whole)
+    assert repr({key: cut[key] for key in keys}) == repr({key: whole[key] for key in keys})
+    # a part computes its own keys only: nothing a selection did not need
+    assert set(cut) == {key for key in SUITE_KEYS if needs(frozenset([key])) <= needs(keys)}
+
+
+def test_a_selection_asks_the_first_pass_only_for_what_it_reads():
+    """The range builders' census for ``evaluate --metrics smece``: the smooth ECE's grid on the score
+    column, and none of the equal-width bins, the logit histogram or the cumulative tests' sums."""
+    from calengine.metrics.ranged import kernels
+    from calengine.metrics.selection import needs
+
+    reqs = suite.census_requests(2, None, 100.0, needs(frozenset({"smece"})))
+    assert {key: (r["grid"], r["logit_bins"], r["bins"], r["cumulative"]) for key, r in reqs.items()} == {
+        ("class", 0): (None, None, False, False), ("class", 1): (suite.smece_grid_size(1.0), None, False, False),
+        ("top",): (None, None, False, False)}
+    y, p = _binary(100)
+    acc = MetricAccumulator(2).add(y, p)
+    answer = kernels.census(acc._cls[1], reqs[("class", 1)])
+    assert set(answer) == {"size", "pos", "neg", "lo", "hi", "grid"}
+    whole = suite.census_requests(2, None, 100.0)
+    assert whole[("class", 1)]["cumulative"] and whole[("class", 1)]["logit_bins"] == suite.LOGIT_BINS
+    assert {"sums", "resid_units", "bins", "grid", "logit_hist"} <= set(kernels.census(acc._cls[1], whole[("class", 1)]))
