@@ -311,30 +311,30 @@ class ExactSums:
     piece by piece and adds the pieces in float gets last bits that depend on the cut, and Newton's
     stopping rules carry such bits into the model.  Fixed point (:func:`fixed_sum`) needs a scale every
     piece knows in advance; weights have none.  Here each bin's sum is held as integer limbs on a
-    global grid of powers of two (limb ``k`` in units of ``2**(-1074 + 31 (k0 + j))``), wide enough for
+    global grid of powers of two (limb ``j`` in units of ``2**(-1074 + 31 (k0 + j))``), wide enough for
     any float64 term, and :meth:`to_float` rounds the exact total once, correctly (as
     :func:`math.fsum` does).  Non-finite terms, and finite ones of magnitude 2**1023 or more, are added
     in float beside (``inf``/``nan`` arithmetic is order-free; two huge terms of one sign overflow in
     any order), and the result is non-finite if any term was.
 
-    ``limbs``: int64 ``(n_bins, L)``; after :meth:`_normalized` every limb but the last lies in
-    ``[0, 2**31)`` and the last carries the sign.
+    Sparse: only the bins whose sum is not zero are held (``rows``, increasing, with their ``limbs``:
+    int64 ``(len(rows), L)``), so a histogram of 40,960 cells of which a piece fills a few thousand
+    travels and merges at the size of those.  After :meth:`_normalized` every limb but the last lies
+    in ``[0, 2**31)`` and the last carries the sign.
     """
 
-    __slots__ = ("k0", "limbs", "special")
+    __slots__ = ("n_bins", "rows", "k0", "limbs", "special")
     __array_ufunc__ = None  # ``array + ExactSums`` is not elementwise: numpy defers to __radd__
 
-    def __init__(self, k0: int, limbs: np.ndarray, special: np.ndarray | None = None):
+    def __init__(self, n_bins: int, rows: np.ndarray, k0: int, limbs: np.ndarray, special: np.ndarray | None = None):
+        self.n_bins = int(n_bins)
+        self.rows = rows
         self.k0 = int(k0)
         self.limbs = limbs
         self.special = special
 
-    @property
-    def n_bins(self) -> int:
-        return int(self.limbs.shape[0])
-
     def __reduce__(self):
-        return (ExactSums, (self.k0, self.limbs, self.special))
+        return (ExactSums, (self.n_bins, self.rows, self.k0, self.limbs, self.special))
 
     def __add__(self, other: "ExactSums") -> "ExactSums":
         if isinstance(other, (int, float)) and other == 0:
@@ -344,42 +344,47 @@ class ExactSums:
         if other.n_bins != self.n_bins:
             raise ValueError(f"cannot add exact sums of {self.n_bins} and {other.n_bins} bins")
         a, b = self, other
-        if not a.limbs.shape[1]:
+        if not a.limbs.size:
             return _with_special(b, a.special)
-        if not b.limbs.shape[1]:
+        if not b.limbs.size:
             return _with_special(a, b.special)
         lo = min(a.k0, b.k0)
         hi = max(a.k0 + a.limbs.shape[1], b.k0 + b.limbs.shape[1]) + 1  # one limb for the carry
-        out = np.zeros((a.n_bins, hi - lo), dtype=np.int64)
-        out[:, a.k0 - lo:a.k0 - lo + a.limbs.shape[1]] += a.limbs
-        out[:, b.k0 - lo:b.k0 - lo + b.limbs.shape[1]] += b.limbs
-        return _with_special(ExactSums(lo, out)._normalized(), a.special, b.special)
+        rows = np.union1d(a.rows, b.rows)
+        out = np.zeros((rows.size, hi - lo), dtype=np.int64)
+        for x in (a, b):
+            out[np.searchsorted(rows, x.rows), x.k0 - lo:x.k0 - lo + x.limbs.shape[1]] += x.limbs
+        return _with_special(ExactSums(self.n_bins, rows, lo, out)._normalized(), a.special, b.special)
 
     __radd__ = __add__
 
     def _normalized(self) -> "ExactSums":
-        """Carries propagated (every limb but the last in ``[0, 2**31)``), zero limbs at either end
-        dropped; the value is unchanged."""
+        """Carries propagated (every limb but the last in ``[0, 2**31)``), bins whose sum is zero and
+        zero limbs at either end dropped; the values are unchanged."""
         limbs = self.limbs
         for j in range(limbs.shape[1] - 1):
             carry = limbs[:, j] >> _GRID  # floor division: negative limbs borrow
             limbs[:, j] -= carry << _GRID
             limbs[:, j + 1] += carry
-        live = np.flatnonzero(np.any(limbs != 0, axis=0))
+        nonzero = limbs != 0
+        keep = np.any(nonzero, axis=1)
+        live = np.flatnonzero(np.any(nonzero, axis=0))
         if not live.size:
-            return ExactSums(0, limbs[:, :0], self.special)
-        return ExactSums(self.k0 + int(live[0]), np.ascontiguousarray(limbs[:, live[0]:live[-1] + 1]), self.special)
+            return ExactSums(self.n_bins, self.rows[:0], 0, limbs[:0, :0], self.special)
+        limbs = limbs[:, live[0]:live[-1] + 1]
+        if not keep.all():
+            return ExactSums(self.n_bins, self.rows[keep], self.k0 + int(live[0]), limbs[keep], self.special)
+        return ExactSums(self.n_bins, self.rows, self.k0 + int(live[0]), np.ascontiguousarray(limbs), self.special)
 
     def to_float(self) -> np.ndarray:
         """Each bin's exact sum rounded once to the nearest float64 (ties to even), as ``math.fsum``."""
         out = np.zeros(self.n_bins)
-        if self.limbs.shape[1]:
-            shift = _GRID0 + _GRID * self.k0
-            for i in np.flatnonzero(np.any(self.limbs != 0, axis=1)).tolist():
-                n = 0
-                for v in reversed(self.limbs[i].tolist()):
-                    n = (n << _GRID) + v
-                out[i] = _int_times_pow2(n, shift)
+        shift = _GRID0 + _GRID * self.k0
+        for i, row in zip(self.rows.tolist(), self.limbs.tolist()):
+            n = 0
+            for v in reversed(row):
+                n = (n << _GRID) + v
+            out[i] = _int_times_pow2(n, shift)
         if self.special is not None:
             with np.errstate(invalid="ignore", over="ignore"):
                 out = out + self.special
@@ -397,7 +402,7 @@ def _with_special(x: ExactSums, *specials) -> ExactSums:
     with np.errstate(invalid="ignore", over="ignore"):
         for s in parts[1:]:
             total = total + s
-    return ExactSums(x.k0, x.limbs, total)
+    return ExactSums(x.n_bins, x.rows, x.k0, x.limbs, total)
 
 
 def _int_times_pow2(n: int, shift: int) -> float:
@@ -428,21 +433,25 @@ def exact_sum_bins(index, t, n_bins: int) -> ExactSums:
 
 
 def _stack(parts: list[ExactSums]) -> ExactSums:
-    """One :class:`ExactSums` whose bins are the (one-bin) ``parts`` in order."""
-    live = [p for p in parts if p.limbs.shape[1]]
+    """One :class:`ExactSums` whose bins are the bins of ``parts`` in order."""
+    n_bins = sum(p.n_bins for p in parts)
     special = None
     if any(p.special is not None for p in parts):
         special = np.concatenate([p.special if p.special is not None else np.zeros(p.n_bins) for p in parts])
+    live = [p for p in parts if p.limbs.size]
     if not live:
-        return ExactSums(0, np.zeros((sum(p.n_bins for p in parts), 0), dtype=np.int64), special)
+        return ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64), special)
     lo = min(p.k0 for p in live)
     hi = max(p.k0 + p.limbs.shape[1] for p in live)
-    out = np.zeros((sum(p.n_bins for p in parts), hi - lo), dtype=np.int64)
-    row = 0
+    rows, blocks, offset = [], [], 0
     for p in parts:
-        out[row:row + p.n_bins, p.k0 - lo:p.k0 - lo + p.limbs.shape[1]] = p.limbs
-        row += p.n_bins
-    return ExactSums(lo, out, special)
+        if p.limbs.size:
+            block = np.zeros((p.rows.size, hi - lo), dtype=np.int64)
+            block[:, p.k0 - lo:p.k0 - lo + p.limbs.shape[1]] = p.limbs
+            rows.append(p.rows + offset)
+            blocks.append(block)
+        offset += p.n_bins
+    return ExactSums(n_bins, np.concatenate(rows), lo, np.concatenate(blocks), special)
 
 
 def _exact_levels(t: np.ndarray, index, n_bins: int) -> ExactSums:
@@ -454,14 +463,35 @@ def _exact_levels(t: np.ndarray, index, n_bins: int) -> ExactSums:
 
     Blocks of one sum are small (2**16 terms: a level's passes run in the cache, on two buffers
     allocated once); a binned sum's blocks are large (a bincount allocates its cells)."""
-    total = ExactSums(0, np.zeros((n_bins, 0), dtype=np.int64))
+    levels: dict[int, np.ndarray] = {}
+    parts = []  # flushed level totals, and the float sums of non-finite terms
     block = _SMALL_BLOCK if index is None else _EXACT_BLOCK
     buffers = (np.empty(min(block, t.size)), np.empty(min(block, t.size)))
-    for start in range(0, t.size, block):
+    for n_blocks, start in enumerate(range(0, t.size, block)):
+        if n_blocks and n_blocks % 1024 == 0:  # a level's int64 total stays below 2**62
+            parts.append(_from_levels(levels, n_bins, None))
+            levels = {}
         tb = t[start:start + block]
         ib = None if index is None else index[start:start + block]
-        total = total + _exact_block(tb, ib, n_bins, buffers)
+        special = _exact_block(tb, ib, n_bins, buffers, levels)
+        if special is not None:
+            parts.append(ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64),
+                                      special))
+    total = _from_levels(levels, n_bins, None)
+    for x in parts:
+        total = total + x
     return total
+
+
+def _from_levels(levels: dict, n_bins: int, special) -> ExactSums:
+    """The :class:`ExactSums` whose bins hold ``Σ_k levels[k] 2**(-1074 + 31 k)`` (int64 arrays)."""
+    if not levels:
+        return ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64), special)
+    k_lo, k_hi = min(levels), max(levels)
+    limbs = np.zeros((n_bins, k_hi - k_lo + 3), dtype=np.int64)  # two limbs for the carries
+    for k, v in levels.items():
+        limbs[:, k - k_lo] += v
+    return ExactSums(n_bins, np.arange(n_bins), k_lo, limbs, special)._normalized()
 
 
 #: terms per block of a one-bin sum (see :func:`_exact_levels`)
@@ -473,7 +503,9 @@ def _top_level(top: float) -> int:
     return max(0, -(-(math.frexp(top)[1] - 30 - _GRID0) // _GRID))
 
 
-def _exact_block(t: np.ndarray, index, n_bins: int, buffers) -> ExactSums:
+def _exact_block(t: np.ndarray, index, n_bins: int, buffers, levels: dict):
+    """Add the level sums of the block ``t`` (see :func:`_exact_levels`) to ``levels`` (grid index ->
+    int64 per bin); return the float sums per bin of its non-finite or huge terms, or None."""
     special = None
     top = max(-float(t.min()), float(t.max())) if t.size else 0.0
     if not top < _EXACT_MAX:  # nan, inf, or a term within a rounding of the largest float
@@ -487,9 +519,8 @@ def _exact_block(t: np.ndarray, index, n_bins: int, buffers) -> ExactSums:
         t = np.where(bad, 0.0, t)
         top = float(np.max(np.abs(t))) if t.size else 0.0
     if top == 0.0:
-        return ExactSums(0, np.zeros((n_bins, 0), dtype=np.int64), special)
+        return special
     k = _top_level(top)
-    levels: dict[int, np.ndarray] = {}
     r, idx = t, index
     hi_buf, r_buf = (b[:t.size] for b in buffers)
     while True:
@@ -502,11 +533,13 @@ def _exact_block(t: np.ndarray, index, n_bins: int, buffers) -> ExactSums:
             np.subtract(hi, magic, out=hi)
             # multiples of 2**q below 2**(q + 31) in magnitude: every partial sum is exact
             s = np.sum(hi) if idx is None else np.bincount(idx, weights=hi, minlength=n_bins)[:n_bins]
-            levels[k] = np.rint(np.ldexp(np.asarray(s, dtype=np.float64).reshape(-1), -q)).astype(np.int64)
+            v = np.rint(np.ldexp(np.asarray(s, dtype=np.float64).reshape(-1), -q)).astype(np.int64)
+            levels[k] = levels[k] + v if k in levels else v
         else:  # the magic constant would overflow: scale exactly with ldexp instead
             n = np.rint(np.ldexp(r, -q))
             s = np.sum(n) if idx is None else np.bincount(idx, weights=n, minlength=n_bins)[:n_bins]
-            levels[k] = np.asarray(s, dtype=np.float64).reshape(-1).astype(np.int64)
+            v = np.asarray(s, dtype=np.float64).reshape(-1).astype(np.int64)
+            levels[k] = levels[k] + v if k in levels else v
             hi = np.ldexp(n, q)
         if k == 0:
             break
@@ -521,8 +554,4 @@ def _exact_block(t: np.ndarray, index, n_bins: int, buffers) -> ExactSums:
             idx = None if idx is None else idx[keep]
             # small residuals (tiny terms): skip the levels above the largest of them
             k = min(k, _top_level(max(-float(r.min()), float(r.max()))))
-    k_lo, k_hi = min(levels), max(levels)
-    limbs = np.zeros((n_bins, k_hi - k_lo + 2), dtype=np.int64)  # one limb for the carry
-    for kk, v in levels.items():
-        limbs[:, kk - k_lo] += v
-    return ExactSums(k_lo, limbs, special)._normalized()
+    return special
