@@ -488,10 +488,16 @@ def _from_levels(levels: dict, n_bins: int, special) -> ExactSums:
     if not levels:
         return ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64), special)
     k_lo, k_hi = min(levels), max(levels)
-    limbs = np.zeros((n_bins, k_hi - k_lo + 3), dtype=np.int64)  # two limbs for the carries
+    rows = np.arange(n_bins)
+    if n_bins > 1:  # only the bins some level reached (a histogram's pieces fill a few of its cells)
+        occupied = np.zeros(n_bins, dtype=bool)
+        for v in levels.values():
+            occupied |= v != 0
+        rows = np.flatnonzero(occupied)
+    limbs = np.zeros((rows.size, k_hi - k_lo + 3), dtype=np.int64)  # two limbs for the carries
     for k, v in levels.items():
-        limbs[:, k - k_lo] += v
-    return ExactSums(n_bins, np.arange(n_bins), k_lo, limbs, special)._normalized()
+        limbs[:, k - k_lo] += v[rows]
+    return ExactSums(n_bins, rows, k_lo, limbs, special)._normalized()
 
 
 #: terms per block of a one-bin sum (see :func:`_exact_levels`)
