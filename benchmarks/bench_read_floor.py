@@ -22,6 +22,10 @@ hold-out fit, two for the 5-fold fit), from launch to exit.  The runs are interl
 floor, fit, ... each round), ``--repeats`` rounds, medians reported; peak RSS per process and CPU
 seconds (user + system of the process tree, from ``wait4``) beside the wall.
 
+``--baseline PYTHON`` runs each fit a third time in every round with another installation
+(``PYTHON -m calengine``, e.g. a venv holding the commit before a change), so a change is measured
+against a named baseline in the same rounds on the same (shared) machine.
+
 A test-sized version runs in ``tests/contract/test_benchmarks_smoke.py``.
 """
 
@@ -75,6 +79,10 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", default="/tmp/calengine-bench/read_floor")
     ap.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--name", default="read_floor")
+    ap.add_argument("--baseline", metavar="PYTHON",
+                    help="also run each fit with this interpreter's installed calengine (PYTHON -m calengine),"
+                         " e.g. a venv of the commit before a change: a named baseline in the same rounds")
+    ap.add_argument("--baseline-name", default="baseline", help="how the page names --baseline")
     args = ap.parse_args(argv)
     if sorted(set(args.fits) - set(FITS)) or args.repeats < 1 or args.files < 2:
         ap.error(f"--fits takes {','.join(FITS)}; --repeats at least 1; --files at least 2")
@@ -99,14 +107,19 @@ def main(argv=None) -> int:
         "5-fold": [*cal, "fit", str(table), "--target", "y", "--learner", "gaussian_nb", "--method", "isotonic",
                    "--output", str(model), "--overwrite", "--quiet"],
     }
-    runs: dict[str, dict[str, list[dict]]] = {f: {"fit": [], "floor": []} for f in args.fits}
+    sides = ["floor", "fit"] + (["baseline"] if args.baseline else [])
+    runs: dict[str, dict[str, list[dict]]] = {f: {side: [] for side in sides} for f in args.fits}
     for rnd in range(args.repeats):
         for fit in args.fits:
             passes = FITS[fit][0]
-            order = ["floor", "fit"] if rnd % 2 == 0 else ["fit", "floor"]
+            order = sides if rnd % 2 == 0 else sides[::-1]
             for side in order:
-                cmd = commands[fit] if side == "fit" else [sys.executable, str(read_script), str(passes),
-                                                           ",".join(columns), *files]
+                if side == "floor":
+                    cmd = [sys.executable, str(read_script), str(passes), ",".join(columns), *files]
+                elif side == "fit":
+                    cmd = commands[fit]
+                else:  # the same command line, another installation
+                    cmd = [args.baseline, "-m", "calengine", *commands[fit][len(cal):]]
                 r = _common.run_measured(cmd, cwd=str(work), timeout=args.timeout, interval=args.sample_interval)
                 if r.returncode != 0:
                     sys.stderr.write(f"{fit} {side} failed with exit {r.returncode}:\n{r.stderr[-3000:]}\n")
@@ -119,7 +132,7 @@ def main(argv=None) -> int:
     results = []
     for fit in args.fits:
         row = {"name": fit, "passes": FITS[fit][0], "target": FITS[fit][1]}
-        for side in ("fit", "floor"):
+        for side in sides:
             rs = runs[fit][side]
             row[side] = {"wall_s": _common.median([r["wall_s"] for r in rs]),
                          "wall_range_s": [min(r["wall_s"] for r in rs), max(r["wall_s"] for r in rs)],
@@ -128,6 +141,9 @@ def main(argv=None) -> int:
         row["ratio"] = _common.ratio(row["fit"]["wall_s"], row["floor"]["wall_s"])
         row["cpu_ratio"] = _common.ratio(row["fit"]["cpu_s"], row["floor"]["cpu_s"])
         row["met"] = row["ratio"] is not None and row["ratio"] <= row["target"]
+        if args.baseline:
+            row["baseline"]["ratio"] = _common.ratio(row["baseline"]["wall_s"], row["floor"]["wall_s"])
+            row["baseline"]["cpu_ratio"] = _common.ratio(row["baseline"]["cpu_s"], row["floor"]["cpu_s"])
         results.append(row)
     loads = [r["load1"] for f in runs.values() for rs in f.values() for r in rs]
     md = ["# Learner fits against the read floor", "",
@@ -138,16 +154,27 @@ def main(argv=None) -> int:
           f" {args.repeats} interleaved rounds, medians, launch to exit. Target (issue 43 §2): hold-out ≤ 3x,"
           " 5-fold ≤ 4x.", "",
           _common.markdown_table(
-              ["fit", "passes", "fit s", "floor s", "ratio", "target", "fit CPU s", "floor CPU s", "fit peak MiB",
-               "floor peak MiB", "met"],
+              ["fit", "passes", "fit s", "floor s", "ratio", "target", "fit CPU s", "floor CPU s", "CPU ratio",
+               "fit peak MiB", "floor peak MiB", "met"],
               [[r["name"], str(r["passes"]), r["fit"]["wall_s"], r["floor"]["wall_s"], r["ratio"], f"≤ {r['target']:g}",
-                r["fit"]["cpu_s"], r["floor"]["cpu_s"], f"{r['fit']['peak_rss_mib']:.0f}",
+                r["fit"]["cpu_s"], r["floor"]["cpu_s"], r["cpu_ratio"], f"{r['fit']['peak_rss_mib']:.0f}",
                 f"{r['floor']['peak_rss_mib']:.0f}", r["met"]] for r in results],
-              ["<", ">", ">", ">", ">", "<", ">", ">", ">", ">", "<"]), "",
+              ["<", ">", ">", ">", ">", "<", ">", ">", ">", ">", ">", "<"]), "",
           "Wall ranges (min-max over rounds): " + "; ".join(
               f"{r['name']} fit {r['fit']['wall_range_s'][0]:.2f}-{r['fit']['wall_range_s'][1]:.2f} s,"
               f" floor {r['floor']['wall_range_s'][0]:.2f}-{r['floor']['wall_range_s'][1]:.2f} s" for r in results)
           + f". 1-minute load before the runs: {min(loads):.1f}-{max(loads):.1f}."]
+    if args.baseline:
+        md += ["", f"### The same fits with {args.baseline_name} (`--baseline`'s `python -m calengine`), in the same rounds", "",
+               _common.markdown_table(
+                   ["fit", f"{args.baseline_name} s", "ratio", f"{args.baseline_name} CPU s", "CPU ratio",
+                    f"{args.baseline_name} peak MiB", f"fit / {args.baseline_name} (wall)",
+                    f"fit / {args.baseline_name} (CPU)"],
+                   [[r["name"], r["baseline"]["wall_s"], r["baseline"]["ratio"], r["baseline"]["cpu_s"],
+                     r["baseline"]["cpu_ratio"], f"{r['baseline']['peak_rss_mib']:.0f}",
+                     _common.ratio(r["fit"]["wall_s"], r["baseline"]["wall_s"]),
+                     _common.ratio(r["fit"]["cpu_s"], r["baseline"]["cpu_s"])] for r in results],
+                   ["<", ">", ">", ">", ">", ">", ">", ">"])]
     data = {"environment": env, "config": vars(args), "commands": commands, "results": results, "runs": runs}
     for path in _common.write_results(args.results_dir, args.name, data, "\n".join(md)):
         print(f"wrote {path}")

@@ -77,6 +77,11 @@ class Learner(Params, metaclass=ABCMeta):
     #: extra fully qualified type names skops must trust to load this learner's state, beyond
     #: calengine's core allowlist (see ``calengine.model.artifact``).
     trusted_types: ClassVar[tuple[str, ...]] = ()
+    #: whether ``score`` gives the same bits for a column-major (Fortran-ordered) matrix as for its
+    #: row-major copy.  The engine encodes a fragment column-major; when every row of it is to be
+    #: scored, a learner that says ``True`` gets that matrix as it is instead of a row-major copy
+    #: (a copy of the fragment per calibration set).  Leave ``False`` unless a test proves it.
+    score_reads_any_order: ClassVar[bool] = False
 
     @abstractmethod
     def fit(self, X, y, sample_weight=None):

@@ -206,8 +206,20 @@ def _first_line(exc: BaseException) -> str:
 
 def read_fragment(fragment: Fragment, columns: list[str]):
     """The fragment's rows as a pandas DataFrame (runs in tasks).  A damaged file names itself."""
+    return fragment_frame(fragment, read_fragment_table(fragment, columns), columns)
+
+
+def read_fragment_table(fragment: Fragment, columns: list[str]):
+    """The fragment's rows as an Arrow Table of those ``columns`` that are not Hive partition keys: the
+    read of :func:`read_fragment`, for a caller that takes the numbers from Arrow when it can and
+    falls back to :func:`fragment_frame` of the same table (one read either way)."""
     keys = dict(fragment.partition)
-    table = _read_row_groups(fragment, [c for c in columns if c not in keys])
+    return _read_row_groups(fragment, [c for c in columns if c not in keys])
+
+
+def fragment_frame(fragment: Fragment, table, columns: list[str]):
+    """:func:`read_fragment`'s DataFrame of a table :func:`read_fragment_table` read: the partition keys
+    among ``columns`` added as constants."""
     return partition_frame(table.to_pandas(), fragment.partition, list(columns), table.num_rows)
 
 

@@ -225,6 +225,8 @@ class FeatureEncoder:
         """Replace the non-finite values of numeric column ``c`` (row ``j`` of the features-by-rows
         ``buf``) by its fill, and write its missing indicator into row ``j + 1`` if it has one."""
         row = buf[j]
+        if not c.missing_indicator and np.isfinite(np.add.reduce(row)):
+            return  # no NaN or infinity in the row (either would make its sum non-finite): nothing to fill
         bad = ~np.isfinite(row)
         if bad.any():
             row[bad] = c.fill

@@ -69,19 +69,65 @@ def target_counts(fragment, target: str, keys: list):
     target without missing values (None for any other target: the caller takes the general path).
     The same counts, keyed by the same Python ints (pandas' ``value_counts`` through ``_plain``)."""
     from ..parquet.dataset import read_fragment_arrow
-    from ..reductions.column_stats import TableStats, TargetStat
+    from ..reductions.column_stats import TableStats
 
     table = read_fragment_arrow(fragment, [target])
     y = None if table is None else integer_labels(table, target)
     if y is None:
         return None
+    return TableStats(len(y), {}, _target_stat(fragment, target, keys, y))
+
+
+def numeric_table_stats(fragment, table, feature_columns: list[str], target: str, keys: list):
+    """:func:`~calengine.tasks.partitions.fragment_table_stats` of a learner's fit on a table of numbers,
+    without pandas, from ``table`` (the fragment's Arrow Table, ``read_fragment_table``): every
+    feature column an Arrow integer or floating column in the file (not a Hive key), an integer
+    target without missing values, no weights; None otherwise (the caller converts the same table to
+    pandas, so nothing is read twice).
+
+    Why: the planning pass reads every feature column once for the encoder's statistics (the median
+    that fills a missing value, whether a column has missing values); converting the fragment to a
+    DataFrame and each column back to NumPy was about half of that pass on a 10M x 20 table (py-spy).
+    The same statistics: each column is the float64 array ``as_float`` makes of the pandas column
+    (Arrow's nulls and non-finite values NaN), summarised by the same ``NumericStat.of``; the label
+    counts are :func:`target_counts`'."""
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    from ..parquet.dataset import arrow_numpy
+    from ..reductions.column_stats import ColumnStat, NumericStat, TableStats
+
+    names = list(dict.fromkeys([*feature_columns, target]))
+    schema = table.schema
+    if any(schema.get_field_index(c) < 0 for c in names) or not all(
+            pat.is_integer(schema.field(c).type) or pat.is_floating(schema.field(c).type) for c in feature_columns):
+        return None
+    batch = pa.RecordBatch.from_arrays([table.column(c).combine_chunks() for c in names], names=names)
+    y = integer_labels(batch, target)
+    if y is None:
+        return None
+    where = f"'{fragment.path}'"
+    columns = {}
+    for name in feature_columns:
+        values = np.array(arrow_numpy(batch.column(name)), dtype=np.float64)  # a fresh, writable copy
+        if not np.isfinite(np.add.reduce(values)):  # a finite sum: no NaN or infinity to mark
+            values[~np.isfinite(values)] = np.nan
+        columns[name] = ColumnStat(name, "numeric", where, numeric=NumericStat.of(values))
+    return TableStats(len(y), columns, _target_stat(fragment, target, keys, y))
+
+
+def _target_stat(fragment, target: str, keys: list, y: np.ndarray):
+    """Per-row-group label counts of integer labels ``y`` (no missing values), keyed by Python ints as
+    pandas' ``value_counts`` through ``plain_scalar`` keys them."""
+    from ..reductions.column_stats import TargetStat
+
     per_group = {}
     start = 0
     for key, n in zip(keys, fragment.group_rows):
         values, counts = _value_counts(y[start : start + n])
         per_group[tuple(key)] = {int(v): int(c) for v, c in zip(values, counts)}
         start += n
-    return TableStats(len(y), {}, TargetStat(target, per_group, 0))
+    return TargetStat(target, per_group, 0)
 
 
 #: widest range of integer labels counted by ``bincount`` (one counter per value in the range)

@@ -20,6 +20,7 @@ from ..plugins.calls import plugin_errors
 from ..plan.folds import fragment_folds, fragment_sample_keys
 from ..runtime.heap import trims_heap, trims_heap_even_when_kept
 from .numeric_read import load_numeric_part as _load_numeric_part
+from .numeric_read import numeric_table_stats as _numeric_table_stats
 from .numeric_read import target_counts as _target_counts
 from .spill import SpilledBlock, SplitWriter, load_sets, piece_parts, spill_block
 
@@ -136,7 +137,7 @@ def fragment_table_stats(fragment, feature_columns, target, text_columns, weight
     """Column statistics, per-row-group label counts and (``weight``) the checked weights' sums of one
     fragment (the encoding's reduction)."""
     from ..reductions.column_stats import partition_stats
-    from ..parquet.dataset import read_fragment
+    from ..parquet.dataset import fragment_frame, read_fragment, read_fragment_table
 
     cols = list(dict.fromkeys(list(feature_columns) + ([target] if target else []) + ([weight] if weight else [])))
     keys = [(fragment.file_key, g) for g in fragment.row_groups]
@@ -144,7 +145,14 @@ def fragment_table_stats(fragment, feature_columns, target, text_columns, weight
         stats = _target_counts(fragment, target, keys)
         if stats is not None:
             return stats
-    df = read_fragment(fragment, cols)
+    if target and feature_columns and not weight:  # a learner's table: numbers skip pandas
+        table = read_fragment_table(fragment, cols)
+        stats = _numeric_table_stats(fragment, table, list(feature_columns), target, keys)
+        if stats is not None:
+            return stats
+        df = fragment_frame(fragment, table, cols)
+    else:
+        df = read_fragment(fragment, cols)
     return partition_stats(
         df, list(feature_columns), target, where=f"'{fragment.path}'", group_keys=keys,
         group_rows=list(fragment.group_rows), text_columns=tuple(text_columns), weight=weight,
@@ -354,6 +362,14 @@ def column_targets_of(y: np.ndarray, n_columns: int, column, plan: FoldPlan) -> 
 
 
 @trims_heap
+def _rows_to_score(learner, X, idx: np.ndarray):
+    """Rows ``idx`` (ascending) of ``X`` for ``learner.score``: ``X`` itself when they are all its rows
+    and the learner reads any memory order alike (``Learner.score_reads_any_order``), else a copy."""
+    if idx.size == X.shape[0] and getattr(learner, "score_reads_any_order", False) is True:
+        return X
+    return take_rows(X, idx)
+
+
 def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet], learners: list,
                    spill_dir: str | None = None):
     """The held-out scores of this fragment's rows for every calibration set: a :class:`ScoreBlock`,
@@ -391,7 +407,8 @@ def score_fragment(fragment, enc: Encoding, plan: FoldPlan, calsets: list[CalSet
                 S = np.empty((0, 1))
         else:
             with plugin_errors(learners[cs.learners[0]], "score"):
-                S = as_columns(scores_of(learners[cs.learners[0]], take_rows(part.X, idx))) if idx.size else np.empty((0, 1))
+                S = (as_columns(scores_of(learners[cs.learners[0]], _rows_to_score(learners[cs.learners[0]], part.X, idx)))
+                     if idx.size else np.empty((0, 1)))
             if cs.column is not None:
                 S = S[:, :1]
         out.append((S, column_targets_of(part.y[idx], S.shape[1], cs.column, plan), None if part.w is None else part.w[idx]))

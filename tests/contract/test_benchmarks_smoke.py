@@ -606,3 +606,18 @@ def test_bench_exact_sums_tiny(capsys):
     assert lines[0].split() == ["workload", "float", "s", "exact", "s", "ratio"]
     assert [line.split(",")[0] for line in lines[1:]] == ["sum", "bins", "platt round", "sigmoid summary"]
     assert all(float(v) >= 0 for line in lines[1:] for v in line.split()[-3:-1])
+
+
+def test_bench_read_floor_runs_a_named_baseline_in_the_same_rounds(tmp_path):
+    """``--baseline PYTHON``: each fit also runs as ``PYTHON -m calengine`` with the same arguments, and
+    the page names the baseline beside its ratios (here the same installation, so both fits run)."""
+    bench = _load("bench_read_floor")
+    assert bench.main(["--rows", "20000", "--cols", "4", "--row-group-rows", "5000", "--fits", "hold-out",
+                       "--repeats", "1", "--work-dir", str(tmp_path / "w"), "--results-dir", str(tmp_path / "res"),
+                       "--baseline", sys.executable, "--baseline-name", "before"]) == 0
+    data = json.loads((tmp_path / "res" / "read_floor.json").read_text())
+    (row,) = data["results"]
+    assert row["baseline"]["wall_s"] > 0 and row["baseline"]["cpu_s"] > 0 and row["baseline"]["ratio"] > 0
+    assert len(data["runs"]["hold-out"]["baseline"]) == 1
+    page = (tmp_path / "res" / "read_floor.md").read_text()
+    assert "### The same fits with before" in page and "| fit / before (CPU) |" in page

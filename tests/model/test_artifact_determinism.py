@@ -32,6 +32,9 @@ MODELS = {
                 "max_depth=3", "--method", "bagging", "--method-param", "t=6", "--cv", "2"),
     "refit": (DATA / "pima.parquet", "--target", "class", "--learner", "decision_tree", "--learner-param",
               "max_depth=4", "--method", "sigmoid", "--mode", "refit", "--cv", "3"),
+    # a learner fitted from per-fragment statistics (gaussian_nb's blocked moments, issue 43 §2)
+    "statistics": (DATA / "pendigits_test.parquet", "--target", "class", "--learner", "gaussian_nb",
+                   "--method", "isotonic", "--cv", "3"),
 }
 
 

@@ -115,3 +115,25 @@ def test_a_null_in_a_string_column_is_missing_whatever_pandas_reads_it_as(dtype,
     enc = FeatureEncoder().fit(frame)
     reference = FeatureEncoder().fit(pd.DataFrame({"c": pd.Series(values, dtype=object), "x": frame["x"]}))
     np.testing.assert_array_equal(enc.transform(frame), reference.transform(frame.astype({"c": object})))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_transform_arrow_fills_non_finite_values_as_transform_does(order):
+    """transform_arrow skips the search for non-finite values when a column's sum is finite; a sum that
+    overflows, NaN, infinities and nulls still get the fill (and the indicator), as through pandas."""
+    import pyarrow as pa
+
+    fit = pd.DataFrame({"a": [1.0, 2.0, np.nan, 4.0], "b": [1.0, 2.0, 3.0, 4.0], "c": [1e308, 1e308, 5.0, 6.0]})
+    enc = FeatureEncoder().fit(fit)
+    new = pd.DataFrame({"a": [np.inf, 2.0, np.nan, -np.inf], "b": [1.0, np.nan, 3.0, np.inf],
+                        "c": [1e308, 1e308, 7.0, -np.inf]})
+    batch = pa.RecordBatch.from_pandas(new, preserve_index=False)
+    nulls = pa.RecordBatch.from_arrays([pa.array([1.0, None, 3.0, 4.0]), pa.array([1.0, 2.0, None, 4.0]),
+                                        pa.array([1e308, 1e308, None, 2.0])], names=["a", "b", "c"])
+    for arrow, frame in ((batch, new), (nulls, nulls.to_pandas())):
+        got = enc.transform_arrow(arrow, order=order)
+        want = enc.transform(frame)
+        assert np.array_equal(got, want)
+    clean = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0], "c": [1e308, 1e308]})  # c's sum overflows
+    assert np.array_equal(enc.transform_arrow(pa.RecordBatch.from_pandas(clean, preserve_index=False)),
+                          enc.transform(clean))

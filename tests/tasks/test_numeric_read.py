@@ -134,3 +134,83 @@ def test_learner_part_of_a_numeric_table_is_the_pandas_paths(tmp_path, monkeypat
                 assert x.flags["F_CONTIGUOUS"] == z.flags["F_CONTIGUOUS"], name
     strings = FeatureEncoder().fit(pd.DataFrame({"a": ["u", "v"], "b": [1, 2]}))
     assert real(frs[0], pt.Encoding(strings, enc.labels, "y", None), plan, ["a", "b", "y"], False, "F", False) is None
+
+
+def _assert_same_table_stats(a, b):
+    assert a.n_rows == b.n_rows and list(a.columns) == list(b.columns)
+    for name in a.columns:
+        x, z = a.columns[name], b.columns[name]
+        assert (x.name, x.kind, x.where) == (z.name, z.kind, z.where), name
+        for field in ("n", "missing", "exact"):
+            assert getattr(x.numeric, field) == getattr(z.numeric, field), (name, field)
+        for field in ("values", "counts"):
+            assert np.array_equal(getattr(x.numeric, field), getattr(z.numeric, field)), (name, field)
+    assert a.target.per_group == b.target.per_group and a.target.missing == b.target.missing
+    assert (a.weights is None) == (b.weights is None)
+
+
+@pytest.mark.parametrize("n", [900, 30_000])
+def test_planning_stats_of_a_numeric_table_are_the_pandas_paths(tmp_path, monkeypatch, n):
+    """The planning pass summarises a learner's numeric columns from Arrow (float32 with nulls and
+    non-finite values, integers with nulls, few and many distinct values, more values than the
+    sample) and counts an integer target without pandas: the pandas path's statistics, bit for bit,
+    so the encoder (fills, missing indicators) is the same."""
+    rng = np.random.default_rng(8)
+    a = rng.normal(size=n).astype(np.float32)
+    a[::37] = np.inf
+    a[5::41] = np.nan
+    cols = {"a": pa.array(a, mask=np.arange(n) % 13 == 1), "b": pa.array(rng.integers(-3, 3, size=n),
+                                                                          mask=np.arange(n) % 17 == 2),
+            "c": rng.normal(size=n) * 1e6, "d": rng.integers(0, 2**62, size=n, dtype=np.int64),
+            "y": rng.integers(0, 3, size=n).astype(np.int8)}
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=n // 3 + 1)
+    frs = describe_files([str(path)], str(tmp_path), list(cols), 2 * (n // 3 + 1)).fragments
+    assert len(frs) == 2 and len(frs[0].row_groups) == 2
+    features = ["a", "b", "c", "d"]
+    calls = []
+    real = pt._numeric_table_stats
+    monkeypatch.setattr(pt, "_numeric_table_stats", lambda *args: calls.append(real(*args)) or calls[-1])
+    fast = [pt.fragment_table_stats(fr, features, "y", ()) for fr in frs]
+    assert len(calls) == 2 and all(c is not None for c in calls)
+    monkeypatch.setattr(pt, "_numeric_table_stats", lambda *a: None)
+    slow = [pt.fragment_table_stats(fr, features, "y", ()) for fr in frs]
+    for x, z in zip(fast, slow):
+        _assert_same_table_stats(x, z)
+    assert fast[0].columns["a"].numeric.missing > 0 and fast[0].columns["b"].numeric.missing > 0
+
+
+@pytest.mark.parametrize("case", ["string feature", "string target", "missing target", "bool feature"])
+def test_planning_stats_of_other_tables_take_the_pandas_path_after_one_read(tmp_path, monkeypatch, case):
+    """A table the Arrow path does not summarise gets the pandas path's statistics from the same read."""
+    from calengine.parquet import dataset
+    from calengine.tasks import numeric_read
+
+    rng = np.random.default_rng(9)
+    n = 600
+    cols = {"a": rng.normal(size=n), "y": rng.integers(0, 2, size=n)}
+    if case == "string feature":
+        cols["s"] = np.array(["u", "v", "w"])[rng.integers(0, 3, size=n)]
+    if case == "bool feature":
+        cols["s"] = rng.random(n) < 0.5
+    if case == "string target":
+        cols["y"] = np.array(["no", "yes"])[cols["y"]]
+    if case == "missing target":
+        cols["y"] = pa.array(cols["y"], mask=np.arange(n) % 7 == 0)
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(cols), path, row_group_size=200)
+    frs = describe_files([str(path)], str(tmp_path), list(cols), 400).fragments
+    features = [c for c in cols if c != "y"]
+    reads = []
+    original = dataset._read_row_groups
+    monkeypatch.setattr(dataset, "_read_row_groups", lambda *a: reads.append(1) or original(*a))
+    got = [pt.fragment_table_stats(fr, features, "y", ()) for fr in frs]
+    assert len(reads) == len(frs)  # one read per fragment, though the Arrow path declined
+    assert all(numeric_read.numeric_table_stats(fr, dataset.read_fragment_table(fr, features + ["y"]), features,
+                                                "y", []) is None for fr in frs)
+    monkeypatch.setattr(pt, "_numeric_table_stats", lambda *a: None)
+    want = [pt.fragment_table_stats(fr, features, "y", ()) for fr in frs]
+    for x, z in zip(got, want):
+        assert x.n_rows == z.n_rows and x.target.per_group == z.target.per_group
+        assert x.target.missing == z.target.missing and list(x.columns) == list(z.columns)
+        assert [c.kind for c in x.columns.values()] == [c.kind for c in z.columns.values()]

@@ -100,3 +100,18 @@ def test_chunked_statistics_keep_counts_exact_and_sums_to_rounding(monkeypatch):
     for key in whole:
         if isinstance(whole[key], (np.ndarray, float)):
             np.testing.assert_allclose(chunked[key], whole[key], rtol=1e-12, atol=1e-9, err_msg=key)
+
+
+def test_rows_to_score_hands_over_the_fragment_only_when_all_rows_and_the_learner_reads_any_order():
+    """``score_fragment`` skips the row-major copy of a fragment only for a learner that declares
+    ``score_reads_any_order`` and only when every row is scored; otherwise the rows are a copy."""
+    from calengine_builtins.learners import GaussianNBLearner, LogisticRegressionLearner
+
+    X = np.asfortranarray(np.arange(24, dtype=np.float64).reshape(8, 3))
+    every = np.arange(8)
+    assert pt._rows_to_score(GaussianNBLearner(), X, every) is X
+    some = np.array([0, 2, 5])
+    got = pt._rows_to_score(GaussianNBLearner(), X, some)
+    assert got is not X and np.array_equal(got, X[some])
+    other = pt._rows_to_score(LogisticRegressionLearner(), X, every)
+    assert other is not X and other.flags.c_contiguous and np.array_equal(other, X)

@@ -634,3 +634,26 @@ def test_checked_array_is_check_array_without_importing_it_for_plain_arrays():
             check_array(bad, accept_sparse=False, dtype=np.float64)
         with pytest.raises(ValueError, match=message):
             checked_array(bad, accept_sparse=False)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_gaussian_nb_scores_a_column_major_matrix_to_the_same_bits(k):
+    """``score_reads_any_order``: the engine hands gaussian_nb a fragment's column-major matrix
+    uncopied, so its scores must be the bits of the row-major copy -- on the blocked path, and on
+    scikit-learn's path too (taken when a row's blocked log likelihoods overflow)."""
+    rng = np.random.default_rng(11)
+    n = 20_000
+    X = rng.normal(size=(n, 5)) * rng.uniform(0.1, 20, 5) + rng.uniform(-50, 50, 5)
+    y = rng.integers(0, k, n)
+    learner = L.GaussianNBLearner().fit(X, y)
+    assert L.GaussianNBLearner.score_reads_any_order is True
+    assert np.array_equal(learner.score(np.asfortranarray(X)), learner.score(X))
+    # one row so far out that its log likelihoods overflow sends the batch to scikit-learn's path
+    # (12 features: numpy sums a row-major row pairwise, a column-major one in another order)
+    X12 = rng.normal(size=(400, 12)) * 3.0
+    wide = L.GaussianNBLearner().fit(X12, rng.integers(0, k, 400))
+    out = rng.normal(size=(300, 12)) * 3.0
+    out[0, 0] = 1e160
+    got = wide.score(np.asfortranarray(out))
+    assert np.isfinite(got[1:]).all()
+    assert np.array_equal(got, wide.score(np.ascontiguousarray(out)), equal_nan=True)

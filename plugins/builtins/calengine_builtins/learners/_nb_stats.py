@@ -186,3 +186,45 @@ def _zero_scale_to_one(scale: np.ndarray) -> np.ndarray:
     scale = np.array(scale, dtype=np.float64, copy=True)
     scale[scale < 10 * np.finfo(np.float64).eps] = 1.0
     return scale
+
+
+#: rows per block of :func:`_block_group_moments`: a block's features-by-rows slice and its deviations
+#: (20 features x 4096 rows x 8 bytes = 640 KiB each) stay in the core's cache between the passes
+MOMENT_BLOCK_ROWS = 4096
+
+
+def _block_group_moments(Xt: np.ndarray, ids: np.ndarray, m: int):
+    """Unweighted ``(count, mean, M2)`` of the columns of ``Xt`` (features by rows) per id ``0..m-1``.
+
+    Why blocks: the corrected two-pass moments (deviations from a first mean, minus the square of their
+    sum) need three reads of the rows; done over a whole fragment that is three trips to memory and a
+    gathered copy of the matrix in id order.  Done on ``MOMENT_BLOCK_ROWS`` rows at a time, the three
+    reads hit the cache, the sums by id are one small matrix product with the block's one-hot id matrix
+    (no sort, no gather of the rows), and the blocks' moments merge with Chan et al.'s pairwise update
+    -- the same update ``merge_stats`` applies to fragments, so this is the reduction done once more,
+    inside the fragment.  Every block's sums run over its rows in a fixed order with one native
+    thread (the engine pins them), so the result depends only on the rows and their order: the same
+    bits on every scheduler.  Returns float64 arrays of shapes ``(m,)``, ``(m, d)``, ``(m, d)``.
+    """
+    d, n = Xt.shape
+    count, mean, m2 = np.zeros(m), np.zeros((m, d)), np.zeros((m, d))
+    step = MOMENT_BLOCK_ROWS
+    onehot = np.zeros((min(step, n), m))
+    rows = np.arange(min(step, n))
+    for a in range(0, n, step):
+        block = Xt[:, a : a + step]
+        bid = ids[a : a + step]
+        b = bid.shape[0]
+        Y = onehot[:b]
+        Y[rows[:b], bid] = 1.0
+        cnt = np.bincount(bid, minlength=m).astype(np.float64)
+        safe = np.where(cnt > 0, cnt, 1.0)
+        mean0 = (block @ Y) / safe  # d x m; 0 for ids absent from the block
+        dev = block - np.take(mean0, bid, axis=1)
+        corr = (dev @ Y) / safe
+        np.multiply(dev, dev, out=dev)
+        bm2 = np.maximum(dev @ Y - cnt * corr * corr, 0.0)
+        Y[rows[:b], bid] = 0.0  # the one-hot buffer back to zeros for the next block
+        count, mean, m2 = _chan_merge(count[:, None], mean, m2, cnt[:, None], (mean0 + corr).T, bm2.T)
+        count = count[:, 0]
+    return count, mean, m2

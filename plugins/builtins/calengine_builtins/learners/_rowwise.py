@@ -87,6 +87,22 @@ def normalise_log(jll: np.ndarray) -> np.ndarray:
     return np.exp(jll - row_logsumexp(jll)[:, None])
 
 
+def normalise_log_columns(J: np.ndarray, rows=None) -> np.ndarray:
+    """:func:`normalise_log` of ``J.T`` for a classes-by-rows ``J`` (``(k, n)``), transposed: the same
+    bits, each step the same element-wise operation on the same values, but over contiguous rows of
+    ``J`` instead of the short rows of an ``(n, k)`` copy (whose per-row max and sums cost more than
+    the arithmetic).  ``rows``: only those rows of the result (class indices), e.g. ``[1]`` for the
+    positive class of two."""
+    top = J.max(axis=0)
+    safe = np.where(np.isfinite(top), top, 0.0)
+    total = np.exp(J[0] - safe)
+    for j in range(1, J.shape[0]):
+        total += np.exp(J[j] - safe)
+    with np.errstate(divide="ignore"):
+        lse = np.log(total) + safe
+    return np.exp(J[list(range(J.shape[0])) if rows is None else list(rows)] - lse)
+
+
 def softmax(Z: np.ndarray) -> np.ndarray:
     """Row-wise softmax in a fixed order (max first, so no overflow)."""
     E = np.exp(Z - Z.max(axis=1, keepdims=True))

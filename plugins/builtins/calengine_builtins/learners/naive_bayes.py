@@ -17,8 +17,9 @@ from calengine.errors import DataError, ParameterError
 
 from ._array_state import _DISCRETE_NB, _ArrayState, _scaler_attributes
 from ._common import _check_input, _parse_positive_int, _scaler
-from ._rowwise import column_sum, normalise_log, row_matmul, transform_head
+from ._rowwise import column_sum, normalise_log, normalise_log_columns, row_matmul, transform_head
 from ._nb_stats import (
+    _block_group_moments,
     _chan_merge,
     _check_stats,
     _discrete_nb_stats,
@@ -81,6 +82,7 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
     accepts_sample_weight = True
     score_kind = "proba"
     accepts_sparse = False
+    score_reads_any_order = True  # score works on blocks of X.T; its fallbacks get a row-major copy
 
     def __init__(self, var_smoothing: float = 1e-9):
         self.var_smoothing = var_smoothing
@@ -110,11 +112,12 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
         largest share of a naive Bayes fit.  The per-row sum runs over features in order, so the log
         likelihoods differ from scikit-learn's by rounding only (about 1e-15) and are the same bits on
         every machine and for every batch (:mod:`._rowwise`: numpy's ``sum`` of a lone row is pairwise).  Anything unusual (not a dense float64 matrix of the fitted width, non-finite
-        values) goes through scikit-learn, for its checks and messages."""
+        values) goes through scikit-learn, for its checks and messages, as a row-major copy (its sums
+        follow the memory order): so a column-major ``X`` scores the same bits (``score_reads_any_order``)."""
         theta = self._stored("theta_")
         if (theta is None or not isinstance(X, np.ndarray) or X.ndim != 2 or X.dtype != np.float64
                 or X.shape[1] != theta.shape[1] or X.shape[0] == 0):
-            return super().score(X)
+            return super().score(np.ascontiguousarray(X) if isinstance(X, np.ndarray) and X.ndim == 2 else X)
         k, d = theta.shape
         n = X.shape[0]
         var = self._stored("var_")
@@ -131,9 +134,11 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
                 np.divide(b, var[i][:, None], out=b)
                 jll[i, start : start + Xt.shape[1]] = const[i] - 0.5 * column_sum(b)
         if not np.isfinite(jll).all():
-            return super().score(X)
-        proba = normalise_log(np.ascontiguousarray(jll.T))
-        return np.ascontiguousarray(proba[:, 1]) if k == 2 else proba
+            return super().score(np.ascontiguousarray(X))
+        # normalise_log(jll.T)'s bits, on jll's contiguous class rows (only class 1's for two classes)
+        if k == 2:
+            return normalise_log_columns(jll, rows=[1])[0]
+        return np.ascontiguousarray(normalise_log_columns(jll).T)
 
     # -- fitting from statistics (see calengine.base.Learner) -----------------------------------
     #
@@ -186,11 +191,11 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
         }
 
     def partial_stats_groups(self, X, y, groups, n_groups: int, sample_weight, n_classes: int) -> list:
-        """Every group's statistics in one pass over ``X``'s columns.  Unweighted, the rows are put in
-        (group, class) order once (a radix sort of the small ids, one gather of the transposed
-        matrix) and each segment's moments are contiguous vector sums; weighted, sums by (group,
-        class) are ``np.bincount`` over each feature.  M2 is the corrected two-pass sum (deviations
-        from a first mean, minus the square of their sum), as accurate as ``partial_stats``."""
+        """Every group's statistics in one pass over ``X``'s columns.  Unweighted, the moments by
+        (group, class) are computed a cache-sized block of rows at a time and the blocks merged
+        (:func:`._nb_stats._block_group_moments`); weighted, sums by (group, class) are
+        ``np.bincount`` over each feature.  M2 is the corrected two-pass sum (deviations from a first
+        mean, minus the square of their sum), as accurate as ``partial_stats``."""
         X, y, w, k = _stats_input(self, X, y, sample_weight, n_classes)
         n, d = X.shape
         G = _parse_positive_int(n_groups, "n_groups")
@@ -217,28 +222,8 @@ class GaussianNBLearner(_ArrayState, SklearnLearner):
             m2 = np.where(used[:, None], sums(ids, weights, dev, m) - count[:, None] * corr * corr, 0.0)
             return count, mean0 + corr, np.maximum(m2, 0.0)
 
-        def segment_moments(ids, m):
-            """(count, mean, M2) unweighted, segment by segment of the id-sorted columns."""
-            order = np.argsort(ids.astype(np.int16) if m < 2**15 else ids, kind="stable")
-            bounds = np.concatenate([[0], np.cumsum(np.bincount(ids, minlength=m))])
-            Xs = np.take(Xt, order, axis=1)
-            count = np.diff(bounds).astype(np.float64)
-            mean, m2 = np.zeros((m, d)), np.zeros((m, d))
-            for g in range(m):
-                a, b = bounds[g], bounds[g + 1]
-                if a == b:
-                    continue
-                seg = Xs[:, a:b]
-                mean0 = seg.sum(axis=1) / (b - a)
-                dev = seg - mean0[:, None]
-                corr = dev.sum(axis=1) / (b - a)
-                np.multiply(dev, dev, out=dev)
-                m2[g] = np.maximum(dev.sum(axis=1) - (b - a) * corr * corr, 0.0)
-                mean[g] = mean0 + corr
-            return count, mean, m2
-
         if sample_weight is None:
-            count, mean, m2 = segment_moments(gid, G * k)
+            count, mean, m2 = _block_group_moments(Xt, gid, G * k)
         else:
             count, mean, m2 = moments(gid, w, G * k)
         rows = np.bincount(gid, minlength=G * k).reshape(G, k).astype(np.int64)
