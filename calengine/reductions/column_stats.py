@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from .exact import ExactSums, exact_sum
 
 #: the largest row weight (``--weight``, ``sample_weight``).  Weights are frequencies, and every fit and
 #: evaluation sums products of them with scores and their squares; at most this much per row (and a
@@ -272,8 +273,17 @@ class WeightStat:
     name: str
     per_label: dict[Any, float] = field(default_factory=dict)
     max: float = 0.0
+    #: the totals as exact sums (issue 43 §1): merged by integer addition, so ``per_label`` (the float
+    #: nearest each exact total, recorded in the manifest) does not depend on how the table was cut
+    exact: dict[Any, ExactSums] | None = None
 
     def merge(self, other: "WeightStat") -> "WeightStat":
+        if self.exact is not None and other.exact is not None:
+            exact = dict(self.exact)
+            for v, w in other.exact.items():
+                exact[v] = exact[v] + w if v in exact else w
+            return WeightStat(self.name, {v: float(w.to_float()[0]) for v, w in exact.items()},
+                              max(self.max, other.max), exact)
         per_label = dict(self.per_label)
         for v, w in other.per_label.items():
             per_label[v] = per_label.get(v, 0.0) + w
@@ -432,7 +442,9 @@ def partition_stats(
         stats.target = TargetStat(target, per_group, int(missing.sum()))
         if weight is not None:
             w = row_weights(df[weight], weight, where)
-            sums = pd.Series(w[~missing]).groupby(y[~missing].to_numpy()).sum()
-            stats.weights = WeightStat(weight, {plain_scalar(v): float(t) for v, t in sums.items()},
-                                       float(w.max()) if w.size else 0.0)
+            codes, values = pd.factorize(y[~missing], sort=False)
+            live = w[~missing]
+            exact = {plain_scalar(v): exact_sum(live[codes == i]) for i, v in enumerate(values)}
+            stats.weights = WeightStat(weight, {v: float(t.to_float()[0]) for v, t in exact.items()},
+                                       float(w.max()) if w.size else 0.0, exact)
     return stats

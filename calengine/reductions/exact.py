@@ -23,15 +23,24 @@ metric needs is therefore taken in fixed point against a *scale* that every piec
   whichever piece computed it, given the integer prefix of the pieces before it.
 
 Counts that are integers need none of this: their sums and prefixes are exact int64 already.
+
+Sums with no scale known in advance (a fit's class weights, a weighted histogram, Newton's sums over
+rows; issue 43 §1) are :class:`ExactSums`: :func:`exact_sum`, :func:`exact_sums`, :func:`exact_sum_bins`.
+Each piece's sum is exact (integer limbs on one global grid of powers of two, fine enough for any
+float64), pieces merge by integer addition, and :meth:`ExactSums.to_float` rounds the total once,
+correctly, as :func:`math.fsum` does: any partition and order of the terms gives the same float.
+Their cost beside ``np.sum``/``np.bincount``: ``benchmarks/bench_exact_sums.py``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 __all__ = ["fixed_sum", "fixed_sum_counts", "fixed_sum_rows", "fixed_sum_bins", "fixed_sum_binnings",
            "fixed_sum_binnings_terms", "fixed_sum_bins_of", "fixed_sum_bins_of_terms", "fixed_to_float", "fixed_units",
-           "bin_counts", "FIXED_BITS", "SUM_BITS"]
+           "bin_counts", "FIXED_BITS", "SUM_BITS", "ExactSums", "exact_sum", "exact_sums", "exact_sum_bins"]
 
 #: fixed-point resolution of :func:`fixed_units`: a term equal to ``scale`` is 2**52 units.
 FIXED_BITS = 52
@@ -277,3 +286,278 @@ def fixed_units(x, scale: float) -> np.ndarray:
     if scale <= 0.0:
         return np.zeros(x.shape, dtype=np.int64)
     return np.rint(x * (float(1 << FIXED_BITS) / scale)).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------
+# scale-free exact sums: floats of any magnitude, no scale known in advance
+
+#: the grid of :class:`ExactSums`: limb ``k`` counts units of ``2**(_GRID0 + 31 k)``; ``2**-1074`` (the
+#: smallest subnormal) divides every float64, so the lowest limb holds any float's last bits
+_GRID0 = -1074
+_GRID = 31
+#: terms per block of :func:`exact_sums` / :func:`exact_sum_bins`: a level's integers are at most
+#: ``2**30 + 1`` in magnitude, so 2**21 of them add up exactly in float64 (below 2**52)
+_EXACT_BLOCK = 1 << 21
+#: terms from this magnitude on are added in float beside the exact sum: rounding one to a level
+#: could pass the largest float
+_EXACT_MAX = 2.0**1023
+
+
+class ExactSums:
+    """Exact sums of float64 terms, one per bin, that add by integer arithmetic (:meth:`__add__`), so a
+    sum does not depend on how its terms were cut into pieces or in which order the pieces merge.
+
+    Why: a fit that sums float weights or per-row terms (Platt's Newton sums, a weighted histogram)
+    piece by piece and adds the pieces in float gets last bits that depend on the cut, and Newton's
+    stopping rules carry such bits into the model.  Fixed point (:func:`fixed_sum`) needs a scale every
+    piece knows in advance; weights have none.  Here each bin's sum is held as integer limbs on a
+    global grid of powers of two (limb ``j`` in units of ``2**(-1074 + 31 (k0 + j))``), wide enough for
+    any float64 term, and :meth:`to_float` rounds the exact total once, correctly (as
+    :func:`math.fsum` does).  Non-finite terms, and finite ones of magnitude 2**1023 or more, are added
+    in float beside (``inf``/``nan`` arithmetic is order-free; two huge terms of one sign overflow in
+    any order), and the result is non-finite if any term was.
+
+    Sparse: only the bins whose sum is not zero are held (``rows``, increasing, with their ``limbs``:
+    int64 ``(len(rows), L)``), so a histogram of 40,960 cells of which a piece fills a few thousand
+    travels and merges at the size of those.  After :meth:`_normalized` every limb but the last lies
+    in ``[0, 2**31)`` and the last carries the sign.
+    """
+
+    __slots__ = ("n_bins", "rows", "k0", "limbs", "special")
+    __array_ufunc__ = None  # ``array + ExactSums`` is not elementwise: numpy defers to __radd__
+
+    def __init__(self, n_bins: int, rows: np.ndarray, k0: int, limbs: np.ndarray, special: np.ndarray | None = None):
+        self.n_bins = int(n_bins)
+        self.rows = rows
+        self.k0 = int(k0)
+        self.limbs = limbs
+        self.special = special
+
+    def __reduce__(self):
+        return (ExactSums, (self.n_bins, self.rows, self.k0, self.limbs, self.special))
+
+    def __add__(self, other: "ExactSums") -> "ExactSums":
+        if isinstance(other, (int, float)) and other == 0:
+            return self
+        if not isinstance(other, ExactSums):
+            return NotImplemented
+        if other.n_bins != self.n_bins:
+            raise ValueError(f"cannot add exact sums of {self.n_bins} and {other.n_bins} bins")
+        a, b = self, other
+        if not a.limbs.size:
+            return _with_special(b, a.special)
+        if not b.limbs.size:
+            return _with_special(a, b.special)
+        lo = min(a.k0, b.k0)
+        hi = max(a.k0 + a.limbs.shape[1], b.k0 + b.limbs.shape[1]) + 1  # one limb for the carry
+        rows = np.union1d(a.rows, b.rows)
+        out = np.zeros((rows.size, hi - lo), dtype=np.int64)
+        for x in (a, b):
+            out[np.searchsorted(rows, x.rows), x.k0 - lo:x.k0 - lo + x.limbs.shape[1]] += x.limbs
+        return _with_special(ExactSums(self.n_bins, rows, lo, out)._normalized(), a.special, b.special)
+
+    __radd__ = __add__
+
+    def _normalized(self) -> "ExactSums":
+        """Carries propagated (every limb but the last in ``[0, 2**31)``), bins whose sum is zero and
+        zero limbs at either end dropped; the values are unchanged."""
+        limbs = self.limbs
+        for j in range(limbs.shape[1] - 1):
+            carry = limbs[:, j] >> _GRID  # floor division: negative limbs borrow
+            limbs[:, j] -= carry << _GRID
+            limbs[:, j + 1] += carry
+        nonzero = limbs != 0
+        keep = np.any(nonzero, axis=1)
+        live = np.flatnonzero(np.any(nonzero, axis=0))
+        if not live.size:
+            return ExactSums(self.n_bins, self.rows[:0], 0, limbs[:0, :0], self.special)
+        limbs = limbs[:, live[0]:live[-1] + 1]
+        if not keep.all():
+            return ExactSums(self.n_bins, self.rows[keep], self.k0 + int(live[0]), limbs[keep], self.special)
+        return ExactSums(self.n_bins, self.rows, self.k0 + int(live[0]), np.ascontiguousarray(limbs), self.special)
+
+    def to_float(self) -> np.ndarray:
+        """Each bin's exact sum rounded once to the nearest float64 (ties to even), as ``math.fsum``."""
+        out = np.zeros(self.n_bins)
+        shift = _GRID0 + _GRID * self.k0
+        for i, row in zip(self.rows.tolist(), self.limbs.tolist()):
+            n = 0
+            for v in reversed(row):
+                n = (n << _GRID) + v
+            out[i] = _int_times_pow2(n, shift)
+        if self.special is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                out = out + self.special
+        return out
+
+    def __repr__(self) -> str:
+        return f"ExactSums({self.to_float().tolist()!r})"
+
+
+def _with_special(x: ExactSums, *specials) -> ExactSums:
+    parts = [s for s in (x.special, *specials) if s is not None]
+    if not parts or (len(parts) == 1 and x.special is not None):
+        return x
+    total = parts[0]
+    with np.errstate(invalid="ignore", over="ignore"):
+        for s in parts[1:]:
+            total = total + s
+    return ExactSums(x.n_bins, x.rows, x.k0, x.limbs, total)
+
+
+def _int_times_pow2(n: int, shift: int) -> float:
+    """``n * 2**shift`` correctly rounded to float64 (CPython's int true division and int-to-float
+    conversion round correctly, subnormals included); ``±inf`` past the largest float."""
+    try:
+        return float(n << shift) if shift >= 0 else n / (1 << -shift)
+    except OverflowError:
+        return math.inf if n > 0 else -math.inf
+
+
+def exact_sums(terms) -> ExactSums:
+    """:class:`ExactSums` of each array of ``terms`` (one bin per array, e.g. a Newton step's objective,
+    gradient and Hessian sums)."""
+    parts = [_exact_levels(np.asarray(t, dtype=np.float64).reshape(-1), None, 1) for t in terms]
+    return _stack(parts)
+
+
+def exact_sum(t) -> ExactSums:
+    """:class:`ExactSums` of one bin: ``Σ t`` exactly (``.to_float()[0]`` is ``math.fsum(t)``)."""
+    return exact_sums([t])
+
+
+def exact_sum_bins(index, t, n_bins: int) -> ExactSums:
+    """Per-bin :class:`ExactSums` of ``t`` grouped by ``index`` (ints in ``0..n_bins-1``)."""
+    return _exact_levels(np.asarray(t, dtype=np.float64).reshape(-1), np.asarray(index, dtype=np.intp).reshape(-1),
+                         int(n_bins))
+
+
+def _stack(parts: list[ExactSums]) -> ExactSums:
+    """One :class:`ExactSums` whose bins are the bins of ``parts`` in order."""
+    n_bins = sum(p.n_bins for p in parts)
+    special = None
+    if any(p.special is not None for p in parts):
+        special = np.concatenate([p.special if p.special is not None else np.zeros(p.n_bins) for p in parts])
+    live = [p for p in parts if p.limbs.size]
+    if not live:
+        return ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64), special)
+    lo = min(p.k0 for p in live)
+    hi = max(p.k0 + p.limbs.shape[1] for p in live)
+    rows, blocks, offset = [], [], 0
+    for p in parts:
+        if p.limbs.size:
+            block = np.zeros((p.rows.size, hi - lo), dtype=np.int64)
+            block[:, p.k0 - lo:p.k0 - lo + p.limbs.shape[1]] = p.limbs
+            rows.append(p.rows + offset)
+            blocks.append(block)
+        offset += p.n_bins
+    return ExactSums(n_bins, np.concatenate(rows), lo, np.concatenate(blocks), special)
+
+
+def _exact_levels(t: np.ndarray, index, n_bins: int) -> ExactSums:
+    """The exact per-bin sums of ``t`` (``index`` None: one bin), block by block: each block's terms are
+    peeled into levels on the global grid, from the top down -- at level ``q`` every residual is
+    rounded to a multiple of ``2**q`` (an integer ``n`` of at most 31 bits times ``2**q``), the
+    integers are added (exactly, in float64), and ``t - n 2**q`` (exact) is left for the next level
+    -- until no residual is left; the last possible level, ``2**-1074``, takes every float exactly.
+
+    Blocks of one sum are small (2**16 terms: a level's passes run in the cache, on two buffers
+    allocated once); a binned sum's blocks are large (a bincount allocates its cells)."""
+    levels: dict[int, np.ndarray] = {}
+    parts = []  # flushed level totals, and the float sums of non-finite terms
+    block = _SMALL_BLOCK if index is None else _EXACT_BLOCK
+    buffers = (np.empty(min(block, t.size)), np.empty(min(block, t.size)))
+    for n_blocks, start in enumerate(range(0, t.size, block)):
+        if n_blocks and n_blocks % 1024 == 0:  # a level's int64 total stays below 2**62
+            parts.append(_from_levels(levels, n_bins, None))
+            levels = {}
+        tb = t[start:start + block]
+        ib = None if index is None else index[start:start + block]
+        special = _exact_block(tb, ib, n_bins, buffers, levels)
+        if special is not None:
+            parts.append(ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64),
+                                      special))
+    total = _from_levels(levels, n_bins, None)
+    for x in parts:
+        total = total + x
+    return total
+
+
+def _from_levels(levels: dict, n_bins: int, special) -> ExactSums:
+    """The :class:`ExactSums` whose bins hold ``Σ_k levels[k] 2**(-1074 + 31 k)`` (int64 arrays)."""
+    if not levels:
+        return ExactSums(n_bins, np.zeros(0, dtype=np.intp), 0, np.zeros((0, 0), dtype=np.int64), special)
+    k_lo, k_hi = min(levels), max(levels)
+    rows = np.arange(n_bins)
+    if n_bins > 1:  # only the bins some level reached (a histogram's pieces fill a few of its cells)
+        occupied = np.zeros(n_bins, dtype=bool)
+        for v in levels.values():
+            occupied |= v != 0
+        rows = np.flatnonzero(occupied)
+    limbs = np.zeros((rows.size, k_hi - k_lo + 3), dtype=np.int64)  # two limbs for the carries
+    for k, v in levels.items():
+        limbs[:, k - k_lo] += v[rows]
+    return ExactSums(n_bins, rows, k_lo, limbs, special)._normalized()
+
+
+#: terms per block of a one-bin sum (see :func:`_exact_levels`)
+_SMALL_BLOCK = 1 << 16
+
+
+def _top_level(top: float) -> int:
+    """The smallest grid index ``k`` with ``top <= 2**(q_k + 30)``: a level's integers stay within 2**30."""
+    return max(0, -(-(math.frexp(top)[1] - 30 - _GRID0) // _GRID))
+
+
+def _exact_block(t: np.ndarray, index, n_bins: int, buffers, levels: dict):
+    """Add the level sums of the block ``t`` (see :func:`_exact_levels`) to ``levels`` (grid index ->
+    int64 per bin); return the float sums per bin of its non-finite or huge terms, or None."""
+    special = None
+    top = max(-float(t.min()), float(t.max())) if t.size else 0.0
+    if not top < _EXACT_MAX:  # nan, inf, or a term within a rounding of the largest float
+        # non-finite terms, and finite ones within a rounding of the largest float, are added in float
+        # beside: inf/nan arithmetic does not depend on the order, and two of the huge ones of one sign
+        # overflow in any order (of opposite signs their difference may round by the order)
+        bad = ~(np.abs(t) < _EXACT_MAX)
+        with np.errstate(invalid="ignore", over="ignore"):
+            special = (np.array([float(np.sum(t[bad]))]) if index is None
+                       else np.bincount(index[bad], weights=t[bad], minlength=n_bins)[:n_bins])
+        t = np.where(bad, 0.0, t)
+        top = float(np.max(np.abs(t))) if t.size else 0.0
+    if top == 0.0:
+        return special
+    k = _top_level(top)
+    r, idx = t, index
+    hi_buf, r_buf = (b[:t.size] for b in buffers)
+    while True:
+        q = _GRID0 + _GRID * k
+        if q <= 971:
+            # r rounded to a multiple of 2**q in two float operations: r + C lies in C's binade, whose
+            # spacing is 2**q (|r| <= 2**(q + 30) < 2**(q + 51)), so the addition rounds r there, once
+            magic = 1.5 * 2.0 ** (q + 52)
+            hi = np.add(r, magic, out=hi_buf[:r.size])
+            np.subtract(hi, magic, out=hi)
+            # multiples of 2**q below 2**(q + 31) in magnitude: every partial sum is exact
+            s = np.sum(hi) if idx is None else np.bincount(idx, weights=hi, minlength=n_bins)[:n_bins]
+            v = np.rint(np.ldexp(np.asarray(s, dtype=np.float64).reshape(-1), -q)).astype(np.int64)
+            levels[k] = levels[k] + v if k in levels else v
+        else:  # the magic constant would overflow: scale exactly with ldexp instead
+            n = np.rint(np.ldexp(r, -q))
+            s = np.sum(n) if idx is None else np.bincount(idx, weights=n, minlength=n_bins)[:n_bins]
+            v = np.asarray(s, dtype=np.float64).reshape(-1).astype(np.int64)
+            levels[k] = levels[k] + v if k in levels else v
+            hi = np.ldexp(n, q)
+        if k == 0:
+            break
+        r = np.subtract(r, hi, out=r_buf[:r.size])  # exact: the residual is below 2**(q - 1)
+        live = int(np.count_nonzero(r))
+        if not live:
+            break
+        k -= 1
+        if live < r.size // 4:  # most terms are done: carry on with the rest only
+            keep = np.flatnonzero(r)
+            r = r[keep]
+            idx = None if idx is None else idx[keep]
+            # small residuals (tiny terms): skip the levels above the largest of them
+            k = min(k, _top_level(max(-float(r.min()), float(r.max()))))
+    return special

@@ -623,6 +623,16 @@ def test_bench_read_floor_tiny(tmp_path):
     assert "| hold-out | 1 |" in (tmp_path / "res" / "read_floor.md").read_text()
 
 
+def test_bench_exact_sums_tiny(capsys):
+    """bench_exact_sums.py at 2,000 rows and one repeat prints a float and an exact time per workload."""
+    bench = _load("bench_exact_sums")
+    bench.main(["--repeats", "1", "--n", "2000"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split() == ["workload", "float", "s", "exact", "s", "ratio"]
+    assert [line.split(",")[0] for line in lines[1:]] == ["sum", "bins", "platt round", "sigmoid summary"]
+    assert all(float(v) >= 0 for line in lines[1:] for v in line.split()[-3:-1])
+
+
 def test_bench_read_floor_runs_a_named_baseline_in_the_same_rounds(tmp_path):
     """``--baseline PYTHON``: each fit also runs as ``PYTHON -m calengine`` with the same arguments, and
     the page names the baseline beside its ratios (here the same installation, so both fits run)."""

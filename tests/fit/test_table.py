@@ -229,9 +229,8 @@ def test_manifest_records_route_rows_and_missing_targets(tmp_path, cli):
 @pytest.mark.parametrize("method", ["isotonic"])
 def test_a_score_column_model_is_the_same_bytes_however_the_table_is_cut(tmp_path, cli, method):
     """Issue 43 §1: the same rows cut into 2 or 7 files (other row groups) give model files equal byte
-    for byte -- isotonic's reduction is exact over any cut, and the manifest records no cut.  (Not yet
-    sigmoid: its stored score histogram sums floats in an order that follows the cut, so its last bits
-    may differ.)"""
+    for byte -- isotonic's reduction is exact over any cut, and the manifest records no cut.  (Sigmoid
+    and temperature: tests/scenarios/test_cut_invariance.py.)"""
     rng = np.random.default_rng(43)
     s = np.round(rng.random(6000), 3)  # ties within and across files
     df = pd.DataFrame({"s": s, "class": (rng.random(6000) < s**1.5).astype(np.int64)})

@@ -237,3 +237,64 @@ def test_several_terms_share_the_binnings_runs(n, seed, sizes, n_terms):
     indexes = [rng.integers(0, s + 1, n) if j % 2 else np.sort(rng.integers(0, s + 1, n)) for j, s in enumerate(sizes)]
     got = exact.fixed_sum_binnings_terms(list(zip(indexes, sizes)), terms, scale)
     assert got == [[oracle_bins(idx, t, scale, s) for idx, s in zip(indexes, sizes)] for t in terms]
+
+
+# ---------------------------------------------------------------------------------------------------
+# scale-free exact sums (ExactSums): the oracle is math.fsum, correctly rounded
+
+_terms = st.lists(st.one_of(st.floats(1e-300, 1e100), st.floats(-1e100, -1e-300), st.just(0.0),
+                            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
+                            st.floats(0.0, 1e-300)), max_size=200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_terms, st.data())
+def test_exact_sum_is_fsum_for_every_partition_and_order(terms, data):
+    t = np.array(terms, dtype=np.float64)
+    want = math.fsum(terms)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(terms)), max_size=6)))
+    pieces = [exact.exact_sum(p) for p in np.split(t, cuts)]
+    order = data.draw(st.permutations(range(len(pieces))))
+    total = 0
+    for i in order:
+        total = total + pieces[i]
+    got = total.to_float()[0]
+    assert got == want and math.copysign(1.0, got) == math.copysign(1.0, want) or (got == 0.0 and want == 0.0)
+    assert exact.exact_sum(t).to_float()[0] == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(_terms, st.integers(1, 9), st.data())
+def test_exact_bin_sums_are_each_bins_fsum_for_every_partition(terms, n_bins, data):
+    t = np.array(terms, dtype=np.float64)
+    index = np.array(data.draw(st.lists(st.integers(0, n_bins - 1), min_size=t.size, max_size=t.size)), dtype=np.intp)
+    cuts = sorted(data.draw(st.lists(st.integers(0, t.size), max_size=5)))
+    total = 0
+    for ip, tp in reversed(list(zip(np.split(index, cuts), np.split(t, cuts)))):
+        total = total + exact.exact_sum_bins(ip, tp, n_bins)
+    got = total.to_float()
+    want = [math.fsum(t[index == b]) for b in range(n_bins)]
+    assert got.tolist() == want
+    assert exact.exact_sum_bins(index, t, n_bins).to_float().tolist() == want
+
+
+def test_exact_sums_take_blocks_subnormals_and_non_finite_terms():
+    rng = np.random.default_rng(5)
+    t = rng.standard_normal(exact._EXACT_BLOCK + 1000) * 10.0 ** rng.integers(-20, 20, exact._EXACT_BLOCK + 1000)
+    assert exact.exact_sum(t).to_float()[0] == math.fsum(t)  # more than one block
+    tiny = np.array([5e-324, 5e-324, -1e-310, 1e-308, 2.5e-308])
+    assert exact.exact_sum(tiny).to_float()[0] == math.fsum(tiny)
+    assert exact.exact_sum([8.9e307, 8.9e307, 8.9e307]).to_float()[0] == math.inf
+    assert exact.exact_sum([1.7e308, 1.0, 2.0**-1074]).to_float()[0] == 1.7e308  # huge terms: in float beside  # rounds past the largest float
+    assert exact.exact_sum([math.inf, 1.0]).to_float()[0] == math.inf
+    assert math.isnan(exact.exact_sum([math.inf, -math.inf, 1.0]).to_float()[0])
+    several = exact.exact_sums([[1.0, 1e-30], [], [-2.0, 0.5]]).to_float()
+    assert several.tolist() == [1.0, 0.0, -1.5]
+
+
+def test_exact_sums_travel_by_pickle():
+    import pickle
+
+    a = exact.exact_sum_bins([0, 2, 2], [0.1, 0.2, 1e-200], 3)
+    b = pickle.loads(pickle.dumps(a))
+    assert (b + a).to_float().tolist() == [0.2, 0.0, math.fsum([0.2, 0.2, 1e-200, 1e-200])]

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from calengine.reductions.exact import exact_sums
 from calengine_builtins.deferred import expit
 
 
@@ -103,18 +104,23 @@ def _platt_trial(st: dict[str, Any]):
     return st["trial"]
 
 
-def _platt_eval(f, t, w, a: float, b: float) -> np.ndarray:
+def _platt_eval(f, t, w, a: float, b: float, exact: bool = False):
     """``[objective, gradient (2), Hessian (3)]`` of Platt's cross-entropy at ``(a, b)``; ``w`` None:
-    every weight 1 (the same sums to the bit, without three products per row: see ``_unit``)."""
+    every weight 1 (the same sums to the bit, without three products per row: see ``_unit``).
+    ``exact``: the six sums as :class:`calengine.reductions.exact.ExactSums` (a piece's statistics:
+    pieces then add exactly, so the fit does not depend on the cut)."""
     z = a * f + b
     p = expit(-z)
     q = expit(z)
     # −[t ln P + (1−t) ln(1−P)] with P = σ(−z): equals (t−1)·z + log(1+e^{z}).
     loss = (t - 1.0) * z + _log1pexp(z, p, q)
-    obj = np.sum(loss if w is None else w * loss)
+    obj = loss if w is None else w * loss
     d2 = p * q if w is None else w * p * q
     d1 = t - p if w is None else w * (t - p)
-    return np.array([obj, np.sum(f * d1), np.sum(d1), np.sum(f * f * d2), np.sum(d2), np.sum(f * d2)])
+    terms = (obj, f * d1, d1, f * f * d2, d2, f * d2)
+    if exact:
+        return exact_sums(terms)
+    return np.array([np.sum(x) for x in terms])
 
 
 def _logreg_start(theta0: np.ndarray, ridge: np.ndarray, total: float):
@@ -277,18 +283,21 @@ def _slope_next(st: dict[str, Any]):
     return [xn]
 
 
-def _slope_eval(m: np.ndarray, w: np.ndarray, points) -> np.ndarray:
+def _slope_eval(m: np.ndarray, w: np.ndarray, points, exact: bool = False):
     """Rows ``[g(α), g'(α)]`` for each α: ``g = −Σ w m σ(−α m)``, ``g' = Σ w m² σ(α m) σ(−α m)``;
     ``w`` None: every weight 1 (the same sums to the bit, see ``_unit``).
 
     ``g'`` is computed at the first point only (0 at the others): :func:`_slope_update` reads it only
     there -- a Newton trial is one point, and of a bracket's two ends only the lower one starts Newton
-    -- and at the upper end it cost a second ``expit`` and three products per row of a round."""
-    out = np.zeros((len(points), 2))
+    -- and at the upper end it cost a second ``expit`` and three products per row of a round.
+    ``exact``: the sums as :class:`calengine.reductions.exact.ExactSums` of ``2 len(points)`` bins in
+    the rows' order (a piece's statistics; see :func:`_platt_eval`)."""
+    terms = []
     wm = m if w is None else w * m
     for k, a in enumerate(points):
         e = expit(-a * m)
-        out[k, 0] = -np.sum(wm * e)
-        if k == 0:
-            out[k, 1] = np.sum(wm * m * e * expit(a * m))
-    return out
+        terms.append(-(wm * e))
+        terms.append(wm * m * e * expit(a * m) if k == 0 else np.zeros(0))
+    if exact:
+        return exact_sums(terms)
+    return np.array([np.sum(x) for x in terms]).reshape(len(points), 2)

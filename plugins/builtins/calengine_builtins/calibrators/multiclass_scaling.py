@@ -37,6 +37,7 @@ import numpy as np
 
 from calengine.base import Calibrator
 from calengine.errors import DataError, ModelFormatError, ParameterError
+from calengine.reductions.exact import exact_sum_bins, exact_sums
 from calengine_builtins.deferred import check_is_fitted
 
 from ._base import EPS, _check_kind
@@ -144,18 +145,22 @@ def _live(S, yi, w):
     return S[keep], yi[keep], w[keep]
 
 
-def temperature_derivatives(Z: np.ndarray, yi: np.ndarray, w: np.ndarray, points) -> np.ndarray:
+def temperature_derivatives(Z: np.ndarray, yi: np.ndarray, w: np.ndarray, points, exact: bool = False):
     """Rows ``[g(β), g'(β)]`` of the weighted multinomial log loss ``L(β) = Σ w (logsumexp(β z) − β z_y)``
-    at each ``β``: ``g = Σ w (E_P[z] − z_y)`` and ``g' = Σ w Var_P(z)``, ``P = softmax(β z)``."""
-    out = np.empty((len(points), 2))
+    at each ``β``: ``g = Σ w (E_P[z] − z_y)`` and ``g' = Σ w Var_P(z)``, ``P = softmax(β z)``.
+    ``exact``: the sums over rows as :class:`calengine.reductions.exact.ExactSums` of ``2 len(points)``
+    bins in the rows' order (a piece's statistics: pieces add exactly, so the fit does not depend on
+    how the table was cut; each row's own terms are the same whatever rows come with it)."""
+    terms = []
     zy = Z[np.arange(Z.shape[0]), yi]
-    for j, beta in enumerate(points):
+    for beta in points:
         P = softmax(beta * Z)
         mean = np.sum(P * Z, axis=1)
         var = np.maximum(np.sum(P * Z * Z, axis=1) - mean * mean, 0.0)
-        out[j, 0] = np.sum(w * (mean - zy))
-        out[j, 1] = np.sum(w * var)
-    return out
+        terms += [w * (mean - zy), w * var]
+    if exact:
+        return exact_sums(terms)
+    return np.array([np.sum(t) for t in terms]).reshape(len(points), 2)
 
 
 class TemperatureCalibrator(_BinaryTemperature):
@@ -189,8 +194,7 @@ class TemperatureCalibrator(_BinaryTemperature):
         Z = log_scores(S, request["kind"])
         S, yi, w = _live(Z, yi, w)
         spread = float(np.max(S.max(axis=1) - S.min(axis=1))) if S.size else 0.0
-        return {"op": "mcsummary", "w_class": np.bincount(yi, weights=w, minlength=request["k"]).astype(np.float64),
-                "max_spread": spread}
+        return {"op": "mcsummary", "w_class": exact_sum_bins(yi, w, request["k"]), "max_spread": spread}
 
     def _step_mcsummary(self, stats, request):
         check_class_weights(np.asarray(stats["w_class"]))
@@ -207,11 +211,11 @@ class TemperatureCalibrator(_BinaryTemperature):
         yi = np.asarray(y).astype(np.int64)
         w = np.ones(S.shape[0]) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
         Z, yi, w = _live(log_scores(S, request["kind"]), yi, w)
-        return {"op": "mcslope", "v": temperature_derivatives(Z, yi, w, request["points"])}
+        return {"op": "mcslope", "v": temperature_derivatives(Z, yi, w, request["points"], exact=True)}
 
     def _step_mcslope(self, stats, request):
         st = self._red["slope"]
-        nxt = _slope_update(st, stats["v"])
+        nxt = _slope_update(st, np.asarray(stats["v"], dtype=np.float64).reshape(-1, 2))
         if nxt is not None:
             return {**request, "points": nxt}
         self._finish(temperature_=float(1.0 / st["x"]), n_classes_=self._red["k"])

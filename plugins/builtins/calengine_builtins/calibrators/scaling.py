@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from calengine.errors import ModelFormatError, ParameterError
+from calengine.reductions.exact import ExactSums, exact_sum, exact_sum_bins
 from calengine.reductions.pav import check_scores
 from calengine_builtins.deferred import check_is_fitted, expit
 
@@ -60,14 +61,40 @@ def _score_hist(s: np.ndarray, yi: np.ndarray, w: np.ndarray, kind: str, u: np.n
     # a bincount of the class's rows alone would
     idx += np.where(yi == 1, 0, _HIST_BINS)
     n = 2 * _HIST_BINS
+    # exact sums (issue 43 §1): the model stores these histograms, and float sums piece by piece
+    # would give last bits that depend on how the table was cut
     if w is None:  # every weight 1: the cells' weights are their counts, their sums the scores' own
-        wsum = np.bincount(idx, minlength=n).astype(np.float64)
-        ssum = np.bincount(idx, weights=s, minlength=n).astype(np.float64)
+        wsum = _exact_counts(np.bincount(idx, minlength=n))
+        ssum = exact_sum_bins(idx, s, n)
     else:
-        wsum = np.bincount(idx, weights=w, minlength=n).astype(np.float64)
-        ssum = np.bincount(idx, weights=w * s, minlength=n).astype(np.float64)
-    return {"hist_wpos": wsum[:_HIST_BINS], "hist_wneg": wsum[_HIST_BINS:],
-            "hist_spos": ssum[:_HIST_BINS], "hist_sneg": ssum[_HIST_BINS:]}
+        wsum = exact_sum_bins(idx, w, n)
+        ssum = exact_sum_bins(idx, w * s, n)
+    return {"hist_w": wsum, "hist_s": ssum}
+
+
+def _exact_counts(counts: np.ndarray) -> ExactSums:
+    """Integer counts (below 2**53) as :class:`ExactSums`, so they merge with a weighted piece's sums."""
+    return exact_sum_bins(np.arange(counts.size), counts.astype(np.float64), counts.size)
+
+
+def _exact_class_weights(stats: dict[str, Any], yi: np.ndarray, w: np.ndarray | None) -> None:
+    """Replace the summary's class weights by exact sums (they set Platt's targets; every float sum
+    of these fits is exact, so no round's statistics depend on the cut).  ``yi, w``: the live rows
+    (``w`` None: every weight 1, the counts already exact)."""
+    if w is None:
+        stats["w_pos"], stats["w_neg"] = exact_sum([stats["w_pos"]]), exact_sum([stats["w_neg"]])
+    else:
+        pos = yi == 1
+        stats["w_pos"], stats["w_neg"] = exact_sum(w[pos]), exact_sum(w[~pos])
+
+
+def _floats(x) -> Any:
+    """A merged statistic as the fit reads it: :class:`ExactSums` rounded once (a one-bin sum to a
+    float), anything else as it is."""
+    if not isinstance(x, ExactSums):
+        return x
+    out = x.to_float()
+    return float(out[0]) if out.size == 1 else out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -85,16 +112,16 @@ def _start_hist(f: np.ndarray, yi: np.ndarray, w: np.ndarray, u: np.ndarray) -> 
     idx = np.clip(((u + _HIST_SPAN) * (_START_BINS / (2 * _HIST_SPAN))).astype(np.int64), 0, _START_BINS - 1)
     idx += np.where(yi == 1, _START_BINS, 0)
     n = 2 * _START_BINS
+    # exact sums (see _score_hist): the Newton start, and so the fit's last bits, hang on them
     if w is None:  # every weight 1 (see _score_hist)
-        return {"start_w": np.bincount(idx, minlength=n).astype(np.float64).reshape(2, _START_BINS),
-                "start_f": np.bincount(idx, weights=f, minlength=n).reshape(2, _START_BINS)}
-    return {"start_w": np.bincount(idx, weights=w, minlength=n).reshape(2, _START_BINS),
-            "start_f": np.bincount(idx, weights=w * f, minlength=n).reshape(2, _START_BINS)}
+        return {"start_w": _exact_counts(np.bincount(idx, minlength=n)), "start_f": exact_sum_bins(idx, f, n)}
+    return {"start_w": exact_sum_bins(idx, w, n), "start_f": exact_sum_bins(idx, w * f, n)}
 
 
 def _binned_points(stats: dict[str, Any], t_neg: float, t_pos: float):
     """The start histogram's non-empty (bin, class) cells as weighted points ``(mean f, target, weight)``."""
-    W, F = np.asarray(stats["start_w"], dtype=np.float64), np.asarray(stats["start_f"], dtype=np.float64)
+    W = np.asarray(_floats(stats["start_w"]), dtype=np.float64).reshape(2, _START_BINS)
+    F = np.asarray(_floats(stats["start_f"]), dtype=np.float64).reshape(2, _START_BINS)
     live = W > 0
     f = F[live] / W[live]
     t = np.where(np.nonzero(live)[0] == 1, t_pos, t_neg)
@@ -113,13 +140,17 @@ class _SummaryStored:
         s, yi, w = _live(s, yi, w)
         if _unit(w):
             w = None  # the sums below skip their products by the weights (the same bits)
+        _exact_class_weights(stats, yi, w)
         extra = self._summary_extra(s, yi, w, request)
         u = extra.pop("_hist_u", None)  # the summary grid's coordinate, if the extras computed it
         return {**stats, **extra, **_score_hist(s, yi, w, request["kind"], u)}
 
     def reduction_step(self, stats, request):
+        stats = {key: _floats(value) for key, value in stats.items()}
         if request.get("op") == "summary":
-            self._red["hist"] = {key + "_": np.asarray(stats[key], dtype=np.float64) for key in _HIST_KEYS}
+            wsum, ssum = stats.pop("hist_w"), stats.pop("hist_s")
+            self._red["hist"] = {"hist_wpos_": wsum[:_HIST_BINS], "hist_wneg_": wsum[_HIST_BINS:],
+                                 "hist_spos_": ssum[:_HIST_BINS], "hist_sneg_": ssum[_HIST_BINS:]}
         return super().reduction_step(stats, request)
 
     def _finish(self, **fitted) -> None:
@@ -265,7 +296,7 @@ class SigmoidCalibrator(_SummaryStored, _BinaryCalibrator):
         f = self._platt_input(f, request["kind"], request["on"])
         t = np.where(yi == 1, request["t_pos"], request["t_neg"])
         return {"op": "platt", "v": _platt_eval(f / request["scale"], t, None if _unit(w) else w,
-                                                request["a"], request["b"])}
+                                                request["a"], request["b"], exact=True)}
 
     def _step_platt(self, stats, request):
         st = self._red["newton"]
@@ -405,7 +436,7 @@ def _log_odds(s: np.ndarray, kind: str) -> np.ndarray:
 def _slope_values(s, yi, w, request) -> np.ndarray:
     """:func:`_slope_eval` of ``σ(α z)`` at ``request["points"]``, ``z`` the log-odds of the scores."""
     z = _log_odds(s, request["kind"])
-    return _slope_eval(np.where(yi == 1, z, -z), None if w is None or _unit(w) else w, request["points"])
+    return _slope_eval(np.where(yi == 1, z, -z), None if w is None or _unit(w) else w, request["points"], exact=True)
 
 
 class _OneSlope(_BinaryCalibrator):
@@ -425,9 +456,20 @@ class _OneSlope(_BinaryCalibrator):
         s, yi, w = _live(*_light(scores, y, sample_weight))
         return {"op": "slope", "v": _slope_values(s, yi, w, request)}
 
+    def _ps_summary(self, scores, y, sample_weight, request):
+        s, yi, w = _check_piece(scores, y, sample_weight)
+        stats = {"op": "summary", **_summary(s, yi, w)}
+        s, yi, w = _live(s, yi, w)
+        _exact_class_weights(stats, yi, None if _unit(w) else w)
+        stats.update(self._summary_extra(s, yi, w, request))
+        return stats
+
+    def reduction_step(self, stats, request):
+        return super().reduction_step({key: _floats(value) for key, value in stats.items()}, request)
+
     def _step_slope(self, stats, request):
         st = self._red["slope"]
-        nxt = _slope_update(st, stats["v"])
+        nxt = _slope_update(st, np.asarray(stats["v"], dtype=np.float64).reshape(-1, 2))
         if nxt is not None:
             return {"op": "slope", "kind": self._red["kind"], "sorted": False, "points": nxt}
         self._finish(**self._fitted(float(st["x"])))
