@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -298,3 +299,33 @@ def test_exact_sums_travel_by_pickle():
     a = exact.exact_sum_bins([0, 2, 2], [0.1, 0.2, 1e-200], 3)
     b = pickle.loads(pickle.dumps(a))
     assert (b + a).to_float().tolist() == [0.2, 0.0, math.fsum([0.2, 0.2, 1e-200, 1e-200])]
+
+
+@pytest.mark.parametrize("every", [1, 3, 1 << 20])
+def test_deferred_carries_keep_every_bins_exact_value(every, monkeypatch):
+    """A running total that propagates its carries only every ``_LOOSE_ADDS`` additions (1: at each,
+    as the first version did) holds the same exact sums: running and tree-shaped merges of 300 pieces
+    of terms from 1e-30 to 1e30 of either sign, including pieces that reach new bins and new limbs."""
+    monkeypatch.setattr(exact, "_LOOSE_ADDS", every)
+    rng = np.random.default_rng(11)
+    pieces, idxs, ts = [], [], []
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        t = rng.standard_normal(n) * 10.0 ** rng.integers(-30, 31, n)
+        idx = rng.integers(0, 7, n)
+        pieces.append(exact.exact_sum_bins(idx, t, 7))
+        idxs.append(idx)
+        ts.append(t)
+    index, t = np.concatenate(idxs), np.concatenate(ts)
+    want = [math.fsum(t[index == b]) for b in range(7)]
+    running = 0
+    for p in pieces:
+        running = running + p
+    assert running.to_float().tolist() == want
+    level = list(pieces)
+    while len(level) > 1:
+        level = [level[i] + level[i + 1] if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    assert level[0].to_float().tolist() == want
+    assert all(p.loose == 0 for p in pieces)  # the pieces themselves were not changed by the merges
+    assert [p.to_float().tolist() for p in pieces] == [exact.exact_sum_bins(i, x, 7).to_float().tolist()
+                                                       for i, x in zip(idxs, ts)]
