@@ -226,7 +226,10 @@ def _result_unless_lost(client, future):
             return future.result(timeout=1.0)
         except TimeoutError:
             if future.done():
-                raise  # the merge itself raised TimeoutError: that is its error, not a wait
+                # done by now: its value, or its own error (a TimeoutError the merge raised included),
+                # never this wait's timeout (a merge that finished just after the wait gave up was
+                # once reported as "the Dask scheduler did not answer in time")
+                return future.result()
             if getattr(client, "status", "running") in ("closing", "closed"):
                 raise CommClosedError("the client lost its connection to the Dask scheduler") from None
 

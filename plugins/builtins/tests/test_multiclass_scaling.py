@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from calengine.errors import DataError, ModelFormatError, ParameterError
@@ -286,7 +286,11 @@ def test_linear_scalings_equal_scipy_on_the_same_objective(name, params):
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 2**31), n=st.integers(4, 80), cuts=st.lists(st.integers(0, 80), max_size=6),
        name=st.sampled_from(["vector_scaling", "matrix_scaling", "dirichlet"]))
+@example(seed=90, n=4, cuts=[1], name="vector_scaling")  # slopes near 1,600: agree to 1.6e-7 relative
 def test_linear_scalings_do_not_depend_on_the_partitioning(seed, n, cuts, name):
+    """The same optimum from the pieces' merged statistics as from the whole table, to the solver's
+    tolerance: relative 1e-6 (on 4 rows the slopes can reach thousands, where an absolute 1e-7 is
+    below the Newton stop's own rounding), absolute 1e-7 near zero."""
     from calengine_builtins.calibrators import (DirichletCalibrator, MatrixScalingCalibrator,
                                                 VectorScalingCalibrator)
 
@@ -299,8 +303,8 @@ def test_linear_scalings_do_not_depend_on_the_partitioning(seed, n, cuts, name):
     whole = cls(reg_lambda=0.1, reg_mu=0.1).fit(Z, y, sample_weight=w)
     pieces = [(Z[c], y[c], w[c]) for c in _cut(n, cuts)]
     parted = fit_by_reduction(cls(reg_lambda=0.1, reg_mu=0.1), pieces, "decision", n_classes=3)
-    np.testing.assert_allclose(parted.coef_, whole.coef_, atol=1e-7)
-    np.testing.assert_allclose(parted.intercept_, whole.intercept_, atol=1e-7)
+    np.testing.assert_allclose(parted.coef_, whole.coef_, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(parted.intercept_, whole.intercept_, rtol=1e-6, atol=1e-7)
 
 
 def test_linear_scalings_refuse_bad_parameters_and_too_many_classes():
